@@ -1,0 +1,56 @@
+"""Validate the instance catalog (shipped files plus price overlays) and write a report.
+
+Weekly, or on demand. Writes ``<data dir>/reports/catalog/<run date>/report.{json,md}``;
+fails the run if the catalog has errors a planner would trip on (``fail_on_error``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+
+
+@dag(
+    dag_id="srifty_catalog_refresh",
+    schedule="@weekly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=["srifty", "catalog"],
+    doc_md=__doc__,
+    params={
+        "regions": Param(
+            [],
+            type="array",
+            items={"type": "string", "pattern": "^[a-z]{2}-[a-z]+-[0-9]$"},
+            description="Regions to report on; empty means every region in the catalog.",
+        ),
+        "fail_on_error": Param(
+            True, type="boolean", description="Fail the run when the catalog has errors."
+        ),
+    },
+)
+def srifty_catalog_refresh() -> None:
+    @task
+    def validate_catalog() -> dict[str, Any]:
+        from srifty_core.catalog.refresh import refresh_catalog_report
+
+        ctx = get_current_context()
+        run_day = ctx["logical_date"].date() if ctx.get("logical_date") else None
+        return refresh_catalog_report(regions=ctx["params"]["regions"], run_day=run_day)
+
+    @task
+    def gate(summary: dict[str, Any]) -> None:
+        from srifty_core.catalog.refresh import check_summary
+
+        check_summary(summary, fail_on_error=get_current_context()["params"]["fail_on_error"])
+
+    gate(validate_catalog())
+
+
+srifty_catalog_refresh()

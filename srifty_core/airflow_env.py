@@ -1,0 +1,91 @@
+"""Airflow's environment for Srifty: one definition shared by the demo, the CLI and the tests.
+
+Airflow reads its settings from ``AIRFLOW__SECTION__KEY`` variables and writes into
+``AIRFLOW_HOME`` as soon as it is imported, so every process that imports Airflow must get
+these variables first. Nothing here imports Airflow.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from srifty_core import paths
+from srifty_core.errors import SriftyError
+
+DEFAULT_PARALLELISM = 2
+"""LocalExecutor starts this many workers up front: small, for a 2-core machine."""
+
+
+def airflow_environment(
+    home: Path,
+    *,
+    sql_alchemy_conn: str | None = None,
+    parallelism: int = DEFAULT_PARALLELISM,
+) -> dict[str, str]:
+    """The variables that point Airflow at ``home`` and at the repository's DAGs and plugins.
+
+    The metadata DB is SQLite in ``home`` unless ``sql_alchemy_conn`` is given (Postgres in
+    production: ``postgresql+psycopg2://user@host/db``).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    conn = sql_alchemy_conn or f"sqlite:///{home / 'airflow.db'}"
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(paths.DAGS_DIR),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(paths.PLUGINS_DIR),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        # The repository root on sys.path so `plugins/` and `srifty_core` import in tasks.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+
+
+def _jwt_secret(home: Path) -> str:
+    """A random secret kept in ``home`` so every Airflow process of this home agrees."""
+    path = home / "jwt_secret"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(64))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def airflow_command(args: list[str]) -> list[str]:
+    """The command line that runs the ``airflow`` CLI of this interpreter."""
+    return [sys.executable, "-m", "airflow", *args]
+
+
+def migrate(env: Mapping[str, str]) -> None:
+    """Create or upgrade the metadata DB (``airflow db migrate``); idempotent."""
+    run_airflow(["db", "migrate"], env, quiet=True)
+
+
+def run_airflow(args: list[str], env: Mapping[str, str], *, quiet: bool = False) -> str:
+    """Run the airflow CLI with ``env`` added; raise ``SriftyError`` with its output on failure."""
+    full_env = {**os.environ, **env}
+    proc = subprocess.run(
+        airflow_command(args),
+        env=full_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise SriftyError(f"airflow {' '.join(args)} failed (exit {proc.returncode}):\n{tail}")
+    if not quiet:
+        sys.stdout.write(proc.stdout)
+    return proc.stdout

@@ -1,0 +1,66 @@
+"""The one place that decides where Srifty keeps its data.
+
+The data folder is, in order of precedence: the ``data_dir`` argument (the CLI's
+``--data-dir``), the environment variable ``SRIFTY_DATA_DIR``, or ``data/`` at the
+repository root. Everything Srifty writes lives under it (probe store, compute profiles,
+MLflow store, Airflow's home for the demo, reports, price overlays). The shipped catalog
+and reference tables are read from the repository's ``data/`` whatever the data folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "SRIFTY_DATA_DIR"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The repository (or source tree) this package was installed from in editable mode."""
+
+SHIPPED_DATA_DIR = REPO_ROOT / "data"
+CATALOG_DIR = SHIPPED_DATA_DIR / "catalog"
+"""Shipped instance catalog: EC2 GPU types, zone spot prices, GPU specs (read-only)."""
+REFERENCE_DIR = SHIPPED_DATA_DIR / "reference"
+"""Shipped public reference tables (nccl-tests results) used for calibration."""
+DAGS_DIR = REPO_ROOT / "dags"
+PLUGINS_DIR = REPO_ROOT / "plugins"
+
+
+def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The data folder: ``override``, else ``$SRIFTY_DATA_DIR``, else ``<repo>/data``."""
+    if override is not None and str(override) != "":
+        return Path(override).expanduser().resolve()
+    env = os.environ.get(ENV_VAR, "")
+    if env:
+        return Path(env).expanduser().resolve()
+    return SHIPPED_DATA_DIR
+
+
+def probe_store_dir(root: Path | None = None) -> Path:
+    """Parquet probe store (allreduce measurements)."""
+    return (root or data_dir()) / "probes"
+
+
+def profiles_dir(root: Path | None = None) -> Path:
+    """Compute profiles, one JSON per model and device type."""
+    return (root or data_dir()) / "profiles"
+
+
+def mlflow_dir(root: Path | None = None) -> Path:
+    """Default MLflow store: ``mlflow.db`` (SQLite) and ``artifacts/``."""
+    return (root or data_dir()) / "mlflow"
+
+
+def airflow_home(root: Path | None = None) -> Path:
+    """Airflow's home for the demo (SQLite metadata DB, logs)."""
+    return (root or data_dir()) / "airflow"
+
+
+def reports_dir(root: Path | None = None) -> Path:
+    """Reports written by jobs (catalog validation, plans, benchmarks)."""
+    return (root or data_dir()) / "reports"
+
+
+def price_overlay_dir(root: Path | None = None) -> Path:
+    """Newer price observations (CSV) merged over the shipped catalog."""
+    return (root or data_dir()) / "prices"
