@@ -18,6 +18,8 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "srifty-data"
     root.mkdir()
     monkeypatch.setenv(paths.ENV_VAR, str(root))
+    # MLflow exports the URI it was last given; start each test from the default store.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
     return root
 
 

@@ -6,7 +6,17 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "xgboost", "mlflow", "pulp", "airflow", "sklearn", "pandas", "pyarrow")
+HEAVY = (
+    "torch",
+    "xgboost",
+    "mlflow",
+    "pulp",
+    "airflow",
+    "sklearn",
+    "pandas",
+    "pyarrow",
+    "transformers",
+)
 LIGHT_MODULES = (
     "srifty_core",
     "srifty_core.paths",
@@ -14,6 +24,11 @@ LIGHT_MODULES = (
     "srifty_core.catalog",
     "srifty_core.airflow_env",
     "srifty_core.cli",
+    "srifty_core.profiling",
+    "srifty_core.profiling.profile",
+    "srifty_core.profiling.store",
+    "srifty_core.predictors.compute",
+    "srifty_core.tracking",
 )
 
 

@@ -15,7 +15,15 @@ from srifty_core import paths
 pytestmark = pytest.mark.airflow
 
 DAG_FILES = sorted(p for p in paths.DAGS_DIR.glob("*.py") if not p.name.startswith("_"))
-HEAVY = ("torch", "xgboost", "mlflow", "pulp", "sklearn", "srifty_core.profiling")
+HEAVY = (
+    "torch",
+    "xgboost",
+    "mlflow",
+    "pulp",
+    "sklearn",
+    "transformers",
+    "srifty_core.profiling.zoo",
+)
 
 
 def test_there_are_dags() -> None:

@@ -1,0 +1,84 @@
+"""Profile one zoo model on each requested device type and store the compute profiles.
+
+Manual trigger. One mapped task per device type runs the profiler where that device is
+(``cpu`` here; ``cuda`` on a GPU worker), writes ``<data dir>/profiles/<model>/<size>/<device
+type>.json`` atomically, and logs the profile, its fit and its plot to MLflow (experiment
+``srifty-compute-profiles``). The summary task lists what was written.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+# Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
+from srifty_core.profiling import MODEL_NAMES, SIZES
+
+DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(seconds=30)}
+
+
+@dag(
+    dag_id="srifty_profile_model",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    default_args=DEFAULT_ARGS,
+    tags=["srifty", "profiling"],
+    doc_md=__doc__,
+    params={
+        "model": Param("resnet18", type="string", enum=list(MODEL_NAMES)),
+        "size": Param("small", type="string", enum=list(SIZES)),
+        "device_types": Param(
+            ["cpu"],
+            type="array",
+            minItems=1,
+            items={"type": "string", "pattern": "^(cpu|cuda(:[0-9]+)?)$"},
+            description="Devices to profile on: cpu, cuda or cuda:N.",
+        ),
+        "probes": Param(4, type="integer", minimum=2, maximum=32),
+        "repeats": Param(5, type="integer", minimum=2, maximum=100),
+        "max_batch": Param(1024, type="integer", minimum=1),
+        "memory_cap_mib": Param(4096, type="integer", minimum=1),
+        "log_to_mlflow": Param(True, type="boolean"),
+    },
+)
+def srifty_profile_model() -> None:
+    @task
+    def device_types() -> list[str]:
+        return list(get_current_context()["params"]["device_types"])
+
+    @task(max_active_tis_per_dag=1)  # profiles time the machine: never two at once on it
+    def profile_on(device: str) -> dict[str, Any]:
+        from srifty_core.profiling.job import run_profile_job
+        from srifty_core.profiling.profiler import ProfilerConfig
+
+        p = get_current_context()["params"]
+        config = ProfilerConfig(
+            device=device,
+            probes=p["probes"],
+            repeats=p["repeats"],
+            max_batch=p["max_batch"],
+            memory_cap_bytes=p["memory_cap_mib"] * 2**20,
+        )
+        result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])
+        return {
+            "device_type": result.profile.device_type,
+            "path": str(result.path),
+            "b_max": result.profile.b_max,
+            "mlflow_run_id": result.mlflow_run_id,
+        }
+
+    @task
+    def summarize(results: list[dict[str, Any]]) -> list[str]:
+        # Index by length: iterating a lazy XCom sequence probes one past its end.
+        rows = [results[i] for i in range(len(results))]
+        for r in rows:
+            print(f"{r['device_type']}: B_max {r['b_max']}, profile {r['path']}")
+        return [r["path"] for r in rows]
+
+    summarize(profile_on.expand(device=device_types()))
+
+
+srifty_profile_model()

@@ -1,0 +1,199 @@
+"""Piecewise-linear compute-latency model t(B), fitted from a batch-size sweep.
+
+The method observes that latency is linear in the batch size, t(B) = alpha*B + beta, with a
+slope that changes where training goes from latency-bound (the device is not yet saturated:
+a flat or shallow slope) to throughput-bound (a steeper slope). We fit a *continuous*
+piecewise-linear function whose breakpoints are chosen among the probed batch sizes:
+
+- for each candidate set of breakpoints (none, one, up to ``max_knots`` interior probes) the
+  hinge basis ``[1, B, max(0, B - k1), ...]`` is fitted by least squares on *relative* error
+  (each point weighted by ``1 / t^2``, because users read MAPE, and the latencies span orders
+  of magnitude);
+- the candidate with the lowest Bayesian information criterion wins, with the noise level
+  of the relative residuals set to ``max(measured coefficient of variation / sqrt(repeats),
+  noise_floor)``: a breakpoint is added only when it explains more than noise.
+
+Pure numpy; no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from srifty_core.errors import ConfigError
+
+DEFAULT_NOISE_FLOOR = 0.01
+"""Relative residuals under 1% are treated as noise: no breakpoint is added to explain them."""
+
+
+@dataclass(frozen=True, slots=True)
+class PiecewiseLinear:
+    """t(B) = slopes[i] * B + intercepts[i] on piece i; pieces split at ``breakpoints``.
+
+    Continuous at each breakpoint. ``x_min``/``x_max`` is the fitted range; evaluating outside
+    it extrapolates the first/last piece (callers decide whether that is allowed).
+    """
+
+    breakpoints: tuple[float, ...]
+    slopes: tuple[float, ...]
+    intercepts: tuple[float, ...]
+    x_min: float
+    x_max: float
+
+    def __post_init__(self) -> None:
+        if len(self.slopes) != len(self.breakpoints) + 1 or len(self.intercepts) != len(
+            self.slopes
+        ):
+            raise ValueError("a piecewise-linear model needs len(breakpoints)+1 pieces")
+
+    @property
+    def pieces(self) -> int:
+        return len(self.slopes)
+
+    def __call__(self, batch: ArrayLike) -> NDArray[np.float64]:
+        x = np.asarray(batch, dtype=np.float64)
+        piece = np.searchsorted(np.asarray(self.breakpoints), x, side="right")
+        out: NDArray[np.float64] = (
+            np.asarray(self.slopes)[piece] * x + np.asarray(self.intercepts)[piece]
+        )
+        return out
+
+    def at(self, batch: float) -> float:
+        """Scalar evaluation."""
+        return float(self(batch))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "breakpoints": list(self.breakpoints),
+            "slopes": list(self.slopes),
+            "intercepts": list(self.intercepts),
+            "x_min": self.x_min,
+            "x_max": self.x_max,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> PiecewiseLinear:
+        def floats(key: str) -> tuple[float, ...]:
+            value = d[key]
+            if not isinstance(value, list):
+                raise ConfigError(f"piecewise model: {key} must be a list")
+            return tuple(float(v) for v in value)
+
+        return cls(
+            breakpoints=floats("breakpoints"),
+            slopes=floats("slopes"),
+            intercepts=floats("intercepts"),
+            x_min=float(d["x_min"]),  # type: ignore[arg-type]
+            x_max=float(d["x_max"]),  # type: ignore[arg-type]
+        )
+
+
+def _hinge_design(x: NDArray[np.float64], knots: Sequence[float]) -> NDArray[np.float64]:
+    cols = [np.ones_like(x), x, *(np.maximum(0.0, x - k) for k in knots)]
+    return np.stack(cols, axis=1)
+
+
+def _to_pieces(
+    coef: NDArray[np.float64], knots: Sequence[float], x_min: float, x_max: float
+) -> PiecewiseLinear:
+    slopes, intercepts = [float(coef[1])], [float(coef[0])]
+    for j, k in enumerate(knots):
+        c = float(coef[2 + j])
+        slopes.append(slopes[-1] + c)
+        intercepts.append(intercepts[-1] - c * k)
+    return PiecewiseLinear(
+        tuple(float(k) for k in knots), tuple(slopes), tuple(intercepts), x_min, x_max
+    )
+
+
+def _check_xy(x: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    if xa.ndim != 1 or xa.shape != ya.shape:
+        raise ConfigError("batch sizes and latencies must be 1-D arrays of the same length")
+    if xa.size < 2:
+        raise ConfigError(f"need at least 2 batch sizes to fit, got {xa.size}")
+    if np.any(ya <= 0) or not np.all(np.isfinite(ya)):
+        raise ConfigError("latencies must be positive and finite")
+    if np.unique(xa).size != xa.size:
+        raise ConfigError("batch sizes must be distinct (average repeats first)")
+    order = np.argsort(xa)
+    return xa[order], ya[order]
+
+
+def fit_line(x: ArrayLike, y: ArrayLike) -> PiecewiseLinear:
+    """The single-line baseline: ordinary least squares t = a*B + b over all points."""
+    xa, ya = _check_xy(x, y)
+    a, b = np.polyfit(xa, ya, 1)
+    return PiecewiseLinear((), (float(a),), (float(b),), float(xa[0]), float(xa[-1]))
+
+
+def fit_piecewise(
+    x: ArrayLike,
+    y: ArrayLike,
+    *,
+    cv: ArrayLike | None = None,
+    repeats: int = 1,
+    max_knots: int = 2,
+    noise_floor: float = DEFAULT_NOISE_FLOOR,
+) -> PiecewiseLinear:
+    """Fit t(B) on distinct batch sizes ``x`` with mean latencies ``y``.
+
+    ``cv`` (per-point coefficient of variation of the repeats) and ``repeats`` set the noise
+    level of each point's mean; ``noise_floor`` bounds it from below. Breakpoints are chosen
+    among interior batch sizes; a model never has more parameters than points minus one.
+    """
+    xa, ya = _check_xy(x, y)
+    n = xa.size
+    if cv is None:
+        sigma = np.full(n, noise_floor)
+    else:
+        cva = np.asarray(cv, dtype=np.float64)[np.argsort(np.asarray(x, dtype=np.float64))]
+        sigma = np.maximum(cva / math.sqrt(max(repeats, 1)), noise_floor)
+    w = 1.0 / (ya * sigma)  # whitened relative residuals
+    interior = xa[1:-1]
+    best: tuple[float, PiecewiseLinear] | None = None
+    for n_knots in range(0, min(max_knots, n - 3) + 1):
+        for knots in itertools.combinations(interior, n_knots):
+            design = _hinge_design(xa, knots)
+            coef, *_ = np.linalg.lstsq(design * w[:, None], ya * w, rcond=None)
+            resid = (design @ coef - ya) * w
+            chi2 = float(resid @ resid)
+            bic = chi2 + design.shape[1] * math.log(n)
+            if best is None or bic < best[0] - 1e-12:
+                best = (bic, _to_pieces(coef, knots, float(xa[0]), float(xa[-1])))
+    if best is None:  # unreachable: n >= 2 always admits the single line
+        raise RuntimeError("no candidate model was fitted")
+    return best[1]
+
+
+def budget_batch_sizes(b_max: int, k: int, b_min: int = 1) -> list[int]:
+    """``k`` probe batch sizes from ``b_min`` to ``b_max``, spaced geometrically and rounded
+    to powers of two (both ends always included; fewer if the range is too small)."""
+    if k < 2:
+        raise ConfigError(f"probes must be >= 2, got {k}")
+    if b_max < b_min:
+        raise ConfigError(f"B_max {b_max} is below the smallest batch {b_min}")
+    lo, hi = math.log2(b_min), math.log2(b_max)
+    out = {b_min, b_max}
+    for i in range(1, k - 1):
+        e = lo + (hi - lo) * i / (k - 1)
+        out.add(int(min(b_max, max(b_min, 2 ** round(e)))))
+    return sorted(out)
+
+
+def dense_batch_sizes(b_max: int, b_min: int = 1) -> list[int]:
+    """Powers of two from ``b_min`` up to ``b_max``, plus ``b_max`` itself."""
+    out = []
+    b = b_min
+    while b < b_max:
+        out.append(b)
+        b *= 2
+    out.append(b_max)
+    return out

@@ -1,0 +1,245 @@
+"""The compute profile contract: what profiling one model on one device type produces.
+
+Consumed by the simulator and the planner. JSON round-trips exactly (floats are written
+with ``repr`` precision by ``json``). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from srifty_core.errors import ConfigError
+from srifty_core.predictors.compute import PiecewiseLinear
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PassStats:
+    """Measured latency of one pass (forward or backward) per probed batch size."""
+
+    batch_sizes: tuple[int, ...]
+    mean_s: tuple[float, ...]
+    std_s: tuple[float, ...]
+    repeats: int
+
+    def __post_init__(self) -> None:
+        if not (len(self.batch_sizes) == len(self.mean_s) == len(self.std_s)):
+            raise ValueError("batch_sizes, mean_s and std_s must have the same length")
+
+    @property
+    def cv(self) -> NDArray[np.float64]:
+        """Coefficient of variation per batch size."""
+        out: NDArray[np.float64] = np.asarray(self.std_s) / np.asarray(self.mean_s)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class GradientBucket:
+    """One gradient bucket as DDP forms it, in the order DDP allreduces them."""
+
+    index: int
+    size_bytes: int
+    n_params: int
+    ready_fraction: float
+    """When the bucket's last gradient is ready, as a fraction of the backward pass (0..1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeProfile:
+    """Forward/backward latency model, memory limits and gradient schedule of one model on
+    one device type."""
+
+    model: str
+    size: str
+    device_type: str
+    """``cpu``, or the GPU model as the catalog names it (``T4``, ``V100``, ``H100``...)."""
+    device_name: str
+    fw: PassStats
+    bw: PassStats
+    fw_fit: PiecewiseLinear
+    bw_fit: PiecewiseLinear
+    b_max: int
+    memory_per_sample_bytes: float
+    memory_fixed_bytes: float
+    memory_cap_bytes: int
+    n_parameters: int
+    gradient_bytes: int
+    buckets: tuple[GradientBucket, ...]
+    bucket_cap_bytes: int
+    first_bucket_cap_bytes: int
+    schedule_batch_size: int
+    probe_mode: str
+    """``budget:K`` (K probes) or ``dense``."""
+    threads: int
+    torch_version: str
+    created_at: str
+
+    # ------------------------------------------------------------------ predictions
+    def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
+        b = np.asarray(batch, dtype=np.float64)
+        if np.any(b < 1):
+            raise ConfigError(f"batch size must be >= 1, got {batch!r}")
+        if np.any(b > self.b_max):
+            raise ConfigError(
+                f"batch size {batch!r} exceeds B_max={self.b_max} of {self.model} "
+                f"on {self.device_type}"
+            )
+        return b
+
+    def t_fw(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Predicted mean forward latency (s) at ``batch`` (scalar or array)."""
+        return self.fw_fit(self._check_batch(batch))
+
+    def t_bw(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Predicted mean backward latency (s)."""
+        return self.bw_fit(self._check_batch(batch))
+
+    def t_iter(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Predicted compute time of one iteration, forward plus backward (no communication)."""
+        return self.t_fw(batch) + self.t_bw(batch)
+
+    def std_fw(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Predicted standard deviation of the forward latency."""
+        return _interp_cv(self.fw, self._check_batch(batch)) * self.t_fw(batch)
+
+    def std_bw(self, batch: ArrayLike) -> NDArray[np.float64]:
+        return _interp_cv(self.bw, self._check_batch(batch)) * self.t_bw(batch)
+
+    def memory_bytes(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Training memory at ``batch``: fixed part plus per-sample part."""
+        b = np.asarray(batch, dtype=np.float64)
+        return self.memory_fixed_bytes + self.memory_per_sample_bytes * b
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "size": self.size,
+            "device_type": self.device_type,
+            "device_name": self.device_name,
+            "fw": _stats_dict(self.fw),
+            "bw": _stats_dict(self.bw),
+            "fw_fit": self.fw_fit.to_dict(),
+            "bw_fit": self.bw_fit.to_dict(),
+            "b_max": self.b_max,
+            "memory_per_sample_bytes": self.memory_per_sample_bytes,
+            "memory_fixed_bytes": self.memory_fixed_bytes,
+            "memory_cap_bytes": self.memory_cap_bytes,
+            "n_parameters": self.n_parameters,
+            "gradient_bytes": self.gradient_bytes,
+            "buckets": [
+                {
+                    "index": b.index,
+                    "size_bytes": b.size_bytes,
+                    "n_params": b.n_params,
+                    "ready_fraction": b.ready_fraction,
+                }
+                for b in self.buckets
+            ],
+            "bucket_cap_bytes": self.bucket_cap_bytes,
+            "first_bucket_cap_bytes": self.first_bucket_cap_bytes,
+            "schedule_batch_size": self.schedule_batch_size,
+            "probe_mode": self.probe_mode,
+            "threads": self.threads,
+            "torch_version": self.torch_version,
+            "created_at": self.created_at,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ComputeProfile:
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ConfigError(
+                f"compute profile schema_version {version!r}, expected {SCHEMA_VERSION}"
+            )
+        try:
+            return cls(
+                model=str(d["model"]),
+                size=str(d["size"]),
+                device_type=str(d["device_type"]),
+                device_name=str(d["device_name"]),
+                fw=_stats(d["fw"]),
+                bw=_stats(d["bw"]),
+                fw_fit=PiecewiseLinear.from_dict(d["fw_fit"]),
+                bw_fit=PiecewiseLinear.from_dict(d["bw_fit"]),
+                b_max=int(d["b_max"]),
+                memory_per_sample_bytes=float(d["memory_per_sample_bytes"]),
+                memory_fixed_bytes=float(d["memory_fixed_bytes"]),
+                memory_cap_bytes=int(d["memory_cap_bytes"]),
+                n_parameters=int(d["n_parameters"]),
+                gradient_bytes=int(d["gradient_bytes"]),
+                buckets=tuple(
+                    GradientBucket(
+                        int(b["index"]),
+                        int(b["size_bytes"]),
+                        int(b["n_params"]),
+                        float(b["ready_fraction"]),
+                    )
+                    for b in d["buckets"]
+                ),
+                bucket_cap_bytes=int(d["bucket_cap_bytes"]),
+                first_bucket_cap_bytes=int(d["first_bucket_cap_bytes"]),
+                schedule_batch_size=int(d["schedule_batch_size"]),
+                probe_mode=str(d["probe_mode"]),
+                threads=int(d["threads"]),
+                torch_version=str(d["torch_version"]),
+                created_at=str(d["created_at"]),
+            )
+        except KeyError as exc:
+            raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> ComputeProfile:
+        return cls.from_dict(json.loads(text))
+
+
+def _stats_dict(s: PassStats) -> dict[str, Any]:
+    return {
+        "batch_sizes": list(s.batch_sizes),
+        "mean_s": list(s.mean_s),
+        "std_s": list(s.std_s),
+        "repeats": s.repeats,
+    }
+
+
+def _stats(d: dict[str, Any]) -> PassStats:
+    return PassStats(
+        tuple(int(b) for b in d["batch_sizes"]),
+        tuple(float(v) for v in d["mean_s"]),
+        tuple(float(v) for v in d["std_s"]),
+        int(d["repeats"]),
+    )
+
+
+def _interp_cv(stats: PassStats, batch: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Coefficient of variation at ``batch``, interpolated linearly in log2(B) between the
+    probed sizes and held constant beyond them."""
+    xs = np.log2(np.asarray(stats.batch_sizes, dtype=np.float64))
+    cv = stats.cv
+    if not np.all(np.isfinite(cv)):
+        raise ConfigError("profile has a non-finite latency spread")
+    return np.interp(np.log2(batch), xs, cv)
+
+
+def relative_error(predicted: ArrayLike, observed: ArrayLike) -> NDArray[np.float64]:
+    """|predicted - observed| / observed, elementwise."""
+    p = np.asarray(predicted, dtype=np.float64)
+    o = np.asarray(observed, dtype=np.float64)
+    return np.abs(p - o) / o
+
+
+def mape(predicted: ArrayLike, observed: ArrayLike) -> float:
+    """Mean absolute percentage error, in percent."""
+    err = relative_error(predicted, observed)
+    return float(100.0 * err.mean()) if err.size else math.nan

@@ -1,0 +1,366 @@
+"""Profile one zoo model on the device this process runs on (CPU here, CUDA where present).
+
+Steps: find B_max (largest batch that fits the device's memory), measure forward and backward
+latency at a set of batch sizes (warm-up, device synchronisation, repeats: mean and std),
+fit the piecewise-linear t(B) per pass, record the gradient-ready schedule and form DDP's
+buckets. The result is a ``ComputeProfile``.
+
+Memory on CPU: there is no allocator peak counter on the CPU, so the training footprint is
+*measured* from what training holds: parameters, their gradients and one optimizer state
+(SGD momentum), the input batch, and every activation autograd saves for the backward pass
+(collected through ``torch.autograd.graph.saved_tensors_hooks``, each storage counted once).
+A batch fits when that footprint is within ``memory_cap_bytes``. On CUDA the footprint is the
+allocator's peak over a real forward+backward plus the optimizer state, and a batch that
+raises out-of-memory does not fit.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import torch
+
+from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.predictors.compute import budget_batch_sizes, dense_batch_sizes, fit_piecewise
+from srifty_core.profiling.buckets import (
+    DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+    form_buckets,
+    gradient_ready_schedule,
+    trainable,
+)
+from srifty_core.profiling.profile import ComputeProfile, PassStats
+from srifty_core.profiling.zoo import Batch, Workload, build
+
+GPU_MODELS = ("H100", "H200", "A100", "A10G", "L4", "T4", "V100", "M60", "K80")
+"""GPU names as the catalog writes them; a CUDA device name is matched against these."""
+
+Progress = Callable[[str, int, int], None]
+"""progress(stage, done, total)"""
+
+
+class BatchDoesNotFitError(SriftyError):
+    """Even the smallest batch does not fit the device's memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerConfig:
+    """How to profile. Defaults are the documented ones of ``srifty profile``."""
+
+    device: str = "cpu"
+    probes: int | None = 4
+    """Budgeted mode: this many batch sizes. ``None``: a dense sweep (powers of two)."""
+    batch_sizes: tuple[int, ...] | None = None
+    """Explicit batch sizes (overrides ``probes``); each must fit."""
+    repeats: int = 5
+    warmup: int = 2
+    memory_cap_bytes: int | None = None
+    """CPU: the memory budget a batch must fit in (default 4 GiB). CUDA: the device's memory."""
+    max_batch: int = 1024
+    """Upper end of the B_max search."""
+    min_batch: int = 1
+    threads: int | None = None
+    """CPU threads (``torch.set_num_threads``); ``None`` keeps torch's default."""
+    schedule_repeats: int = 3
+    bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
+    first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "max_batch", "min_batch", "schedule_repeats"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        if self.probes is not None and self.probes < 2:
+            raise ConfigError(f"probes must be >= 2, got {self.probes}")
+        if self.repeats < 2:
+            raise ConfigError("repeats must be >= 2 to measure a standard deviation")
+
+
+DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N``; a device that is not there is an error."""
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {spec!r}: use cpu, cuda or cuda:N") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {spec!r} is not there: this machine has no CUDA device")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device {spec!r} is not there: {torch.cuda.device_count()} CUDA device(s)"
+            )
+        return torch.device("cuda", index)
+    if device.type != "cpu":
+        raise ConfigError(f"device type {device.type!r} is not supported: use cpu or cuda")
+    return device
+
+
+def device_type_of(device: torch.device) -> tuple[str, str]:
+    """(device type as the catalog names GPUs, full device name)."""
+    if device.type == "cpu":
+        return "cpu", platform.processor() or platform.machine() or "cpu"
+    name = torch.cuda.get_device_name(device)
+    for model in GPU_MODELS:
+        if model in name.upper().replace("TESLA ", ""):
+            return model, name
+    return name.replace(" ", "_"), name
+
+
+def _sync_fn(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+# --------------------------------------------------------------------------- memory
+def _bytes(tensors: object) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)  # type: ignore[attr-defined]
+
+
+def training_memory_bytes(workload: Workload, batch: Batch, device: torch.device) -> int:
+    """The training footprint of one step at this batch (see the module doc)."""
+    params = trainable(workload.module)
+    param_bytes = _bytes(params)
+    if device.type == "cuda":
+        workload.module.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        workload.loss(batch).backward()
+        torch.cuda.synchronize(device)
+        peak = int(torch.cuda.max_memory_allocated(device))
+        workload.module.zero_grad(set_to_none=True)
+        return peak + param_bytes  # plus one optimizer state
+    own = {p.untyped_storage().data_ptr() for p in params}
+    own |= {t.untyped_storage().data_ptr() for t in batch}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in own:
+            saved[ptr] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = workload.loss(batch)
+    del loss
+    return sum(saved.values()) + 3 * param_bytes + _bytes(batch)
+
+
+def _fits(workload: Workload, b: int, device: torch.device, cap: int) -> tuple[bool, int]:
+    batch = workload.make_batch(b, device)
+    try:
+        used = training_memory_bytes(workload, batch, device)
+    except torch.OutOfMemoryError:
+        workload.module.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        return False, -1
+    return used <= cap, used
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryProbe:
+    b_max: int
+    per_sample_bytes: float
+    fixed_bytes: float
+    cap_bytes: int
+    measured: tuple[tuple[int, int], ...]
+    """(batch, bytes) at every size the search tried."""
+
+
+def find_b_max(
+    workload: Workload, device: torch.device, config: ProfilerConfig, progress: Progress | None
+) -> MemoryProbe:
+    """Binary search for the largest batch in [min_batch, max_batch] that fits: double until
+    a batch does not fit (or the upper end), then bisect between the last fit and the miss."""
+    if device.type == "cuda":
+        cap = config.memory_cap_bytes or int(torch.cuda.get_device_properties(device).total_memory)
+    else:
+        cap = config.memory_cap_bytes or DEFAULT_CPU_MEMORY_CAP
+    tried: dict[int, int] = {}
+
+    def fits(b: int) -> bool:
+        ok, used = _fits(workload, b, device, cap)
+        tried[b] = used
+        if progress:
+            progress("B_max search", len(tried), 0)
+        return ok
+
+    lo = config.min_batch
+    if not fits(lo):
+        raise BatchDoesNotFitError(
+            f"batch {lo} of {workload.name}/{workload.size} does not fit: needs "
+            f"{tried[lo] / 2**20:.0f} MiB, cap {cap / 2**20:.0f} MiB (raise --memory-cap or use "
+            f"a smaller --size)"
+        )
+    hi = None
+    b = lo
+    while b < config.max_batch:
+        nxt = min(b * 2, config.max_batch)
+        if fits(nxt):
+            b = nxt
+        else:
+            hi = nxt
+            break
+    lo = b
+    if hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    ok = sorted((k, v) for k, v in tried.items() if 0 <= v <= cap)
+    if len(ok) >= 2:
+        (b1, m1), (b2, m2) = ok[0], ok[-1]
+        per_sample = (m2 - m1) / (b2 - b1)
+    else:
+        per_sample = 0.0
+    fixed = ok[0][1] - per_sample * ok[0][0]
+    return MemoryProbe(lo, per_sample, fixed, cap, tuple(sorted(tried.items())))
+
+
+# --------------------------------------------------------------------------- latency
+def measure_latency(
+    workload: Workload,
+    batch: Batch,
+    *,
+    repeats: int,
+    warmup: int,
+    sync: Callable[[], None],
+) -> tuple[list[float], list[float]]:
+    """Forward and backward seconds of ``repeats`` steps, after ``warmup`` steps."""
+    fw: list[float] = []
+    bw: list[float] = []
+    for i in range(warmup + repeats):
+        workload.module.zero_grad(set_to_none=True)
+        sync()
+        t0 = time.perf_counter()
+        loss = workload.loss(batch)
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        if i >= warmup:
+            fw.append(t1 - t0)
+            bw.append(t2 - t1)
+    return fw, bw
+
+
+def _stats(batch_sizes: list[int], samples: list[list[float]], repeats: int) -> PassStats:
+    return PassStats(
+        tuple(batch_sizes),
+        tuple(statistics.fmean(s) for s in samples),
+        tuple(statistics.stdev(s) for s in samples),
+        repeats,
+    )
+
+
+def profile_model(
+    name: str,
+    size: str = "small",
+    config: ProfilerConfig | None = None,
+    progress: Progress | None = None,
+) -> ComputeProfile:
+    """Profile zoo model ``name`` at ``size`` on ``config.device``; see the module doc."""
+    config = config or ProfilerConfig()
+    device = resolve_device(config.device)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    workload = build(name, size, seed=config.seed).to(device)
+    workload.module.train()
+    sync = _sync_fn(device)
+
+    memory = find_b_max(workload, device, config, progress)
+    if config.batch_sizes:
+        sizes = sorted(set(config.batch_sizes))
+        too_big = [b for b in sizes if b > memory.b_max or b < 1]
+        if too_big:
+            raise BatchDoesNotFitError(
+                f"batch size(s) {too_big} do not fit {workload.name}/{size} on {config.device}: "
+                f"B_max is {memory.b_max}"
+            )
+        mode = "explicit"
+    elif config.probes is None:
+        sizes = dense_batch_sizes(memory.b_max, config.min_batch)
+        mode = "dense"
+    else:
+        sizes = budget_batch_sizes(memory.b_max, config.probes, config.min_batch)
+        mode = f"budget:{config.probes}"
+    if len(sizes) < 2:
+        raise ConfigError(f"need at least 2 distinct batch sizes to fit, got {sizes}")
+
+    fw_samples: list[list[float]] = []
+    bw_samples: list[list[float]] = []
+    for i, b in enumerate(sizes):
+        batch = workload.make_batch(b, device, seed=config.seed)
+        fw, bw = measure_latency(
+            workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
+        )
+        fw_samples.append(fw)
+        bw_samples.append(bw)
+        if progress:
+            progress("latency sweep", i + 1, len(sizes))
+    fw_stats = _stats(sizes, fw_samples, config.repeats)
+    bw_stats = _stats(sizes, bw_samples, config.repeats)
+    fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=config.repeats)
+    bw_fit = fit_piecewise(sizes, bw_stats.mean_s, cv=bw_stats.cv, repeats=config.repeats)
+
+    sched_b = sizes[len(sizes) // 2]
+    schedule = gradient_ready_schedule(
+        workload,
+        workload.make_batch(sched_b, device, seed=config.seed),
+        repeats=config.schedule_repeats,
+        sync=sync,
+    )
+    params = trainable(workload.module)
+    buckets = form_buckets(
+        params,
+        schedule,
+        bucket_cap_bytes=config.bucket_cap_bytes,
+        first_bucket_bytes=config.first_bucket_bytes,
+    )
+    if progress:
+        progress("gradient schedule", 1, 1)
+    device_type, device_name = device_type_of(device)
+    return ComputeProfile(
+        model=name,
+        size=size,
+        device_type=device_type,
+        device_name=device_name,
+        fw=fw_stats,
+        bw=bw_stats,
+        fw_fit=fw_fit,
+        bw_fit=bw_fit,
+        b_max=memory.b_max,
+        memory_per_sample_bytes=memory.per_sample_bytes,
+        memory_fixed_bytes=memory.fixed_bytes,
+        memory_cap_bytes=memory.cap_bytes,
+        n_parameters=sum(p.numel() for p in params),
+        gradient_bytes=_bytes(params),
+        buckets=buckets,
+        bucket_cap_bytes=config.bucket_cap_bytes,
+        first_bucket_cap_bytes=config.first_bucket_bytes,
+        schedule_batch_size=sched_b,
+        probe_mode=mode,
+        threads=torch.get_num_threads() if device.type == "cpu" else 0,
+        torch_version=str(torch.__version__),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def host_summary() -> str:
+    return f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs"

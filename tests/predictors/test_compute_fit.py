@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from srifty_core.errors import ConfigError
+from srifty_core.predictors.compute import (
+    PiecewiseLinear,
+    budget_batch_sizes,
+    dense_batch_sizes,
+    fit_line,
+    fit_piecewise,
+)
+
+
+def _hinge(b: np.ndarray, knot: float = 16.0) -> np.ndarray:
+    # latency-bound (shallow) below the knot, throughput-bound (steep) above
+    return 2.0 + 0.01 * b + 0.09 * np.maximum(0.0, b - knot)
+
+
+def test_finds_the_transition_from_the_data() -> None:
+    b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], dtype=float)
+    fit = fit_piecewise(b, _hinge(b))
+    assert fit.breakpoints == (16.0,)
+    assert fit.slopes == pytest.approx((0.01, 0.1))
+    grid = np.arange(1, 257, dtype=float)
+    np.testing.assert_allclose(fit(grid), _hinge(grid), rtol=1e-9)
+
+
+def test_a_line_stays_a_line() -> None:
+    b = np.array([1, 2, 4, 8, 16, 32, 64], dtype=float)
+    fit = fit_piecewise(b, 3.0 + 0.5 * b)
+    assert fit.pieces == 1
+    assert fit.slopes[0] == pytest.approx(0.5) and fit.intercepts[0] == pytest.approx(3.0)
+
+
+def test_noise_below_the_floor_adds_no_breakpoint() -> None:
+    rng = np.random.default_rng(0)
+    b = np.array([1, 2, 4, 8, 16, 32, 64, 128], dtype=float)
+    y = (1.0 + 0.2 * b) * (1 + rng.normal(0, 0.002, b.size))
+    assert fit_piecewise(b, y).pieces == 1
+    # the same wiggle is a real feature when the measured spread says points are precise
+    assert fit_piecewise(b, _hinge(b, 8.0), cv=np.full(b.size, 1e-4), repeats=5).pieces == 2
+
+
+def test_four_probes_fit_a_hinge() -> None:
+    probes = np.array(budget_batch_sizes(256, 4), dtype=float)
+    assert probes.tolist() == [1, 8, 32, 256]
+    fit = fit_piecewise(probes, _hinge(probes, 16.0))
+    assert fit.pieces == 2
+    unprobed = np.array([2, 4, 16, 64, 128], dtype=float)
+    err = np.abs(fit(unprobed) - _hinge(unprobed)) / _hinge(unprobed)
+    line = fit_line(probes, _hinge(probes))
+    line_err = np.abs(line(unprobed) - _hinge(unprobed)) / _hinge(unprobed)
+    assert err.mean() < line_err.mean()
+
+
+def test_pieces_are_continuous_and_round_trip() -> None:
+    b = np.array([1, 4, 16, 64, 256], dtype=float)
+    fit = fit_piecewise(b, _hinge(b, 16.0) + 0.3 * np.maximum(0, b - 64), max_knots=2)
+    for k in fit.breakpoints:
+        assert fit.at(k - 1e-9) == pytest.approx(fit.at(k + 1e-9))
+    assert PiecewiseLinear.from_dict(fit.to_dict()) == fit
+
+
+def test_batch_size_sets() -> None:
+    assert dense_batch_sizes(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert dense_batch_sizes(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert budget_batch_sizes(2, 4) == [1, 2]
+    assert budget_batch_sizes(1000, 5)[0] == 1 and budget_batch_sizes(1000, 5)[-1] == 1000
+    with pytest.raises(ConfigError, match="probes must be >= 2"):
+        budget_batch_sizes(64, 1)
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ConfigError, match="at least 2"):
+        fit_piecewise([1.0], [1.0])
+    with pytest.raises(ConfigError, match="positive"):
+        fit_piecewise([1, 2], [1.0, -1.0])
+    with pytest.raises(ConfigError, match="distinct"):
+        fit_piecewise([2, 2, 4], [1.0, 1.0, 2.0])
+    with pytest.raises(ConfigError, match="same length"):
+        fit_line([1, 2, 3], [1.0, 2.0])

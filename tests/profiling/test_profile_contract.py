@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from srifty_core.errors import ConfigError
+from srifty_core.predictors.compute import fit_piecewise
+from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats, mape
+from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
+
+
+def make_profile(**changes: object) -> ComputeProfile:
+    sizes = (1, 8, 32, 256)
+    fw_mean = (0.0101, 0.0123, 0.04567, 0.3333333333333333)
+    bw_mean = tuple(2.1 * m for m in fw_mean)
+    fw = PassStats(sizes, fw_mean, tuple(0.05 * m for m in fw_mean), 5)
+    bw = PassStats(sizes, bw_mean, tuple(0.1 * m for m in bw_mean), 5)
+    p = ComputeProfile(
+        model="resnet18",
+        size="small",
+        device_type="cpu",
+        device_name="x86_64",
+        fw=fw,
+        bw=bw,
+        fw_fit=fit_piecewise(sizes, fw_mean),
+        bw_fit=fit_piecewise(sizes, bw_mean),
+        b_max=256,
+        memory_per_sample_bytes=1234.5,
+        memory_fixed_bytes=1e6 / 3,
+        memory_cap_bytes=2**32,
+        n_parameters=1000,
+        gradient_bytes=4000,
+        buckets=(GradientBucket(0, 1500, 3, 0.25), GradientBucket(1, 2500, 5, 0.99)),
+        bucket_cap_bytes=25 * 2**20,
+        first_bucket_cap_bytes=2**20,
+        schedule_batch_size=32,
+        probe_mode="budget:4",
+        threads=1,
+        torch_version="2.13.0",
+        created_at="2026-11-29T00:00:00+00:00",
+    )
+    return dataclasses.replace(p, **changes)  # type: ignore[arg-type]
+
+
+def test_json_round_trips_exactly() -> None:
+    p = make_profile()
+    q = ComputeProfile.from_json(p.to_json())
+    assert q == p
+    assert q.to_json() == p.to_json()
+
+
+def test_predictions() -> None:
+    p = make_profile()
+    np.testing.assert_allclose(p.t_fw([1, 8, 32, 256]), p.fw.mean_s, rtol=0.05)
+    assert float(p.t_iter(100)) == pytest.approx(float(p.t_fw(100) + p.t_bw(100)))
+    # spread follows the measured coefficient of variation
+    assert float(p.std_fw(8)) == pytest.approx(0.05 * float(p.t_fw(8)))
+    assert float(p.std_bw(100)) == pytest.approx(0.1 * float(p.t_bw(100)))
+    assert p.t_fw(np.array([2, 4, 16])).shape == (3,)
+    with pytest.raises(ConfigError, match="exceeds B_max=256"):
+        p.t_fw(257)
+    with pytest.raises(ConfigError, match=">= 1"):
+        p.t_bw(0)
+    assert mape([1.1, 0.9], [1.0, 1.0]) == pytest.approx(10.0)
+
+
+def test_bad_json_names_the_problem() -> None:
+    d = json.loads(make_profile().to_json())
+    del d["b_max"]
+    with pytest.raises(ConfigError, match="missing field 'b_max'"):
+        ComputeProfile.from_dict(d)
+    d["schema_version"] = 99
+    with pytest.raises(ConfigError, match="schema_version"):
+        ComputeProfile.from_dict(d)
+
+
+def test_store_round_trip_and_not_found(data_dir: Path) -> None:
+    store = ProfileStore()
+    p = make_profile()
+    path = store.save(p)
+    assert path == data_dir / "profiles" / "resnet18" / "small" / "cpu.json"
+    assert store.load("resnet18", "small", "cpu") == p
+    store.save(dataclasses.replace(p, b_max=128))  # rerun replaces, no temp files left
+    assert store.load("resnet18", "small", "cpu").b_max == 128
+    assert [x.name for x in path.parent.iterdir()] == ["cpu.json"]
+    with pytest.raises(ProfileNotFoundError, match=r"have: resnet18/small/cpu"):
+        store.load("vgg16", "small", "cpu")

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from srifty_core.errors import ConfigError
+from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.profiling.profiler import (
+    BatchDoesNotFitError,
+    ProfilerConfig,
+    find_b_max,
+    profile_model,
+    training_memory_bytes,
+)
+from srifty_core.profiling.zoo import build
+
+CPU = torch.device("cpu")
+
+
+def test_cpu_footprint_grows_with_the_batch() -> None:
+    w = build("resnet18", "tiny")
+    m = [training_memory_bytes(w, w.make_batch(b, CPU), CPU) for b in (1, 2, 4, 8)]
+    params = sum(p.numel() * 4 for p in w.module.parameters())
+    assert m[0] > 3 * params  # parameters, gradients, optimizer state, activations
+    assert m == sorted(m) and m[3] - m[2] > m[1] - m[0] > 0
+
+
+def test_b_max_is_the_largest_batch_under_the_cap() -> None:
+    w = build("resnet18", "tiny")
+    at = {b: training_memory_bytes(w, w.make_batch(b, CPU), CPU) for b in (5, 6)}
+    cap = (at[5] + at[6]) // 2
+    probe = find_b_max(w, CPU, ProfilerConfig(memory_cap_bytes=cap, max_batch=64), None)
+    assert probe.b_max == 5
+    assert probe.per_sample_bytes > 0
+    # the search tried few sizes, not all of them
+    assert len(probe.measured) <= 8
+    probe = find_b_max(w, CPU, ProfilerConfig(memory_cap_bytes=2**34, max_batch=12), None)
+    assert probe.b_max == 12
+
+
+def test_a_batch_that_does_not_fit() -> None:
+    with pytest.raises(BatchDoesNotFitError, match="batch 1 of resnet18/tiny does not fit"):
+        profile_model("resnet18", "tiny", ProfilerConfig(memory_cap_bytes=1024))
+    with pytest.raises(BatchDoesNotFitError, match=r"\[64\] do not fit"):
+        profile_model("dlrm", "tiny", ProfilerConfig(max_batch=16, batch_sizes=(2, 64)))
+
+
+def test_a_device_that_is_not_there() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="'cuda' is not there"):
+        profile_model("resnet18", "tiny", ProfilerConfig(device="cuda"))
+    with pytest.raises(ConfigError, match="unknown device"):
+        profile_model("resnet18", "tiny", ProfilerConfig(device="abacus"))
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="repeats"):
+        ProfilerConfig(repeats=1)
+    with pytest.raises(ConfigError, match="probes"):
+        ProfilerConfig(probes=1)
+
+
+def test_profile_a_tiny_model_end_to_end() -> None:
+    p = profile_model(
+        "resnet18", "tiny", ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1)
+    )
+    assert p.b_max == 16 and p.probe_mode == "budget:4"
+    assert p.fw.batch_sizes[0] == 1 and p.fw.batch_sizes[-1] == 16 and len(p.fw.batch_sizes) == 4
+    assert all(m > 0 for m in p.fw.mean_s + p.bw.mean_s)
+    assert all(s >= 0 for s in p.fw.std_s + p.bw.std_s)
+    assert p.t_iter(16) > p.t_iter(1) > 0
+    assert sum(b.size_bytes for b in p.buckets) == p.gradient_bytes
+    assert all(0 <= b.ready_fraction <= 1 for b in p.buckets)
+    assert ComputeProfile.from_json(p.to_json()) == p
+
+
+def test_dense_mode_measures_every_power_of_two() -> None:
+    p = profile_model("dlrm", "tiny", ProfilerConfig(max_batch=32, probes=None, repeats=2))
+    assert p.fw.batch_sizes == (1, 2, 4, 8, 16, 32) and p.probe_mode == "dense"

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.profiling.report import EXPERIMENT, log_profile, plot_profile, summary_text
+from tests.profiling.test_profile_contract import make_profile
+
+
+def test_profile_is_logged_to_a_real_mlflow_store(data_dir: Path, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    p = make_profile()
+    run_id = log_profile(p)
+    client = MlflowClient()
+    assert client.get_experiment_by_name(EXPERIMENT) is not None
+    run = client.get_run(run_id)
+    assert run.data.params["model"] == "resnet18"
+    assert run.data.params["batch_sizes"] == "1,8,32,256"
+    assert run.data.metrics["b_max"] == 256
+    assert run.data.metrics["n_buckets"] == 2
+    names = {a.path for a in client.list_artifacts(run_id)}
+    assert names == {"profile.json", "latency_vs_batch.png"}
+    local = client.download_artifacts(run_id, "profile.json", str(tmp_path))
+    assert ComputeProfile.from_json(Path(local).read_text()) == p
+    # the store is under the data folder, not the working directory
+    assert (data_dir / "mlflow" / "mlflow.db").is_file()
+    assert not Path("mlruns").exists()
+
+
+def test_plot_and_summary(tmp_path: Path) -> None:
+    p = make_profile()
+    png = plot_profile(p, tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = summary_text(p)
+    assert "B_max 256" in text and "2 DDP bucket(s)" in text
+
+
+def test_tracking_uri_follows_the_data_dir_but_respects_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srifty_core import paths
+    from srifty_core.tracking import resolve_tracking_uri, setup_experiment
+
+    monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "a"))
+    setup_experiment("x")
+    monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "b"))
+    uri, local = resolve_tracking_uri()
+    assert local and str(tmp_path / "b") in uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5001")
+    assert resolve_tracking_uri() == ("http://127.0.0.1:5001", False)
