@@ -14,21 +14,24 @@ from tests.test_import_light import _loaded_after_import
 def test_probe_command_sweeps_and_summarizes(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["probe", "--world-sizes", "2", "--sizes", "4B:1KB", "--steps", "2"]
+    # World sizes 2 and 3 on a 3-rank allocation: world size 2 runs on a subgroup while
+    # rank 2 waits.
+    argv = ["probe", "--world-sizes", "2,3", "--sizes", "4B:1KB", "--steps", "2"]
     argv += ["--repeats", "3", "--concurrency", "1", "--day", "2026-03-01"]
     assert main(argv) == 0
     out = capsys.readouterr()
-    assert "2 point(s) measured, 0 already stored, 0 failed" in out.out
+    assert "4 point(s) measured, 0 already stored, 0 failed" in out.out
     assert "busbw p50" in out.out and "spread" in out.out
-    table = [
-        ln.split() for ln in out.out.splitlines() if ln.split()[:2] in (["2", "4B"], ["2", "1KB"])
-    ]
-    assert [r[1] for r in table] == ["4B", "1KB"] and all(r[3] == "3" for r in table)
+    table = [ln.split() for ln in out.out.splitlines() if ln.split()[1:2] in (["4B"], ["1KB"])]
+    assert [r[:2] for r in table] == [["2", "4B"], ["2", "1KB"], ["3", "4B"], ["3", "1KB"]]
+    assert all(r[3] == "3" for r in table)
     assert "100%" in out.err  # the progress bar
-    assert len(read_probes()) == 6
+    df = read_probes()
+    assert len(df) == 12 and df["allocation_id"].nunique() == 1
+    assert df.groupby("world_size")["busbw"].count().to_dict() == {2: 6, 3: 6}
     assert (data_dir / "probes" / "date=2026-03-01" / "provider=local").is_dir()
     assert main([*argv, "--no-progress"]) == 0
-    assert "0 point(s) measured, 2 already stored" in capsys.readouterr().out
+    assert "0 point(s) measured, 4 already stored" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

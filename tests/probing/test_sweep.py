@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import date
 from pathlib import Path
@@ -156,3 +157,26 @@ def test_catalog_types_label_the_rows() -> None:
     assert (lab["gpus_per_vm"], lab["vcpus"], lab["network_gbps"]) == (4, 48, 50.0)
     assert lab["provider"] == "local" and lab["placement_group"] is True
     assert lab["allocation_id"] == a.id
+
+
+def test_partials_left_by_a_dead_driver_are_committed_by_the_next_run() -> None:
+    from srifty_core.probing.sweep import partial_dir
+    from tests.probing.rows import make_rows
+
+    # A driver died after its workers flushed two samples of one point, before commit.
+    rows = make_rows(2, day=DAY)
+    for i, r in enumerate(rows):
+        r.update(buffer_bytes=1024, repeat=i, time_s=0.001, busbw=1024 / 0.001)
+        r["probed_at"] = r["probed_at"].isoformat()
+        r["date"] = DAY.isoformat()
+    folder = partial_dir(DAY, "local", LOCAL_CPU)
+    folder.mkdir(parents=True)
+    lines = [json.dumps(r) for r in rows]
+    (folder / "alloc-a.jsonl").write_text("\n".join(lines) + '\n{"torn li')
+    provider = Recorder()
+    cfg = SweepConfig(sizes=(1024,), concurrency=(1,), repeats=2)
+    result = probe_sweep(cfg, provider=provider, day=DAY)
+    assert result.ok and result.measured == 0 and result.skipped == 1 and result.rows == 2
+    assert provider.pids == []  # nothing was missing, nothing was launched
+    assert not _partial_files()
+    assert read_probes()["allocation_id"].tolist() == ["alloc-a", "alloc-a"]
