@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from srifty_core import __version__, paths
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
@@ -37,26 +37,14 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 2**10,
-    "kib": 2**10,
-    "m": 2**20,
-    "mib": 2**20,
-    "g": 2**30,
-    "gib": 2**30,
-}
-
-
 def parse_bytes(text: str) -> int:
-    """``4GiB``, ``512MiB``, ``1048576`` -> bytes."""
-    import re
+    """``4GiB``, ``512MB``, ``1048576`` -> bytes (powers of 1024)."""
+    from srifty_core.probing.config import parse_size
 
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4GiB, 512MiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        return parse_size(text, "size")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -114,6 +102,64 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if result.mlflow_run_id:
         print(f"MLflow run: {result.mlflow_run_id} (experiment srifty-compute-profiles)")
     return 0
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from srifty_core.cloud import get_provider
+    from srifty_core.probing.config import SweepConfig, parse_int_list, parse_sizes
+    from srifty_core.probing.store import read_partition_table
+    from srifty_core.probing.summary import format_summary, summarize
+    from srifty_core.probing.sweep import probe_sweep
+
+    config = SweepConfig(
+        sizes=parse_sizes(args.sizes, points_per_decade=args.points_per_decade, steps=args.steps),
+        world_sizes=parse_int_list(args.world_sizes, "world_sizes"),
+        concurrency=parse_int_list(args.concurrency, "concurrency"),
+        repeats=args.repeats,
+        warmup=args.warmup,
+        backend=args.backend,
+        allocations=args.allocations,
+    )
+    provider = get_provider(args.provider)
+    day = date.fromisoformat(args.day) if args.day else None
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(unit="point", desc=f"probe {args.instance_type}", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+    try:
+        result = probe_sweep(
+            config,
+            instance_type=args.instance_type,
+            provider=provider,
+            day=day,
+            instances=args.instances,
+            fresh=args.fresh,
+            on_progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    print(
+        f"{result.measured} point(s) measured, {result.skipped} already stored, "
+        f"{len(result.failed)} failed, in {result.wall_s:.1f}s on "
+        f"{len(result.allocation_ids)} allocation(s); {result.rows} rows in {result.partition}"
+    )
+    if result.partition.exists():
+        print(format_summary(summarize(read_partition_table(result.partition).to_pandas())))
+    for f in result.failed[:5]:
+        print(f"failed: {f.point}: {f.reason}", file=sys.stderr)
+    if result.failed:
+        print("rerun the same command to measure only the missing points", file=sys.stderr)
+    return 0 if result.ok else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -176,6 +222,37 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--plot", help="also write the latency plot (PNG) here")
     prof.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     prof.set_defaults(func=_cmd_profile)
+    probe = sub.add_parser(
+        "probe",
+        help="measure allreduce bus bandwidth (a probe sweep) into the probe store",
+        description="Run an allreduce sweep on a provider's instances and write the day's "
+        "partition of DATA/probes/. A rerun on the same day measures only missing points.",
+    )
+    probe.add_argument("--provider", default="local", help="where to run (default: local)")
+    probe.add_argument(
+        "--instance-type", default="local.cpu", help="local.cpu, or a catalog type as a label"
+    )
+    probe.add_argument(
+        "--instances",
+        type=int,
+        help="instances per allocation (default: enough for the largest world size)",
+    )
+    probe.add_argument("--world-sizes", default="2", help="comma list, e.g. 2,4 (default 2)")
+    probe.add_argument(
+        "--sizes", default="4B:64MB", help="LO:HI geometric range or a comma list (4B..512MB)"
+    )
+    spacing = probe.add_mutually_exclusive_group()
+    spacing.add_argument("--points-per-decade", type=float, help="range spacing (default 3)")
+    spacing.add_argument("--steps", type=int, help="number of sizes in the range")
+    probe.add_argument("--concurrency", default="1,2,4", help="allreduces in flight (1,2,4)")
+    probe.add_argument("--repeats", type=int, default=5, help="timed samples per point")
+    probe.add_argument("--warmup", type=int, default=2, help="untimed rounds per point")
+    probe.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (CUDA)")
+    probe.add_argument("--allocations", type=int, default=1, help="fresh allocations to repeat on")
+    probe.add_argument("--day", help="partition day YYYY-MM-DD (default: today, UTC)")
+    probe.add_argument("--fresh", action="store_true", help="re-measure, replacing the day's data")
+    probe.add_argument("--no-progress", action="store_true", help="no progress bar")
+    probe.set_defaults(func=_cmd_probe)
 
     demo = sub.add_parser(
         "demo",

@@ -64,3 +64,8 @@ def reports_dir(root: Path | None = None) -> Path:
 def price_overlay_dir(root: Path | None = None) -> Path:
     """Newer price observations (CSV) merged over the shipped catalog."""
     return (root or data_dir()) / "prices"
+
+
+def cloud_dir(root: Path | None = None) -> Path:
+    """Provider state: allocations launched and the worker processes they run."""
+    return (root or data_dir()) / "cloud"

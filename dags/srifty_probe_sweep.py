@@ -1,0 +1,131 @@
+"""Nightly allreduce probe sweep: one mapped task group per instance type.
+
+For each instance type in ``instance_types``: launch an allocation on ``provider`` big
+enough for the largest world size (setup), sweep buffer sizes x world sizes x concurrency
+with ``repeats`` samples and write that type's partition of the probe store
+(``<data dir>/probes/date=<run day>/provider=<p>/instance_type=<t>/``), then release the
+allocation (teardown: it runs even when the sweep fails). A retry of the sweep task measures
+only the points its partition still misses. When every sweep succeeded, ``publish``
+updates the Asset ``srifty_probe_store`` so the bandwidth model refresh runs on fresh data.
+
+XCom carries allocation ids and partition paths, never measurements.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+
+PROBE_STORE = Asset(name="srifty_probe_store", uri="srifty://probe-store/")
+DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
+
+
+@dag(
+    dag_id="srifty_probe_sweep",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=["srifty", "probing"],
+    doc_md=__doc__,
+    params={
+        "provider": Param("local", type="string", enum=["local"], description="Where to run."),
+        "instance_types": Param(
+            ["local.cpu"],
+            type="array",
+            minItems=1,
+            uniqueItems=True,
+            items={"type": "string", "pattern": "^[a-z0-9][a-z0-9.-]*$"},
+            description="One mapped sweep per type (local.cpu, or catalog types as labels).",
+        ),
+        "world_sizes": Param(
+            [2],
+            type="array",
+            minItems=1,
+            uniqueItems=True,
+            items={"type": "integer", "minimum": 2, "maximum": 64},
+            description="World sizes to probe (increasing).",
+        ),
+        "sizes": Param(
+            "4B:64MB",
+            type="string",
+            pattern=f"^{SIZE}(:{SIZE}|(,{SIZE})*)$",
+            description="Buffer sizes: LO:HI geometric range or a comma list, within 4B..512MB.",
+        ),
+        "points_per_decade": Param(3, type="number", exclusiveMinimum=0, maximum=30),
+        "concurrency": Param(
+            [1, 2, 4],
+            type="array",
+            minItems=1,
+            uniqueItems=True,
+            items={"type": "integer", "minimum": 1, "maximum": 16},
+            description="Asynchronous allreduces in flight at once.",
+        ),
+        "repeats": Param(5, type="integer", minimum=1, maximum=1000),
+        "warmup": Param(2, type="integer", minimum=0, maximum=100),
+    },
+)
+def srifty_probe_sweep() -> None:
+    @task
+    def plan() -> list[str]:
+        """Check the whole config before anything is launched."""
+        from srifty_core.cloud import get_provider
+        from srifty_core.probing.config import config_from_params
+
+        params = get_current_context()["params"]
+        config_from_params(params)
+        provider = get_provider(params["provider"])
+        return [provider.instance_type(t).name for t in params["instance_types"]]
+
+    @task
+    def allocate(instance_type: str) -> str:
+        from srifty_core.cloud import get_provider
+        from srifty_core.probing.config import config_from_params
+        from srifty_core.probing.sweep import launch_for_sweep
+
+        params = get_current_context()["params"]
+        provider = get_provider(params["provider"])
+        return launch_for_sweep(config_from_params(params), provider, instance_type).id
+
+    @task
+    def sweep(allocation_id: str) -> str:
+        from srifty_core.cloud import get_provider
+        from srifty_core.probing.config import config_from_params
+        from srifty_core.probing.sweep import sweep_on_allocation
+
+        ctx = get_current_context()
+        params = ctx["params"]
+        provider = get_provider(params["provider"])
+        day = ctx["logical_date"].date() if ctx.get("logical_date") else None
+        result = sweep_on_allocation(
+            config_from_params(params), provider, provider.get_allocation(allocation_id), day=day
+        )
+        print(
+            f"{result.measured} points measured, {result.skipped} already stored, "
+            f"{len(result.failed)} failed; {result.rows} rows in {result.partition}"
+        )
+        return str(result.raise_for_failures().partition)
+
+    @task
+    def release(allocation_id: str) -> None:
+        from srifty_core.cloud import get_provider
+
+        get_provider(get_current_context()["params"]["provider"]).release(allocation_id)
+
+    @task(outlets=[PROBE_STORE])
+    def publish(partitions: list[str]) -> list[str]:
+        ctx: Any = get_current_context()
+        ctx["outlet_events"][PROBE_STORE].extra = {"partitions": list(partitions)}
+        return list(partitions)
+
+    allocations = allocate.expand(instance_type=plan())
+    partitions = sweep.expand(allocation_id=allocations)
+    partitions >> release.expand(allocation_id=allocations).as_teardown(setups=allocations)
+    publish(partitions)
+
+
+srifty_probe_sweep()

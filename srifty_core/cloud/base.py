@@ -1,0 +1,167 @@
+"""The provider interface: launch and release instances, run workers on them, report their
+state and interruptions, look up prices.
+
+Three implementations are planned behind it: local processes (``cloud.local``, real), an
+emulated EC2 (variance, launch delays, preemptions at scale) and EC2 itself. Every value
+crossing the interface is a frozen dataclass; an allocation is addressed by its id, so a
+later process (an Airflow teardown, say) can release what an earlier one launched.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from srifty_core.catalog.types import Market, Price
+from srifty_core.errors import ConfigError, SriftyError
+
+
+class ProviderError(SriftyError):
+    """A provider could not do what was asked (launch, run, release)."""
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    """Reclaimed by the provider (a spot interruption); its workers are gone."""
+    TERMINATED = "terminated"
+    """Released by us."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """What a probe record needs to know about an instance type (its features).
+
+    ``ranks_per_instance`` is how many worker processes one instance runs: one per GPU on
+    a GPU type, one for the local CPU pseudo-type.
+    """
+
+    name: str
+    gpu_model: str
+    gpus_per_vm: int
+    vcpus: int
+    network_gbps: float | None
+    """Rated network bandwidth; ``None`` where the provider rates none (loopback)."""
+    ranks_per_instance: int = 1
+
+    def __post_init__(self) -> None:
+        if self.ranks_per_instance < 1:
+            raise ConfigError(f"ranks_per_instance: must be >= 1, got {self.ranks_per_instance}")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    instance_type: str
+    count: int = 1
+    market: Market = Market.ON_DEMAND
+    zone: str | None = None
+    placement_group: bool = False
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"count: must be at least 1 instance, got {self.count}")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Instances launched together by one request: one group of repeated probe samples."""
+
+    id: str
+    provider: str
+    cloud: str
+    region: str
+    zone: str
+    spec: InstanceSpec
+    market: Market
+    placement_group: bool
+    instance_ids: tuple[str, ...]
+    created_at: datetime
+
+    @property
+    def count(self) -> int:
+        return len(self.instance_ids)
+
+    @property
+    def ranks(self) -> int:
+        """Worker processes the allocation holds (the largest world size it can probe)."""
+        return self.count * self.spec.ranks_per_instance
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    id: str
+    allocation_id: str
+    instance_type: str
+    market: Market
+    zone: str
+    state: InstanceState
+    address: str
+    ranks: tuple[int, ...]
+    """Global ranks its workers take."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    instance_id: str
+    at: datetime
+    reason: str
+
+
+class Provider(abc.ABC):
+    """One cloud (or this machine). Implementations keep their state outside the process,
+    so ``get_allocation(id)`` works from any process that shares their state folder."""
+
+    name: str
+    cloud: str
+    region: str
+
+    @abc.abstractmethod
+    def instance_type(self, name: str) -> InstanceSpec:
+        """Features of ``name``; unknown names raise ``UnknownNameError``."""
+
+    @abc.abstractmethod
+    def launch(self, request: LaunchRequest) -> Allocation:
+        """Start ``request.count`` instances; they are RUNNING (idle) when this returns."""
+
+    @abc.abstractmethod
+    def get_allocation(self, allocation_id: str) -> Allocation:
+        """An allocation launched earlier, possibly by another process."""
+
+    @abc.abstractmethod
+    def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
+        """Current state of each instance."""
+
+    @abc.abstractmethod
+    def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
+        """Instances the provider took back, oldest first."""
+
+    @abc.abstractmethod
+    def run(
+        self,
+        allocation: Allocation,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start ``argv`` once per rank, torchrun-style: each process gets ``RANK``,
+        ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Returns at once."""
+
+    @abc.abstractmethod
+    def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
+        """Rank -> exit code of the latest ``run`` (``None`` while running)."""
+
+    @abc.abstractmethod
+    def stop(self, allocation: Allocation) -> None:
+        """Stop the workers of the latest ``run``; the instances stay up for another run."""
+
+    @abc.abstractmethod
+    def release(self, allocation: Allocation | str) -> None:
+        """Stop every worker and give the instances back. Idempotent; never raises for an
+        allocation that is already released."""
+
+    @abc.abstractmethod
+    def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
+        """Hourly price; ``MissingPriceError`` where there is none (never 0)."""

@@ -1,0 +1,40 @@
+"""Allreduce probes: the sweep worker, its driver and the Parquet probe store.
+
+Importing this package stays light (no torch, no pyarrow): the config and size helpers
+are plain Python; ``probing.sweep``, ``probing.store``, ``probing.schema`` and
+``probing.worker`` load the heavy libraries they need.
+
+- ``probing.config``: ``SweepConfig``, ``Point``, ``parse_sizes``, ``geometric_sizes``, ``busbw``
+- ``probing.sweep``: ``probe_sweep``, ``sweep_on_allocation``, ``SweepResult``
+- ``probing.store``: ``write_partition``, ``read_probes``, ``age_weights``
+- ``probing.schema``: ``PROBE_SCHEMA`` (the one schema), ``conform``
+- ``probing.worker``: ``python -m srifty_core.probing.worker PLAN.json`` (one per rank)
+"""
+
+from srifty_core.probing.config import (
+    MAX_BUFFER_BYTES,
+    MIN_BUFFER_BYTES,
+    Point,
+    SweepConfig,
+    busbw,
+    format_size,
+    geometric_sizes,
+    parse_sizes,
+)
+
+PROBE_STORE_ASSET_NAME = "srifty_probe_store"
+PROBE_STORE_ASSET_URI = "srifty://probe-store/"
+"""The Airflow Asset the probe sweep DAG updates (the model refresh schedules on it)."""
+
+__all__ = [
+    "MAX_BUFFER_BYTES",
+    "MIN_BUFFER_BYTES",
+    "PROBE_STORE_ASSET_NAME",
+    "PROBE_STORE_ASSET_URI",
+    "Point",
+    "SweepConfig",
+    "busbw",
+    "format_size",
+    "geometric_sizes",
+    "parse_sizes",
+]

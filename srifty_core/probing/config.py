@@ -1,0 +1,306 @@
+"""What a probe sweep measures: buffer sizes, world sizes, concurrency, repeats, backend.
+
+Pure and light (no torch, no pyarrow): the CLI, the DAG and the worker share these
+definitions, and every check here runs before any process starts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from srifty_core.errors import ConfigError, UnknownNameError
+
+MIN_BUFFER_BYTES = 4
+"""Smallest buffer: one float32 element."""
+MAX_BUFFER_BYTES = 512 * 1024**2
+"""Largest buffer: 512 MB, the top of the method's grid."""
+ELEMENT_BYTES = 4
+"""Buffers are float32 tensors, so every size is a multiple of 4 bytes."""
+MAX_CONCURRENT = 16
+BACKENDS = ("gloo", "nccl")
+DEFAULT_CONCURRENCY = (1, 2, 4)
+DEFAULT_POINTS_PER_DECADE = 3
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MB": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GB": 1024**3,
+    "GIB": 1024**3,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str, field_name: str = "sizes") -> int:
+    """Bytes from ``4B``, ``64KB``, ``1.5MB``, ``512MiB`` or ``4096``.
+
+    KB, MB and GB are powers of 1024, as nccl-tests reports them.
+    """
+    m = _SIZE_RE.match(str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ConfigError(
+            f"{field_name}: cannot read {text!r} as a size; write e.g. 4B, 64KB, 512MB"
+        )
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value != int(value):
+        raise ConfigError(f"{field_name}: {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """``4B``, ``64KB``, ``1.5MB`` (powers of 1024)."""
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f}{unit}" if v == int(v) else f"{v:.3g}{unit}"
+    return f"{n}B"
+
+
+def geometric_sizes(
+    lo: int,
+    hi: int,
+    *,
+    points_per_decade: float | None = None,
+    steps: int | None = None,
+) -> tuple[int, ...]:
+    """Sizes from ``lo`` to ``hi`` (both included), evenly spaced on a log scale.
+
+    ``steps`` gives the number of points; otherwise ``points_per_decade`` (default 3) sets
+    the spacing. Each size is rounded to a whole number of float32 elements; duplicates
+    that rounding creates at the small end are dropped.
+    """
+    if steps is not None and points_per_decade is not None:
+        raise ConfigError("sizes: give either steps or points_per_decade, not both")
+    _check_size(lo, "sizes")
+    _check_size(hi, "sizes")
+    if hi < lo:
+        raise ConfigError(f"sizes: range {format_size(lo)}:{format_size(hi)} goes downwards")
+    if lo == hi:
+        return (lo,)
+    if steps is not None:
+        if steps < 2:
+            raise ConfigError(f"steps: need at least 2 points for a range, got {steps}")
+        n = steps
+    else:
+        ppd = DEFAULT_POINTS_PER_DECADE if points_per_decade is None else points_per_decade
+        if not ppd > 0:
+            raise ConfigError(f"points_per_decade: must be positive, got {ppd}")
+        n = max(2, math.ceil(math.log10(hi / lo) * ppd - 1e-9) + 1)
+    ratio = (hi / lo) ** (1.0 / (n - 1))
+    out: list[int] = []
+    for i in range(n):
+        raw = lo * ratio**i
+        size = max(ELEMENT_BYTES, round(raw / ELEMENT_BYTES) * ELEMENT_BYTES)
+        size = min(size, hi)
+        if not out or size > out[-1]:
+            out.append(size)
+    out[-1] = hi
+    return tuple(out)
+
+
+def parse_sizes(
+    spec: str, *, points_per_decade: float | None = None, steps: int | None = None
+) -> tuple[int, ...]:
+    """``4B:64MB`` (a geometric range) or ``4B,1KB,1MB`` (an explicit list)."""
+    spec = spec.strip()
+    if ":" in spec:
+        parts = spec.split(":")
+        if len(parts) != 2:
+            raise ConfigError(f"sizes: {spec!r} is not LO:HI")
+        lo, hi = (parse_size(p) for p in parts)
+        return geometric_sizes(lo, hi, points_per_decade=points_per_decade, steps=steps)
+    if steps is not None or points_per_decade is not None:
+        raise ConfigError("sizes: steps/points_per_decade apply to a LO:HI range only")
+    sizes = tuple(sorted({parse_size(p) for p in spec.split(",") if p.strip()}))
+    if not sizes:
+        raise ConfigError("sizes: empty")
+    return sizes
+
+
+def parse_int_list(text: str, field_name: str) -> tuple[int, ...]:
+    """``1,2,4`` -> (1, 2, 4), naming ``field_name`` on bad input."""
+    try:
+        values = tuple(int(p) for p in str(text).split(",") if p.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{field_name}: {text!r} is not a comma-separated list of integers"
+        ) from None
+    if not values:
+        raise ConfigError(f"{field_name}: empty")
+    return values
+
+
+def _check_size(n: int, field_name: str) -> None:
+    if not MIN_BUFFER_BYTES <= n <= MAX_BUFFER_BYTES:
+        raise ConfigError(
+            f"{field_name}: {n} bytes is out of range "
+            f"[{format_size(MIN_BUFFER_BYTES)}, {format_size(MAX_BUFFER_BYTES)}]"
+        )
+    if n % ELEMENT_BYTES:
+        raise ConfigError(
+            f"{field_name}: {n} bytes is not a whole number of float32 elements "
+            f"(a multiple of {ELEMENT_BYTES})"
+        )
+
+
+def busbw(buffer_bytes: float, world_size: int, time_s: float) -> float:
+    """Bus bandwidth in bytes/s of one allreduce: ``2*s*(n-1)/(n*t)``.
+
+    The average bandwidth seen on one link during a ring allreduce (nccl-tests' busbw);
+    it folds ``n`` and ``s`` into the label so that different set-ups alias less.
+    """
+    if world_size < 1 or not time_s > 0:
+        raise ValueError(f"busbw needs world_size >= 1 and time_s > 0, got {world_size}, {time_s}")
+    return 2.0 * buffer_bytes * (world_size - 1) / (world_size * time_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One grid point of a sweep: ``repeats`` samples are taken at it on one allocation.
+
+    ``allocation_slot`` says which of the sweep's allocations (0, 1, ...) it belongs to:
+    the method repeats the grid on fresh allocations to capture placement variance.
+    """
+
+    allocation_slot: int
+    world_size: int
+    buffer_bytes: int
+    concurrent: int
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.allocation_slot, self.world_size, self.buffer_bytes, self.concurrent)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """A probe sweep. Constructing one checks every field (``ConfigError`` names it).
+
+    ``concurrency`` lists how many asynchronous allreduces (each of ``buffer_bytes``) are
+    in flight at once; a sample's ``time_s`` is the time until all of them finished on
+    the slowest rank, and its ``busbw`` is that of one transfer (aggregate = concurrent x
+    busbw). ``warmup`` untimed rounds precede each point's ``repeats`` timed samples.
+    """
+
+    sizes: tuple[int, ...]
+    world_sizes: tuple[int, ...] = (2,)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    repeats: int = 5
+    warmup: int = 2
+    backend: str = "gloo"
+    allocations: int = 1
+    sweep_timeout_s: float = 3600.0
+    """The whole run on one allocation: the driver stops the workers after this, and it is
+    also the process group's timeout (ranks outside a subgroup wait at a barrier while the
+    subgroup sweeps, so a shorter per-collective timeout would fire on them)."""
+
+    def __post_init__(self) -> None:
+        if not self.sizes:
+            raise ConfigError("sizes: empty")
+        for s in self.sizes:
+            _check_size(int(s), "sizes")
+        if list(self.sizes) != sorted(set(self.sizes)):
+            raise ConfigError("sizes: must be strictly increasing without duplicates")
+        if not self.world_sizes:
+            raise ConfigError("world_sizes: empty")
+        for n in self.world_sizes:
+            if int(n) < 2:
+                raise ConfigError(f"world_sizes: an allreduce needs at least 2 ranks, got {n}")
+        if list(self.world_sizes) != sorted(set(self.world_sizes)):
+            raise ConfigError("world_sizes: must be strictly increasing without duplicates")
+        if not self.concurrency:
+            raise ConfigError("concurrency: empty")
+        for c in self.concurrency:
+            if not 1 <= int(c) <= MAX_CONCURRENT:
+                raise ConfigError(f"concurrency: {c} is out of range [1, {MAX_CONCURRENT}]")
+        if list(self.concurrency) != sorted(set(self.concurrency)):
+            raise ConfigError("concurrency: must be strictly increasing without duplicates")
+        if self.repeats < 1:
+            raise ConfigError(f"repeats: must be at least 1, got {self.repeats}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup: must be >= 0, got {self.warmup}")
+        if self.allocations < 1:
+            raise ConfigError(f"allocations: must be at least 1, got {self.allocations}")
+        if self.backend not in BACKENDS:
+            raise UnknownNameError("backend", self.backend, BACKENDS)
+        if not self.sweep_timeout_s > 0:
+            raise ConfigError(f"sweep_timeout_s: must be positive, got {self.sweep_timeout_s}")
+
+    @property
+    def max_world_size(self) -> int:
+        return max(self.world_sizes)
+
+    def points(self, allocation_slot: int = 0) -> list[Point]:
+        """The grid of one allocation, in the order the worker measures it."""
+        return [
+            Point(allocation_slot, n, s, c)
+            for n in self.world_sizes
+            for c in self.concurrency
+            for s in self.sizes
+        ]
+
+    def all_points(self) -> list[Point]:
+        return [p for slot in range(self.allocations) for p in self.points(slot)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepConfig:
+        known = {
+            "sizes",
+            "world_sizes",
+            "concurrency",
+            "repeats",
+            "warmup",
+            "backend",
+            "allocations",
+            "sweep_timeout_s",
+        }
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"sweep config: unknown field(s) {sorted(unknown)}")
+        kw: dict[str, Any] = dict(d)
+        for k in ("sizes", "world_sizes", "concurrency"):
+            if k in kw:
+                kw[k] = tuple(int(x) for x in _as_iter(kw[k], k))
+        return cls(**kw)
+
+
+def _as_iter(v: Any, name: str) -> Iterable[Any]:
+    if isinstance(v, str | bytes) or not isinstance(v, Sequence):
+        raise ConfigError(f"{name}: expected a list, got {v!r}")
+    return v
+
+
+def config_from_params(params: Mapping[str, Any]) -> SweepConfig:
+    """A ``SweepConfig`` from the DAG's params (or any mapping of the CLI's options):
+    ``sizes`` (``LO:HI`` or a list string), ``points_per_decade``/``steps``, ``world_sizes``,
+    ``concurrency``, ``repeats``, ``warmup``, ``backend``."""
+    kw: dict[str, Any] = {
+        "sizes": parse_sizes(
+            str(params["sizes"]),
+            points_per_decade=params.get("points_per_decade"),
+            steps=params.get("steps"),
+        )
+    }
+    for name in ("world_sizes", "concurrency"):
+        if name in params:
+            kw[name] = tuple(int(v) for v in _as_iter(params[name], name))
+    for name in ("repeats", "warmup", "allocations"):
+        if params.get(name) is not None:
+            kw[name] = int(params[name])
+    if params.get("backend"):
+        kw["backend"] = str(params["backend"])
+    return SweepConfig(**kw)

@@ -1,0 +1,64 @@
+"""The sweep summary: median bus bandwidth per (world size, size, concurrency), with spread."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from srifty_core.probing.config import format_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """``1.23 GB/s`` (decimal units, as nccl-tests prints bandwidth)."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.3g} {unit}"
+    return f"{bytes_per_s:.3g} B/s"
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (world_size, buffer_bytes, concurrent) over the ok rows of ``df``:
+    samples, allocations, median/p10/p90 busbw and time, and spread = (p90 - p10) / median.
+    The spread covers repeats and allocations together."""
+    import pandas as pd
+
+    ok = df[df["status"] == "ok"]
+    keys = ["world_size", "buffer_bytes", "concurrent"]
+    if ok.empty:
+        return pd.DataFrame(
+            columns=[*keys, "samples", "allocations", "busbw_median", "busbw_p10", "busbw_p90"]
+        )
+    g = ok.groupby(keys)
+    out = pd.DataFrame(
+        {
+            "samples": g["busbw"].size(),
+            "allocations": g["allocation_id"].nunique(),
+            "time_median_s": g["time_s"].median(),
+            "busbw_median": g["busbw"].median(),
+            "busbw_p10": g["busbw"].quantile(0.1),
+            "busbw_p90": g["busbw"].quantile(0.9),
+        }
+    ).reset_index()
+    out["spread"] = (out["busbw_p90"] - out["busbw_p10"]) / out["busbw_median"]
+    result: pd.DataFrame = out.sort_values(keys).reset_index(drop=True)
+    return result
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """A plain-text table of ``summarize``'s output."""
+    head = (
+        f"{'world':>5} {'size':>7} {'conc':>4} {'n':>4} {'allocs':>6} "
+        f"{'time p50':>10} {'busbw p50':>11} {'p10 .. p90':>23} {'spread':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in summary.to_dict("records"):
+        band = f"{format_rate(float(r['busbw_p10']))} .. {format_rate(float(r['busbw_p90']))}"
+        lines.append(
+            f"{int(r['world_size']):>5} {format_size(int(r['buffer_bytes'])):>7} "
+            f"{int(r['concurrent']):>4} {int(r['samples']):>4} {int(r['allocations']):>6} "
+            f"{float(r['time_median_s']) * 1e3:>8.3f}ms "
+            f"{format_rate(float(r['busbw_median'])):>11} {band:>23} {float(r['spread']):>6.0%}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""The probe worker: one process per rank, torchrun-style.
+
+    python -m srifty_core.probing.worker PLAN.json
+
+The same entry point runs on a VM (under torchrun or a provider's ``run``) and locally.
+It reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and ``LOCAL_RANK``
+for the GPU) from the environment, and the plan from the JSON file: the sweep config, the
+points to measure, the labels every row carries, and the partial file rank 0 appends to.
+
+For each world size in the plan every rank joins a subgroup of the first ``n`` ranks (the
+others wait at a barrier). At each point: ``warmup`` untimed rounds, then ``repeats``
+samples, each: barrier, start ``concurrent`` asynchronous allreduces of ``buffer_bytes``,
+wait for all; the sample's time is the slowest rank's (an allreduce MAX of the times).
+
+Rank 0 appends each completed point's rows to the partial file and fsyncs it, so a worker
+that dies later loses nothing measured. If a point fails, rank 0 appends one failed row
+with the reason and exits 1.
+
+Test hook: ``SRIFTY_PROBE_FAIL_AT=RANK:INDEX[:hang]`` makes rank RANK exit with code 17
+(or hang) at the first timed sample of the INDEX-th point of this plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from srifty_core.probing.config import ELEMENT_BYTES, Point, SweepConfig, busbw
+from srifty_core.probing.schema import STATUS_FAILED, STATUS_OK
+
+FAIL_ENV = "SRIFTY_PROBE_FAIL_AT"
+FAIL_EXIT_CODE = 17
+
+
+def _fail_hook(rank: int) -> tuple[int, str] | None:
+    spec = os.environ.get(FAIL_ENV, "")
+    if not spec:
+        return None
+    parts = spec.split(":")
+    if int(parts[0]) != rank:
+        return None
+    return int(parts[1]), (parts[2] if len(parts) > 2 else "exit")
+
+
+def _append(out: Path, rows: list[dict[str, Any]]) -> None:
+    with open(out, "a", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def run_plan(plan: dict[str, Any]) -> int:
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    config = SweepConfig.from_dict(plan["config"])
+    points = [Point(*p) for p in plan["points"]]
+    labels: dict[str, Any] = plan["labels"]
+    out = Path(plan["out"])
+    fail = _fail_hook(rank)
+
+    torch.set_num_threads(1)
+    if config.backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    dist.init_process_group(
+        config.backend,
+        init_method=f"tcp://{addr}:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=config.sweep_timeout_s),
+    )
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    # Every rank creates every subgroup, in the same order (a collective call).
+    sizes = sorted({p.world_size for p in points})
+    groups: dict[int, Any] = {}
+    for n in sizes:
+        if n > world:
+            raise SystemExit(f"world size {n} > {world} ranks in this allocation")
+        groups[n] = dist.group.WORLD if n == world else dist.new_group(ranks=list(range(n)))
+
+    index = 0
+    current: Point | None = None
+    sample = 0
+    try:
+        for n in sizes:
+            group = groups[n]
+            if rank < n:
+                for p in (q for q in points if q.world_size == n):
+                    current, sample = p, 0
+                    numel = max(1, p.buffer_bytes // ELEMENT_BYTES)
+                    bufs = [
+                        torch.zeros(numel, dtype=torch.float32, device=device)
+                        for _ in range(p.concurrent)
+                    ]
+                    for _ in range(config.warmup):
+                        for w in [dist.all_reduce(b, group=group, async_op=True) for b in bufs]:
+                            w.wait()
+                    sync()
+                    rows = []
+                    for r in range(config.repeats):
+                        sample = r
+                        if fail is not None and fail[0] == index and r == 0:
+                            if fail[1] == "hang":
+                                time.sleep(3600)
+                            os._exit(FAIL_EXIT_CODE)
+                        dist.barrier(group=group)
+                        t0 = time.perf_counter()
+                        works = [dist.all_reduce(b, group=group, async_op=True) for b in bufs]
+                        for w in works:
+                            w.wait()
+                        sync()
+                        elapsed = time.perf_counter() - t0
+                        dt = torch.tensor([elapsed], dtype=torch.float64, device=device)
+                        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+                        t = float(dt.item())
+                        if rank == 0:
+                            bw = busbw(p.buffer_bytes, n, t)
+                            rows.append(_row(labels, config, p, r, STATUS_OK, t, bw))
+                    if rank == 0:
+                        _append(out, rows)
+                    del bufs
+                    index += 1
+                    current = None
+            else:
+                index += sum(1 for q in points if q.world_size == n)
+            dist.barrier()
+    except Exception as exc:
+        if rank == 0 and current is not None:
+            reason = f"{type(exc).__name__}: {exc}".strip()[:2000]
+            _append(out, [_row(labels, config, current, sample, STATUS_FAILED, None, None, reason)])
+        traceback.print_exc()
+        return 1
+    dist.destroy_process_group()
+    return 0
+
+
+def _row(
+    labels: dict[str, Any],
+    config: SweepConfig,
+    p: Point,
+    repeat: int,
+    status: str,
+    time_s: float | None,
+    bw: float | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    return {
+        **labels,
+        "allocation_slot": p.allocation_slot,
+        "world_size": p.world_size,
+        "buffer_bytes": p.buffer_bytes,
+        "concurrent": p.concurrent,
+        "backend": config.backend,
+        "repeat": repeat,
+        "time_s": time_s,
+        "busbw": bw,
+        "status": status,
+        "error": error,
+        "probed_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m srifty_core.probing.worker PLAN.json", file=sys.stderr)
+        return 2
+    plan = json.loads(Path(args[0]).read_text())
+    return run_plan(plan)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Run srifty_probe_sweep for real with dag.test() on the local provider (a tiny sweep)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.cloud.local import pid_alive
+from srifty_core.probing import PROBE_STORE_ASSET_NAME, PROBE_STORE_ASSET_URI, parse_sizes
+from srifty_core.probing.store import read_probes
+
+pytestmark = pytest.mark.airflow
+
+TINY = {
+    "provider": "local",
+    "instance_types": ["local.cpu"],
+    "world_sizes": [2],
+    "sizes": "4B:64KB",
+    "points_per_decade": 1,
+    "concurrency": [1],
+    "repeats": 2,
+    "warmup": 1,
+}
+
+
+def test_probe_sweep_writes_the_partition_and_releases(dagbag: Any, data_dir: Path) -> None:
+    dag = dagbag.get_dag("srifty_probe_sweep")
+    run = dag.test(run_conf=TINY)
+    assert run.state == "success"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["publish"] == "success" and states["release"] == "success"
+    parts = sorted((data_dir / "probes").glob("date=*/provider=local/instance_type=local.cpu"))
+    assert len(parts) == 1 and (parts[0] / "data.parquet").exists()
+    df = read_probes()
+    sizes = parse_sizes("4B:64KB", points_per_decade=1)
+    assert sorted(set(df["buffer_bytes"])) == list(sizes) and len(sizes) == 6
+    assert len(df) == len(sizes) * 2 and set(df["world_size"]) == {2}
+    # publish updated the probe-store Asset, naming the partition it wrote.
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).where(AssetEvent.source_run_id == run.run_id)
+        ).all()
+        assert [e.asset.uri for e in events] == [PROBE_STORE_ASSET_URI]
+        assert events[0].extra["partitions"] == [str(parts[0] / "data.parquet")]
+    # The teardown released the allocation and its workers.
+    state_files = list((data_dir / "cloud" / "local").glob("*.json"))
+    assert len(state_files) == 1
+    state = json.loads(state_files[0].read_text())
+    assert set(state["instances"].values()) == {"terminated"}
+    assert not [p["pid"] for p in state["processes"] if pid_alive(p["pid"])]
+
+
+def test_asset_matches_the_library_constant(dagbag: Any) -> None:
+    dag = dagbag.get_dag("srifty_probe_sweep")
+    outlets = dag.get_task("publish").outlets
+    assert [(a.name, a.uri) for a in outlets] == [(PROBE_STORE_ASSET_NAME, PROBE_STORE_ASSET_URI)]
+    assert dag.get_task("release").is_teardown
+
+
+def test_bad_conf_names_the_field(dagbag: Any) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.get_dag("srifty_probe_sweep")
+    with pytest.raises(ParamValidationError, match="world_sizes"):
+        dag.test(run_conf={**TINY, "world_sizes": [1]})

@@ -1,0 +1,58 @@
+"""`srifty probe`: a real tiny sweep with its summary, and bad input named by field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srifty_core.cli import main
+from srifty_core.probing.store import read_probes
+from tests.test_import_light import _loaded_after_import
+
+
+def test_probe_command_sweeps_and_summarizes(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # World sizes 2 and 3 on a 3-rank allocation: world size 2 runs on a subgroup while
+    # rank 2 waits.
+    argv = ["probe", "--world-sizes", "2,3", "--sizes", "4B:1KB", "--steps", "2"]
+    argv += ["--repeats", "3", "--concurrency", "1", "--day", "2026-03-01"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "4 point(s) measured, 0 already stored, 0 failed" in out.out
+    assert "busbw p50" in out.out and "spread" in out.out
+    table = [ln.split() for ln in out.out.splitlines() if ln.split()[1:2] in (["4B"], ["1KB"])]
+    assert [r[:2] for r in table] == [["2", "4B"], ["2", "1KB"], ["3", "4B"], ["3", "1KB"]]
+    assert all(r[3] == "3" for r in table)
+    assert "100%" in out.err  # the progress bar
+    df = read_probes()
+    assert len(df) == 12 and df["allocation_id"].nunique() == 1
+    assert df.groupby("world_size")["busbw"].count().to_dict() == {2: 6, 3: 6}
+    assert (data_dir / "probes" / "date=2026-03-01" / "provider=local").is_dir()
+    assert main([*argv, "--no-progress"]) == 0
+    assert "0 point(s) measured, 4 already stored" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--world-sizes", "1"], "world_sizes: an allreduce needs at least 2"),
+        (["--sizes", "4B:1GB"], "sizes: 1073741824 bytes is out of range"),
+        (["--backend", "mpi"], "unknown backend 'mpi'"),
+        (["--provider", "aws"], "unknown provider 'aws'"),
+        (["--world-sizes", "2,4", "--instances", "2"], "world_sizes: [4] exceed the 2 rank"),
+        (["--concurrency", "1,x"], "concurrency:"),
+    ],
+)
+def test_bad_input_is_a_clear_error(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["probe", "--no-progress", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_probing_and_cloud_packages_stay_light() -> None:
+    for module in ("srifty_core.probing", "srifty_core.cloud", "srifty_core.cloud.local"):
+        assert _loaded_after_import(module) == [], module
+    assert "torch" not in _loaded_after_import("srifty_core.probing.sweep")
