@@ -66,27 +66,41 @@ def sweep(name: str, b_max: int, repeats: int, warmup: int) -> dict[str, list[fl
     return {"sizes": sizes, "fw": fw_m, "bw": bw_m, "fw_cv": fw_cv, "bw_cv": bw_cv}
 
 
+K_SWEEP = (3, 5, 6)
+"""Other probe budgets, to show what each extra probe buys."""
+
+
 def evaluate(data: dict[str, list[float]], repeats: int) -> dict[str, dict[str, float]]:
+    """MAPE of each method at the sizes the 4-probe budget did not measure (every method is
+    scored on the same points; the k-sweep entries on the points their own k left out)."""
     sizes = np.asarray(data["sizes"], dtype=float)
-    probes = budget_batch_sizes(int(sizes[-1]), 4)
-    pi = np.isin(sizes, probes)
     pow2 = (sizes.astype(int) & (sizes.astype(int) - 1)) == 0
     out: dict[str, dict[str, float]] = {}
     preds: dict[str, dict[str, np.ndarray]] = {}
+    probed: dict[str, np.ndarray] = {}
     for pass_ in ("fw", "bw"):
         y = np.asarray(data[pass_])
         cv = np.asarray(data[f"{pass_}_cv"])
+        pi = np.isin(sizes, budget_batch_sizes(int(sizes[-1]), 4))
         fits = {
-            "srifty k=4": fit_piecewise(sizes[pi], y[pi], cv=cv[pi], repeats=repeats),
-            "line k=4": fit_line(sizes[pi], y[pi]),
-            "line, all points": fit_line(sizes, y),
-            "srifty dense": fit_piecewise(sizes, y, cv=cv, repeats=repeats),
+            "srifty k=4": (fit_piecewise(sizes[pi], y[pi], cv=cv[pi], repeats=repeats), pi),
+            "line k=4": (fit_line(sizes[pi], y[pi]), pi),
+            "line, all points": (fit_line(sizes, y), pi),
+            "srifty dense": (fit_piecewise(sizes, y, cv=cv, repeats=repeats), pi),
         }
-        for method, f in fits.items():
+        for k in K_SWEEP:
+            pk = np.isin(sizes, budget_batch_sizes(int(sizes[-1]), k))
+            fits[f"srifty k={k}"] = (
+                fit_piecewise(sizes[pk], y[pk], cv=cv[pk], repeats=repeats),
+                pk,
+            )
+        for method, (f, mask) in fits.items():
             preds.setdefault(method, {})[pass_] = f(sizes)
+            probed[method] = mask
     y_fw, y_bw = np.asarray(data["fw"]), np.asarray(data["bw"])
     for method, p in preds.items():
         out[method] = {}
+        pi = probed[method]
         for suffix, test in (("", ~pi & pow2), ("_all", ~pi)):
             out[method] |= {
                 f"fw{suffix}": mape(p["fw"][test], y_fw[test]),
@@ -121,7 +135,13 @@ def main() -> None:
             f"({time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
-    methods = ["srifty k=4", "line k=4", "line, all points", "srifty dense"]
+    methods = [
+        "srifty k=4",
+        "line k=4",
+        "line, all points",
+        *(f"srifty k={k}" for k in K_SWEEP),
+        "srifty dense",
+    ]
     keys = ("fw", "bw", "iter", "fw_all", "bw_all", "iter_all")
     overall = {
         m: {k: statistics.fmean(r["mape"][m][k] for r in results.values()) for k in keys}
@@ -132,9 +152,11 @@ def main() -> None:
     print(f"{'method':18s}" + f" {'t_fw':>7s} {'t_bw':>7s} {'t_iter':>7s}  " * 2)
     for m in methods:
         o = overall[m]
+        med = statistics.median(r["mape"][m]["iter"] for r in results.values())
         print(
             f"{m:18s} {o['fw']:7.2f} {o['bw']:7.2f} {o['iter']:7.2f}   "
-            f"{o['fw_all']:7.2f} {o['bw_all']:7.2f} {o['iter_all']:7.2f}"
+            f"{o['fw_all']:7.2f} {o['bw_all']:7.2f} {o['iter_all']:7.2f}   "
+            f"(median over models, t_iter: {med:.2f})"
         )
     noise = statistics.fmean(r["noise_pct"] for r in results.values())
     print(f"\nmeasurement noise (mean CV of a {args.repeats}-repeat mean): {noise:.2f}%")
