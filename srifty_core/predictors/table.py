@@ -1,0 +1,89 @@
+"""A measured-table bus-bandwidth predictor: the median of the probes themselves.
+
+For a query (instance type, world size, concurrency, buffer size) it interpolates the
+per-size median busbw of the matching probes linearly in log(size) (held constant beyond
+the probed sizes), using the nearest probed world size and concurrency when the exact one
+was not probed. No learning, no extrapolation to unprobed instance types: a baseline for
+the XGBoost model, and what a simulation of *this* machine needs when only local probes
+exist. The cap is the largest aggregate (concurrent x median busbw) seen for the type and
+world size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from srifty_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class ProbeTableBandwidth:
+    """Implements ``BandwidthPredictor`` from probe rows (fit on a probe-store frame)."""
+
+    def __init__(self) -> None:
+        self.curves_: dict[tuple[str, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]]
+        self.caps_: dict[tuple[str, int], float]
+
+    def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
+        need = {"instance_type", "world_size", "concurrent", "buffer_bytes", "busbw"}
+        missing = need - set(probes.columns)
+        if missing:
+            raise ConfigError(f"probe frame lacks column(s): {', '.join(sorted(missing))}")
+        ok = probes
+        if "status" in probes.columns:
+            ok = probes[probes["status"] == "ok"]
+        ok = ok.dropna(subset=["busbw"])
+        if ok.empty:
+            raise ConfigError("no successful probe rows to fit on")
+        med = (
+            ok.groupby(["instance_type", "world_size", "concurrent", "buffer_bytes"])["busbw"]
+            .median()
+            .reset_index()
+            .sort_values("buffer_bytes")
+        )
+        points: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+        caps: dict[tuple[str, int], float] = {}
+        for t, n, c, s, b in med.itertuples(index=False, name=None):
+            points.setdefault((str(t), int(n), int(c)), []).append((float(s), float(b)))
+            key = (str(t), int(n))
+            caps[key] = max(caps.get(key, 0.0), float(b) * int(c))
+        self.curves_ = {
+            k: (np.log([s for s, _ in v]), np.asarray([b for _, b in v])) for k, v in points.items()
+        }
+        self.caps_ = caps
+        return self
+
+    def _curve(self, t: str, n: int, c: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        keys = [k for k in self.curves_ if k[0] == t]
+        if not keys:
+            raise ConfigError(
+                f"no probes of instance type {t!r} (have: {sorted({k[0] for k in self.curves_})})"
+            )
+        best = min(keys, key=lambda k: (abs(np.log(k[1] / n)), abs(k[2] - c)))
+        return self.curves_[best]
+
+    def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
+        out = np.empty(len(features))
+        cols = zip(
+            features["instance_type"],
+            features["world_size"],
+            features["concurrent"],
+            features["buffer_bytes"],
+            strict=True,
+        )
+        for i, (t, n, c, s) in enumerate(cols):
+            xs, ys = self._curve(str(t), int(n), int(c))
+            out[i] = np.interp(np.log(float(s)), xs, ys)
+        return out
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        keys = [k for k in self.caps_ if k[0] == instance_type]
+        if not keys:
+            raise ConfigError(f"no probes of instance type {instance_type!r}")
+        best = min(keys, key=lambda k: abs(np.log(k[1] / world_size)))
+        return self.caps_[best]

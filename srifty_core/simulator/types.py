@@ -1,0 +1,198 @@
+"""The simulator's contract: what it is asked (a workload and a cluster configuration) and
+what it answers (an ``IterationEstimate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.profiling.profile import ComputeProfile
+
+
+@dataclass(frozen=True, slots=True)
+class SimInstance:
+    """An instance type as the simulator sees it.
+
+    ``device_type`` picks the compute profile (``cpu``, ``T4``, ``V100``...); each VM runs
+    ``ranks_per_vm`` workers (one per GPU), and its local batch is split evenly over them.
+    ``features`` are the probe-record features the bandwidth predictor needs for this type
+    (provider, cloud, region, zone, instance_type, gpu_model, gpus_per_vm, vcpus,
+    network_gbps, placement_group, backend); world size, buffer size and concurrency are
+    filled in per query.
+    """
+
+    name: str
+    device_type: str
+    ranks_per_vm: int
+    features: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ranks_per_vm < 1:
+            raise ConfigError(f"ranks_per_vm of {self.name}: must be >= 1")
+        object.__setattr__(self, "features", MappingProxyType(dict(self.features)))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device_type, self.ranks_per_vm))
+
+    @classmethod
+    def from_catalog(
+        cls,
+        t: Any,
+        *,
+        provider: str = "ec2",
+        zone: str = "",
+        placement_group: bool = False,
+        backend: str = "nccl",
+    ) -> SimInstance:
+        """From a catalog ``InstanceType``."""
+        return cls(
+            name=t.name,
+            device_type=t.gpu_model,
+            ranks_per_vm=max(1, int(t.gpus_per_vm)),
+            features={
+                "provider": provider,
+                "cloud": "aws",
+                "region": t.region,
+                "zone": zone,
+                "instance_type": t.name,
+                "gpu_model": t.gpu_model,
+                "gpus_per_vm": int(t.gpus_per_vm),
+                "vcpus": int(t.vcpus),
+                "network_gbps": float(t.network_gbps),
+                "placement_group": placement_group,
+                "backend": backend,
+            },
+        )
+
+    @classmethod
+    def local_cpu(cls, vcpus: int = 2, ranks_per_vm: int = 1) -> SimInstance:
+        """The local provider's pseudo-type: worker processes on this machine over gloo."""
+        return cls(
+            name="local.cpu",
+            device_type="cpu",
+            ranks_per_vm=ranks_per_vm,
+            features={
+                "provider": "local",
+                "cloud": "local",
+                "region": "local",
+                "zone": "local",
+                "instance_type": "local.cpu",
+                "gpu_model": "cpu",
+                "gpus_per_vm": 0,
+                "vcpus": vcpus,
+                "network_gbps": None,
+                "placement_group": False,
+                "backend": "gloo",
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """``count`` VMs of one type, each with local batch ``batch`` (split over its ranks)."""
+
+    instance: SimInstance
+    count: int
+    batch: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"count of {self.instance.name}: must be >= 1, got {self.count}")
+        if self.batch < self.instance.ranks_per_vm or self.batch % self.instance.ranks_per_vm:
+            raise ConfigError(
+                f"batch of {self.instance.name}: {self.batch} does not split over its "
+                f"{self.instance.ranks_per_vm} GPU(s)"
+            )
+
+    @property
+    def batch_per_rank(self) -> int:
+        return self.batch // self.instance.ranks_per_vm
+
+    @property
+    def ranks(self) -> int:
+        return self.count * self.instance.ranks_per_vm
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """A configuration: counts and local batch per instance type (heterogeneous allowed)."""
+
+    groups: tuple[Group, ...]
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ConfigError("a configuration needs at least one group of VMs")
+        names = [g.instance.name for g in self.groups]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"instance types repeat in one configuration: {names}")
+
+    @property
+    def world_size(self) -> int:
+        return sum(g.ranks for g in self.groups)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(g.count * g.batch for g in self.groups)
+
+    @property
+    def vms(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def label(self) -> str:
+        """``2xp3.8xlarge@512+8xg3.8xlarge@64`` (the method's notation)."""
+        return "+".join(f"{g.count}x{g.instance.name}@{g.batch}" for g in self.groups)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model's compute profiles by device type (``ComputeProfile.device_type``)."""
+
+    model: str
+    profiles: Mapping[str, ComputeProfile]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
+        if not self.profiles:
+            raise ConfigError(f"workload {self.model}: no compute profile")
+
+    def __hash__(self) -> int:
+        return hash((self.model, tuple(sorted(self.profiles))))
+
+    def profile(self, device_type: str) -> ComputeProfile:
+        p = self.profiles.get(device_type)
+        if p is None:
+            raise ConfigError(
+                f"no compute profile of {self.model} for device {device_type!r} "
+                f"(have: {', '.join(sorted(self.profiles))}); profile it first"
+            )
+        return p
+
+
+@dataclass(frozen=True, slots=True)
+class IterationEstimate:
+    """One training iteration of a configuration, as the simulator predicts it.
+
+    ``t_iter`` is the mean over sampled iterations of ``t_fw,i + max(t_bw,i, t_pe)``;
+    ``t_fw``/``t_bw`` are the means of the slowest VM's passes; ``exposed_comm`` is the part
+    of the gradient exchange not hidden behind the backward pass.
+    """
+
+    t_iter: float
+    t_fw: float
+    t_bw: float
+    t_pe: float
+    exposed_comm: float
+    p50: float
+    p95: float
+    global_batch: int
+    world_size: int
+    bottleneck: str
+    """``compute`` or ``communication``: which side sets the tail of the iteration."""
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second."""
+        return self.global_batch / self.t_iter

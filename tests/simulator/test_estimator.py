@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from srifty_core.errors import ConfigError
+from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.table import ProbeTableBandwidth
+from srifty_core.profiling.profile import ComputeProfile, PassStats
+from srifty_core.simulator.apm import ApmEstimator
+from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.exchange import bus_bytes, simulate_exchange
+from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
+from tests.profiling.test_profile_contract import make_profile
+
+
+class ConstantBandwidth:
+    """busbw and cap fixed; counts its predict calls."""
+
+    def __init__(self, busbw: float, cap: float = math.inf) -> None:
+        self.busbw, self.cap, self.calls = busbw, cap, 0
+
+    def predict(self, features: pd.DataFrame) -> np.ndarray:
+        self.calls += 1
+        return np.full(len(features), self.busbw)
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        return self.cap
+
+
+def steady(p: ComputeProfile, device: str = "cpu", scale: float = 1.0) -> ComputeProfile:
+    """The same profile without variance (and ``scale`` times slower), on ``device``."""
+
+    def s(stats: PassStats) -> PassStats:
+        return PassStats(
+            stats.batch_sizes, tuple(m * scale for m in stats.mean_s), (0.0,) * len(stats.mean_s), 5
+        )
+
+    return dataclasses.replace(
+        p,
+        device_type=device,
+        fw=s(p.fw),
+        bw=s(p.bw),
+        fw_fit=dataclasses.replace(
+            p.fw_fit,
+            slopes=tuple(x * scale for x in p.fw_fit.slopes),
+            intercepts=tuple(x * scale for x in p.fw_fit.intercepts),
+        ),
+        bw_fit=dataclasses.replace(
+            p.bw_fit,
+            slopes=tuple(x * scale for x in p.bw_fit.slopes),
+            intercepts=tuple(x * scale for x in p.bw_fit.intercepts),
+        ),
+    )
+
+
+def inst(name: str, device: str = "cpu", ranks: int = 1) -> SimInstance:
+    return SimInstance(name, device, ranks, {"instance_type": name, "gpu_model": device})
+
+
+def config(*groups: tuple[SimInstance, int, int]) -> ClusterConfig:
+    return ClusterConfig(tuple(Group(i, c, b) for i, c, b in groups))
+
+
+def test_the_predictor_contract_is_checkable() -> None:
+    assert isinstance(ConstantBandwidth(1.0), BandwidthPredictor)
+    assert isinstance(ProbeTableBandwidth(), BandwidthPredictor)
+
+
+def test_one_vm_is_pure_compute() -> None:
+    p = steady(make_profile())
+    sim = Simulator(ConstantBandwidth(1e9))
+    est = sim.estimate(Workload("m", {"cpu": p}), config((inst("a"), 1, 32)))
+    assert est.t_pe == 0 and est.exposed_comm == 0 and est.bottleneck == "compute"
+    assert est.t_iter == pytest.approx(float(p.t_iter(32)))
+    assert est.throughput == pytest.approx(32 / est.t_iter)
+
+
+def test_iteration_is_fw_plus_max_of_bw_and_exchange() -> None:
+    p = steady(make_profile())  # buckets: 1500 B ready at 0.25, 2500 B at 0.99 of backward
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 4, 32))
+    slow_net = ConstantBandwidth(1e3)  # 1 kB/s: communication-bound
+    est = Simulator(slow_net).estimate(w, c)
+    t_bw = float(p.t_bw(32))
+    by_hand = simulate_exchange(
+        [0.25 * t_bw, 0.99 * t_bw], [bus_bytes(1500, 4), bus_bytes(2500, 4)], [1e3, 1e3], math.inf
+    ).t_pe
+    assert est.t_pe == pytest.approx(by_hand)
+    assert est.t_iter == pytest.approx(float(p.t_fw(32)) + by_hand)
+    assert est.bottleneck == "communication" and est.exposed_comm == pytest.approx(by_hand - t_bw)
+    fast = Simulator(ConstantBandwidth(1e12)).estimate(w, c)
+    assert fast.t_iter == pytest.approx(float(p.t_iter(32)))  # exchange hidden behind backward
+
+
+def test_the_slowest_type_sets_the_pace() -> None:
+    fast, slow = steady(make_profile(), "T4"), steady(make_profile(), "M60", scale=2.0)
+    w = Workload("m", {"T4": fast, "M60": slow})
+    est = Simulator(ConstantBandwidth(1e12)).estimate(
+        w, config((inst("g4", "T4"), 2, 64), (inst("g3", "M60"), 2, 16))
+    )
+    assert est.t_fw == pytest.approx(max(float(fast.t_fw(64)), float(slow.t_fw(16))))
+    assert est.global_batch == 160 and est.world_size == 4
+
+
+def test_more_vms_more_straggling() -> None:
+    w = Workload("m", {"cpu": make_profile()})  # 5% / 10% spread
+    sim = Simulator(ConstantBandwidth(1e12), iters=4096)
+    t = [sim.estimate(w, config((inst("a"), n, 32))).t_iter for n in (1, 8, 64)]
+    assert t[0] < t[1] < t[2]
+    one = sim.estimate(w, config((inst("a"), 64, 32)))
+    assert one.p50 < one.p95
+
+
+def test_sampled_and_exact_means_agree() -> None:
+    w = Workload("m", {"cpu": make_profile()})
+    c = config((inst("a"), 16, 64))
+    sampled = Simulator(ConstantBandwidth(1e12), iters=20000).estimate(w, c)
+    exact = Simulator(ConstantBandwidth(1e12), mean="exact").estimate(w, c)
+    assert sampled.t_fw == pytest.approx(exact.t_fw, rel=3e-3)
+    assert sampled.t_bw == pytest.approx(exact.t_bw, rel=3e-3)
+
+
+def test_reproducible_and_cached() -> None:
+    w = Workload("m", {"cpu": make_profile()})
+    bw = ConstantBandwidth(1e6, cap=2e6)
+    c = config((inst("a"), 8, 32))
+    a = Simulator(bw, seed=3).estimate(w, c)
+    sim = Simulator(bw, seed=3)
+    b = sim.estimate(w, c)
+    calls = bw.calls
+    sim.estimate(w, config((inst("a"), 8, 64)))  # same world size and buckets: cached
+    assert a == b and bw.calls == calls
+
+
+def test_multi_gpu_vms_split_their_batch() -> None:
+    p = steady(make_profile(), "V100")
+    w = Workload("m", {"V100": p})
+    est = Simulator(ConstantBandwidth(1e12)).estimate(w, config((inst("p3.8x", "V100", 4), 2, 128)))
+    assert est.world_size == 8 and est.global_batch == 256
+    assert est.t_iter == pytest.approx(float(p.t_iter(32)))
+    with pytest.raises(ConfigError, match="does not split"):
+        Group(inst("p3.8x", "V100", 4), 1, 30)
+
+
+def test_bad_requests() -> None:
+    w = Workload("m", {"cpu": make_profile()})
+    sim = Simulator(ConstantBandwidth(1e9))
+    with pytest.raises(ConfigError, match="no compute profile of m for device 'T4'"):
+        sim.estimate(w, config((inst("g4", "T4"), 1, 8)))
+    with pytest.raises(ConfigError, match="exceeds B_max=256"):
+        sim.estimate(w, config((inst("a"), 1, 512)))
+    with pytest.raises(ConfigError, match="repeat"):
+        config((inst("a"), 1, 8), (inst("a"), 2, 8))
+    with pytest.raises(ConfigError, match="count"):
+        config((inst("a"), 0, 8))
+
+
+def test_apm_ignores_overlap_and_variance() -> None:
+    w = Workload("m", {"cpu": make_profile()})
+    c = config((inst("a"), 4, 32))
+    apm = ApmEstimator(default_gbps=0.000008).estimate(w, c)  # 1 kB/s "rated" link
+    assert apm.t_iter == pytest.approx(apm.t_fw + apm.t_bw + apm.t_pe)
+    assert apm.t_pe == pytest.approx(
+        sum(2 * 3 * 20e-6 + bus_bytes(b.size_bytes, 4) / 1e3 for b in make_profile().buckets)
+    )
+
+
+def test_probe_table_predictor() -> None:
+    rows: list[dict[str, Any]] = []
+    for alloc, noise in (("a1", 0.9), ("a2", 1.1)):
+        for s, b in ((1024, 1e6), (1024**2, 1e8), (64 * 1024**2, 1e9)):
+            for c in (1, 4):
+                rows.append(
+                    {
+                        "instance_type": "local.cpu",
+                        "world_size": 2,
+                        "concurrent": c,
+                        "buffer_bytes": s,
+                        "busbw": b * noise / c,
+                        "status": "ok",
+                        "allocation_id": alloc,
+                    }
+                )
+    model = ProbeTableBandwidth().fit(pd.DataFrame(rows))
+    q = pd.DataFrame(
+        {
+            "instance_type": ["local.cpu"] * 3,
+            "world_size": [2, 2, 3],
+            "concurrent": [1, 1, 1],
+            "buffer_bytes": [1024**2, 8 * 1024**2, 10**12],
+        }
+    )
+    pred = model.predict(q)
+    assert pred[0] == pytest.approx(1e8)
+    assert 1e8 < pred[1] < 1e9
+    assert pred[2] == pytest.approx(1e9)  # held constant beyond the probes, nearest world size
+    assert model.bandwidth_cap("local.cpu", 2) == pytest.approx(1e9)
+    with pytest.raises(ConfigError, match=r"no probes of instance type 'g4dn\.xlarge'"):
+        model.bandwidth_cap("g4dn.xlarge", 2)
