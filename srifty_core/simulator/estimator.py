@@ -66,6 +66,8 @@ class Simulator:
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._cap_cache: dict[tuple[str, int], float] = {}
+        self._compute_cache: dict[tuple[int, int], tuple[Any, float, float, float, float]] = {}
+        self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
 
     # ------------------------------------------------------------------ bandwidth
@@ -111,24 +113,56 @@ class Simulator:
         starts = [f * t_bw for f in fractions]
         return simulate_exchange(starts, volumes, busbw, cap).t_pe
 
+    def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
+        """(mean fw, std fw, mean bw, std bw) at ``batch``, cached per profile and batch."""
+        p = workload.profile(device_type)
+        key = (id(p), batch)
+        hit = self._compute_cache.get(key)
+        if hit is None or hit[0] is not p:  # the profile is kept in the entry: ids stay valid
+            hit = (
+                p,
+                float(p.t_fw(batch)),
+                float(p.std_fw(batch)),
+                float(p.t_bw(batch)),
+                float(p.std_bw(batch)),
+            )
+            self._compute_cache[key] = hit
+        return hit[1:]
+
+    def _z(self, column: int, count: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Standard-normal maxima of ``count`` VMs per iteration for slot ``column`` (fw, bw),
+        by inversion of Phi(z)^count on the common random numbers."""
+        key = (column, count)
+        hit = self._z_cache.get(key)
+        if hit is None:
+            hit = (
+                ndtri(self._u_fw[:, column] ** (1.0 / count)),
+                ndtri(self._u_bw[:, column] ** (1.0 / count)),
+            )
+            self._z_cache[key] = hit
+        return hit
+
     # ------------------------------------------------------------------ estimate
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         groups = config.groups
         if len(groups) > self._u_fw.shape[1]:
             raise ConfigError(f"at most {self._u_fw.shape[1]} instance types per configuration")
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
-        for g in groups:
-            p = workload.profile(g.instance.device_type)
-            b = g.batch_per_rank
-            mu_fw.append(float(p.t_fw(b)))
-            sd_fw.append(float(p.std_fw(b)))
-            mu_bw.append(float(p.t_bw(b)))
-            sd_bw.append(float(p.std_bw(b)))
+        fw = bw = None
+        for col, g in enumerate(groups):
+            m_f, s_f, m_b, s_b = self._compute(workload, g.instance.device_type, g.batch_per_rank)
+            z_f, z_b = self._z(col, g.count)
+            f, b = m_f + s_f * z_f, m_b + s_b * z_b
+            fw = f if fw is None else np.maximum(fw, f)
+            bw = b if bw is None else np.maximum(bw, b)
+            mu_fw.append(m_f)
+            sd_fw.append(s_f)
+            mu_bw.append(m_b)
+            sd_bw.append(s_b)
             counts.append(g.count)
         j = len(groups)
-        k = np.asarray(counts, dtype=np.float64)
-        fw = (np.asarray(mu_fw) + np.asarray(sd_fw) * ndtri(self._u_fw[:, :j] ** (1.0 / k))).max(1)
-        bw = (np.asarray(mu_bw) + np.asarray(sd_bw) * ndtri(self._u_bw[:, :j] ** (1.0 / k))).max(1)
+        if fw is None or bw is None:  # ClusterConfig never holds zero groups
+            raise ConfigError("a configuration needs at least one group of VMs")
         if self.mean == "exact":
             t_fw = expected_max(mu_fw, sd_fw, counts)
             t_bw = expected_max(mu_bw, sd_bw, counts)
@@ -152,14 +186,15 @@ class Simulator:
             )
         it = fw + np.maximum(bw, t_pe)
         t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe)
+        p50, p95 = np.quantile(it, (0.5, 0.95))
         return IterationEstimate(
             t_iter=t_iter,
             t_fw=t_fw,
             t_bw=t_bw,
             t_pe=t_pe,
             exposed_comm=max(0.0, t_pe - t_bw),
-            p50=float(np.percentile(it, 50)),
-            p95=float(np.percentile(it, 95)),
+            p50=float(p50),
+            p95=float(p95),
             global_batch=config.global_batch,
             world_size=world,
             bottleneck="communication" if t_pe > t_bw else "compute",

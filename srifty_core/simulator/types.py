@@ -118,16 +118,17 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    """A configuration: counts and local batch per instance type (heterogeneous allowed)."""
+    """A configuration: counts and local batch per instance type (heterogeneous allowed).
+
+    The planner gives every VM of a type the same batch; the simulator also accepts one
+    type in several groups with different batches (unequal local batches on equal VMs).
+    """
 
     groups: tuple[Group, ...]
 
     def __post_init__(self) -> None:
         if not self.groups:
             raise ConfigError("a configuration needs at least one group of VMs")
-        names = [g.instance.name for g in self.groups]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"instance types repeat in one configuration: {names}")
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,136 @@
+"""Is the simulator right about real training? Predict, then run, DDP on this machine.
+
+1. Probe allreduce on local workers (gloo, world size 2, 4 B..64 MB, concurrency 1/2/4) into
+   a probe store; fit the probe-table bandwidth predictor on it.
+2. Profile each model on the CPU (1 thread, as each DDP rank runs; 4 budgeted probes).
+3. For each case (model, local batches of the two ranks, equal or not), predict the
+   iteration with the Srifty simulator and with the APM baseline, from those profiles and
+   probes only; then run real DDP (2 gloo processes) and measure it.
+
+Reports MAPE and how often each estimator was too optimistic (predicted < measured).
+Run:  .venv/bin/python benchmarks/simulator_reality.py [--quick] [--data-dir DIR]
+Writes benchmarks/results/simulator_reality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "results"
+CASES: dict[str, list[tuple[int, int]]] = {
+    "resnet18": [(8, 8), (32, 32), (16, 48), (8, 56)],
+    "shufflenet_v2": [(16, 16), (48, 48), (16, 80)],
+    "alexnet": [(8, 8), (32, 32), (8, 40)],
+    "dlrm": [(16, 16), (64, 64), (32, 96)],
+    "bert_base": [(4, 4), (8, 16)],
+}
+QUICK = {"resnet18": [(8, 8), (16, 48)], "dlrm": [(16, 16), (32, 96)], "alexnet": [(8, 40)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--data-dir", type=Path, help="reuse probes/profiles kept here")
+    parser.add_argument("--iterations", type=int, default=12)
+    args = parser.parse_args()
+    cases = QUICK if args.quick else CASES
+    root = args.data_dir or Path(tempfile.mkdtemp(prefix="srifty-reality-"))
+    t_start = time.perf_counter()
+
+    from srifty_core.predictors.table import ProbeTableBandwidth
+    from srifty_core.probing.config import SweepConfig, parse_sizes
+    from srifty_core.probing.store import read_probes
+    from srifty_core.probing.sweep import probe_sweep
+    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
+    from srifty_core.runtime.measure import measure_ddp
+    from srifty_core.simulator.apm import ApmEstimator
+    from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
+
+    store_dir = root / "probes"
+    if not list(store_dir.glob("**/*.parquet")):
+        print("probing allreduce (gloo, world size 2) ...", flush=True)
+        sweep = SweepConfig(
+            sizes=parse_sizes("4B:64MB", points_per_decade=4),
+            world_sizes=(2,),
+            concurrency=(1, 2, 4),
+            repeats=5,
+            allocations=2,
+        )
+        probe_sweep(sweep, root=store_dir).raise_for_failures()
+    probes = read_probes(root=store_dir)
+    bandwidth = ProbeTableBandwidth().fit(probes)
+    print(f"{len(probes)} probe rows; cap {bandwidth.bandwidth_cap('local.cpu', 2) / 1e9:.2f} GB/s")
+
+    profiles = ProfileStore(root / "profiles")
+    instance = SimInstance.local_cpu(vcpus=2)
+    sim = Simulator(bandwidth, iters=512, seed=0)
+    apm = ApmEstimator()
+    rows = []
+    for name, batches in cases.items():
+        try:
+            profile = profiles.load(name, "small", "cpu")
+        except ProfileNotFoundError:
+            b_max = max(max(b) for b in batches)
+            print(f"profiling {name} (1 thread, 4 probes, B_max {b_max}) ...", flush=True)
+            profile = profile_model(
+                name, "small", ProfilerConfig(max_batch=b_max, threads=1, repeats=6)
+            )
+            profiles.save(profile)
+        workload = Workload(name, {"cpu": profile})
+        for a, b in batches:
+            if a == b:
+                config = ClusterConfig((Group(instance, 2, a),))
+            else:  # one type, two local batches
+                config = ClusterConfig((Group(instance, 1, a), Group(instance, 1, b)))
+            est = sim.estimate(workload, config)
+            base = apm.estimate(workload, config)
+            meas = measure_ddp(name, "small", (a, b), iterations=args.iterations, warmup=3)
+            real = statistics.median(meas.iteration_s)
+            row = {
+                "model": name,
+                "batches": [a, b],
+                "measured_s": real,
+                "measured_p90_s": sorted(meas.iteration_s)[int(0.9 * (len(meas.iteration_s) - 1))],
+                "srifty_s": est.t_iter,
+                "srifty_parts": {"t_fw": est.t_fw, "t_bw": est.t_bw, "t_pe": est.t_pe},
+                "apm_s": base.t_iter,
+            }
+            rows.append(row)
+            print(
+                f"{name:14s} {a:3d}+{b:<3d} measured {real * 1e3:8.1f} ms | srifty "
+                f"{est.t_iter * 1e3:8.1f} ms ({100 * (est.t_iter - real) / real:+6.1f}%, "
+                f"t_pe {est.t_pe * 1e3:.1f} vs t_bw {est.t_bw * 1e3:.1f}) | APM "
+                f"{base.t_iter * 1e3:8.1f} ms ({100 * (base.t_iter - real) / real:+6.1f}%)",
+                flush=True,
+            )
+
+    def summary(key: str) -> dict[str, float]:
+        errs = [(r[key] - r["measured_s"]) / r["measured_s"] for r in rows]
+        return {
+            "mape_pct": 100 * statistics.fmean(abs(e) for e in errs),
+            "under_share_pct": 100 * sum(e < 0 for e in errs) / len(errs),
+            "worst_under_pct": 100 * min(min(errs), 0.0),
+        }
+
+    result = {"srifty": summary("srifty_s"), "apm": summary("apm_s")}
+    for k, v in result.items():
+        print(
+            f"{k:7s} MAPE {v['mape_pct']:5.1f}%  too optimistic in {v['under_share_pct']:.0f}% "
+            f"of cases (worst {v['worst_under_pct']:+.1f}%)"
+        )
+    print(f"{len(rows)} cases, {time.perf_counter() - t_start:.0f}s; data in {root}")
+    OUT.mkdir(exist_ok=True)
+    (OUT / "simulator_reality.json").write_text(
+        json.dumps({"summary": result, "cases": rows}, indent=1)
+    )
+
+
+if __name__ == "__main__":
+    main()
