@@ -1,0 +1,182 @@
+"""What the planner answers: the chosen configuration with its numbers, the cost/time
+frontier of what it evaluated, and why the winner won (or the nearest misses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from srifty_core.planner.request import Objective, PlanRequest
+from srifty_core.planner.space import Choice
+from srifty_core.simulator.types import IterationEstimate
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One evaluated configuration."""
+
+    choice: Choice
+    label: str
+    estimate: IterationEstimate
+    time_s: float
+    cost_usd: float
+    violations: tuple[str, ...]
+    """Limits it breaks, e.g. ``time +12%``; empty when feasible."""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    @property
+    def vms(self) -> int:
+        return sum(c for _, c, _ in self.choice)
+
+    def to_dict(self, request: PlanRequest) -> dict[str, Any]:
+        offers = request.offers
+        return {
+            "label": self.label,
+            "groups": [
+                {
+                    "instance_type": offers[i].instance.name,
+                    "market": offers[i].market.value,
+                    "zone": offers[i].zone,
+                    "count": c,
+                    "batch_per_vm": b,
+                    "batch_per_gpu": b // offers[i].instance.ranks_per_vm,
+                    "usd_per_hour": offers[i].usd_per_hour,
+                }
+                for i, c, b in self.choice
+            ],
+            "t_iter_s": self.estimate.t_iter,
+            "t_fw_s": self.estimate.t_fw,
+            "t_bw_s": self.estimate.t_bw,
+            "t_pe_s": self.estimate.t_pe,
+            "exposed_comm_s": self.estimate.exposed_comm,
+            "p95_s": self.estimate.p95,
+            "bottleneck": self.estimate.bottleneck,
+            "throughput": self.estimate.throughput,
+            "time_s": self.time_s,
+            "cost_usd": self.cost_usd,
+            "feasible": self.feasible,
+            "violations": list(self.violations),
+        }
+
+
+def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) -> Candidate:
+    """Time = overheads + iterations x t_iter; cost = per-second billing of every VM at its
+    price for that whole time (VMs are paid from launch)."""
+    offers = request.offers
+    time_s = request.overheads.total_s + request.iterations * estimate.t_iter
+    rate = sum(offers[i].usd_per_hour * c for i, c, _ in choice)
+    cost = rate * time_s / 3600.0
+    violations = []
+    if time_s > request.time_limit_s:
+        violations.append(f"time +{100 * (time_s / request.time_limit_s - 1):.1f}%")
+    if cost > request.budget_usd:
+        violations.append(f"cost +{100 * (cost / request.budget_usd - 1):.1f}%")
+    label = "+".join(f"{c}x{offers[i].key}@{b}" for i, c, b in choice)
+    return Candidate(choice, label, estimate, time_s, cost, tuple(violations))
+
+
+def rank_key(objective: Objective, c: Candidate) -> tuple[float, float, int, str]:
+    """Objective first, the other measure second, fewer VMs, then the label (stable)."""
+    if objective is Objective.TIME:
+        return (c.time_s, c.cost_usd, c.vms, c.label)
+    return (c.cost_usd, c.time_s, c.vms, c.label)
+
+
+def frontier(candidates: list[Candidate]) -> list[Candidate]:
+    """Configurations no other one beats on both time and cost, fastest first."""
+    out: list[Candidate] = []
+    best_cost = float("inf")
+    for c in sorted(candidates, key=lambda c: (c.time_s, c.cost_usd)):
+        if c.cost_usd < best_cost:
+            out.append(c)
+            best_cost = c.cost_usd
+    return out
+
+
+def miss_ratio(request: PlanRequest, c: Candidate) -> float:
+    """How far a configuration is from meeting both limits (1 = just meets them)."""
+    return max(c.time_s / request.time_limit_s, c.cost_usd / request.budget_usd)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The planner's answer. ``best`` is ``None`` when no configuration meets the limits;
+    ``nearest_misses`` then says how close the closest ones came and which limit binds."""
+
+    request: PlanRequest
+    method: str
+    best: Candidate | None
+    evaluated: int
+    space_size: int
+    solve_s: float
+    frontier: tuple[Candidate, ...]
+    runners_up: tuple[Candidate, ...]
+    nearest_misses: tuple[Candidate, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None
+
+    def explanation(self) -> list[str]:
+        """Plain sentences: why the winner won, or why nothing could."""
+        r = self.request
+        lines = []
+        if self.best is None:
+            lines.append(
+                f"No configuration meets the limits (time {r.time_limit_s:g} s, budget "
+                f"${r.budget_usd:g}) among {self.evaluated} evaluated."
+            )
+            for m in self.nearest_misses:
+                lines.append(
+                    f"  nearest: {m.label}: {m.time_s:.0f} s, ${m.cost_usd:.2f} "
+                    f"({', '.join(m.violations)})"
+                )
+            if self.nearest_misses:
+                binds = {v.split()[0] for m in self.nearest_misses for v in m.violations}
+                lines.append(f"The binding limit: {' and '.join(sorted(binds))}.")
+            return lines
+        b, e = self.best, self.best.estimate
+        lines.append(
+            f"{b.label}: {e.t_iter * 1e3:.1f} ms/iteration ({e.throughput:.0f} samples/s), "
+            f"{b.time_s:.0f} s and ${b.cost_usd:.2f} for {r.iterations} iterations "
+            f"(objective: minimize {r.objective.value})."
+        )
+        lines.append(
+            f"Iteration: forward {e.t_fw * 1e3:.1f} ms + max(backward {e.t_bw * 1e3:.1f} ms, "
+            f"gradient exchange {e.t_pe * 1e3:.1f} ms); {e.bottleneck} binds"
+            + (
+                f", {e.exposed_comm * 1e3:.1f} ms of communication exposed."
+                if e.exposed_comm
+                else "."
+            )
+        )
+        for c in self.runners_up:
+            dt = 100 * (c.time_s / b.time_s - 1)
+            dc = 100 * (c.cost_usd / b.cost_usd - 1)
+            why = ", ".join(c.violations) if c.violations else f"time {dt:+.1f}%, cost {dc:+.1f}%"
+            lines.append(f"  runner-up {c.label}: {why}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "model": r.workload.model,
+            "global_batch": r.global_batch,
+            "iterations": r.iterations,
+            "objective": r.objective.value,
+            "time_limit_s": r.time_limit_s if r.time_limit_s != float("inf") else None,
+            "budget_usd": r.budget_usd if r.budget_usd != float("inf") else None,
+            "method": self.method,
+            "feasible": self.feasible,
+            "best": self.best.to_dict(r) if self.best else None,
+            "evaluated": self.evaluated,
+            "space_size": self.space_size,
+            "solve_s": self.solve_s,
+            "frontier": [c.to_dict(r) for c in self.frontier],
+            "runners_up": [c.to_dict(r) for c in self.runners_up],
+            "nearest_misses": [c.to_dict(r) for c in self.nearest_misses],
+            "explanation": self.explanation(),
+        }
