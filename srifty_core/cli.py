@@ -162,6 +162,36 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from srifty_core.planner.job import load_bandwidth, load_request, read_request_file, render
+    from srifty_core.planner.search import plan
+
+    request = load_request(read_request_file(Path(args.request)))
+    if args.estimator == "apm":
+        from srifty_core.simulator.apm import ApmEstimator
+
+        estimator: object = ApmEstimator()
+    else:
+        from srifty_core.simulator.estimator import Simulator
+
+        estimator = Simulator(load_bandwidth(args.bandwidth), seed=args.seed)
+    result = plan(request, estimator, method=args.method)  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(render(result))
+    if args.frontier:
+        from srifty_core.planner.plot import plot_frontier
+
+        path = plot_frontier(result, Path(args.frontier))
+        if not args.json:
+            print(f"frontier plot: {path}")
+    return 0 if result.feasible else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from srifty_core.demo import run_demo
 
@@ -253,6 +283,23 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--fresh", action="store_true", help="re-measure, replacing the day's data")
     probe.add_argument("--no-progress", action="store_true", help="no progress bar")
     probe.set_defaults(func=_cmd_probe)
+
+    pl = sub.add_parser(
+        "plan",
+        help="choose VMs and local batches for a training job (exit 1 if nothing fits)",
+        description="Plan REQUEST (YAML or JSON: model, global_batch, iterations, offers, "
+        "time_limit_s, budget_usd, objective; see the README).",
+    )
+    pl.add_argument("request", help="request file (.yaml or .json)")
+    pl.add_argument("--json", action="store_true", help="machine-readable answer")
+    pl.add_argument("--frontier", metavar="PNG", help="also draw the cost/time frontier")
+    pl.add_argument("--method", default="auto", choices=("auto", "exhaustive", "ilp"))
+    pl.add_argument("--estimator", default="srifty", choices=("srifty", "apm"))
+    pl.add_argument(
+        "--bandwidth", default="probes", help="where bus bandwidth comes from (default probes)"
+    )
+    pl.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
+    pl.set_defaults(func=_cmd_plan)
 
     demo = sub.add_parser(
         "demo",

@@ -165,3 +165,71 @@ def offers_from_catalog(
             )
         )
     return tuple(out)
+
+
+REQUEST_FIELDS = {
+    "model", "size", "region", "provider", "global_batch", "iterations", "time_limit_s",
+    "budget_usd", "objective", "overheads", "offers", "batch_granularity",
+}  # fmt: skip
+
+
+def request_from_dict(
+    d: Mapping[str, Any],
+    *,
+    catalog: Any,
+    load_profile: Any,
+) -> PlanRequest:
+    """A request from its YAML/JSON form (see ``docs`` in the README)::
+
+        model: resnet50          # zoo name; profiles are looked up per GPU of the offers
+        size: full               # profile size preset (default full)
+        region: us-east-1
+        global_batch: 1024
+        iterations: 400
+        time_limit_s: 500        # optional
+        budget_usd: 10           # optional
+        objective: cost          # time (default) or cost
+        overheads: {launch_s: 150, detach_s: 5}
+        offers:
+          - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
+          - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
+
+    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``.
+    """
+    unknown = sorted(set(d) - REQUEST_FIELDS)
+    if unknown:
+        from srifty_core.errors import UnknownNameError
+
+        raise UnknownNameError("request field", unknown[0], REQUEST_FIELDS)
+    for key in ("model", "global_batch", "iterations", "offers"):
+        if key not in d:
+            raise ConfigError(f"{key}: missing")
+    if not isinstance(d["offers"], list):
+        raise ConfigError("offers: must be a list of {type, market, quota[, price, zone]}")
+    region = str(d.get("region", "us-east-1"))
+    catalog.check_region(region)
+    offers = offers_from_catalog(
+        catalog, d["offers"], region, provider=str(d.get("provider", "ec2"))
+    )
+    model, size = str(d["model"]), str(d.get("size", "full"))
+    profiles = {
+        o.instance.device_type: load_profile(model, size, o.instance.device_type) for o in offers
+    }
+    oh = d.get("overheads") or {}
+    if not isinstance(oh, Mapping):
+        raise ConfigError("overheads: must be a mapping like {launch_s: 150}")
+    try:
+        overheads = Overheads(**{k: float(v) for k, v in oh.items()})
+    except TypeError as exc:
+        raise ConfigError(f"overheads: {exc}") from exc
+    return PlanRequest(
+        workload=Workload(model, profiles),
+        global_batch=d["global_batch"],
+        iterations=d["iterations"],
+        offers=offers,
+        time_limit_s=d.get("time_limit_s", math.inf),
+        budget_usd=d.get("budget_usd", math.inf),
+        objective=Objective.parse(str(d.get("objective", "time"))),
+        overheads=overheads,
+        batch_granularity=str(d.get("batch_granularity", "pow2")),
+    )

@@ -115,6 +115,8 @@ class PlanResult:
     frontier: tuple[Candidate, ...]
     runners_up: tuple[Candidate, ...]
     nearest_misses: tuple[Candidate, ...]
+    candidates: tuple[Candidate, ...] = ()
+    """Every configuration evaluated (for plots and comparisons)."""
 
     @property
     def feasible(self) -> bool:

@@ -183,4 +183,5 @@ def plan(
         frontier=tuple(frontier(candidates)),
         runners_up=tuple(feasible[1 : 1 + runners_up]),
         nearest_misses=misses,
+        candidates=tuple(candidates),
     )

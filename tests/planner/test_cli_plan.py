@@ -1,0 +1,103 @@
+"""`srifty plan` end to end: a request file, profiles and probes in the data folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from srifty_core.cli import main
+from srifty_core.probing.store import records_to_table, write_partition
+from srifty_core.profiling.store import ProfileStore
+from tests.probing.rows import make_rows
+from tests.profiling.test_profile_contract import make_profile
+from tests.simulator.test_estimator import steady
+
+
+def _probes(instance_type: str, gpu: str, scale: float) -> list[dict[str, Any]]:
+    rows = []
+    for world in (2, 4, 8, 16):
+        for size in (1024, 1024**2, 64 * 1024**2):
+            for c in (1, 2):
+                r = make_rows(1, provider="ec2-emulated", instance_type=instance_type)[0]
+                t = (50e-6 + size / (scale * 1e9)) * c
+                r |= {
+                    "cloud": "aws", "region": "us-east-1", "zone": "use1-az1", "gpu_model": gpu,
+                    "gpus_per_vm": 1, "world_size": world, "buffer_bytes": size, "concurrent": c,
+                    "backend": "nccl", "time_s": t, "busbw": 2 * size * (world - 1) / (world * t),
+                }  # fmt: skip
+                rows.append(r)
+    return rows
+
+
+@pytest.fixture
+def planning_data(data_dir: Path) -> Path:
+    store = ProfileStore()
+    store.save(dataclasses.replace(steady(make_profile(), "T4"), model="m", size="full"))
+    store.save(dataclasses.replace(steady(make_profile(), "M60", 2.0), model="m", size="full"))
+    for t, gpu, scale in (("g4dn.xlarge", "T4", 1.0), ("g3.4xlarge", "M60", 0.5)):
+        write_partition(
+            records_to_table(_probes(t, gpu, scale)),
+            day=date(2026, 3, 1),
+            provider="ec2-emulated",
+            instance_type=t,
+        )
+    req = {
+        "model": "m",
+        "region": "us-east-1",
+        "global_batch": 512,
+        "iterations": 500,
+        "time_limit_s": 3600,
+        "budget_usd": 20,
+        "objective": "cost",
+        "offers": [
+            {"type": "g4dn.xlarge", "market": "spot", "quota": 8},
+            {"type": "g3.4xlarge", "market": "on-demand", "quota": 8},
+        ],
+    }
+    path = data_dir / "req.yaml"
+    path.write_text(yaml.safe_dump(req))
+    return path
+
+
+def test_plan_prints_the_choice_and_draws_the_frontier(
+    planning_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "f.png"
+    assert main(["plan", str(planning_data), "--frontier", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "objective: minimize cost" in out and "frontier" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_json(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(planning_data), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["feasible"] and d["best"]["cost_usd"] <= 20
+    assert sum(g["count"] * g["batch_per_vm"] for g in d["best"]["groups"]) == 512
+    assert main(["plan", str(planning_data), "--json", "--estimator", "apm"]) == 0
+
+
+def test_impossible_limits_exit_1(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    req = yaml.safe_load(planning_data.read_text()) | {"time_limit_s": 10}
+    planning_data.write_text(yaml.safe_dump(req))
+    assert main(["plan", str(planning_data)]) == 1
+    assert "No configuration meets the limits" in capsys.readouterr().out
+
+
+def test_bad_request_files(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    req = yaml.safe_load(planning_data.read_text())
+    planning_data.write_text(yaml.safe_dump(req | {"global_bach": 5}))
+    assert main(["plan", str(planning_data)]) == 2
+    assert "unknown request field 'global_bach'" in capsys.readouterr().err
+    planning_data.write_text(yaml.safe_dump(req | {"offers": [{"type": "g4dn.xlarg"}]}))
+    assert main(["plan", str(planning_data)]) == 2
+    assert "did you mean 'g4dn.xlarge'" in capsys.readouterr().err
+    planning_data.write_text(yaml.safe_dump(req | {"model": "vgg16"}))
+    assert main(["plan", str(planning_data)]) == 2
+    assert "no compute profile for vgg16/full on T4" in capsys.readouterr().err
