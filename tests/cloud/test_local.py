@@ -136,7 +136,7 @@ def test_release_kills_workers_and_what_they_started() -> None:
     with pytest.raises(ProviderError, match="still runs workers"):
         p.run(a, [sys.executable, "-c", "pass"])
     p.release(a)
-    assert all(_gone(pid) for pid in workers + children)
+    _wait_for(lambda: all(_gone(pid) for pid in workers + children))
     assert all(c is not None for c in p.exit_codes(a).values())
 
 
