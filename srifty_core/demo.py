@@ -1,8 +1,16 @@
 """The main job on embedded defaults: SQLite, local files, local processes.
 
-What exists today: the catalog refresh DAG, run for real by Airflow (``airflow dags test``)
-against an Airflow home under the data folder, then the report it wrote and the catalog
-table. Later stages (probe sweep, model refresh, profiling, plan-and-train) join here.
+Runs, for real, what exists of the loop on this machine:
+
+1. the catalog refresh DAG (validate the shipped catalog, write a report);
+2. the probe sweep DAG on the local provider (gloo allreduce, world size 2) into the
+   Parquet probe store;
+3. the profiling DAG for a small ResNet-18 on the CPU (profile store + MLflow run);
+4. the simulator's prediction for 2-worker DDP from that profile and those probes, then
+   the same DDP job run for real, side by side.
+
+Each DAG runs through Airflow (``airflow dags test``) against an Airflow home under the data
+folder. Later stages (model refresh, plan-and-train with re-planning) join here.
 """
 
 from __future__ import annotations
@@ -16,14 +24,23 @@ from srifty_core import paths
 from srifty_core.airflow_env import airflow_environment, migrate, run_airflow
 from srifty_core.errors import SriftyError
 
+DEMO_MODEL = "resnet18"
+DEMO_SIZE = "small"
+DEMO_BATCHES = (16, 48)
 
-def _step(n: int, total: int, text: str) -> float:
-    print(f"[{n}/{total}] {text} ...", flush=True)
-    return time.perf_counter()
 
+class _Steps:
+    def __init__(self, total: int) -> None:
+        self.n, self.total, self.t0 = 0, total, 0.0
 
-def _done(t0: float, extra: str = "") -> None:
-    print(f"      done in {time.perf_counter() - t0:.1f}s{(' - ' + extra) if extra else ''}")
+    def start(self, text: str) -> None:
+        self.n += 1
+        print(f"[{self.n}/{self.total}] {text} ...", flush=True)
+        self.t0 = time.perf_counter()
+
+    def done(self, extra: str = "") -> None:
+        tail = f" - {extra}" if extra else ""
+        print(f"      done in {time.perf_counter() - self.t0:.1f}s{tail}", flush=True)
 
 
 def run_dag(dag_id: str, env: dict[str, str], conf: dict[str, object]) -> str:
@@ -40,45 +57,86 @@ def run_dag(dag_id: str, env: dict[str, str], conf: dict[str, object]) -> str:
     return str(latest["state"])
 
 
+def _require(state: str, dag_id: str, home: Path) -> None:
+    if state != "success":
+        raise SriftyError(f"{dag_id} ended {state}; task logs: {home / 'logs'}")
+
+
 def run_demo(data_dir: Path | None = None) -> int:
     root = paths.data_dir(data_dir)
     home = paths.airflow_home(root)
     env = airflow_environment(home)
     env[paths.ENV_VAR] = str(root)
-    total = 3
+    steps = _Steps(5)
     print(f"Srifty demo - data folder: {root}")
 
-    t0 = _step(1, total, f"preparing Airflow home {home} (SQLite, airflow db migrate)")
+    steps.start(f"preparing Airflow home {home} (SQLite, airflow db migrate)")
     migrate(env)
-    _done(t0)
+    steps.done()
 
-    t0 = _step(2, total, "running DAG srifty_catalog_refresh through Airflow")
+    steps.start("DAG srifty_catalog_refresh: validate the instance catalog")
     state = run_dag("srifty_catalog_refresh", env, {"regions": [], "fail_on_error": True})
-    _done(t0, f"run state: {state}")
-    if state != "success":
-        print(f"srifty_catalog_refresh ended {state}; task logs: {home / 'logs'}")
-        return 1
-
-    t0 = _step(3, total, "reading the report it wrote")
-    # The DAG names the folder by its run's logical date; take the newest one.
-    days = sorted((paths.reports_dir(root) / "catalog").glob("*/report.json"))
-    if not days:
-        raise SriftyError(f"the DAG succeeded but wrote no report under {paths.reports_dir(root)}")
-    report_dir = days[-1].parent
-    report = json.loads((report_dir / "report.json").read_text())
-    s = report["summary"]
-    _done(t0)
-    print(
-        f"\nCatalog: {s['rows']} rows, {s['instance_types']} instance types in "
-        f"{', '.join(s['regions'])}; {s['errors']} errors, {s['warnings']} warnings; "
-        f"prices observed {s['prices_oldest']} .. {s['prices_newest']}."
+    _require(state, "srifty_catalog_refresh", home)
+    reports = sorted((paths.reports_dir(root) / "catalog").glob("*/report.json"))
+    s = json.loads(reports[-1].read_text())["summary"]
+    steps.done(
+        f"{s['rows']} rows, {s['errors']} errors, {s['warnings']} warnings; "
+        f"report {reports[-1].parent / 'report.md'}"
     )
-    print(f"Report: {report_dir / 'report.md'}\n")
 
-    from srifty_core.catalog import Catalog
-    from srifty_core.catalog.report import format_table
+    steps.start("DAG srifty_probe_sweep: gloo allreduce on 2 local workers, 4 B..64 MB")
+    state = run_dag(
+        "srifty_probe_sweep",
+        env,
+        {"world_sizes": [2], "sizes": "4B:64MB", "points_per_decade": 2, "repeats": 3},
+    )
+    _require(state, "srifty_probe_sweep", home)
+    from srifty_core.probing.store import read_probes
+    from srifty_core.probing.summary import format_summary, summarize
 
-    catalog = Catalog.load(overlay_dir=paths.price_overlay_dir(root))
-    print(format_table(catalog.select(family="g4dn", region="us-east-1")))
-    print("\nMore: `srifty catalog --family p3 --json`, `srifty catalog --validate`.")
+    probes = read_probes(root=paths.probe_store_dir(root))
+    steps.done(f"{len(probes)} rows in {paths.probe_store_dir(root)}")
+    print(format_summary(summarize(probes)))
+
+    steps.start(f"DAG srifty_profile_model: {DEMO_MODEL}/{DEMO_SIZE} on the CPU (4 probes)")
+    state = run_dag(
+        "srifty_profile_model",
+        env,
+        {"model": DEMO_MODEL, "size": DEMO_SIZE, "probes": 4, "max_batch": 64, "repeats": 4},
+    )
+    _require(state, "srifty_profile_model", home)
+    from srifty_core.profiling.report import summary_text
+    from srifty_core.profiling.store import ProfileStore
+
+    profile = ProfileStore(paths.profiles_dir(root)).load(DEMO_MODEL, DEMO_SIZE, "cpu")
+    steps.done(f"profile in {paths.profiles_dir(root)}, run logged to MLflow")
+    print(summary_text(profile))
+
+    a, b = DEMO_BATCHES
+    steps.start(f"simulate, then run, DDP on 2 local workers with local batches {a} and {b}")
+    from srifty_core.predictors.table import ProbeTableBandwidth
+    from srifty_core.runtime.measure import measure_ddp
+    from srifty_core.simulator.apm import ApmEstimator
+    from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
+
+    inst = SimInstance.local_cpu()
+    config = ClusterConfig((Group(inst, 1, a), Group(inst, 1, b)))
+    workload = Workload(DEMO_MODEL, {"cpu": profile})
+    est = Simulator(ProbeTableBandwidth().fit(probes)).estimate(workload, config)
+    apm = ApmEstimator().estimate(workload, config)
+    real = measure_ddp(DEMO_MODEL, DEMO_SIZE, (a, b), iterations=8, warmup=2)
+    steps.done()
+    err, apm_err = (100 * (x / real.mean_s - 1) for x in (est.t_iter, apm.t_iter))
+    print(
+        f"predicted {est.t_iter * 1e3:.1f} ms/iteration (forward {est.t_fw * 1e3:.1f}, "
+        f"backward {est.t_bw * 1e3:.1f}, exchange {est.t_pe * 1e3:.1f}; {est.bottleneck} "
+        f"binds); APM baseline {apm.t_iter * 1e3:.1f} ms; measured {real.mean_s * 1e3:.1f} ms "
+        f"(Srifty {err:+.0f}%, APM {apm_err:+.0f}%)."
+    )
+    print(
+        f"\nEverything is under {root}: probes/, profiles/, mlflow/ (open it with "
+        f"`.venv/bin/mlflow ui --backend-store-uri sqlite:///{paths.mlflow_dir(root)}/mlflow.db`), "
+        f"airflow/, reports/."
+    )
     return 0
