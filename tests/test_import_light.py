@@ -29,6 +29,9 @@ LIGHT_MODULES = (
     "srifty_core.profiling.store",
     "srifty_core.predictors.compute",
     "srifty_core.tracking",
+    "srifty_core.cloud",
+    "srifty_core.cloud.ec2",
+    "srifty_core.cloud.emulated",
 )
 
 

@@ -1,7 +1,9 @@
 """Cloud providers behind one interface (``cloud.base.Provider``).
 
-``cloud.local.LocalProvider`` runs instances as local processes; an emulated EC2 and EC2
-itself come later. Importing this package stays light.
+``cloud.local.LocalProvider`` runs instances as local processes; ``cloud.emulated`` is a
+seeded EC2 on a simulated clock (``EmulatedProvider``, ``emulated_probe_sweep``,
+``emulate_training``); ``cloud.ec2.EC2Provider`` is EC2 itself through the Airflow Amazon
+provider. Importing this package stays light (each provider is imported when asked for).
 """
 
 from srifty_core.cloud.base import (
@@ -27,7 +29,7 @@ __all__ = [
     "get_provider",
 ]
 
-PROVIDERS = ("local",)
+PROVIDERS = ("local", "ec2-emulated", "ec2")
 
 
 def get_provider(name: str) -> Provider:
@@ -38,4 +40,12 @@ def get_provider(name: str) -> Provider:
         from srifty_core.cloud.local import LocalProvider
 
         return LocalProvider()
+    if name == "ec2-emulated":
+        from srifty_core.cloud.emulated import EmulatedProvider
+
+        return EmulatedProvider()
+    if name == "ec2":
+        from srifty_core.cloud.ec2 import EC2Provider
+
+        return EC2Provider()
     raise UnknownNameError("provider", name, PROVIDERS)

@@ -1,8 +1,9 @@
 """The provider interface: launch and release instances, run workers on them, report their
 state and interruptions, look up prices.
 
-Three implementations are planned behind it: local processes (``cloud.local``, real), an
-emulated EC2 (variance, launch delays, preemptions at scale) and EC2 itself. Every value
+Three implementations: local processes (``cloud.local``, real), an emulated EC2
+(``cloud.emulated``: variance, launch delays, preemptions at scale, on a simulated clock) and
+EC2 itself (``cloud.ec2``, through the Airflow Amazon provider's hooks). Every value
 crossing the interface is a frozen dataclass; an allocation is addressed by its id, so a
 later process (an Airflow teardown, say) can release what an earlier one launched.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from srifty_core.catalog.types import Market, Price
@@ -102,6 +103,10 @@ class Instance:
     address: str
     ranks: tuple[int, ...]
     """Global ranks its workers take."""
+    launched_at: datetime | None = None
+    """When billing started (the launch request was accepted)."""
+    ended_at: datetime | None = None
+    """When billing stopped (released by us or taken back); ``None`` while it runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +114,10 @@ class Interruption:
     instance_id: str
     at: datetime
     reason: str
+
+
+BILLING_MINIMUM_S = 60.0
+"""EC2 bills Linux instances per second with a one-minute minimum per instance."""
 
 
 class Provider(abc.ABC):
@@ -165,3 +174,29 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
         """Hourly price; ``MissingPriceError`` where there is none (never 0)."""
+
+    # ------------------------------------------------------------------ time and money
+    def now(self) -> datetime:
+        """The provider's clock (UTC): wall time, or the simulated clock of an emulator."""
+        return datetime.now(UTC)
+
+    def cost(self, allocation: Allocation, until: datetime | None = None) -> float:
+        """US dollars the allocation has cost from launch until ``until`` (default: now).
+
+        Per-second billing at the allocation's market price (spot: the price of its zone),
+        with EC2's one-minute minimum per instance that ran at all; each instance is
+        billed from ``launched_at`` until it ended (released or interrupted) or ``until``,
+        whichever is first. A type without a price raises ``MissingPriceError`` (a cost is
+        never silently 0).
+        """
+        until = until or self.now()
+        zone = allocation.zone if allocation.market.value == "spot" else None
+        usd_per_hour = self.price(allocation.spec.name, allocation.market, zone).usd_per_hour
+        total_s = 0.0
+        for inst in self.describe(allocation):
+            start = inst.launched_at or allocation.created_at
+            end = inst.ended_at if inst.ended_at is not None and inst.ended_at < until else until
+            if until <= start:
+                continue  # not launched yet at ``until``
+            total_s += max((end - start).total_seconds(), BILLING_MINIMUM_S)
+        return usd_per_hour * total_s / 3600.0

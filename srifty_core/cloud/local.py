@@ -11,6 +11,12 @@ reused PID is never hit.
 Instance types: ``local.cpu`` (one rank per instance, the machine's vCPUs, no rated
 network), or any catalog type, whose specs are then used as *labels* (one rank per GPU):
 the measurement is still local, and the rows say so (provider and cloud ``local``).
+
+Prices and cost: ``local.cpu`` has no price, and ``price``/``cost`` raise
+``MissingPriceError`` for it (this machine is not rented by the second; a cost of 0 would
+read as "free" in a plan, and any pseudo-price would be invented). A catalog type used as a
+label is priced as that type on EC2 in ``catalog_region`` (spot: the cheapest zone), so
+``cost`` says what the same run would have cost there, billed per second since launch.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +139,8 @@ class LocalProvider(Provider):
             raise MissingPriceError(f"{LOCAL_CPU} runs on this machine and has no price")
         self.instance_type(instance_type)  # unknown names fail with suggestions
         catalog = Catalog.load()
+        if zone == self.zone:
+            zone = None  # this machine's pseudo-zone: priced as the catalog region
         if Market.parse(market) is Market.SPOT and zone is None:
             return catalog.cheapest_spot(instance_type, self.catalog_region)[1]
         return catalog.price(instance_type, market, self.catalog_region, zone)
@@ -149,6 +157,7 @@ class LocalProvider(Provider):
         if request.zone not in (None, self.zone):
             raise UnknownNameError("zone", request.zone, [self.zone], context="(local provider)")
         alloc_id = f"local-{uuid.uuid4().hex[:12]}"
+        now = self.now()
         alloc = Allocation(
             id=alloc_id,
             provider=self.name,
@@ -159,11 +168,12 @@ class LocalProvider(Provider):
             market=Market.parse(request.market),
             placement_group=request.placement_group,
             instance_ids=tuple(f"{alloc_id}-i{k}" for k in range(request.count)),
-            created_at=datetime.now(UTC),
+            created_at=now,
         )
         state: dict[str, Any] = {
             "allocation": _alloc_to_json(alloc),
             "instances": {i: InstanceState.RUNNING.value for i in alloc.instance_ids},
+            "ended_at": {},
             "interruptions": [],
             "processes": [],
             "master_port": None,
@@ -177,6 +187,7 @@ class LocalProvider(Provider):
     def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
         state = self._load(allocation.id)
         per = allocation.spec.ranks_per_instance
+        ended = state.get("ended_at", {})
         return tuple(
             Instance(
                 id=iid,
@@ -187,6 +198,8 @@ class LocalProvider(Provider):
                 state=InstanceState(state["instances"][iid]),
                 address=LOOPBACK,
                 ranks=tuple(range(k * per, (k + 1) * per)),
+                launched_at=allocation.created_at,
+                ended_at=datetime.fromisoformat(ended[iid]) if iid in ended else None,
             )
             for k, iid in enumerate(allocation.instance_ids)
         )
@@ -287,9 +300,9 @@ class LocalProvider(Provider):
         ranks = set(range(k * per, (k + 1) * per))
         self._stop([p for p in state["processes"] if p["rank"] in ranks], alloc.id)
         state["instances"][instance_id] = InstanceState.INTERRUPTED.value
-        state["interruptions"].append(
-            {"instance_id": instance_id, "at": datetime.now(UTC).isoformat(), "reason": reason}
-        )
+        at = self.now().isoformat()
+        state.setdefault("ended_at", {})[instance_id] = at
+        state["interruptions"].append({"instance_id": instance_id, "at": at, "reason": reason})
         self._save(alloc.id, state)
 
     def stop(self, allocation: Allocation) -> None:
@@ -303,9 +316,12 @@ class LocalProvider(Provider):
             return  # never launched here, or already cleaned up
         self._stop(state["processes"], alloc_id)
         self._procs.pop(alloc_id, None)
+        ended = state.setdefault("ended_at", {})
+        at = self.now().isoformat()
         for iid, s in state["instances"].items():
             if s == InstanceState.RUNNING:
                 state["instances"][iid] = InstanceState.TERMINATED.value
+                ended.setdefault(iid, at)
         self._save(alloc_id, state)
 
     # ------------------------------------------------------------------ internals

@@ -13,9 +13,10 @@ import pytest
 
 from srifty_core.catalog import Catalog, MissingPriceError
 from srifty_core.catalog.types import Market
-from srifty_core.cloud import InstanceState, LaunchRequest, ProviderError, get_provider
+from srifty_core.cloud import InstanceState, LaunchRequest, Provider, ProviderError, get_provider
 from srifty_core.cloud.local import LOCAL_CPU, LocalProvider, pid_alive
 from srifty_core.errors import ConfigError, UnknownNameError
+from tests.cloud.provider_contract import ProviderContract
 
 
 def _wait_for(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -186,3 +187,16 @@ def test_interrupt_takes_one_instance_back() -> None:
     finally:
         p.release(a)
     assert [i.state for i in p.describe(a)] == [InstanceState.TERMINATED, InstanceState.INTERRUPTED]
+
+
+class TestLocalContract(ProviderContract):
+    unpriced_type = LOCAL_CPU
+    unpriced_market = "on-demand"
+
+    @pytest.fixture
+    def provider(self, data_dir: Path) -> LocalProvider:
+        return LocalProvider()
+
+    def interrupt(self, provider: Provider, instance_id: str) -> None:
+        assert isinstance(provider, LocalProvider)
+        provider.interrupt(instance_id)

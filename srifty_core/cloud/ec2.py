@@ -1,0 +1,514 @@
+"""EC2 itself, through the Airflow Amazon provider's ``EC2Hook`` (boto3 under it).
+
+* **Credentials** come from the Airflow connection (``aws_conn_id``, default
+  ``aws_default``); this module never reads, logs or writes them, and the user data it
+  sends holds no secret (the VM gets AWS access, if it needs any, from its instance
+  profile).
+* **Launch** is one ``run_instances`` call (on-demand, or spot with
+  ``InstanceMarketOptions``: one-time, terminate on interruption), optionally in a fresh
+  cluster placement group, with every instance and volume tagged ``srifty:allocation=<id>``
+  and ``srifty:managed=true``; then it waits until every instance runs.
+* **No leaks.** If anything fails after ``run_instances`` was sent (an error, a timeout,
+  Ctrl-C), everything carrying the allocation's tag is terminated before the error goes up.
+  ``release`` tags the instances ``srifty:released`` and terminates them; it is idempotent.
+* **Interruptions**: an instance that stopped or terminated without ``srifty:released``
+  was taken back by EC2 (spot), and a spot request whose status says ``marked-for-...`` or
+  ``instance-terminated-...`` is reported too (the two-minute notice).
+* **Prices** come from the catalog; ``refresh_spot_prices`` reads
+  ``describe_spot_price_history`` and writes the newest price per zone into the catalog's
+  price overlay folder.
+* **Workers** start from the user data (``bootstrap_user_data``): it installs the package
+  in a venv and starts ``srifty probe|profile|train ...`` with its arguments. ``run`` on
+  an already running allocation is not supported (there is no remote shell here): pass the
+  worker when launching (``EC2Provider(worker=[...])``).
+
+Airflow and boto3 are imported inside methods, so importing this module stays light. The
+tests run it against a moto server on loopback; moto is a test stand-in only and is never
+imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srifty_core import paths
+from srifty_core.catalog.types import Market, Price
+from srifty_core.cloud.base import (
+    Allocation,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    Interruption,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+)
+from srifty_core.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from srifty_core.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+TAG_ALLOCATION = "srifty:allocation"
+TAG_MANAGED = "srifty:managed"
+TAG_MARKET = "srifty:market"
+TAG_PLACEMENT = "srifty:placement-group"
+TAG_RELEASED = "srifty:released"
+WORKER_COMMANDS = ("probe", "profile", "train")
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+SPOT_INTERRUPTION_CODES = (
+    "marked-for-termination",
+    "marked-for-stop",
+    "instance-terminated-by-price",
+    "instance-terminated-no-capacity",
+    "instance-terminated-capacity-oversubscribed",
+    "instance-stopped-by-price",
+    "instance-stopped-no-capacity",
+)
+_GMT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
+
+
+def bootstrap_user_data(
+    worker: Sequence[str],
+    *,
+    package: str = "srifty",
+    allocation_id: str = "",
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """A cloud-init shell script: install ``package`` in ``/opt/srifty`` and start
+    ``srifty <worker...>`` in the background, logging to ``/var/log/srifty-worker.log``.
+
+    ``worker[0]`` is ``probe``, ``profile`` or ``train``; every argument is shell-quoted.
+    Put no secret in ``env``: user data is readable from inside the VM.
+    """
+    if not worker or worker[0] not in WORKER_COMMANDS:
+        raise ConfigError(f"worker: must start with one of {WORKER_COMMANDS}, got {list(worker)}")
+    exports = {"SRIFTY_ALLOCATION_ID": allocation_id, **dict(env or {})}
+    lines = [
+        "#!/bin/bash",
+        "set -euo pipefail",
+        "exec >>/var/log/srifty-bootstrap.log 2>&1",
+        "python3 -m venv /opt/srifty",
+        "/opt/srifty/bin/pip install --upgrade pip",
+        f"/opt/srifty/bin/pip install {shlex.quote(package)}",
+        *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
+        "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
+        "nohup /opt/srifty/bin/srifty "
+        + " ".join(shlex.quote(a) for a in worker)
+        + " >>/var/log/srifty-worker.log 2>&1 &",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class EC2Provider(Provider):
+    name = "ec2"
+    cloud = "aws"
+
+    def __init__(
+        self,
+        *,
+        aws_conn_id: str = "aws_default",
+        region: str = "us-east-1",
+        image_id: str | None = None,
+        subnet_id: str | None = None,
+        security_group_ids: Sequence[str] = (),
+        key_name: str | None = None,
+        instance_profile_arn: str | None = None,
+        worker: Sequence[str] | None = None,
+        package: str = "srifty",
+        wait_timeout_s: float = 900.0,
+        poll_s: float = 5.0,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region = region
+        self.image_id = image_id
+        self.subnet_id = subnet_id
+        self.security_group_ids = tuple(security_group_ids)
+        self.key_name = key_name
+        self.instance_profile_arn = instance_profile_arn
+        self.worker = tuple(worker) if worker else None
+        self.package = package
+        self.wait_timeout_s = wait_timeout_s
+        self.poll_s = poll_s
+        self._catalog = catalog
+        self._client_cache: Any = None
+        self._zone_ids: dict[str, str] | None = None
+
+    # ------------------------------------------------------------------ AWS access
+    def client(self) -> Any:
+        """The boto3 EC2 client of the Airflow connection (created once)."""
+        if self._client_cache is None:
+            from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+
+            hook = EC2Hook(
+                aws_conn_id=self.aws_conn_id, region_name=self.region, api_type="client_type"
+            )
+            self._client_cache = hook.conn
+        return self._client_cache
+
+    def _zone_maps(self) -> dict[str, str]:
+        """AZ name -> AZ ID (the catalog uses IDs, which are the same in every account)."""
+        if self._zone_ids is None:
+            zones = self.client().describe_availability_zones()["AvailabilityZones"]
+            self._zone_ids = {z["ZoneName"]: z.get("ZoneId", z["ZoneName"]) for z in zones}
+        return self._zone_ids
+
+    def _zone_name(self, zone: str) -> str:
+        maps = self._zone_maps()
+        by_id = {v: k for k, v in maps.items()}
+        if zone in maps:
+            return zone
+        if zone in by_id:
+            return by_id[zone]
+        raise UnknownNameError("zone", zone, list(by_id), context=f"in {self.region}")
+
+    # ------------------------------------------------------------------ types, prices
+    def catalog(self) -> Catalog:
+        from srifty_core.catalog import Catalog
+
+        return self._catalog or Catalog.load()
+
+    def instance_type(self, name: str) -> InstanceSpec:
+        catalog = self.catalog()
+        if name not in catalog.names():
+            raise UnknownNameError("instance type", name, catalog.names())
+        t = catalog.get(name, self.region)
+        return InstanceSpec(
+            name=t.name,
+            gpu_model=t.gpu_model,
+            gpus_per_vm=t.gpus_per_vm,
+            vcpus=t.vcpus,
+            network_gbps=t.network_gbps,
+            ranks_per_instance=max(1, t.gpus_per_vm),
+        )
+
+    def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
+        self.instance_type(instance_type)
+        catalog = self.catalog()
+        if Market.parse(market) is Market.SPOT and zone is None:
+            return catalog.cheapest_spot(instance_type, self.region)[1]
+        return catalog.price(instance_type, market, self.region, zone)
+
+    def refresh_spot_prices(
+        self, instance_types: Sequence[str], *, hours: float = 24.0, root: Path | None = None
+    ) -> Path:
+        """Newest Linux spot price per (type, zone) from ``describe_spot_price_history``,
+        written as an overlay CSV under the price overlay folder; returns the file."""
+        from srifty_core.catalog.overlay import PriceObservation, write_overlay
+
+        for name in instance_types:
+            self.instance_type(name)
+        client = self.client()
+        start = datetime.now(UTC) - timedelta(hours=hours)
+        newest: dict[tuple[str, str], tuple[datetime, float]] = {}
+        pages = client.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=list(instance_types),
+            ProductDescriptions=["Linux/UNIX"],
+            StartTime=start,
+        )
+        zone_ids = self._zone_maps()
+        for page in pages:
+            for rec in page["SpotPriceHistory"]:
+                zone = zone_ids.get(rec["AvailabilityZone"], rec["AvailabilityZone"])
+                key = (rec["InstanceType"], zone)
+                ts = rec["Timestamp"]
+                if key not in newest or ts > newest[key][0]:
+                    newest[key] = (ts, float(rec["SpotPrice"]))
+        obs = [
+            PriceObservation(
+                instance_type=name,
+                region=self.region,
+                market=Market.SPOT,
+                zone=zone,
+                price=Price(usd, ts.date(), "ec2:describe_spot_price_history"),
+            )
+            for (name, zone), (ts, usd) in sorted(newest.items())
+            if usd > 0
+        ]
+        target = (root or paths.price_overlay_dir()) / f"ec2-spot-{self.region}.csv"
+        return write_overlay(target, obs)
+
+    # ------------------------------------------------------------------ lifecycle
+    def launch(self, request: LaunchRequest) -> Allocation:
+        spec = self.instance_type(request.instance_type)
+        market = Market.parse(request.market)
+        if not self.image_id:
+            raise ConfigError("image_id: EC2Provider(image_id=...) needs an AMI to launch")
+        alloc_id = f"srifty-{uuid.uuid4().hex[:12]}"
+        tags = [
+            {"Key": TAG_ALLOCATION, "Value": alloc_id},
+            {"Key": TAG_MANAGED, "Value": "true"},
+            {"Key": TAG_MARKET, "Value": market.value},
+            {"Key": TAG_PLACEMENT, "Value": "true" if request.placement_group else "false"},
+        ]
+        kwargs: dict[str, Any] = {
+            "ImageId": self.image_id,
+            "InstanceType": spec.name,
+            "MinCount": request.count,
+            "MaxCount": request.count,
+            "ClientToken": alloc_id,
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ],
+        }
+        if self.worker:
+            kwargs["UserData"] = bootstrap_user_data(
+                self.worker, package=self.package, allocation_id=alloc_id
+            )
+        if self.subnet_id:
+            kwargs["SubnetId"] = self.subnet_id
+        if self.security_group_ids:
+            kwargs["SecurityGroupIds"] = list(self.security_group_ids)
+        if self.key_name:
+            kwargs["KeyName"] = self.key_name
+        if self.instance_profile_arn:
+            kwargs["IamInstanceProfile"] = {"Arn": self.instance_profile_arn}
+        if market is Market.SPOT:
+            kwargs["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
+        client = self.client()
+        placement: dict[str, str] = {}
+        if request.zone:
+            placement["AvailabilityZone"] = self._zone_name(request.zone)
+        launched: list[str] = []
+        try:
+            if request.placement_group:
+                self._create_placement_group(alloc_id)
+                placement["GroupName"] = alloc_id
+            if placement:
+                kwargs["Placement"] = placement
+            log.info("launching %d x %s (%s) as %s", request.count, spec.name, market, alloc_id)
+            resp = client.run_instances(**kwargs)
+            launched = [i["InstanceId"] for i in resp["Instances"]]
+            self._wait_running(launched)
+            return self.get_allocation(alloc_id)
+        except BaseException:
+            log.warning("launch of %s failed; terminating what it started", alloc_id)
+            self._cleanup(alloc_id, launched, request.placement_group)
+            raise
+
+    def _wait_running(self, instance_ids: Sequence[str]) -> None:
+        """Poll until every instance runs; one that ends first, or the timeout, fails."""
+        deadline = time.monotonic() + self.wait_timeout_s
+        while True:
+            states = {i["InstanceId"]: i["State"]["Name"] for i in self._raw(instance_ids)}
+            if states and all(s == "running" for s in states.values()):
+                return
+            dead = [i for i, s in states.items() if s not in ("pending", "running")]
+            if dead:
+                raise ProviderError(f"instance(s) {dead} ended before running: {states}")
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    f"instances not running after {self.wait_timeout_s:.0f} s: {states}"
+                )
+            time.sleep(self.poll_s)
+
+    def _cleanup(self, alloc_id: str, known: Sequence[str], placement_group: bool) -> None:
+        """Terminate every instance of the allocation (known ids and any carrying its tag).
+        Never raises: it runs while another error is on its way up."""
+        try:
+            ids = set(known) | {i["InstanceId"] for i in self._by_tag(alloc_id)}
+            self._terminate(sorted(ids))
+        except Exception as exc:  # pragma: no cover - reported, the original error wins
+            log.error("cleanup of %s failed (%s); terminate by tag %s", alloc_id, exc, alloc_id)
+        if placement_group:
+            self._delete_placement_group(alloc_id)
+
+    def _terminate(self, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        client = self.client()
+        stamp = datetime.now(UTC).isoformat()
+        with contextlib.suppress(Exception):
+            client.create_tags(Resources=list(ids), Tags=[{"Key": TAG_RELEASED, "Value": stamp}])
+        client.terminate_instances(InstanceIds=list(ids))
+
+    def _create_placement_group(self, name: str) -> None:
+        self.client().create_placement_group(
+            GroupName=name,
+            Strategy="cluster",
+            TagSpecifications=[
+                {
+                    "ResourceType": "placement-group",
+                    "Tags": [
+                        {"Key": TAG_ALLOCATION, "Value": name},
+                        {"Key": TAG_MANAGED, "Value": "true"},
+                    ],
+                }
+            ],
+        )
+
+    def _delete_placement_group(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            self.client().delete_placement_group(GroupName=name)
+
+    def _raw(self, instance_ids: Sequence[str]) -> list[dict[str, Any]]:
+        if not instance_ids:
+            return []
+        pages = (
+            self.client()
+            .get_paginator("describe_instances")
+            .paginate(InstanceIds=list(instance_ids))
+        )
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def _by_tag(self, alloc_id: str) -> list[dict[str, Any]]:
+        pages = (
+            self.client()
+            .get_paginator("describe_instances")
+            .paginate(Filters=[{"Name": f"tag:{TAG_ALLOCATION}", "Values": [alloc_id]}])
+        )
+        found = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        return sorted(found, key=lambda i: (i.get("AmiLaunchIndex", 0), i["InstanceId"]))
+
+    def get_allocation(self, allocation_id: str) -> Allocation:
+        raw = self._by_tag(allocation_id)
+        if not raw:
+            raise ProviderError(f"no EC2 instances tagged {TAG_ALLOCATION}={allocation_id}")
+        tags = _tags(raw[0])
+        zone_name = raw[0].get("Placement", {}).get("AvailabilityZone", "")
+        return Allocation(
+            id=allocation_id,
+            provider=self.name,
+            cloud=self.cloud,
+            region=self.region,
+            zone=self._zone_maps().get(zone_name, zone_name),
+            spec=self.instance_type(raw[0]["InstanceType"]),
+            market=Market.parse(tags.get(TAG_MARKET, "on-demand")),
+            placement_group=tags.get(TAG_PLACEMENT) == "true",
+            instance_ids=tuple(i["InstanceId"] for i in raw),
+            created_at=min(_utc(i["LaunchTime"]) for i in raw),
+        )
+
+    def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
+        by_id = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
+        per = allocation.spec.ranks_per_instance
+        out = []
+        for k, iid in enumerate(allocation.instance_ids):
+            raw = by_id.get(iid)
+            state, ended = self._state(raw) if raw else (InstanceState.TERMINATED, None)
+            out.append(
+                Instance(
+                    id=iid,
+                    allocation_id=allocation.id,
+                    instance_type=allocation.spec.name,
+                    market=allocation.market,
+                    zone=allocation.zone,
+                    state=state,
+                    address=(raw or {}).get("PrivateIpAddress", ""),
+                    ranks=tuple(range(k * per, (k + 1) * per)),
+                    launched_at=_utc(raw["LaunchTime"]) if raw else allocation.created_at,
+                    ended_at=ended,
+                )
+            )
+        return tuple(out)
+
+    def _state(self, raw: Mapping[str, Any]) -> tuple[InstanceState, datetime | None]:
+        name = raw["State"]["Name"]
+        if name == "pending":
+            return InstanceState.PENDING, None
+        if name == "running":
+            return InstanceState.RUNNING, None
+        tags = _tags(raw)
+        if TAG_RELEASED in tags:
+            return InstanceState.TERMINATED, _parse_time(tags[TAG_RELEASED])
+        m = _GMT.search(raw.get("StateTransitionReason", "") or "")
+        ended = (
+            datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+            if m
+            else self.now()
+        )
+        return InstanceState.INTERRUPTED, ended
+
+    def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
+        raws = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
+        out: dict[str, Interruption] = {}
+        for inst in self.describe(allocation):
+            if inst.state is InstanceState.INTERRUPTED:
+                raw = raws.get(inst.id, {})
+                reason = (raw.get("StateReason") or {}).get("Message") or raw.get(
+                    "StateTransitionReason", "taken back by EC2"
+                )
+                out[inst.id] = Interruption(inst.id, inst.ended_at or self.now(), reason)
+        spot_ids = [
+            r["SpotInstanceRequestId"] for r in raws.values() if r.get("SpotInstanceRequestId")
+        ]
+        if spot_ids:
+            reqs = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
+            for req in reqs.get("SpotInstanceRequests", []):
+                code = (req.get("Status") or {}).get("Code", "")
+                iid = req.get("InstanceId")
+                if iid and code in SPOT_INTERRUPTION_CODES and iid not in out:
+                    at = _utc(req["Status"].get("UpdateTime", self.now()))
+                    out[iid] = Interruption(iid, at, f"spot request status {code}")
+        return tuple(sorted(out.values(), key=lambda x: (x.at, x.instance_id)))
+
+    def run(
+        self,
+        allocation: Allocation,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        raise ProviderError(
+            "EC2Provider starts workers from user data at launch: create it with "
+            "EC2Provider(worker=['probe', ...], image_id=...) and launch again"
+        )
+
+    def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
+        """Unknown from here (workers report through the probe store and the progress log):
+        ``None`` per rank while its instance runs, -1 once it has ended."""
+        out: dict[int, int | None] = {}
+        for inst in self.describe(allocation):
+            for r in inst.ranks:
+                out[r] = None if inst.state is InstanceState.RUNNING else -1
+        return out
+
+    def stop(self, allocation: Allocation) -> None:
+        """Workers stop with their instances: release the allocation."""
+        self.release(allocation)
+
+    def release(self, allocation: Allocation | str) -> None:
+        alloc_id = allocation if isinstance(allocation, str) else allocation.id
+        raw = self._by_tag(alloc_id)
+        live = [i["InstanceId"] for i in raw if i["State"]["Name"] in LIVE_STATES]
+        if live:
+            log.info("terminating %d instance(s) of %s", len(live), alloc_id)
+        self._terminate(live)
+        if raw and _tags(raw[0]).get(TAG_PLACEMENT) == "true":
+            self._delete_placement_group(alloc_id)
+
+
+def _tags(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+
+
+def _utc(t: Any) -> datetime:
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t)
+    if not isinstance(t, datetime):
+        raise ProviderError(f"unexpected timestamp {t!r} from EC2")
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        return None

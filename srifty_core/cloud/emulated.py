@@ -1,0 +1,682 @@
+"""The emulated EC2: a seeded cloud on a simulated clock, for probes, profiles, training and
+preemptions at scale (tens of VMs, many allocations) in seconds.
+
+It implements the ``Provider`` interface over the real catalog (instance types, GPU specs,
+on-demand and zone spot prices) and draws every measurement from ``cloud.emulator_truth``
+(the ground-truth network and compute model, documented there). Nothing runs for real:
+
+* **Clock.** ``now()`` is simulated; it starts at ``start`` and moves only when the
+  emulator does something that takes time (``launch`` waits the launch delay, ``release``
+  the volume detach, probes and training their measured time) or when you ``advance`` it.
+  Billing (``cost``) is per second of simulated time since launch.
+* **Launch.** Each instance boots in ``launch_delay_s`` (normal, default 150 s, sd 20 s);
+  ``launch`` advances the clock to the slowest boot and returns RUNNING instances. Quotas
+  (instances per type, default 64) and capacity (per type and zone, default 256 on-demand
+  and 128 spot, shared by all allocations) can run out: ``CapacityError``/``QuotaError``.
+* **Network levels.** Each allocation draws its own bandwidth level (small and large
+  buffers), narrower with a placement group.
+* **Preemptions.** Spot instances are interrupted at ``preemption_rate_per_hour`` (per type,
+  or one rate for all; exponential arrivals drawn at launch) or at exact simulated times
+  given to ``schedule_interruption`` (tests). They take effect as the clock passes them.
+* **Workers.** ``run`` records the argv and environment and marks the workers done at
+  once (exit code 0); ``stop`` marks them stopped (-15). Nothing is executed: use
+  ``probe`` and ``train`` for measurements.
+
+State lives in the provider object (one simulated world per object); ``get_allocation``
+answers for allocations this object launched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from srifty_core.catalog.types import Market, Price
+from srifty_core.cloud import emulator_truth as truth
+from srifty_core.cloud.base import (
+    Allocation,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    Interruption,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+)
+from srifty_core.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from srifty_core.catalog import Catalog
+    from srifty_core.catalog.types import InstanceType
+    from srifty_core.profiling.profile import ComputeProfile
+
+PROVIDER_NAME = "ec2-emulated"
+DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)
+ZONE_PREFIX = {"us-east-1": "use1", "us-west-2": "usw2"}
+DEFAULT_WORLD_SIZES = (2, 4, 8, 16, 32, 64)
+DEFAULT_CONCURRENCY = (1, 2, 4)
+PROBE_GAP_S = 0.002
+"""Simulated time between two probe samples (synchronisation, bookkeeping)."""
+
+
+class CapacityError(ProviderError):
+    """The zone has no capacity left for this type (EC2: InsufficientInstanceCapacity)."""
+
+
+class QuotaError(ProviderError):
+    """The request would exceed the account's quota for this type."""
+
+
+@dataclass
+class _Inst:
+    id: str
+    zone: str
+    state: InstanceState
+    launched_at: datetime
+    ended_at: datetime | None = None
+    preempt_at: datetime | None = None
+    volume: bool = True
+
+
+@dataclass
+class _Alloc:
+    allocation: Allocation
+    instances: list[_Inst]
+    level: truth.NetworkLevel
+    interruptions: list[Interruption] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingRun:
+    """What ``EmulatedProvider.train`` measured (seconds of simulated time)."""
+
+    iteration_s: NDArray[np.float64]
+    """Time of each completed iteration."""
+    compute_s: NDArray[np.float64]
+    """Slowest forward + backward pass of each iteration."""
+    exposed_comm_s: NDArray[np.float64]
+    """Communication not hidden behind the backward pass."""
+    completed: int
+    interrupted: tuple[Interruption, ...]
+    """Interruptions that stopped the run early (empty when it completed)."""
+    started_at: datetime
+    ended_at: datetime
+
+    @property
+    def mean_s(self) -> float:
+        return float(self.iteration_s.mean()) if self.completed else math.nan
+
+
+class EmulatedProvider(Provider):
+    name = PROVIDER_NAME
+    cloud = "aws"
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        region: str = "us-east-1",
+        start: datetime = DEFAULT_START,
+        catalog: Catalog | None = None,
+        launch_delay_s: tuple[float, float] = (150.0, 20.0),
+        volume_detach_s: float = 5.0,
+        quota: int | Mapping[str, int] = 64,
+        capacity: int | Mapping[str, int] | None = None,
+        spot_capacity: int = 128,
+        preemption_rate_per_hour: float | Mapping[str, float] = 0.0,
+        spread_small: float = truth.SPREAD_SMALL,
+        spread_large: float = truth.SPREAD_LARGE,
+    ) -> None:
+        from srifty_core.catalog import Catalog
+
+        self.region = region
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._clock = start if start.tzinfo else start.replace(tzinfo=UTC)
+        self._catalog = catalog or Catalog.load()
+        self._catalog.check_region(region)
+        self.launch_delay_s = launch_delay_s
+        self.volume_detach_s = volume_detach_s
+        self._quota = quota
+        self._capacity = capacity
+        self._spot_capacity = spot_capacity
+        self._preempt = preemption_rate_per_hour
+        self.spread_small = spread_small
+        self.spread_large = spread_large
+        self._allocs: dict[str, _Alloc] = {}
+        self._scripted: list[tuple[datetime, str, str]] = []
+        self._n = 0
+
+    # ------------------------------------------------------------------ clock
+    def now(self) -> datetime:
+        return self._clock
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the simulated clock forward, applying the interruptions it passes."""
+        if seconds < 0:
+            raise ConfigError(f"seconds: the clock only moves forward, got {seconds}")
+        self._clock = self._clock + timedelta(seconds=float(seconds))
+        self._apply_interruptions()
+        return self._clock
+
+    def advance_to(self, t: datetime) -> datetime:
+        return self.advance(max(0.0, (t - self._clock).total_seconds()))
+
+    # ------------------------------------------------------------------ types, prices
+    def catalog_type(self, name: str) -> InstanceType:
+        if name not in self._catalog.names():
+            raise UnknownNameError("instance type", name, self._catalog.names())
+        return self._catalog.get(name, self.region)
+
+    def instance_type(self, name: str) -> InstanceSpec:
+        t = self.catalog_type(name)
+        return InstanceSpec(
+            name=t.name,
+            gpu_model=t.gpu_model,
+            gpus_per_vm=t.gpus_per_vm,
+            vcpus=t.vcpus,
+            network_gbps=t.network_gbps,
+            ranks_per_instance=max(1, t.gpus_per_vm),
+        )
+
+    def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
+        self.catalog_type(instance_type)
+        if Market.parse(market) is Market.SPOT and zone is None:
+            return self._catalog.cheapest_spot(instance_type, self.region)[1]
+        return self._catalog.price(instance_type, market, self.region, zone)
+
+    def zones(self, instance_type: str) -> list[str]:
+        """Zones offering the type: those with a spot price, else the region's first."""
+        t = self.catalog_type(instance_type)
+        zones = [z for z, _ in t.spot_zones]
+        return zones or [f"{ZONE_PREFIX.get(self.region, self.region)}-az1"]
+
+    # ------------------------------------------------------------------ lifecycle
+    def launch(self, request: LaunchRequest) -> Allocation:
+        spec = self.instance_type(request.instance_type)
+        market = Market.parse(request.market)
+        if market is Market.SPOT:
+            zone = request.zone or self._catalog.cheapest_spot(spec.name, self.region)[0]
+            self.price(spec.name, market, zone)  # no spot price there: MissingPriceError
+        else:
+            self.price(spec.name, market)
+            zone = request.zone or self.zones(spec.name)[0]
+            if zone not in self.zones(spec.name):
+                raise UnknownNameError("zone", zone, self.zones(spec.name), context=spec.name)
+        self._check_limits(spec.name, market, zone, request.count)
+        self._n += 1
+        alloc_id = f"emu-{self.seed}-{self._n:05d}"
+        start = self._clock
+        mean, sd = self.launch_delay_s
+        delays = np.maximum(10.0, mean + sd * self._rng.standard_normal(request.count))
+        level = truth.draw_allocation_level(
+            self._rng,
+            placement_group=request.placement_group,
+            spread_small=self.spread_small,
+            spread_large=self.spread_large,
+        )
+        insts = [
+            _Inst(f"{alloc_id}-i{k}", zone, InstanceState.PENDING, start)
+            for k in range(request.count)
+        ]
+        rate = self._rate(spec.name) if market is Market.SPOT else 0.0
+        if rate > 0:
+            gaps = self._rng.exponential(3600.0 / rate, request.count)
+            for inst, gap in zip(insts, gaps, strict=True):
+                inst.preempt_at = start + timedelta(seconds=float(gap))
+        alloc = Allocation(
+            id=alloc_id,
+            provider=self.name,
+            cloud=self.cloud,
+            region=self.region,
+            zone=zone,
+            spec=spec,
+            market=market,
+            placement_group=request.placement_group,
+            instance_ids=tuple(i.id for i in insts),
+            created_at=start,
+        )
+        self._allocs[alloc_id] = _Alloc(alloc, insts, level)
+        self.advance(float(delays.max()))
+        for inst in insts:
+            if inst.state is InstanceState.PENDING:
+                inst.state = InstanceState.RUNNING
+        return alloc
+
+    def get_allocation(self, allocation_id: str) -> Allocation:
+        return self._get(allocation_id).allocation
+
+    def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
+        a = self._get(allocation.id)
+        per = allocation.spec.ranks_per_instance
+        return tuple(
+            Instance(
+                id=i.id,
+                allocation_id=allocation.id,
+                instance_type=allocation.spec.name,
+                market=allocation.market,
+                zone=i.zone,
+                state=i.state,
+                address=f"10.0.{k // 250}.{k % 250 + 4}",
+                ranks=tuple(range(k * per, (k + 1) * per)),
+                launched_at=i.launched_at,
+                ended_at=i.ended_at,
+            )
+            for k, i in enumerate(a.instances)
+        )
+
+    def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
+        return tuple(self._get(allocation.id).interruptions)
+
+    def schedule_interruption(
+        self, instance_id: str, at: datetime | float, reason: str = "spot interruption"
+    ) -> None:
+        """Interrupt ``instance_id`` when the clock reaches ``at`` (a datetime, or seconds
+        from now)."""
+        when = at if isinstance(at, datetime) else self._clock + timedelta(seconds=float(at))
+        alloc_id = instance_id.rsplit("-i", 1)[0]
+        a = self._get(alloc_id)
+        if instance_id not in a.allocation.instance_ids:
+            raise UnknownNameError("instance", instance_id, a.allocation.instance_ids)
+        self._scripted.append((when, instance_id, reason))
+        self._apply_interruptions()
+
+    def run(
+        self,
+        allocation: Allocation,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record ``argv`` (nothing executes) and mark every rank done with exit code 0."""
+        a = self._get(allocation.id)
+        down = [i.id for i in a.instances if i.state is not InstanceState.RUNNING]
+        if down:
+            raise ProviderError(f"allocation {allocation.id}: instance(s) {down} are not running")
+        a.runs.append({"argv": list(argv), "env": dict(env or {}), "at": self._clock})
+        a.exit_codes = {r: 0 for r in range(allocation.ranks)}
+
+    def runs(self, allocation: Allocation) -> list[dict[str, Any]]:
+        """Every ``run`` recorded: argv, env and simulated start time."""
+        return list(self._get(allocation.id).runs)
+
+    def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
+        return dict(self._get(allocation.id).exit_codes)
+
+    def stop(self, allocation: Allocation) -> None:
+        a = self._get(allocation.id)
+        a.exit_codes = {r: (c if c is not None else -15) for r, c in a.exit_codes.items()}
+
+    def release(self, allocation: Allocation | str) -> None:
+        alloc_id = allocation if isinstance(allocation, str) else allocation.id
+        a = self._allocs.get(alloc_id)
+        if a is None:
+            return
+        live = [i for i in a.instances if i.state in (InstanceState.RUNNING, InstanceState.PENDING)]
+        for i in live:
+            i.state = InstanceState.TERMINATED
+            i.ended_at = self._clock
+        if live and any(i.volume for i in live):
+            self.advance(self.volume_detach_s)
+
+    # ------------------------------------------------------------------ measurements
+    def probe(
+        self,
+        allocation: Allocation,
+        sizes: Sequence[int],
+        world_sizes: Sequence[int] = DEFAULT_WORLD_SIZES,
+        concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
+        *,
+        repeats: int = 5,
+        allocation_slot: int = 0,
+        day: date | None = None,
+    ) -> dict[str, list[Any]]:
+        """Allreduce samples on ``allocation`` as columns of probe records (``PROBE_SCHEMA``
+        names; ``records_to_table``/``columns_to_table`` make a table). World sizes above
+        the allocation's ranks are skipped; the clock advances by the measured time."""
+        a = self._get(allocation.id)
+        if any(i.state is not InstanceState.RUNNING for i in a.instances):
+            raise ProviderError(f"allocation {allocation.id}: not every instance is running")
+        t = self.catalog_type(allocation.spec.name)
+        net = truth.NetSpec.of(t)
+        size_arr = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.float64)
+        cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
+        day = day or self._clock.date()
+        for n in sorted(set(world_sizes)):
+            if n < 2 or n > allocation.ranks:
+                continue
+            for c in sorted(set(concurrency)):
+                base = truth.allreduce_time(
+                    net,
+                    size_arr,
+                    n,
+                    concurrent=c,
+                    level_small=a.level.small,
+                    level_large=a.level.large,
+                )
+                for rep in range(repeats):
+                    times = base * truth.sample_noise(self._rng, size_arr)
+                    for s, ts in zip(size_arr, times, strict=True):
+                        cols["world_size"].append(n)
+                        cols["buffer_bytes"].append(int(s))
+                        cols["concurrent"].append(c)
+                        cols["repeat"].append(rep)
+                        cols["time_s"].append(float(ts))
+                        cols["probed_at"].append(self._clock)
+                        self._clock += timedelta(seconds=float(ts) + PROBE_GAP_S)
+        self._apply_interruptions()
+        m = len(cols["time_s"])
+        fixed = {
+            "date": day,
+            "provider": self.name,
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": allocation.zone,
+            "instance_type": t.name,
+            "gpu_model": t.gpu_model,
+            "gpus_per_vm": t.gpus_per_vm,
+            "vcpus": t.vcpus,
+            "network_gbps": t.network_gbps,
+            "placement_group": allocation.placement_group,
+            "allocation_id": allocation.id,
+            "allocation_slot": allocation_slot,
+            "backend": "nccl",
+            "status": "ok",
+            "error": None,
+        }
+        out: dict[str, list[Any]] = {k: [v] * m for k, v in fixed.items()}
+        out.update(cols)
+        n_arr = np.asarray(out["world_size"], dtype=np.float64)
+        s_arr = np.asarray(out["buffer_bytes"], dtype=np.float64)
+        t_arr = np.asarray(out["time_s"], dtype=np.float64)
+        out["busbw"] = list(2.0 * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
+        return out
+
+    def train(
+        self,
+        allocations: Iterable[Allocation],
+        profile: ComputeProfile,
+        batches: Mapping[str, int],
+        iterations: int,
+        *,
+        reference: truth.DeviceRate | None = None,
+        seed: int | None = None,
+    ) -> TrainingRun:
+        """Run ``iterations`` synchronous data-parallel iterations over the RUNNING
+        instances of ``allocations`` (mixed types allowed), in simulated time.
+
+        ``batches[type]`` is the number of samples one VM of that type processes per
+        iteration, split evenly over its GPUs. Gradient buckets come from the profile
+        (``profile.buckets``, in DDP's order). The profile's latency is scaled to each GPU
+        (see ``emulator_truth``); ``reference`` overrides the device it was measured on.
+        If an instance is interrupted mid-run, the run stops at the last iteration that
+        ended before the interruption.
+        """
+        allocs = [self._get(a.id) for a in allocations]
+        if not allocs:
+            raise ConfigError("allocations: none given")
+        rng = np.random.default_rng(seed) if seed is not None else self._rng
+        rates = {
+            t.gpu_model: truth.device_rate(t)
+            for t in self._catalog.by_region(self.region)
+            if t.gpu is not None and t.gpu.memory_bw_gbs is not None
+        }
+        ref = reference or truth.reference_rate(profile, rates)
+        groups = []
+        for a in allocs:
+            name = a.allocation.spec.name
+            if name not in batches:
+                raise ConfigError(f"batches: no local batch for {name}")
+            live = [i for i in a.instances if i.state is InstanceState.RUNNING]
+            if not live:
+                raise ProviderError(f"allocation {a.allocation.id} has no running instance")
+            t = self.catalog_type(name)
+            groups.append(truth.group_for(t, len(live), batches[name], profile, ref, a.level, rng))
+        ordered = sorted(profile.buckets, key=lambda b: b.index)
+        iters, compute, exposed = truth.training_iterations(
+            groups,
+            [b.size_bytes for b in ordered],
+            [b.ready_fraction for b in ordered],
+            iterations,
+            rng,
+        )
+        started = self._clock
+        ends = started + timedelta(seconds=float(np.cumsum(iters)[-1]))
+        first_stop = self._next_interruption(allocs, ends)
+        completed = iterations
+        if first_stop is not None:
+            elapsed = (first_stop - started).total_seconds()
+            completed = int(np.searchsorted(np.cumsum(iters), elapsed, side="right"))
+            self.advance_to(first_stop)
+        else:
+            self.advance_to(ends)
+        hit = tuple(
+            x
+            for a in allocs
+            for x in a.interruptions
+            if first_stop is not None and started <= x.at <= first_stop
+        )
+        return TrainingRun(
+            iteration_s=iters[:completed],
+            compute_s=compute[:completed],
+            exposed_comm_s=exposed[:completed],
+            completed=completed,
+            interrupted=hit,
+            started_at=started,
+            ended_at=self._clock,
+        )
+
+    # ------------------------------------------------------------------ internals
+    def _get(self, alloc_id: str) -> _Alloc:
+        a = self._allocs.get(alloc_id)
+        if a is None:
+            raise ProviderError(f"no emulated allocation {alloc_id!r} in this provider")
+        return a
+
+    def _rate(self, name: str) -> float:
+        if isinstance(self._preempt, Mapping):
+            return float(self._preempt.get(name, 0.0))
+        return float(self._preempt)
+
+    def _limit(self, limit: int | Mapping[str, int] | None, name: str, default: int) -> int:
+        if limit is None:
+            return default
+        if isinstance(limit, Mapping):
+            return int(limit.get(name, default))
+        return int(limit)
+
+    def _check_limits(self, name: str, market: Market, zone: str, count: int) -> None:
+        live = [
+            (a.allocation, i)
+            for a in self._allocs.values()
+            if a.allocation.spec.name == name
+            for i in a.instances
+            if i.state in (InstanceState.RUNNING, InstanceState.PENDING)
+        ]
+        quota = self._limit(self._quota, name, 64)
+        if len(live) + count > quota:
+            raise QuotaError(
+                f"{name}: {count} more instance(s) would exceed the quota of {quota} "
+                f"({len(live)} running); release some or raise quota="
+            )
+        if market is Market.SPOT:
+            cap = self._spot_capacity
+        else:
+            cap = self._limit(self._capacity, name, 256)
+        used = sum(1 for a, i in live if i.zone == zone and a.market is market)
+        if used + count > cap:
+            raise CapacityError(
+                f"{name} in {zone} ({market.value}): insufficient capacity for {count} more "
+                f"instance(s) ({cap - used} left); try another zone or market"
+            )
+
+    def _apply_interruptions(self) -> None:
+        due = [(t, iid, r) for t, iid, r in self._scripted if t <= self._clock]
+        self._scripted = [x for x in self._scripted if x[0] > self._clock]
+        events = list(due)
+        for a in self._allocs.values():
+            for i in a.instances:
+                if i.preempt_at is not None and i.preempt_at <= self._clock:
+                    events.append((i.preempt_at, i.id, "spot interruption (capacity reclaimed)"))
+                    i.preempt_at = None
+        for at, iid, reason in sorted(events):
+            a = self._allocs[iid.rsplit("-i", 1)[0]]
+            inst = next(i for i in a.instances if i.id == iid)
+            if inst.state not in (InstanceState.RUNNING, InstanceState.PENDING):
+                continue
+            inst.state = InstanceState.INTERRUPTED
+            inst.ended_at = at
+            a.interruptions.append(Interruption(iid, at, reason))
+            per = a.allocation.spec.ranks_per_instance
+            k = a.allocation.instance_ids.index(iid)
+            for r in range(k * per, (k + 1) * per):
+                if r in a.exit_codes:
+                    a.exit_codes[r] = -9
+
+    def _next_interruption(self, allocs: Sequence[_Alloc], until: datetime) -> datetime | None:
+        ids = {i.id for a in allocs for i in a.instances if i.state is InstanceState.RUNNING}
+        times = [t for t, iid, _ in self._scripted if iid in ids and t <= until]
+        times += [
+            i.preempt_at
+            for a in allocs
+            for i in a.instances
+            if i.id in ids and i.preempt_at is not None and i.preempt_at <= until
+        ]
+        return min(times) if times else None
+
+
+_VARYING = ("world_size", "buffer_bytes", "concurrent", "repeat", "time_s", "probed_at")
+
+
+def columns_to_table(cols: Mapping[str, Sequence[Any]]) -> pa.Table:
+    """Probe columns (from ``EmulatedProvider.probe``) as a table checked against
+    ``PROBE_SCHEMA``."""
+    import pyarrow as pa
+
+    from srifty_core.probing.schema import PROBE_SCHEMA, conform
+
+    arrays = [pa.array(cols[f.name], type=f.type) for f in PROBE_SCHEMA]
+    return conform(pa.Table.from_arrays(arrays, schema=PROBE_SCHEMA))
+
+
+def emulated_probe_sweep(
+    instance_types: Sequence[str],
+    *,
+    sizes: Sequence[int] | None = None,
+    world_sizes: Sequence[int] = DEFAULT_WORLD_SIZES,
+    concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
+    allocations: int = 3,
+    repeats: int = 5,
+    placement_group: bool = False,
+    regions: Sequence[str] = ("us-east-1",),
+    seed: int = 0,
+    day: date | None = None,
+    provider: EmulatedProvider | None = None,
+) -> pa.Table:
+    """An emulated probe dataset: for each region and type, ``allocations`` fresh
+    allocations of ``ceil(max world size / GPUs per VM)`` VMs, each swept over ``sizes``
+    (default 4 B..512 MB, 3 points a decade) x ``world_sizes`` x ``concurrency`` with
+    ``repeats`` samples. Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
+    ``write_emulated_probes`` stores it. Same arguments and seed, same rows."""
+    import pyarrow as pa
+
+    from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, geometric_sizes
+
+    size_list = list(sizes or geometric_sizes(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES))
+    tables = []
+    for r, region in enumerate(regions):
+        p = provider if provider is not None and provider.region == region else None
+        p = p or EmulatedProvider(seed=seed * 1000 + r, region=region)
+        for name in instance_types:
+            spec = p.instance_type(name)
+            top = max(world_sizes)
+            count = max(2, math.ceil(top / spec.ranks_per_instance))
+            for slot in range(allocations):
+                alloc = p.launch(LaunchRequest(name, count=count, placement_group=placement_group))
+                try:
+                    cols = p.probe(
+                        alloc,
+                        size_list,
+                        world_sizes,
+                        concurrency,
+                        repeats=repeats,
+                        allocation_slot=slot,
+                        day=day,
+                    )
+                finally:
+                    p.release(alloc)
+                tables.append(columns_to_table(cols))
+    from srifty_core.probing.schema import PROBE_SCHEMA
+
+    return pa.concat_tables(tables) if tables else PROBE_SCHEMA.empty_table()
+
+
+def write_emulated_probes(table: pa.Table, root: Any = None) -> list[Any]:
+    """Write an emulated sweep into the probe store, one partition per (day, type)."""
+    import pyarrow.compute as pc
+
+    from srifty_core.probing.store import write_partition
+
+    out = []
+    days = pc.unique(table["date"]).to_pylist()
+    for day in days:
+        on_day = table.filter(pc.equal(table["date"], pa_scalar_date(day)))
+        for name in sorted(pc.unique(on_day["instance_type"]).to_pylist()):
+            part = on_day.filter(pc.equal(on_day["instance_type"], name))
+            out.append(
+                write_partition(
+                    part, day=day, provider=PROVIDER_NAME, instance_type=name, root=root
+                )
+            )
+    return out
+
+
+def pa_scalar_date(d: date) -> Any:
+    import pyarrow as pa
+
+    return pa.scalar(d, type=pa.date32())
+
+
+def emulate_training(
+    counts: Mapping[str, int],
+    batches: Mapping[str, int],
+    profile: ComputeProfile,
+    iterations: int,
+    *,
+    market: Market | str = Market.ON_DEMAND,
+    region: str = "us-east-1",
+    placement_group: bool = False,
+    seed: int = 0,
+    reference: truth.DeviceRate | None = None,
+) -> TrainingRun:
+    """Launch ``counts[type]`` VMs of each type on a fresh emulator, run ``iterations``
+    iterations (``batches[type]`` samples per VM), release, and return what was measured.
+    One allocation per type; same inputs and seed, same numbers."""
+    p = EmulatedProvider(seed=seed, region=region)
+    launched = []
+    try:
+        for name, count in counts.items():
+            if count > 0:
+                launched.append(
+                    p.launch(
+                        LaunchRequest(
+                            name,
+                            count=count,
+                            market=Market.parse(market),
+                            placement_group=placement_group,
+                        )
+                    )
+                )
+        return p.train(launched, profile, batches, iterations, reference=reference)
+    finally:
+        for a in launched:
+            p.release(a)

@@ -1,0 +1,518 @@
+"""Ground truth of the emulated EC2: how its network and GPUs behave. ONE module, on purpose.
+
+The emulated provider (``cloud.emulated``) draws every measurement from the functions here.
+The learned side of Srifty (``srifty_core.predictors``, ``simulator``, ``planner``) must
+never import this module: it would learn the answer instead of the cloud
+(``tests/cloud/test_emulated.py`` checks the imports). Everything here is a documented
+assumption, calibrated where public data exists and extrapolated where it does not.
+
+Network (allreduce, NCCL-like)
+------------------------------
+An allreduce of ``s`` bytes over ``n`` ranks on VMs with ``g`` GPUs each spans
+``k = ceil(n / g)`` VMs (ranks fill VMs in order). Its time is
+
+    t = lat_p * L(n, k) + 2 (n - 1) / n * s / (bw_p * r(s) * B(n, k))
+
+(``r(s)`` is the pipeline ramp of ``ramp_fraction`` above 64 KB, 1 below), so its bus
+bandwidth ``2 s (n - 1) / (n t)`` tends to ``bw_p * B`` for large buffers and
+the latency floor dominates small ones. ``p`` is the protocol, switched at fixed sizes as
+NCCL's tuner does: LL below 64 KB (low latency, a fraction of the bandwidth), LL128 up to
+4 MB, Simple above (full bandwidth, the highest start-up cost); ``PROTOCOLS`` holds the
+(latency factor, bandwidth fraction) of each. That makes visible kinks at 64 KB and 4 MB,
+which a learned model has to capture (the method notes the same about real NCCL).
+
+* Inside one VM (``k = 1``): a ring over NVLink (``0.45 x`` the GPU's total NVLink
+  bandwidth from the catalog, e.g. 135 GB/s busbw for 8 V100) or over PCIe through the host
+  (no peer-to-peer: 6 / 12 / 24 GB/s for PCIe 3 / 4 / 5, parsed from the catalog's
+  ``host_interface``), with ``8 us + 2 (n - 1) x hop`` latency (1 us a hop on NVLink, 2.5 us
+  on PCIe).
+* Across VMs (``k >= 2``): ``B = min(B_intra, eff x NIC, g x per_gpu_cap)`` where NIC is
+  the catalog's rated (baseline) bandwidth; ``L = L0`` for two VMs, growing like a ring
+  ``L0 (k - 1)`` for large buffers and like a tree ``L0 log2 k`` for buffers under 4 MB
+  (NCCL picks trees for small messages at scale; tree bandwidth is 0.6 of ring's), plus
+  ``2 (n - k)`` intra-VM hops.
+
+Calibration against the public nccl-tests tables (``data/reference/nccl_tests_public.csv``,
+``all_reduce_perf``, out-of-place): ``L0`` is the median time of the 8 B..1 KB rows (the
+latency floor) minus the intra-VM hops, and ``eff`` the busbw of the largest rows divided by
+the rated NIC bandwidth. Per family (``FAMILY_NET``):
+
+* p3dn: 2x1 tables give L0 = 52 us and a one-GPU ceiling of 2.6 GB/s (one V100 cannot fill
+  the 100 Gbps EFA NIC); the 2x8 and 8x8 tables give eff = 5.5 / 12.5 = 0.44.
+* p4d: the 2x8 tables (NCCL 2.8.3 and 2.9.9) give a floor of about 170 us (L0 = 140 us) and
+  eff = 43.4 / 50 = 0.87 (the newer table; the older one reaches 32.7 GB/s).
+* p5: the 2x8 tables give a floor of 65-77 us (L0 = 40 us) and busbw 445-480 GB/s over a
+  rated 400 GB/s (eff = 1.15: hierarchical algorithms send less than a flat ring over the
+  NIC).
+* g5: one 2x1 excerpt (256 KB..4 MB only) gives eff = 0.85 of 25 Gbps (its 4 MB point is
+  still rising); its latency floor is not in the table, so L0 = 60 us is extrapolated.
+* g3, g4dn, g6, p3 (and g5 sizes without EFA): **extrapolated**, no public table. NCCL runs
+  over TCP sockets on ENA: eff = 0.75, L0 = 60 us (g4dn, g6), 75 us (p3, g3: older
+  hypervisor/NIC); p4de uses p4d's values, p5.4xlarge p5's.
+
+The fit is rough where the tables are: the p3dn 8x8 table's small-message floor (2.2 ms)
+is about 4x the model's, an EFA/NCCL 2.6 effect at 64 ranks that is not modelled. The
+benchmark ``benchmarks/emulator_calibration.py`` prints model vs table for every row.
+
+Variance: each allocation draws a bandwidth level for small and for large buffers
+(``draw_allocation_level``): truncated normal in log space whose range across allocations
+is at most ``spread`` (METHOD.md: mean performance varies up to 1.8x on large and 1.5x on
+small buffers; a placement group narrows both to ``spread ** 0.4`` and lifts the mean by
+5 %). Sizes in between blend the two levels in log(size). Each sample then varies by a
+log-normal factor (4 % on large buffers, 10 % on small), and 1 % of samples are outliers 1.3-2x
+slower. ``c`` concurrent transfers overlap their latency (``+15 %`` per extra transfer) and
+share the bottleneck bandwidth (aggregate up to 10 % above one transfer, more channels).
+
+Compute
+-------
+A ``ComputeProfile`` measured on a reference device is scaled to a catalog GPU by
+``sqrt((F_ref / F) * (M_ref / M))``, F the FP32 TFLOPS and M the memory bandwidth (a
+geometric mean of the compute-bound and memory-bound ratios). A profile measured on a
+catalog GPU uses that GPU as reference (scale 1 on itself); a CPU profile uses
+``CPU_REFERENCE`` (2 cores with AVX2: 0.1 TFLOPS, 20 GB/s), an assumption: pass another
+reference for another machine. Each VM draws a spatial factor (normal, sd 2.5 %, truncated
+at +-5 %, so VMs differ by up to 1.1x) and each iteration a temporal factor (normal, sd the
+profile's own coefficient of variation, at least 1.5 %, truncated at +-4.8 %).
+
+Training iteration (the emulator's own, not the planner's simulator): per iteration, each
+VM's forward and backward time is drawn; gradient bucket ``j`` is ready on a VM at
+``fw + ready_fraction_j x bw``, its allreduce starts when every VM has it and the previous
+bucket's allreduce ended (DDP issues them in order on one stream), and takes the allreduce
+time of the slowest instance type in the job (each type's own network model at the job's
+world size). The iteration ends when the last allreduce and the slowest backward pass end.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from srifty_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from srifty_core.catalog.types import InstanceType
+    from srifty_core.profiling.profile import ComputeProfile
+
+KB = 1024
+MB = 1024**2
+
+# --------------------------------------------------------------------------- network
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    name: str
+    upto_bytes: float
+    """Largest buffer this protocol carries."""
+    latency_factor: float
+    bandwidth_fraction: float
+
+
+PROTOCOLS: tuple[Protocol, ...] = (
+    Protocol("LL", 64 * KB, 1.0, 0.5),
+    Protocol("LL128", 4 * MB, 1.25, 0.9),
+    Protocol("Simple", math.inf, 2.0, 1.0),
+)
+TREE_MAX_BYTES = 4 * MB
+"""Buffers below this use a tree across VMs when the job spans 4 VMs or more."""
+TREE_BW_FRACTION = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyNet:
+    """Inter-VM network of one instance family (see the module docstring for the fit)."""
+
+    latency_s: float
+    """L0: small-message allreduce latency between two VMs."""
+    efficiency: float
+    """Asymptotic busbw across VMs / rated NIC bandwidth."""
+    per_gpu_cap_Bps: float = math.inf
+    """Ceiling one GPU's traffic reaches over the NIC (bytes/s)."""
+    ramp: float = 1.0
+    """Half-bandwidth size in bandwidth-delay products (see ``ramp_fraction``)."""
+    basis: str = "extrapolated"
+
+
+FAMILY_NET: dict[str, FamilyNet] = {
+    "p3dn": FamilyNet(52e-6, 0.44, 2.6e9, 1.0, "fitted: eks-efa-examples 2x1, 2x8, 8x8"),
+    "p4d": FamilyNet(140e-6, 0.87, ramp=3.0, basis="fitted: aws-efa-eks 2x8 (NCCL 2.8.3, 2.9.9)"),
+    "p4de": FamilyNet(140e-6, 0.87, ramp=3.0, basis="p4d's fit (same network)"),
+    "p5": FamilyNet(40e-6, 1.15, ramp=1.0, basis="fitted: terraform-aws-eks-blueprints p5 2x8"),
+    "g5": FamilyNet(60e-6, 0.85, basis="bandwidth fitted: g5.8xlarge 2x1; latency extrapolated"),
+    "g4dn": FamilyNet(60e-6, 0.75),
+    "g6": FamilyNet(60e-6, 0.75),
+    "p3": FamilyNet(75e-6, 0.75),
+    "g3": FamilyNet(75e-6, 0.75),
+    "g3s": FamilyNet(75e-6, 0.75),
+}
+DEFAULT_FAMILY_NET = FamilyNet(75e-6, 0.75)
+NVLINK_EFFICIENCY = 0.45
+PCIE_BUSBW_Bps = {3: 6e9, 4: 12e9, 5: 24e9}
+INTRA_BASE_S = 8e-6
+HOP_NVLINK_S = 1e-6
+HOP_PCIE_S = 2.5e-6
+
+
+@dataclass(frozen=True, slots=True)
+class NetSpec:
+    """What the network model needs to know about an instance type."""
+
+    family: str
+    gpus_per_vm: int
+    network_gbps: float
+    nvlink_bw_gbs: float | None
+    pcie_gen: int
+
+    @classmethod
+    def of(cls, t: InstanceType) -> NetSpec:
+        gpu = t.gpu
+        nvlink = gpu.nvlink_bw_gbs if gpu is not None and gpu.nvlink else None
+        return cls(
+            family=t.family,
+            gpus_per_vm=max(1, t.gpus_per_vm),
+            network_gbps=t.network_gbps,
+            nvlink_bw_gbs=nvlink,
+            pcie_gen=_pcie_gen(gpu.host_interface if gpu is not None else ""),
+        )
+
+
+def _pcie_gen(text: str) -> int:
+    m = re.search(r"(?:Gen\s*|PCIe\s*)(\d)(?:\.0)?", text, re.IGNORECASE)
+    gen = int(m.group(1)) if m else 3
+    return gen if gen in PCIE_BUSBW_Bps else 3
+
+
+def family_net(family: str) -> FamilyNet:
+    return FAMILY_NET.get(family, DEFAULT_FAMILY_NET)
+
+
+def intra_bw_Bps(spec: NetSpec) -> float:
+    if spec.nvlink_bw_gbs:
+        return NVLINK_EFFICIENCY * spec.nvlink_bw_gbs * 1e9
+    return PCIE_BUSBW_Bps[spec.pcie_gen]
+
+
+def allreduce_time(
+    spec: NetSpec,
+    size_bytes: NDArray[np.float64] | float,
+    world_size: int,
+    *,
+    concurrent: int = 1,
+    level_small: float = 1.0,
+    level_large: float = 1.0,
+    ranks_per_vm: int | None = None,
+) -> NDArray[np.float64]:
+    """Noise-free time (s) until ``concurrent`` allreduces of ``size_bytes`` each, started
+    together on ``world_size`` ranks, have all ended. Levels > 1 mean a faster allocation.
+    ``ranks_per_vm`` defaults to one rank per GPU (a published table may use fewer)."""
+    s = np.atleast_1d(np.asarray(size_bytes, dtype=np.float64))
+    n = int(world_size)
+    if n < 2:
+        raise ConfigError(f"world_size: an allreduce needs at least 2 ranks, got {n}")
+    g = ranks_per_vm or spec.gpus_per_vm
+    k = math.ceil(n / g)
+    per_vm = min(n, g)
+    hop = HOP_NVLINK_S if spec.nvlink_bw_gbs else HOP_PCIE_S
+    b_intra = intra_bw_Bps(spec)
+    if k == 1:
+        lat_ring = lat_tree = INTRA_BASE_S + 2 * (n - 1) * hop
+        bw = np.full_like(s, b_intra)
+        tree = np.zeros_like(s, dtype=bool)
+        half = b_intra * lat_ring
+    else:
+        fam = family_net(spec.family)
+        nic = spec.network_gbps * 1e9 / 8
+        b_net = min(b_intra, fam.efficiency * nic, per_vm * fam.per_gpu_cap_Bps)
+        intra = 2 * (n - k) * hop
+        lat_ring = fam.latency_s * (k - 1) + intra
+        lat_tree = fam.latency_s * math.log2(k) + intra
+        tree = (s < TREE_MAX_BYTES) & (k >= 4)
+        bw = np.where(tree, TREE_BW_FRACTION * b_net, b_net)
+        half = fam.ramp * b_net * (fam.latency_s + intra)
+    lat = np.where(tree, lat_tree, lat_ring)
+    lat_f = np.empty_like(s)
+    bw_f = np.empty_like(s)
+    lower = 0.0
+    for p in PROTOCOLS:
+        m = (s > lower) & (s <= p.upto_bytes) if lower else s <= p.upto_bytes
+        lat_f[m] = p.latency_factor
+        bw_f[m] = p.bandwidth_fraction
+        lower = p.upto_bytes
+    level = blend_level(s, level_small, level_large)
+    c = int(concurrent)
+    share = min(1.10, 1.0 + 0.05 * (c - 1))  # aggregate gain from more channels
+    latency = lat * lat_f * (1.0 + 0.15 * (c - 1)) / level_small
+    ramp = np.where(s > PROTOCOLS[0].upto_bytes, ramp_fraction(c * s, half), 1.0)
+    data = c * 2.0 * (n - 1) / n * s / (bw * bw_f * ramp * level * share)
+    out: NDArray[np.float64] = latency + data
+    return out
+
+
+RAMP_EXPONENT = 0.8
+
+
+def ramp_fraction(size_bytes: NDArray[np.float64], half_bytes: float) -> NDArray[np.float64]:
+    """Share of the asymptotic bandwidth a transfer of ``size_bytes`` reaches: ``x / (1 + x)``
+    with ``x = (size / half) ** 0.8``. The half-bandwidth size is ``ramp`` bandwidth-delay
+    products (bandwidth x latency floor): a fast NIC needs larger buffers to fill its
+    pipeline (nccl-tests: about 130 KB on p3dn 2x1, 1 MB on p3dn 2x8, 20 MB on p4d 2x8)."""
+    x = np.power(np.maximum(size_bytes, 1.0) / half_bytes, RAMP_EXPONENT)
+    out: NDArray[np.float64] = x / (1.0 + x)
+    return out
+
+
+SMALL_REF_BYTES = 1 * KB
+LARGE_REF_BYTES = 256 * MB
+
+
+def blend_level(
+    size_bytes: NDArray[np.float64], level_small: float, level_large: float
+) -> NDArray[np.float64]:
+    """The allocation's bandwidth level at each size: the small level up to 1 KB, the large
+    one from 256 MB, geometric interpolation in log(size) between."""
+    w = np.clip(
+        np.log(np.maximum(size_bytes, 1.0) / SMALL_REF_BYTES)
+        / math.log(LARGE_REF_BYTES / SMALL_REF_BYTES),
+        0.0,
+        1.0,
+    )
+    out: NDArray[np.float64] = np.exp((1 - w) * math.log(level_small) + w * math.log(level_large))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkLevel:
+    """One allocation's draw: multipliers on bandwidth (large) and on 1/latency (small)."""
+
+    small: float
+    large: float
+
+
+SPREAD_LARGE = 1.8
+SPREAD_SMALL = 1.5
+PLACEMENT_NARROWING = 0.4
+PLACEMENT_GAIN = 1.05
+
+
+def draw_allocation_level(
+    rng: np.random.Generator,
+    *,
+    placement_group: bool = False,
+    spread_small: float = SPREAD_SMALL,
+    spread_large: float = SPREAD_LARGE,
+) -> NetworkLevel:
+    """Levels whose max/min across allocations is at most the spread (truncated normal in
+    log space, sd a third of the half-range, correlation 0.5 between small and large)."""
+    z1, z2 = rng.standard_normal(2)
+    z_large = z1
+    z_small = 0.5 * z1 + math.sqrt(0.75) * z2
+    out = []
+    for z, spread in ((z_small, spread_small), (z_large, spread_large)):
+        if placement_group:
+            spread = spread**PLACEMENT_NARROWING
+        half = math.log(spread) / 2
+        x = float(np.clip(z / 3.0, -1.0, 1.0)) * half
+        out.append(math.exp(x) * (PLACEMENT_GAIN if placement_group else 1.0))
+    return NetworkLevel(small=out[0], large=out[1])
+
+
+SAMPLE_CV_SMALL = 0.10
+SAMPLE_CV_LARGE = 0.04
+OUTLIER_P = 0.01
+
+
+def sample_noise(rng: np.random.Generator, size_bytes: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per-sample multiplicative factor on time (>= 0.5): log-normal, wider on small
+    buffers, with rare slow outliers."""
+    w = np.clip(
+        np.log(np.maximum(size_bytes, 1.0) / SMALL_REF_BYTES)
+        / math.log(LARGE_REF_BYTES / SMALL_REF_BYTES),
+        0.0,
+        1.0,
+    )
+    cv = SAMPLE_CV_SMALL + (SAMPLE_CV_LARGE - SAMPLE_CV_SMALL) * w
+    f = np.exp(cv * rng.standard_normal(size_bytes.shape))
+    outlier = rng.random(size_bytes.shape) < OUTLIER_P
+    f = np.where(outlier, f * rng.uniform(1.3, 2.0, size_bytes.shape), f)
+    out: NDArray[np.float64] = np.maximum(f, 0.5)
+    return out
+
+
+# --------------------------------------------------------------------------- compute
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRate:
+    """What the compute scaling uses about a device."""
+
+    fp32_tflops: float
+    memory_bw_gbs: float
+
+
+CPU_REFERENCE = DeviceRate(fp32_tflops=0.1, memory_bw_gbs=20.0)
+SPATIAL_SD = 0.025
+TEMPORAL_SD_MIN = 0.015
+VARIANCE_CLIP = 0.1 / 2.1
+"""Truncation: (1 + c) / (1 - c) = 1.1, the largest ratio METHOD.md reports."""
+
+
+def device_rate(t: InstanceType) -> DeviceRate:
+    if t.gpu is None or t.gpu.memory_bw_gbs is None:
+        raise ConfigError(f"{t.name}: the catalog has no GPU spec (FP32, memory bandwidth)")
+    return DeviceRate(t.gpu.fp32_tflops, t.gpu.memory_bw_gbs)
+
+
+def compute_scale(reference: DeviceRate, target: DeviceRate) -> float:
+    """Factor on latency moving from ``reference`` to ``target``."""
+    return math.sqrt(
+        (reference.fp32_tflops / target.fp32_tflops)
+        * (reference.memory_bw_gbs / target.memory_bw_gbs)
+    )
+
+
+def draw_spatial(rng: np.random.Generator, count: int) -> NDArray[np.float64]:
+    """Per-VM factors on compute time (normal, truncated)."""
+    z = np.clip(SPATIAL_SD * rng.standard_normal(count), -VARIANCE_CLIP, VARIANCE_CLIP)
+    out: NDArray[np.float64] = 1.0 + z
+    return out
+
+
+def draw_temporal(
+    rng: np.random.Generator, shape: tuple[int, ...], cv: float
+) -> NDArray[np.float64]:
+    sd = max(float(cv), TEMPORAL_SD_MIN)
+    z = np.clip(sd * rng.standard_normal(shape), -VARIANCE_CLIP, VARIANCE_CLIP)
+    out: NDArray[np.float64] = 1.0 + z
+    return out
+
+
+def profile_pass_times(
+    profile: ComputeProfile, batch: int, scale: float
+) -> tuple[float, float, float, float]:
+    """(t_fw, t_bw, cv_fw, cv_bw) of ``profile`` at ``batch`` on a device ``scale`` times
+    slower than the profiled one. Uses the fitted pieces directly (``B_max`` is a property
+    of the profiled device; memory is checked by the caller)."""
+    b = np.asarray([float(batch)])
+    t_fw = float(profile.fw_fit(b)[0]) * scale
+    t_bw = float(profile.bw_fit(b)[0]) * scale
+    cv_fw = float(np.interp(math.log2(batch), np.log2(profile.fw.batch_sizes), profile.fw.cv))
+    cv_bw = float(np.interp(math.log2(batch), np.log2(profile.bw.batch_sizes), profile.bw.cv))
+    if not (t_fw > 0 and t_bw > 0):
+        raise ConfigError(f"{profile.model}: fitted latency at batch {batch} is not positive")
+    return t_fw, t_bw, cv_fw, cv_bw
+
+
+@dataclass(frozen=True, slots=True)
+class VmGroup:
+    """The VMs of one instance type in a training job."""
+
+    spec: NetSpec
+    count: int
+    batch_per_gpu: int
+    t_fw: float
+    t_bw: float
+    cv_fw: float
+    cv_bw: float
+    level: NetworkLevel
+    spatial: NDArray[np.float64]
+    """Per-VM factor, length ``count``."""
+
+
+def training_iterations(
+    groups: Sequence[VmGroup],
+    bucket_sizes: Sequence[int],
+    bucket_ready: Sequence[float],
+    iterations: int,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Per iteration: (iteration time, slowest forward+backward, exposed communication),
+    seconds. Buckets are given in the order DDP reduces them."""
+    if iterations < 1:
+        raise ConfigError(f"iterations: must be >= 1, got {iterations}")
+    world = sum(gr.count * gr.spec.gpus_per_vm for gr in groups)
+    sizes = np.asarray(bucket_sizes, dtype=np.float64)
+    ready = np.asarray(bucket_ready, dtype=np.float64)
+    iters = np.empty(iterations)
+    compute = np.empty(iterations)
+    if world < 2 or sizes.size == 0:
+        ar = np.zeros((1, sizes.size))
+    else:
+        ar = np.stack(
+            [
+                allreduce_time(
+                    gr.spec, sizes, world, level_small=gr.level.small, level_large=gr.level.large
+                )
+                for gr in groups
+            ]
+        )
+    ar_slowest = ar.max(axis=0)
+    for it in range(iterations):
+        fw_end = []
+        bw_len = []
+        for gr in groups:
+            fw = gr.t_fw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_fw)
+            bw = gr.t_bw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_bw)
+            fw_end.append(fw)
+            bw_len.append(bw)
+        fw_all = np.concatenate(fw_end)
+        bw_all = np.concatenate(bw_len)
+        done = float(np.max(fw_all + bw_all))
+        compute[it] = done
+        end = 0.0
+        if world >= 2 and sizes.size:
+            noise = sample_noise(rng, sizes)
+            for j in range(sizes.size):
+                start = float(np.max(fw_all + ready[j] * bw_all))
+                end = max(start, end) + float(ar_slowest[j] * noise[j])
+        iters[it] = max(done, end)
+    return iters, compute, iters - compute
+
+
+def group_for(
+    t: InstanceType,
+    count: int,
+    batch_per_vm: int,
+    profile: ComputeProfile,
+    reference: DeviceRate,
+    level: NetworkLevel,
+    rng: np.random.Generator,
+) -> VmGroup:
+    """Build the VM group of one type: scaled pass times, memory check, spatial draws."""
+    g = max(1, t.gpus_per_vm)
+    if batch_per_vm < g or batch_per_vm % g:
+        raise ConfigError(
+            f"batches[{t.name}]: {batch_per_vm} samples per VM do not split evenly over its "
+            f"{g} GPU(s)"
+        )
+    per_gpu = batch_per_vm // g
+    mem = float(profile.memory_bytes(per_gpu))
+    cap = t.gpu_memory_gib * 1024**3
+    if cap > 0 and mem > cap:
+        raise ConfigError(
+            f"batches[{t.name}]: {per_gpu} samples per GPU need {mem / 1024**3:.1f} GiB, over "
+            f"the {t.gpu_memory_gib:g} GiB of one {t.gpu_model}"
+        )
+    scale = compute_scale(reference, device_rate(t))
+    t_fw, t_bw, cv_fw, cv_bw = profile_pass_times(profile, per_gpu, scale)
+    return VmGroup(
+        spec=NetSpec.of(t),
+        count=count,
+        batch_per_gpu=per_gpu,
+        t_fw=t_fw,
+        t_bw=t_bw,
+        cv_fw=cv_fw,
+        cv_bw=cv_bw,
+        level=level,
+        spatial=draw_spatial(rng, count),
+    )
+
+
+def reference_rate(profile: ComputeProfile, gpu_rates: Mapping[str, DeviceRate]) -> DeviceRate:
+    """The device the profile was measured on: a catalog GPU, else ``CPU_REFERENCE``."""
+    return gpu_rates.get(profile.device_type, CPU_REFERENCE)

@@ -1,0 +1,224 @@
+"""The EC2 provider against a moto server on loopback (moto is the only stand-in for AWS
+and lives in the tests only): contract, tags, spot, interruptions, prices, user data, and
+no leaked instances after failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.catalog import Catalog, read_overlay
+from srifty_core.catalog.types import Market
+from srifty_core.cloud import InstanceState, LaunchRequest, Provider, ProviderError
+from srifty_core.cloud.ec2 import TAG_ALLOCATION, EC2Provider, bootstrap_user_data
+from srifty_core.cloud.local import free_port
+from srifty_core.errors import ConfigError
+from tests.cloud.provider_contract import ProviderContract
+
+AMI = "ami-12c6146b"  # any id: moto does not check it
+SECRET = "not-a-real-secret-but-never-log-it"
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    exe = Path(sys.executable).with_name("moto_server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def aws(moto_url: str, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh moto state, the Airflow connection pointing at it, and a boto3 client for
+    the test's own checks."""
+    import boto3
+
+    req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
+    urllib.request.urlopen(req, timeout=10).read()
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": SECRET,
+        "extra": {"endpoint_url": moto_url, "region_name": "us-east-1"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    return boto3.client(
+        "ec2",
+        endpoint_url=moto_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Placement groups created and deleted (moto 5.2 has no placement-group actions, so
+    these two calls are recorded instead of sent)."""
+    seen: dict[str, list[str]] = {"created": [], "deleted": []}
+    monkeypatch.setattr(
+        EC2Provider, "_create_placement_group", lambda self, n: seen["created"].append(n)
+    )
+    monkeypatch.setattr(
+        EC2Provider, "_delete_placement_group", lambda self, n: seen["deleted"].append(n)
+    )
+    return seen
+
+
+def live_instances(client: Any) -> list[str]:
+    """Instances moto still holds that are not terminated (what a user would pay for)."""
+    resp = client.describe_instances(
+        Filters=[
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
+        ]
+    )
+    return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+
+
+def provider(**kw: Any) -> EC2Provider:
+    return EC2Provider(image_id=AMI, poll_s=0.05, wait_timeout_s=20, **kw)
+
+
+class TestEC2Contract(ProviderContract):
+    unpriced_type = "g3.4xlarge"  # no spot price in the catalog
+    unpriced_market = "spot"
+
+    @pytest.fixture
+    def provider(self, aws: Any) -> EC2Provider:
+        self.client = aws
+        return provider()
+
+    def interrupt(self, provider: Provider, instance_id: str) -> None:
+        # EC2 takes the VM back: terminated by someone else, without our released tag.
+        self.client.terminate_instances(InstanceIds=[instance_id])
+
+
+def test_launch_tags_spot_placement_and_release_by_id(
+    aws: Any, groups: dict[str, list[str]]
+) -> None:
+    p = provider()
+    a = p.launch(LaunchRequest("g4dn.12xlarge", count=3, market=Market.SPOT, placement_group=True))
+    assert a.market is Market.SPOT and a.placement_group and a.ranks == 12
+    raw = aws.describe_instances(InstanceIds=list(a.instance_ids))["Reservations"]
+    insts = [i for r in raw for i in r["Instances"]]
+    assert {i["InstanceLifecycle"] for i in insts} == {"spot"}
+    assert all({"Key": TAG_ALLOCATION, "Value": a.id} in i["Tags"] for i in insts)
+    assert a.zone.startswith("use1-")  # an AZ ID, like the catalog's
+    # Another process (a teardown task) releases it by id.
+    EC2Provider().release(a.id)
+    assert live_instances(aws) == []
+    assert [i.state for i in p.describe(a)] == [InstanceState.TERMINATED] * 3
+    assert groups == {"created": [a.id], "deleted": [a.id]}
+
+
+@pytest.mark.parametrize("where", ["wait", "describe", "interrupt"])
+def test_no_leaks_when_launch_fails(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, groups: dict[str, list[str]], where: str
+) -> None:
+    p = provider()
+    aws.run_instances(ImageId=AMI, InstanceType="t3.micro", MinCount=1, MaxCount=1)  # not ours
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        if where == "interrupt":
+            raise KeyboardInterrupt
+        raise ProviderError(f"injected failure in {where}")
+
+    target = {"wait": "_wait_running", "describe": "get_allocation", "interrupt": "_wait_running"}
+    monkeypatch.setattr(EC2Provider, target[where], boom)
+    with pytest.raises((ProviderError, KeyboardInterrupt)):
+        p.launch(LaunchRequest("g4dn.xlarge", count=4, placement_group=True))
+    left = live_instances(aws)
+    assert len(left) == 1  # only the instance we did not launch survives
+    assert len(groups["created"]) == 1 and groups["deleted"] == groups["created"]
+
+
+def test_no_leaks_when_an_instance_dies_while_waiting(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = provider()
+    real = EC2Provider._raw
+
+    def raw_then_kill(self: EC2Provider, ids: Any) -> Any:
+        aws.stop_instances(InstanceIds=[ids[0]])  # one instance ends before it runs
+        return real(self, ids)
+
+    monkeypatch.setattr(EC2Provider, "_raw", raw_then_kill)
+    with pytest.raises(ProviderError, match="ended before running"):
+        p.launch(LaunchRequest("g4dn.xlarge", count=3))
+    assert live_instances(aws) == []
+
+
+def test_spot_prices_refresh_into_the_overlay(aws: Any, data_dir: Path) -> None:
+    path = provider().refresh_spot_prices(["g4dn.xlarge"])
+    assert path.parent == data_dir / "prices"
+    text = path.read_text()
+    assert "g4dn.xlarge" in text and "ec2:describe_spot_price_history" in text
+    zone = text.splitlines()[1].split(",")[3]
+    assert zone.startswith("use1-az")
+    obs = read_overlay(path)
+    assert obs and {o.market for o in obs} == {Market.SPOT}
+    # Merged by date: moto's dummy history is older than the shipped snapshot, so the
+    # shipped price stays unless the observation is at least as recent.
+    shipped = Catalog.load(use_overlays=False).price("g4dn.xlarge", "spot", "us-east-1", zone)
+    merged = Catalog.load().price("g4dn.xlarge", "spot", "us-east-1", zone)
+    (mine,) = [o for o in obs if o.zone == zone and o.instance_type == "g4dn.xlarge"]
+    newer = mine.price.observed_on >= shipped.observed_on
+    assert merged == (mine.price if newer else shipped)
+
+
+def test_user_data_installs_and_starts_the_worker(
+    aws: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = bootstrap_user_data(
+        ["probe", "--world-sizes", "2,4", "--sizes", "4B:64MB"], allocation_id="a1"
+    )
+    assert "pip install srifty" in script
+    assert "nohup /opt/srifty/bin/srifty probe --world-sizes 2,4 --sizes 4B:64MB" in script
+    with pytest.raises(ConfigError, match="worker"):
+        bootstrap_user_data(["rm", "-rf", "/"])
+    caplog.set_level("DEBUG")
+    p = provider(worker=["train", "--plan", "plan.json"])
+    a = p.launch(LaunchRequest("g4dn.xlarge", count=1))
+    try:
+        attr = aws.describe_instance_attribute(InstanceId=a.instance_ids[0], Attribute="userData")
+        import base64
+
+        sent = base64.b64decode(attr["UserData"]["Value"]).decode()
+        assert "srifty train --plan plan.json" in sent and a.id in sent
+        assert SECRET not in sent
+        with pytest.raises(ProviderError, match="user data"):
+            p.run(a, ["srifty", "probe"])
+    finally:
+        p.release(a)
+    assert SECRET not in caplog.text
