@@ -41,6 +41,12 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(second
         "repeats": Param(5, type="integer", minimum=2, maximum=100),
         "max_batch": Param(1024, type="integer", minimum=1),
         "memory_cap_mib": Param(4096, type="integer", minimum=1),
+        "threads": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="CPU threads (match the training ranks); null keeps torch's default.",
+        ),
         "log_to_mlflow": Param(True, type="boolean"),
     },
 )
@@ -61,6 +67,7 @@ def srifty_profile_model() -> None:
             repeats=p["repeats"],
             max_batch=p["max_batch"],
             memory_cap_bytes=p["memory_cap_mib"] * 2**20,
+            threads=p["threads"],
         )
         result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])
         return {

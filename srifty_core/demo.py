@@ -102,7 +102,15 @@ def run_demo(data_dir: Path | None = None) -> int:
     state = run_dag(
         "srifty_profile_model",
         env,
-        {"model": DEMO_MODEL, "size": DEMO_SIZE, "probes": 4, "max_batch": 64, "repeats": 4},
+        # one thread: each DDP rank below runs one, on this 2-core machine
+        {
+            "model": DEMO_MODEL,
+            "size": DEMO_SIZE,
+            "probes": 4,
+            "max_batch": 64,
+            "repeats": 4,
+            "threads": 1,
+        },
     )
     _require(state, "srifty_profile_model", home)
     from srifty_core.profiling.report import summary_text
