@@ -144,7 +144,7 @@ def main() -> None:
     ]
     keys = ("fw", "bw", "iter", "fw_all", "bw_all", "iter_all")
     overall = {
-        m: {k: statistics.fmean(r["mape"][m][k] for r in results.values()) for k in keys}
+        m: {k: float(np.nanmean([r["mape"][m][k] for r in results.values()])) for k in keys}
         for m in methods
     }
     print("\nmean over models, MAPE % at unprobed batch sizes")
