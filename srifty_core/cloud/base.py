@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from srifty_core.catalog.types import Market, Price
+from srifty_core.catalog.types import InstanceType, Market, Price
 from srifty_core.errors import ConfigError, SriftyError
 
 
@@ -52,6 +52,18 @@ class InstanceSpec:
     def __post_init__(self) -> None:
         if self.ranks_per_instance < 1:
             raise ConfigError(f"ranks_per_instance: must be >= 1, got {self.ranks_per_instance}")
+
+    @classmethod
+    def from_catalog(cls, t: InstanceType) -> InstanceSpec:
+        """The features of a catalog type; one rank per GPU."""
+        return cls(
+            name=t.name,
+            gpu_model=t.gpu_model,
+            gpus_per_vm=t.gpus_per_vm,
+            vcpus=t.vcpus,
+            network_gbps=t.network_gbps,
+            ranks_per_instance=max(1, t.gpus_per_vm),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,14 +184,7 @@ class EC2Provider(Provider):
         if name not in catalog.names():
             raise UnknownNameError("instance type", name, catalog.names())
         t = catalog.get(name, self.region)
-        return InstanceSpec(
-            name=t.name,
-            gpu_model=t.gpu_model,
-            gpus_per_vm=t.gpus_per_vm,
-            vcpus=t.vcpus,
-            network_gbps=t.network_gbps,
-            ranks_per_instance=max(1, t.gpus_per_vm),
-        )
+        return InstanceSpec.from_catalog(t)
 
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
         self.instance_type(instance_type)

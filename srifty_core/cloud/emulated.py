@@ -180,14 +180,7 @@ class EmulatedProvider(Provider):
 
     def instance_type(self, name: str) -> InstanceSpec:
         t = self.catalog_type(name)
-        return InstanceSpec(
-            name=t.name,
-            gpu_model=t.gpu_model,
-            gpus_per_vm=t.gpus_per_vm,
-            vcpus=t.vcpus,
-            network_gbps=t.network_gbps,
-            ranks_per_instance=max(1, t.gpus_per_vm),
-        )
+        return InstanceSpec.from_catalog(t)
 
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
         self.catalog_type(instance_type)
