@@ -192,6 +192,30 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0 if result.feasible else 1
 
 
+def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from srifty_core.predictors.refresh import (
+        RefreshConfig,
+        format_report,
+        parse_duration,
+        refresh_bandwidth_model,
+    )
+
+    config = RefreshConfig(
+        since=None if args.since == "all" else parse_duration(args.since, "since"),
+        half_life=None if args.half_life == "none" else parse_duration(args.half_life, "half-life"),
+        providers=tuple(args.provider) if args.provider else None,
+        instance_types=tuple(args.instance_type) if args.instance_type else None,
+        budget_s=parse_duration(args.budget, "budget").total_seconds(),
+        mtu=args.mtu,
+        seed=args.seed,
+        max_trials=args.max_trials,
+    )
+    outcome = refresh_bandwidth_model(config, tracking_uri=args.tracking_uri)
+    print(format_report(outcome))
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from srifty_core.demo import run_demo
 
@@ -300,6 +324,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     pl.set_defaults(func=_cmd_plan)
+
+    fitbw = sub.add_parser(
+        "fit-bandwidth",
+        help="tune, fit and register the allreduce bus-bandwidth model from the probe store",
+        description="Train the bus-bandwidth model (two XGBoost regressors split at the MTU) on "
+        "DATA/probes/, print MAPE vs the noise floor, register it in MLflow as 'challenger' "
+        "and promote it to 'champion' if it is no worse on the held-out allocations.",
+    )
+    fitbw.add_argument("--since", default="30d", help="probes this recent (30d, 12h; 'all')")
+    fitbw.add_argument("--budget", default="120s", help="tuning time budget (default 120s)")
+    fitbw.add_argument(
+        "--half-life", default="14d", help="sample weight halves every ... ('none': equal)"
+    )
+    fitbw.add_argument("--provider", action="append", help="only this provider (repeatable)")
+    fitbw.add_argument("--instance-type", action="append", help="only this type (repeatable)")
+    fitbw.add_argument("--mtu", type=int, default=9001, help="size-class split, bytes (9001)")
+    fitbw.add_argument("--seed", type=int, default=0, help="tuning seed (default 0)")
+    fitbw.add_argument("--max-trials", type=int, help="also stop tuning after N trials per class")
+    fitbw.add_argument("--tracking-uri", help="MLflow store (default: SQLite under DATA/mlflow)")
+    fitbw.set_defaults(func=_cmd_fit_bandwidth)
 
     demo = sub.add_parser(
         "demo",

@@ -1,0 +1,170 @@
+"""Bus-bandwidth model accuracy: MAPE vs the noise floor, per size class (<= / > MTU).
+
+(a) a probe store (``--probe-store DIR``: the folder holding ``date=...`` partitions), held
+    out by allocation: folds of ``group_kfold`` on ``allocation_id``;
+(b) the public nccl-tests tables in ``data/reference/nccl_tests_public.csv``, held out by
+    table (``table_id``), features from the catalog (vCPUs, GPUs, rated network).
+
+For each size class: the per-class tuner runs under ``--budget`` seconds (grouped CV); the
+reported model MAPE is the out-of-fold MAPE of the default parameters and of the best tuned
+parameters (that one includes the selection, so it is slightly optimistic); the noise floor
+is the MAPE of the best constant per configuration learned from the other groups (rows
+whose configuration no other group measured have no floor: ``coverage``), and the model's
+MAPE on those same covered rows is given beside it.
+
+    .venv/bin/python benchmarks/bandwidth_model.py [--probe-store DIR] [--budget 30]
+
+Writes ``benchmarks/results/bandwidth_model.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from srifty_core import paths
+from srifty_core.predictors.bandwidth import (
+    DEFAULT_MTU,
+    LARGE,
+    SMALL,
+    mape,
+    noise_floor_predictions,
+    size_masks,
+)
+from srifty_core.predictors.tuning import DEFAULT_PARAMS, cross_val_predict, tune
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def nccl_tests_frame() -> pd.DataFrame:
+    """The public nccl-tests rows as probe-like records (busbw recomputed from time_us)."""
+    from srifty_core.catalog import Catalog
+
+    raw = pd.read_csv(paths.REFERENCE_DIR / "nccl_tests_public.csv")
+    raw = raw[(raw["size_bytes"] > 0) & (raw["time_us"] > 0)].copy()
+    catalog = Catalog.load()
+    spec = {}
+    for name in raw["instance_type"].unique():
+        t = catalog.get(name, "us-east-1")
+        spec[name] = (t.gpu_model, t.gpus_per_vm, t.vcpus, t.network_gbps)
+    n = raw["world_size"].astype(int)
+    s = raw["size_bytes"].astype(np.int64)
+    t = raw["time_us"].astype(float) * 1e-6
+    return pd.DataFrame(
+        {
+            "provider": "public",
+            "cloud": "aws",
+            "region": "unknown",
+            "zone": "unknown",
+            "instance_type": raw["instance_type"],
+            "gpu_model": [spec[x][0] for x in raw["instance_type"]],
+            "gpus_per_vm": [spec[x][1] for x in raw["instance_type"]],
+            "vcpus": [spec[x][2] for x in raw["instance_type"]],
+            "network_gbps": [spec[x][3] for x in raw["instance_type"]],
+            "placement_group": False,
+            "world_size": n,
+            "buffer_bytes": s,
+            "concurrent": 1,
+            "backend": "nccl",
+            "busbw": 2 * s * (n - 1) / (n * t),
+            "table_id": raw["table_id"],
+            # nodes x GPUs per node is part of the configuration (2x1 and 2x8 differ)
+            "num_nodes": raw["num_nodes"].astype(int),
+        }
+    ).reset_index(drop=True)
+
+
+def evaluate(
+    df: pd.DataFrame, group: str, budget_s: float, mtu: int, seed: int, config: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rows": len(df),
+        "groups": int(df[group].nunique()),
+        "group_column": group,
+    }
+    groups = df[group].astype(str).to_numpy()
+    for cls, mask in size_masks(df, mtu).items():
+        part = df[mask].reset_index(drop=True)
+        g = groups[mask]
+        y = part["busbw"].to_numpy(float)
+        t0 = time.monotonic()
+        default_oof = cross_val_predict(DEFAULT_PARAMS, part, groups=g, n_splits=5)
+        tuned = tune(part, budget_s=budget_s, group=group, n_splits=5, seed=seed)
+        floor = noise_floor_predictions(part, group=group, config=config)
+        covered = np.isfinite(floor)
+        out[cls] = {
+            "rows": len(part),
+            "groups": len(set(g)),
+            "mape_default": mape(default_oof, y),
+            "mape_tuned": tuned.best_mape,
+            "mape_tuned_covered": mape(tuned.oof[covered], y[covered]),
+            "noise_floor": mape(floor[covered], y[covered]),
+            "floor_coverage": float(covered.mean()),
+            "trials": len(tuned.trials),
+            "best_params": tuned.best_params,
+            "seconds": time.monotonic() - t0,
+        }
+        ratio = out[cls]["mape_tuned_covered"] / out[cls]["noise_floor"]
+        out[cls]["ratio_to_floor"] = ratio if math.isfinite(ratio) else None
+    return out
+
+
+def table(name: str, res: dict[str, Any]) -> str:
+    def pct(v: float) -> str:
+        return "-" if v is None or not math.isfinite(v) else f"{v:.1f}%"
+
+    lines = [
+        f"{name}: {res['rows']} rows, {res['groups']} groups ({res['group_column']})",
+        "| size class | rows | MAPE default | MAPE tuned | tuned, covered rows | noise floor "
+        "| ratio | floor coverage | trials |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cls, label in ((SMALL, "<= MTU"), (LARGE, "> MTU")):
+        r = res[cls]
+        ratio = "-" if r["ratio_to_floor"] is None else f"{r['ratio_to_floor']:.2f}"
+        lines.append(
+            f"| {label} | {r['rows']} | {pct(r['mape_default'])} | {pct(r['mape_tuned'])} | "
+            f"{pct(r['mape_tuned_covered'])} | {pct(r['noise_floor'])} | {ratio} | "
+            f"{r['floor_coverage']:.0%} | {r['trials']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from srifty_core.predictors.base import FEATURE_COLUMNS
+    from srifty_core.probing.store import read_probes
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--probe-store", type=Path, help="probe store folder for part (a)")
+    ap.add_argument("--label", default="probe store", help="what the probe store holds")
+    ap.add_argument("--budget", type=float, default=30.0, help="tuning seconds per size class")
+    ap.add_argument("--mtu", type=int, default=DEFAULT_MTU)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-public", action="store_true", help="only part (a)")
+    args = ap.parse_args()
+    results: dict[str, Any] = {"budget_s_per_class": args.budget, "mtu": args.mtu}
+    if args.probe_store:
+        df = read_probes(args.probe_store)
+        res = evaluate(df, "allocation_id", args.budget, args.mtu, args.seed, list(FEATURE_COLUMNS))
+        res["label"] = args.label
+        results["probe_store"] = res
+        print(table(f"(a) {args.label}, held out by allocation", res))
+    if not args.skip_public:
+        df = nccl_tests_frame()
+        config = [*FEATURE_COLUMNS, "num_nodes"]
+        res = evaluate(df, "table_id", args.budget, args.mtu, args.seed, config)
+        results["nccl_tests_public"] = res
+        print(table("(b) public nccl-tests tables, held out by table", res))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bandwidth_model.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

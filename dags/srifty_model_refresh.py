@@ -1,0 +1,139 @@
+"""Refresh the allreduce bus-bandwidth model: on new probes and nightly.
+
+Runs when ``srifty_probe_sweep`` updates the probe-store Asset, and every night at 03:00
+UTC. Tasks, each handing a staging folder (``<data dir>/models/bandwidth/<stamp>/``) to the
+next, never data in XCom:
+
+1. ``load_data``: probe records from the store (``since``, ``providers``, ``instance_types``),
+   age weights with ``half_life_days``; checked (empty, too small or malformed data fails
+   here and nothing is registered); snapshot + data version.
+2. ``tune_and_fit``: per size class (<= / > MTU), random search under ``budget_s`` scored by
+   MAPE with CV grouped by allocation; fit the two XGBoost regressors and the caps.
+3. ``evaluate``: challenger and current champion on the same held-out allocations.
+4. ``register``: MLflow run (params, MAPE vs noise floor per size class and instance type,
+   data version, plot) and a new version of ``srifty-busbw`` with alias ``challenger``.
+5. ``promote``: moves ``champion`` to it only if its held-out MAPE is no worse; the decision
+   and its numbers are printed here and put on the run and the version as tags/metrics.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
+
+PROBE_STORE = Asset(name="srifty_probe_store", uri="srifty://probe-store/")
+DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+
+
+@dag(
+    dag_id="srifty_model_refresh",
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=PROBE_STORE
+    ),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=["srifty", "models"],
+    doc_md=__doc__,
+    params={
+        "since_days": Param(
+            30, type=["number", "null"], exclusiveMinimum=0, description="Probes this recent."
+        ),
+        "half_life_days": Param(
+            14,
+            type=["number", "null"],
+            exclusiveMinimum=0,
+            description="Sample weight halves every ... days (null: equal weights).",
+        ),
+        "budget_s": Param(120, type="number", exclusiveMinimum=0, maximum=7200),
+        "max_trials": Param(None, type=["integer", "null"], minimum=1),
+        "providers": Param(
+            None, type=["array", "null"], items={"type": "string"}, description="All if null."
+        ),
+        "instance_types": Param(
+            None, type=["array", "null"], items={"type": "string"}, description="All if null."
+        ),
+        "mtu": Param(9001, type="integer", minimum=1, description="Size-class split, bytes."),
+        "seed": Param(0, type="integer", minimum=0),
+    },
+)
+def srifty_model_refresh() -> None:
+    @task
+    def load_data() -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+
+        from srifty_core.predictors.refresh import RefreshConfig, stage_data, staging_dir
+
+        p = get_current_context()["params"]
+        config = RefreshConfig(
+            since=timedelta(days=p["since_days"]) if p["since_days"] else None,
+            half_life=timedelta(days=p["half_life_days"]) if p["half_life_days"] else None,
+            providers=tuple(p["providers"]) if p["providers"] else None,
+            instance_types=tuple(p["instance_types"]) if p["instance_types"] else None,
+            budget_s=float(p["budget_s"]),
+            max_trials=p["max_trials"],
+            mtu=int(p["mtu"]),
+            seed=int(p["seed"]),
+        )
+        info = stage_data(config, staging_dir())
+        print(
+            f"{info['rows']} rows from {info['allocations']} allocations of "
+            f"{', '.join(info['instance_types'])}; data version {info['data_version']}"
+        )
+        return info
+
+    @task
+    def tune_and_fit(info: dict[str, Any]) -> str:
+        from pathlib import Path
+
+        from srifty_core.predictors.refresh import tune_and_fit as fit
+
+        out = fit(Path(info["staging"]))
+        print(
+            f"{out['trials']} trials; grouped-CV MAPE <=MTU {out['cv_mape_small']:.2f}%, "
+            f">MTU {out['cv_mape_large']:.2f}%"
+        )
+        return str(out["staging"])
+
+    @task
+    def evaluate(staging: str) -> str:
+        from pathlib import Path
+
+        from srifty_core.predictors.refresh import evaluate as run_evaluation
+
+        ev = run_evaluation(Path(staging))
+        champion = "none" if not ev["champion"] else f"{ev['champion']['all']:.2f}%"
+        print(
+            f"held-out MAPE: challenger {ev['challenger']['all']:.2f}%, champion {champion}; "
+            f"decision: {ev['decision']['reason']}"
+        )
+        return staging
+
+    @task
+    def register(staging: str) -> str:
+        from pathlib import Path
+
+        from srifty_core.predictors.refresh import register as log_and_register
+
+        out = log_and_register(Path(staging))
+        print(f"MLflow run {out['run_id']}; model version {out['version']} is challenger")
+        return staging
+
+    @task
+    def promote(staging: str) -> dict[str, Any]:
+        from pathlib import Path
+
+        from srifty_core.predictors.refresh import promote_or_not
+
+        out = promote_or_not(Path(staging))
+        verdict = "PROMOTED to champion" if out["promote"] else "NOT promoted"
+        print(f"version {out['version']} {verdict}: {out['reason']}; champion: {out['champion']}")
+        return out
+
+    promote(register(evaluate(tune_and_fit(load_data()))))
+
+
+srifty_model_refresh()

@@ -1,0 +1,678 @@
+"""The allreduce bus-bandwidth model: two XGBoost regressors split at the MTU, plus caps.
+
+What it predicts: **bus bandwidth** ``2*s*(n-1)/(n*t)`` in bytes/s of one allreduce (not its
+time, not algorithm bandwidth ``s/t``), from the probe-record features
+(``predictors.base.FEATURE_COLUMNS``).
+
+How:
+
+- **Two regressors.** Buffers up to the MTU (``buffer_bytes <= mtu``; 9001 bytes on EC2) are
+  latency-bound and noisy, larger ones bandwidth-bound; one XGBoost model each
+  (``BusBandwidthRegressor``). ``BandwidthModel`` routes each row by its buffer size.
+- **Never <= 0.** Each regressor fits ``log(busbw)`` (centred on its weighted median), so a
+  prediction is ``exp(...)``, positive by construction; it is then clipped from below at
+  ``BUSBW_FLOOR`` (1 byte/s) so that an underflow can never return 0. Fitting in log space
+  also makes squared error on the target close to squared *relative* error, which is what
+  MAPE reads.
+- **Categorical features** (``CATEGORICAL``: provider, cloud, region, zone, instance_type,
+  gpu_model, backend) are one-hot encoded with the vocabulary seen at fit time. A category
+  never seen in training (a new instance type, a new zone) encodes as all zeros: every tree
+  then takes the "not any known type" branch at each split on that column, and the
+  prediction rests on the numeric features (``NUMERIC``: network_gbps, gpus_per_vm, vcpus,
+  world_size, buffer_bytes, concurrent, placement_group), which describe any type. A null
+  ``network_gbps`` is passed to XGBoost as missing.
+- **Caps** (``BandwidthCaps``): the total bus bandwidth one VM of a type sustains across
+  concurrent transfers, for the simulator's fair sharing. Rule, per (instance type, world
+  size): on large buffers (``>= cap_min_buffer``, 1 MiB by default, or the largest size
+  probed when none is that large), take for each allocation the median over repeats of
+  ``concurrent * busbw`` at every (buffer, concurrency) point and keep its maximum (what that
+  allocation sustained); the cap is the ``cap_quantile`` (0.95) quantile of these over
+  allocations. A world size never probed for that type takes the cap of the nearest probed
+  world size (ties: the larger one); beyond the largest probed, the largest's. A type with
+  no probes at all: if the catalog rates its network, ``rated bytes/s x`` the median
+  cap/rated ratio of the probed types that have a rating; else the smallest cap of any
+  probed type (conservative).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.predictors.base import FEATURE_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_MTU = 9001
+"""Bytes one network packet carries on EC2 (jumbo frames)."""
+BUSBW_FLOOR = 1.0
+"""Predictions are never below this (bytes/s): a documented floor against underflow."""
+CATEGORICAL: tuple[str, ...] = (
+    "provider",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "gpu_model",
+    "backend",
+)
+NUMERIC: tuple[str, ...] = (
+    "gpus_per_vm",
+    "vcpus",
+    "network_gbps",
+    "placement_group",
+    "world_size",
+    "buffer_bytes",
+    "concurrent",
+)
+LABEL = "busbw"
+GROUP = "allocation_id"
+SMALL, LARGE = "small", "large"
+"""Size classes: ``buffer_bytes <= mtu`` and ``> mtu``."""
+MIN_ROWS_PER_CLASS = 8
+MIN_GROUPS = 2
+DEFAULT_CAP_QUANTILE = 0.95
+DEFAULT_CAP_MIN_BUFFER = 1 << 20
+_FEATURE_NAME_BAD = re.compile(r"[\[\]<>,]")
+
+
+class BandwidthDataError(SriftyError, ValueError):
+    """Training data the bandwidth model cannot use (empty, too small, bad columns)."""
+
+
+# -- data checks ---------------------------------------------------------------------------
+
+
+def check_features(features: pd.DataFrame, *, where: str = "features") -> None:
+    """Raise ``BandwidthDataError`` unless every feature column is present with a usable
+    type (numbers for ``NUMERIC``; ``network_gbps`` may be null)."""
+    import pandas as pd
+
+    missing = [c for c in FEATURE_COLUMNS if c not in features.columns]
+    if missing:
+        raise BandwidthDataError(f"{where}: missing column(s) {missing}")
+    for c in NUMERIC:
+        col = features[c]
+        if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
+            raise BandwidthDataError(f"{where}: column {c!r} must be numeric, got {col.dtype}")
+        if c != "network_gbps" and col.isna().any():
+            raise BandwidthDataError(f"{where}: column {c!r} has null values")
+    if (features["buffer_bytes"] <= 0).any():
+        raise BandwidthDataError(f"{where}: buffer_bytes must be positive")
+
+
+def check_training_data(
+    probes: pd.DataFrame,
+    *,
+    mtu: int = DEFAULT_MTU,
+    min_rows: int = MIN_ROWS_PER_CLASS,
+    min_groups: int = MIN_GROUPS,
+    group: str = GROUP,
+) -> None:
+    """Raise ``BandwidthDataError`` (naming what is wrong) unless ``probes`` can train and
+    cross-validate the model: the feature columns, a positive finite ``busbw``, a group
+    column, and for each size class at least ``min_rows`` rows from ``min_groups`` groups."""
+    if len(probes) == 0:
+        raise BandwidthDataError("no probe records to train on (empty dataset)")
+    check_features(probes, where="probe records")
+    for c in (LABEL, group):
+        if c not in probes.columns:
+            raise BandwidthDataError(f"probe records: missing column {c!r}")
+    y = probes[LABEL].to_numpy(dtype=float, na_value=np.nan)
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise BandwidthDataError("probe records: busbw must be positive and finite")
+    if "weight" in probes.columns:
+        w = probes["weight"].to_numpy(dtype=float, na_value=np.nan)
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+            raise BandwidthDataError("probe records: weights must be finite, >= 0, not all 0")
+    for name, mask in size_masks(probes, mtu).items():
+        part = probes[mask]
+        n_groups = part[group].nunique()
+        if len(part) < min_rows or n_groups < min_groups:
+            where = "<=" if name == SMALL else ">"
+            raise BandwidthDataError(
+                f"too few probes for buffers {where} MTU ({mtu} B): {len(part)} row(s) from "
+                f"{n_groups} {group} value(s); need >= {min_rows} rows from >= {min_groups} "
+                "(probe more sizes or allocations)"
+            )
+
+
+def size_masks(features: pd.DataFrame, mtu: int) -> dict[str, NDArray[np.bool_]]:
+    """Row masks of the two size classes."""
+    b = features["buffer_bytes"].to_numpy(dtype=np.int64)
+    return {SMALL: b <= mtu, LARGE: b > mtu}
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def mape(predicted: ArrayLike, observed: ArrayLike, weight: ArrayLike | None = None) -> float:
+    """Mean absolute percentage error, %, optionally weighted (NaN for no rows)."""
+    p = np.asarray(predicted, dtype=float)
+    o = np.asarray(observed, dtype=float)
+    if o.size == 0:
+        return math.nan
+    err = np.abs(p - o) / o
+    if weight is None:
+        return float(100.0 * err.mean())
+    w = np.asarray(weight, dtype=float)
+    return float(100.0 * np.sum(w * err) / np.sum(w)) if np.sum(w) > 0 else math.nan
+
+
+def group_kfold(
+    groups: ArrayLike, n_splits: int
+) -> list[tuple[NDArray[np.intp], NDArray[np.intp]]]:
+    """(train, test) index pairs, each group wholly in one test fold.
+
+    Same rule as scikit-learn's ``GroupKFold``: groups in decreasing size, each into the fold
+    with the fewest rows so far. ``n_splits`` is lowered to the number of groups.
+    """
+    g = np.asarray(groups)
+    names, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
+    k = min(n_splits, len(names))
+    if k < 2:
+        raise BandwidthDataError(f"cross-validation needs >= 2 groups, got {len(names)}")
+    fold_of_group = np.empty(len(names), dtype=np.intp)
+    load = np.zeros(k)
+    for gi in sorted(range(len(names)), key=lambda i: (-counts[i], str(names[i]))):
+        f = int(np.argmin(load))
+        fold_of_group[gi] = f
+        load[f] += counts[gi]
+    fold = fold_of_group[inverse]
+    idx = np.arange(len(g))
+    return [(idx[fold != f], idx[fold == f]) for f in range(k)]
+
+
+def _mape_optimal(values: NDArray[np.float64], weights: NDArray[np.float64]) -> float:
+    """The constant minimising weighted MAPE on ``values``: the median with weights w/y."""
+    w = weights / values
+    order = np.argsort(values)
+    cw = np.cumsum(w[order])
+    return float(values[order][np.searchsorted(cw, 0.5 * cw[-1])])
+
+
+def noise_floor_predictions(
+    data: pd.DataFrame,
+    *,
+    group: str = GROUP,
+    config: Sequence[str] = FEATURE_COLUMNS,
+    weight: ArrayLike | None = None,
+) -> NDArray[np.float64]:
+    """For each row, the best constant guess from the *other* groups' rows of the same
+    configuration (all of ``config`` equal): the value minimising their MAPE (a weighted
+    median). NaN where no other group measured that configuration.
+
+    MAPE of these against the labels is the noise floor: what a model that knew each
+    configuration's distribution exactly, but not the allocation it will land on, would
+    score."""
+    import pandas as pd
+
+    n = len(data)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    y = data[LABEL].to_numpy(dtype=float)
+    w = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+    keys = pd.MultiIndex.from_frame(data[list(config)].astype(str)).factorize()[0]
+    gcodes = pd.factorize(data[group])[0]
+    order = np.argsort(keys, kind="stable")
+    bounds = np.flatnonzero(np.diff(keys[order])) + 1
+    for rows in np.split(order, bounds):
+        gs = gcodes[rows]
+        if np.unique(gs).size < 2:
+            continue
+        for g in np.unique(gs):
+            mine, others = rows[gs == g], rows[gs != g]
+            out[mine] = _mape_optimal(y[others], w[others])
+    return out
+
+
+# -- features ------------------------------------------------------------------------------
+
+
+class FeatureEncoder:
+    """Numeric features as they are; categorical ones one-hot over the fitted vocabulary
+    (unseen categories: all zeros)."""
+
+    def __init__(
+        self,
+        categorical: Sequence[str] = CATEGORICAL,
+        numeric: Sequence[str] = NUMERIC,
+    ) -> None:
+        self.categorical = tuple(categorical)
+        self.numeric = tuple(numeric)
+
+    def fit(self, features: pd.DataFrame) -> FeatureEncoder:
+        check_features(features)
+        self.categories_: dict[str, list[str]] = {
+            c: sorted(features[c].astype(str).unique().tolist()) for c in self.categorical
+        }
+        self.feature_names_: list[str] = [*self.numeric] + [
+            _FEATURE_NAME_BAD.sub("_", f"{c}={v}")
+            for c in self.categorical
+            for v in self.categories_[c]
+        ]
+        return self
+
+    def transform(self, features: pd.DataFrame) -> NDArray[np.float32]:
+        check_features(features)
+        n = len(features)
+        cols = [features[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in self.numeric]
+        for c in self.categorical:
+            values = features[c].astype(str).to_numpy()
+            for v in self.categories_[c]:
+                cols.append((values == v).astype(np.float64))
+        if not cols:
+            return np.zeros((n, 0), dtype=np.float32)
+        return np.stack(cols, axis=1).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "categorical": list(self.categorical),
+            "numeric": list(self.numeric),
+            "categories": self.categories_,
+            "feature_names": self.feature_names_,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FeatureEncoder:
+        enc = cls(d["categorical"], d["numeric"])
+        enc.categories_ = {k: list(v) for k, v in d["categories"].items()}
+        enc.feature_names_ = list(d["feature_names"])
+        return enc
+
+
+# -- one regressor -------------------------------------------------------------------------
+
+OBJECTIVES = ("reg:pseudohubererror", "reg:squarederror", "reg:absoluteerror")
+
+
+class BusBandwidthRegressor:
+    """One XGBoost regressor of bus bandwidth, scikit-learn style: the constructor only
+    stores its parameters, ``fit`` returns ``self``, fitted attributes end in ``_``.
+
+    The target is ``(log(busbw) - offset_) / scale_``: centred on its weighted median and
+    divided by its weighted RMS spread, so every objective starts from 0 and residuals are
+    O(1). Pseudo-Huber needs this: its hessian vanishes for residuals much larger than
+    ``huber_slope``, and ``min_child_weight`` (a hessian sum) then blocks every split, so
+    training stalls on unscaled log targets. ``huber_slope`` is therefore in units of the
+    spread. ``predict`` returns ``max(exp(raw * scale_ + offset_), BUSBW_FLOOR)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        objective: str = "reg:pseudohubererror",
+        max_depth: int = 6,
+        learning_rate: float = 0.1,
+        n_estimators: int = 200,
+        min_child_weight: float = 1.0,
+        subsample: float = 1.0,
+        huber_slope: float = 0.5,
+        reg_lambda: float = 1.0,
+        random_state: int = 0,
+        n_jobs: int = 1,
+    ) -> None:
+        self.objective = objective
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.n_estimators = n_estimators
+        self.min_child_weight = min_child_weight
+        self.subsample = subsample
+        self.huber_slope = huber_slope
+        self.reg_lambda = reg_lambda
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    _PARAMS = (
+        "objective",
+        "max_depth",
+        "learning_rate",
+        "n_estimators",
+        "min_child_weight",
+        "subsample",
+        "huber_slope",
+        "reg_lambda",
+        "random_state",
+        "n_jobs",
+    )
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {p: getattr(self, p) for p in self._PARAMS}
+
+    def set_params(self, **params: Any) -> BusBandwidthRegressor:
+        for k, v in params.items():
+            if k not in self._PARAMS:
+                raise ConfigError(f"unknown parameter {k!r}; valid: {', '.join(self._PARAMS)}")
+            setattr(self, k, v)
+        return self
+
+    def _xgb_params(self) -> dict[str, Any]:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective: {self.objective!r} is not one of {OBJECTIVES}")
+        params: dict[str, Any] = {
+            "objective": self.objective,
+            "max_depth": int(self.max_depth),
+            "eta": float(self.learning_rate),
+            "min_child_weight": float(self.min_child_weight),
+            "subsample": float(self.subsample),
+            "lambda": float(self.reg_lambda),
+            "seed": int(self.random_state),
+            "nthread": int(self.n_jobs),
+            "base_score": 0.0,
+            "tree_method": "hist",
+            "verbosity": 0,
+        }
+        if self.objective == "reg:pseudohubererror":
+            params["huber_slope"] = float(self.huber_slope)
+        return params
+
+    def fit(
+        self, X: pd.DataFrame, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> BusBandwidthRegressor:
+        """Fit on feature rows ``X`` and bus bandwidths ``y`` (bytes/s, > 0); weights are
+        relative (rescaled to mean 1)."""
+        import xgboost as xgb
+
+        target = np.asarray(y, dtype=float)
+        if target.shape != (len(X),):
+            raise BandwidthDataError("busbw must have one value per feature row")
+        if len(X) == 0:
+            raise BandwidthDataError("no rows to fit")
+        if not np.all(np.isfinite(target)) or np.any(target <= 0):
+            raise BandwidthDataError("busbw must be positive and finite")
+        w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        if w.shape != (len(X),) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise BandwidthDataError("sample weights must be finite, >= 0 and not all 0")
+        # Only relative weights matter; rescaled to mean 1 so that min_child_weight and the
+        # L2 penalty mean the same whatever the age of the data (old data: tiny weights).
+        w = w / w.mean()
+        params = self._xgb_params()
+        self.encoder_ = FeatureEncoder().fit(X)
+        log_y = np.log(target)
+        self.offset_ = _weighted_median(log_y, w)
+        spread = float(np.sqrt(np.average((log_y - self.offset_) ** 2, weights=w)))
+        self.scale_ = spread if spread > 1e-6 else 1.0
+        matrix = xgb.DMatrix(
+            self.encoder_.transform(X),
+            label=(log_y - self.offset_) / self.scale_,
+            weight=w,
+            feature_names=self.encoder_.feature_names_,
+            missing=np.nan,
+        )
+        self.booster_ = xgb.train(params, matrix, num_boost_round=int(self.n_estimators))
+        self.n_features_in_ = len(self.encoder_.feature_names_)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> NDArray[np.float64]:
+        import xgboost as xgb
+
+        if not hasattr(self, "booster_"):
+            raise ConfigError("this regressor is not fitted yet: call fit() first")
+        if len(X) == 0:
+            return np.zeros(0)
+        matrix = xgb.DMatrix(
+            self.encoder_.transform(X), feature_names=self.encoder_.feature_names_, missing=np.nan
+        )
+        raw = np.asarray(self.booster_.predict(matrix), dtype=np.float64)
+        raw = raw * self.scale_ + self.offset_
+        out: NDArray[np.float64] = np.maximum(np.exp(np.minimum(raw, 700.0)), BUSBW_FLOOR)
+        return out
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.booster_.save_model(str(folder / "booster.json"))
+        meta = {
+            "params": self.get_params(),
+            "offset": self.offset_,
+            "scale": self.scale_,
+            "encoder": self.encoder_.to_dict(),
+        }
+        (folder / "regressor.json").write_text(json.dumps(meta, indent=1))
+
+    @classmethod
+    def load(cls, folder: Path) -> BusBandwidthRegressor:
+        import xgboost as xgb
+
+        meta = json.loads((folder / "regressor.json").read_text())
+        reg = cls(**meta["params"])
+        reg.offset_ = float(meta["offset"])
+        reg.scale_ = float(meta["scale"])
+        reg.encoder_ = FeatureEncoder.from_dict(meta["encoder"])
+        booster = xgb.Booster()
+        booster.load_model(str(folder / "booster.json"))
+        reg.booster_ = booster
+        reg.n_features_in_ = len(reg.encoder_.feature_names_)
+        return reg
+
+
+def _weighted_median(values: NDArray[np.float64], weights: NDArray[np.float64]) -> float:
+    order = np.argsort(values)
+    cw = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cw, 0.5 * cw[-1])])
+
+
+# -- caps ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BandwidthCaps:
+    """Per-instance-type total bus bandwidth caps (bytes/s) by world size; rule in the
+    module docstring."""
+
+    by_type: Mapping[str, Mapping[int, float]]
+    rated: Mapping[str, float] = field(default_factory=dict)
+    """Rated network bytes/s of each probed type (when the probes carry a rating)."""
+    quantile: float = DEFAULT_CAP_QUANTILE
+    min_buffer: int = DEFAULT_CAP_MIN_BUFFER
+
+    @classmethod
+    def from_probes(
+        cls,
+        probes: pd.DataFrame,
+        *,
+        quantile: float = DEFAULT_CAP_QUANTILE,
+        min_buffer: int = DEFAULT_CAP_MIN_BUFFER,
+        group: str = GROUP,
+    ) -> BandwidthCaps:
+        if not 0 < quantile <= 1:
+            raise ConfigError(f"cap quantile: must be in (0, 1], got {quantile}")
+        by_type: dict[str, dict[int, float]] = {}
+        rated: dict[str, float] = {}
+        for (itype, _), part in probes.groupby(["instance_type", "world_size"], sort=True):
+            big = part[part["buffer_bytes"] >= min(min_buffer, int(part["buffer_bytes"].max()))]
+            agg = (
+                (big["concurrent"] * big[LABEL])
+                .groupby([big[group], big["buffer_bytes"], big["concurrent"]])
+                .median()
+            )
+            per_alloc = agg.groupby(level=0).max().to_numpy(dtype=float)
+            by_type.setdefault(str(itype), {})[int(part["world_size"].iloc[0])] = float(
+                np.quantile(per_alloc, quantile, method="linear")
+            )
+            gbps = part["network_gbps"].dropna()
+            if len(gbps):
+                rated[str(itype)] = float(gbps.median()) * 1e9 / 8
+        return cls(by_type=by_type, rated=rated, quantile=quantile, min_buffer=min_buffer)
+
+    def cap(self, instance_type: str, world_size: int) -> float:
+        table = self.by_type.get(instance_type)
+        if table:
+            if world_size in table:
+                return float(table[world_size])
+            sizes = sorted(table)
+            if world_size > sizes[-1]:
+                return float(table[sizes[-1]])
+            nearest = min(sizes, key=lambda s: (abs(s - world_size), -s))
+            return float(table[nearest])
+        return self._unseen_type_cap(instance_type)
+
+    def _unseen_type_cap(self, instance_type: str) -> float:
+        if not self.by_type:
+            raise ConfigError("no bandwidth caps: the model was fitted without probes")
+        type_max = {t: max(v.values()) for t, v in self.by_type.items()}
+        ratios = [type_max[t] / r for t, r in self.rated.items() if t in type_max and r > 0]
+        rated = _catalog_rated_bytes(instance_type)
+        if ratios and rated:
+            return float(np.median(ratios) * rated)
+        return float(min(type_max.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "by_type": {t: {str(k): v for k, v in m.items()} for t, m in self.by_type.items()},
+            "rated": dict(self.rated),
+            "quantile": self.quantile,
+            "min_buffer": self.min_buffer,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BandwidthCaps:
+        return cls(
+            by_type={t: {int(k): float(v) for k, v in m.items()} for t, m in d["by_type"].items()},
+            rated={t: float(v) for t, v in d.get("rated", {}).items()},
+            quantile=float(d["quantile"]),
+            min_buffer=int(d["min_buffer"]),
+        )
+
+
+def _catalog_rated_bytes(instance_type: str) -> float | None:
+    """Rated network bandwidth of a catalog type in bytes/s (any region), else None."""
+    from srifty_core.catalog import Catalog
+
+    for t in Catalog.load().types:
+        if t.name == instance_type and t.network_gbps and t.network_gbps > 0:
+            return float(t.network_gbps) * 1e9 / 8
+    return None
+
+
+# -- the predictor -------------------------------------------------------------------------
+
+MODEL_FORMAT = 1
+
+
+class BandwidthModel:
+    """The bus-bandwidth predictor (``predictors.base.BandwidthPredictor``): a regressor for
+    buffers ``<= mtu`` (``small_``), one for larger buffers (``large_``), and the caps
+    (``caps_``). scikit-learn style: ``fit`` returns ``self``; fitted attributes end in ``_``.
+    """
+
+    def __init__(
+        self,
+        *,
+        mtu: int = DEFAULT_MTU,
+        small_params: Mapping[str, Any] | None = None,
+        large_params: Mapping[str, Any] | None = None,
+        cap_quantile: float = DEFAULT_CAP_QUANTILE,
+        cap_min_buffer: int = DEFAULT_CAP_MIN_BUFFER,
+    ) -> None:
+        self.mtu = mtu
+        self.small_params = dict(small_params or {})
+        self.large_params = dict(large_params or {})
+        self.cap_quantile = cap_quantile
+        self.cap_min_buffer = cap_min_buffer
+
+    def fit(self, probes: pd.DataFrame, sample_weight: ArrayLike | None = None) -> BandwidthModel:
+        """Fit both regressors and the caps on probe records (``FEATURE_COLUMNS``, ``busbw``,
+        ``allocation_id``); ``sample_weight`` per row (e.g. the store's age weights)."""
+        if self.mtu < 1:
+            raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
+        check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1)
+        w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
+        masks = size_masks(probes, self.mtu)
+        y = probes[LABEL].to_numpy(dtype=float)
+        self.small_ = BusBandwidthRegressor(**self.small_params).fit(
+            probes[masks[SMALL]], y[masks[SMALL]], w[masks[SMALL]]
+        )
+        self.large_ = BusBandwidthRegressor(**self.large_params).fit(
+            probes[masks[LARGE]], y[masks[LARGE]], w[masks[LARGE]]
+        )
+        self.caps_ = BandwidthCaps.from_probes(
+            probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer
+        )
+        return self
+
+    def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
+        """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""
+        if not hasattr(self, "small_"):
+            raise ConfigError("this bandwidth model is not fitted yet: call fit() first")
+        check_features(features)
+        out = np.empty(len(features))
+        for name, mask in size_masks(features, self.mtu).items():
+            if mask.any():
+                reg = self.small_ if name == SMALL else self.large_
+                out[mask] = reg.predict(features[mask])
+        return out
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        """Total bus bandwidth (bytes/s) one VM of ``instance_type`` sustains across
+        concurrent allreduces at ``world_size`` (rule: module docstring)."""
+        return self.caps_.cap(instance_type, int(world_size))
+
+    # persistence: a folder with model.json and one sub-folder per regressor
+    def save(self, folder: Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.small_.save(folder / SMALL)
+        self.large_.save(folder / LARGE)
+        meta = {
+            "format": MODEL_FORMAT,
+            "label": "busbw (bytes/s)",
+            "mtu": self.mtu,
+            "cap_quantile": self.cap_quantile,
+            "cap_min_buffer": self.cap_min_buffer,
+            "small_params": self.small_.get_params(),
+            "large_params": self.large_.get_params(),
+            "caps": self.caps_.to_dict(),
+            "feature_columns": list(FEATURE_COLUMNS),
+        }
+        (folder / "model.json").write_text(json.dumps(meta, indent=1))
+        return folder
+
+    @classmethod
+    def load(cls, folder: Path) -> BandwidthModel:
+        folder = Path(folder)
+        meta_path = folder / "model.json"
+        if not meta_path.is_file():
+            raise ConfigError(f"no bandwidth model in {folder} (model.json missing)")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != MODEL_FORMAT:
+            raise ConfigError(f"{meta_path}: unknown model format {meta.get('format')!r}")
+        model = cls(
+            mtu=int(meta["mtu"]),
+            small_params=meta["small_params"],
+            large_params=meta["large_params"],
+            cap_quantile=float(meta["cap_quantile"]),
+            cap_min_buffer=int(meta["cap_min_buffer"]),
+        )
+        model.small_ = BusBandwidthRegressor.load(folder / SMALL)
+        model.large_ = BusBandwidthRegressor.load(folder / LARGE)
+        model.caps_ = BandwidthCaps.from_dict(meta["caps"])
+        return model
+
+
+def feature_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """A feature frame (``FEATURE_COLUMNS``, probe-store dtypes) from dicts, for callers that
+    build queries by hand (the simulator)."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows))
+    missing = [c for c in FEATURE_COLUMNS if c not in df.columns]
+    if missing:
+        raise BandwidthDataError(f"features: missing column(s) {missing}")
+    df = df[list(FEATURE_COLUMNS)].copy()
+    for c in ("gpus_per_vm", "vcpus", "world_size", "concurrent"):
+        df[c] = df[c].astype("int64")
+    df["buffer_bytes"] = df["buffer_bytes"].astype("int64")
+    df["network_gbps"] = df["network_gbps"].astype("float64")
+    df["placement_group"] = df["placement_group"].astype(bool)
+    return df

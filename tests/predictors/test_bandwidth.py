@@ -1,0 +1,213 @@
+"""The bus-bandwidth model: contract, size classes, positivity, unseen categories, caps,
+grouped CV, the noise floor, tuning budget, persistence, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from srifty_core.predictors.bandwidth import (
+    BUSBW_FLOOR,
+    BandwidthCaps,
+    BandwidthDataError,
+    BandwidthModel,
+    BusBandwidthRegressor,
+    _catalog_rated_bytes,
+    check_training_data,
+    feature_frame,
+    group_kfold,
+    mape,
+    noise_floor_predictions,
+    size_masks,
+)
+from srifty_core.predictors.base import FEATURE_COLUMNS, BandwidthPredictor
+from srifty_core.predictors.tuning import tune
+from tests.predictors.bw_rows import make_probes, true_busbw
+
+FAST = {"n_estimators": 40, "max_depth": 4}
+
+
+@pytest.fixture(scope="module")
+def probes() -> pd.DataFrame:
+    return make_probes(allocations=3)
+
+
+@pytest.fixture(scope="module")
+def model(probes: pd.DataFrame) -> BandwidthModel:
+    return BandwidthModel(small_params=FAST, large_params=FAST).fit(probes)
+
+
+def test_it_is_a_bandwidth_predictor(model: BandwidthModel) -> None:
+    assert isinstance(model, BandwidthPredictor)
+
+
+def test_two_regressors_split_at_the_mtu(probes: pd.DataFrame, model: BandwidthModel) -> None:
+    assert model.mtu == 9001
+    assert isinstance(model.small_, BusBandwidthRegressor)
+    assert model.small_ is not model.large_
+    rows = probes[probes["buffer_bytes"].isin([8192, 65536])].head(40)
+    small = rows["buffer_bytes"] <= 9001
+    p = model.predict(rows)
+    np.testing.assert_allclose(p[small.to_numpy()], model.small_.predict(rows[small]))
+    np.testing.assert_allclose(p[~small.to_numpy()], model.large_.predict(rows[~small]))
+    other = BandwidthModel(mtu=100_000, small_params=FAST, large_params=FAST).fit(probes)
+    assert size_masks(rows, other.mtu)["small"].all()
+
+
+def test_sklearn_style(probes: pd.DataFrame) -> None:
+    reg = BusBandwidthRegressor(max_depth=3, n_estimators=10)
+    assert reg.get_params()["max_depth"] == 3
+    assert not hasattr(reg, "booster_")
+    assert reg.fit(probes, probes["busbw"]) is reg
+    assert reg.n_features_in_ > 0 and hasattr(reg, "encoder_")
+    assert reg.set_params(max_depth=4).max_depth == 4
+    with pytest.raises(Exception, match="unknown parameter"):
+        reg.set_params(depth=4)
+
+
+def test_fits_the_curve_and_predicts_positive(probes: pd.DataFrame, model: BandwidthModel) -> None:
+    p = model.predict(probes)
+    assert np.all(p >= BUSBW_FLOOR) and np.all(np.isfinite(p))
+    assert mape(p, probes["busbw"]) < 15
+    q = probes.iloc[:1].copy()
+    q["buffer_bytes"] = 4  # smaller than anything probed
+    assert model.predict(q)[0] > 0
+
+
+def test_unseen_instance_type_falls_back_on_numeric_features(model: BandwidthModel) -> None:
+    base = {
+        "provider": "ec2",
+        "cloud": "aws",
+        "region": "us-west-2",
+        "zone": "usw2-az9",
+        "instance_type": "g5.xlarge",
+        "gpu_model": "A10G",
+        "gpus_per_vm": 1,
+        "vcpus": 4,
+        "network_gbps": 10.0,
+        "placement_group": True,
+        "world_size": 2,
+        "buffer_bytes": 64 << 20,
+        "concurrent": 1,
+        "backend": "nccl",
+    }
+    slow = {**base, "network_gbps": 5.0, "vcpus": 4, "gpus_per_vm": 1}
+    fast = {**base, "network_gbps": 50.0, "vcpus": 48, "gpus_per_vm": 4}
+    p = model.predict(feature_frame([slow, fast, {**base, "network_gbps": None}]))
+    assert np.all(np.isfinite(p)) and np.all(p > 0)
+    assert p[1] > 3 * p[0]  # follows the rated bandwidth it never saw with this name
+
+
+def test_missing_feature_column_is_named(model: BandwidthModel, probes: pd.DataFrame) -> None:
+    with pytest.raises(BandwidthDataError, match="world_size"):
+        model.predict(probes.drop(columns=["world_size"]))
+
+
+def test_caps_rule(probes: pd.DataFrame, model: BandwidthModel) -> None:
+    caps = model.caps_
+    big = probes[(probes["instance_type"] == "g4dn.xlarge") & (probes["world_size"] == 2)]
+    big = big[big["buffer_bytes"] >= 1 << 20]
+    per_alloc = (
+        (big["concurrent"] * big["busbw"])
+        .groupby([big["allocation_id"], big["buffer_bytes"], big["concurrent"]])
+        .median()
+        .groupby(level=0)
+        .max()
+    )
+    assert model.bandwidth_cap("g4dn.xlarge", 2) == pytest.approx(np.quantile(per_alloc, 0.95))
+    # nearest world size; beyond the largest: the largest's
+    assert caps.cap("g4dn.xlarge", 3) == caps.cap("g4dn.xlarge", 4)
+    assert caps.cap("g4dn.xlarge", 64) == caps.cap("g4dn.xlarge", 4)
+    # the cap covers a single transfer at the top of the curve
+    assert caps.cap("g4dn.xlarge", 2) >= 0.9 * true_busbw("g4dn.xlarge", 64 << 20, 2, 1)
+    # a type never probed: its rated bandwidth (catalog) x the median cap/rated ratio of
+    # the probed types; not in the catalog either: the smallest probed type's cap
+    type_max = {t: max(m.values()) for t, m in caps.by_type.items()}
+    ratio = float(np.median([type_max[t] / caps.rated[t] for t in type_max]))
+    rated = _catalog_rated_bytes("g5.xlarge")
+    assert rated is not None
+    assert caps.cap("g5.xlarge", 2) == pytest.approx(ratio * rated)
+    assert caps.cap("no-such.type", 2) == min(type_max.values())
+    assert BandwidthCaps.from_dict(caps.to_dict()) == caps
+
+
+def test_save_and_load_round_trip(
+    tmp_path: Path, probes: pd.DataFrame, model: BandwidthModel
+) -> None:
+    model.save(tmp_path / "m")
+    again = BandwidthModel.load(tmp_path / "m")
+    np.testing.assert_allclose(again.predict(probes), model.predict(probes))
+    assert again.bandwidth_cap("g4dn.12xlarge", 2) == model.bandwidth_cap("g4dn.12xlarge", 2)
+    assert again.mtu == model.mtu
+
+
+def test_group_kfold_keeps_groups_together() -> None:
+    groups = np.array(["a"] * 5 + ["b"] * 3 + ["c"] * 4 + ["d"] * 2)
+    folds = group_kfold(groups, 3)
+    assert len(folds) == 3
+    seen: list[str] = []
+    for train, test in folds:
+        assert not set(groups[train]) & set(groups[test])
+        seen += list(set(groups[test]))
+    assert sorted(seen) == ["a", "b", "c", "d"]
+    with pytest.raises(BandwidthDataError):
+        group_kfold(np.array(["a", "a"]), 2)
+
+
+def test_noise_floor_uses_other_allocations_only() -> None:
+    df = pd.DataFrame(
+        {c: ["x"] * 4 for c in FEATURE_COLUMNS}
+        | {"busbw": [1.0, 2.0, 4.0, 8.0], "allocation_id": ["a", "b", "c", "c"]}
+    )
+    df.loc[3, "buffer_bytes"] = "other"  # a configuration measured on one allocation only
+    pred = noise_floor_predictions(df)
+    assert np.isnan(pred[3])
+    assert pred[0] in (2.0, 4.0) and pred[2] in (1.0, 2.0)
+    # the model cannot do better than allocation noise: MAPE of the floor is > 0
+    probes = make_probes(allocations=3, alloc_sigma=0.2)
+    floor = noise_floor_predictions(probes)
+    assert 5 < mape(floor, probes["busbw"]) < 40
+
+
+def test_sample_weights_decay_stale_probes(probes: pd.DataFrame) -> None:
+    old = probes.copy()
+    new = probes.copy()
+    new["busbw"] *= 2  # the network got faster
+    both = pd.concat([old, new], ignore_index=True)
+    w = np.r_[np.full(len(old), 1 / 64), np.ones(len(new))]  # six half-lives apart
+    m = BusBandwidthRegressor(**FAST).fit(both, both["busbw"], w)
+    ratio = np.median(m.predict(probes) / probes["busbw"])
+    assert 1.7 < ratio < 2.1
+
+
+def test_tuning_is_grouped_seeded_and_budgeted(probes: pd.DataFrame) -> None:
+    large = probes[probes["buffer_bytes"] > 9001].reset_index(drop=True)
+    a = tune(large, budget_s=60, max_trials=3, seed=3, n_splits=3)
+    b = tune(large, budget_s=60, max_trials=3, seed=3, n_splits=3)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+    assert a.best_mape == min(t.mape for t in a.trials)
+    assert a.best_mape == pytest.approx(mape(a.oof, large["busbw"]))
+    ticks = iter(range(1000))
+    c = tune(large, budget_s=3.5, seed=0, n_splits=3, clock=lambda: float(next(ticks)))
+    assert len(c.trials) == 2  # the clock says the budget is spent after two trials
+    objectives = {t.params["objective"] for t in tune(large, budget_s=60, max_trials=8).trials}
+    assert "reg:pseudohubererror" in objectives and len(objectives) >= 2
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda df: df.iloc[0:0], "empty"),
+        (lambda df: df.drop(columns=["concurrent"]), "concurrent"),
+        (lambda df: df[df["buffer_bytes"] > 9001], "<= MTU"),
+        (lambda df: df[df["allocation_id"] == df["allocation_id"].iloc[0]], "allocation"),
+        (lambda df: df.assign(busbw=-1.0), "positive"),
+        (lambda df: df.assign(world_size="two"), "numeric"),
+    ],
+)
+def test_bad_training_data_is_refused(probes: pd.DataFrame, mutate: object, message: str) -> None:
+    with pytest.raises(BandwidthDataError, match=message):
+        check_training_data(mutate(probes))  # type: ignore[operator]

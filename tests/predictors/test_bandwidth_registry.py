@@ -1,0 +1,192 @@
+"""The refresh pipeline against a real MLflow store: runs, versions, aliases, promotion,
+load_champion, and that bad input or a failed run never moves the champion."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from srifty_core.predictors.bandwidth import BandwidthDataError, BandwidthModel
+from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.refresh import (
+    RefreshConfig,
+    decide,
+    format_report,
+    holdout_allocations,
+    refresh_bandwidth_model,
+)
+from srifty_core.probing.schema import ProbeSchemaError
+from tests.predictors.bw_rows import T0, make_probes, write_store
+
+CONFIG = RefreshConfig(
+    since=None, budget_s=30, max_trials=1, n_splits=3, now=T0 + timedelta(days=1)
+)
+
+
+def _client() -> Any:
+    from mlflow.tracking import MlflowClient
+
+    from srifty_core.predictors.registry import EXPERIMENT
+    from srifty_core.tracking import setup_experiment
+
+    setup_experiment(EXPERIMENT)
+    return MlflowClient()
+
+
+def _versions() -> list[str]:
+    from srifty_core.predictors.registry import MODEL_NAME
+
+    try:
+        return [str(v.version) for v in _client().search_model_versions(f"name='{MODEL_NAME}'")]
+    except Exception:
+        return []
+
+
+def test_refresh_registers_promotes_and_loads(data_dir: Path) -> None:
+    from srifty_core.predictors.registry import (
+        CHALLENGER,
+        CHAMPION,
+        alias_version,
+        load_champion,
+    )
+
+    write_store(allocations=4)
+    first = refresh_bandwidth_model(CONFIG)
+    assert first.promotion["promote"] and first.promotion["reason"] == "no champion yet"
+    assert alias_version(CHAMPION) == alias_version(CHALLENGER) == "1"
+    text = format_report(first)
+    assert "<=MTU" in text and ">MTU" in text and "g4dn.xlarge" in text and "promoted" in text
+
+    run = _client().get_run(first.promotion["run_id"])
+    m = run.data.metrics
+    for key in ("cv_mape_small", "cv_mape_large", "noise_floor_small", "noise_floor_large"):
+        assert np.isfinite(m[key]), key
+    assert "cv_mape_large/g4dn.xlarge" in m and "holdout_mape_all" in m
+    assert run.data.params["data_version"] == first.fit["data_version"]
+    assert run.data.tags["promoted"] == "true"
+    names = {a.path for a in _client().list_artifacts(run.info.run_id)}
+    assert {"busbw_vs_size.png", "error_table.json", "caps.json"} <= names
+
+    champion = load_champion()
+    assert isinstance(champion, BandwidthModel) and isinstance(champion, BandwidthPredictor)
+    probes = make_probes(allocations=1)
+    assert np.all(champion.predict(probes) > 0)
+    assert champion.bandwidth_cap("g4dn.xlarge", 2) > 0
+    assert champion.mtu == 9001
+
+    # same data again: no worse -> promoted; a worse challenger is not
+    second = refresh_bandwidth_model(CONFIG)
+    assert second.promotion["promote"] and alias_version(CHAMPION) == "2"
+    assert second.evaluation["champion_version"] == "1"
+    assert second.evaluation["champion"]["all"] == pytest.approx(
+        second.evaluation["challenger"]["all"]
+    )
+
+
+def test_worse_challenger_keeps_the_champion(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srifty_core.predictors import refresh
+    from srifty_core.predictors.registry import CHALLENGER, CHAMPION, alias_version
+
+    write_store(allocations=4)
+    refresh_bandwidth_model(CONFIG)
+    real = refresh.holdout_metrics
+
+    def worse(model: BandwidthModel, holdout: Any, mtu: int) -> dict[str, float]:
+        out = real(model, holdout, mtu)
+        return {k: v * (1.5 if model.small_params.get("_tag") else 1.0) for k, v in out.items()}
+
+    # make the challenger (and only it) score worse on the held-out rows
+    monkeypatch.setattr(refresh, "holdout_metrics", worse)
+    orig_load = BandwidthModel.load
+
+    def tagged(folder: Path) -> BandwidthModel:
+        m = orig_load(folder)
+        if "models" in str(folder) and "bandwidth" in str(folder):
+            m.small_params["_tag"] = True
+        return m
+
+    monkeypatch.setattr(BandwidthModel, "load", classmethod(lambda cls, f: tagged(f)))
+    out = refresh_bandwidth_model(CONFIG)
+    assert not out.promotion["promote"]
+    assert "keep champion" in out.promotion["reason"]
+    assert alias_version(CHAMPION) == "1" and alias_version(CHALLENGER) == "2"
+    run = _client().get_run(out.promotion["run_id"])
+    assert run.data.tags["promoted"] == "false"
+    assert run.data.metrics["champion_holdout_mape"] < run.data.metrics["challenger_holdout_mape"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "error"),
+    [
+        (lambda d: None, "empty"),
+        (lambda d: write_store(allocations=1), "allocations"),
+        (lambda d: write_store(allocations=3, types=("g4dn.xlarge",), worlds=(2,)), None),
+    ],
+)
+def test_bad_input_registers_nothing(data_dir: Path, setup: Any, error: str | None) -> None:
+    setup(data_dir)
+    if error is None:  # three allocations of one type: enough
+        refresh_bandwidth_model(CONFIG)
+        assert _versions() == ["1"]
+        return
+    with pytest.raises(BandwidthDataError, match=error):
+        refresh_bandwidth_model(CONFIG)
+    assert _versions() == []
+
+
+def test_schema_mismatch_registers_nothing(data_dir: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = make_probes(allocations=3).drop(columns=["backend"])
+    folder = data_dir / "probes" / "date=2026-03-01" / "provider=ec2" / "instance_type=x"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), folder / "data.parquet")
+    with pytest.raises(ProbeSchemaError, match="expected"):
+        refresh_bandwidth_model(CONFIG)
+    assert _versions() == []
+
+
+def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
+    from srifty_core.predictors import refresh
+    from srifty_core.predictors.registry import CHAMPION, alias_version
+
+    write_store(allocations=4)
+    refresh_bandwidth_model(CONFIG)
+    assert alias_version(CHAMPION) == "1"
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise RuntimeError("worker lost")
+
+    # a failure at any step before promotion: v1 stays champion (v2 may be registered as
+    # challenger when the failure comes after registration)
+    for step in ("tune_and_fit", "evaluate", "register", "promote_or_not"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(refresh, step, boom)
+            with pytest.raises(RuntimeError):
+                refresh.refresh_bandwidth_model(CONFIG)
+        assert alias_version(CHAMPION) == "1", step
+
+
+def test_holdout_rule_is_stable_and_keeps_training_data() -> None:
+    df = make_probes(allocations=5)
+    held = holdout_allocations(df, 0.2)
+    assert held == holdout_allocations(df.sample(frac=1, random_state=1), 0.2)
+    for itype in df["instance_type"].unique():
+        ids = set(df.loc[df["instance_type"] == itype, "allocation_id"])
+        assert ids & set(held) and ids - set(held)
+    assert holdout_allocations(make_probes(allocations=2), 0.0001) == []
+
+
+def test_decide() -> None:
+    assert decide(10.0, None, "no champion yet")["promote"]
+    assert decide(10.0, 10.0, "")["promote"]
+    assert not decide(10.1, 10.0, "")["promote"]
+    assert json.dumps(decide(1.0, 2.0, ""))
