@@ -28,6 +28,7 @@ answers for allocations this object launched.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -468,6 +469,107 @@ class EmulatedProvider(Provider):
             ended_at=self._clock,
         )
 
+    def profile(
+        self,
+        instance_type: str,
+        reference: ComputeProfile,
+        *,
+        probes: int = 4,
+        repeats: int = 5,
+        warmup: int = 2,
+        max_batch: int = 1024,
+        reference_rate: truth.DeviceRate | None = None,
+        seed: int | None = None,
+    ) -> ComputeProfile:
+        """What ``srifty profile`` run on one VM of ``instance_type`` would measure for the
+        model of ``reference`` (a profile of the same network on another device).
+
+        * **B_max**: the largest per-GPU batch up to ``max_batch`` (the profiler's search
+          range) whose footprint ``reference.memory_fixed_bytes +
+          reference.memory_per_sample_bytes x B`` fits one GPU's memory
+          (``emulator_truth.max_batch_in_memory``, the test training applies). The
+          footprint is the network's, so the memory fields are kept; ``memory_cap_bytes``
+          becomes the GPU's.
+        * **Latency**: at the budgeted batch sizes (``budget_batch_sizes(B_max, probes)``)
+          the ground truth's pass times (the reference scaled to this GPU), times the
+          profiled VM's spatial factor (one draw: the profiler runs on one VM) and a
+          temporal factor per step (``repeats`` steps after ``warmup``); mean and sample
+          std per size, fitted with ``fit_piecewise`` as the profiler does.
+        * **Gradient buckets** (sizes, ready fractions): the reference's; they depend on
+          the model and DDP's bucketing, not on the device.
+
+        The clock advances by the measured steps. ``device_type`` is the GPU model as the
+        catalog names it (T4, V100, M60, A10G...).
+        """
+        import statistics
+
+        from srifty_core.predictors.compute import budget_batch_sizes, fit_piecewise
+        from srifty_core.profiling.profile import PassStats
+
+        if repeats < 2:
+            raise ConfigError(f"repeats: need at least 2 for a spread, got {repeats}")
+        t = self.catalog_type(instance_type)
+        rng = np.random.default_rng(seed) if seed is not None else self._rng
+        rate = truth.device_rate(t)
+        rates = {
+            x.gpu_model: truth.device_rate(x)
+            for x in self._catalog.by_region(self.region)
+            if x.gpu is not None and x.gpu.memory_bw_gbs is not None
+        }
+        ref = reference_rate or truth.reference_rate(reference, rates)
+        scale = truth.compute_scale(ref, rate)
+        b_max = truth.max_batch_in_memory(reference, t, max_batch)
+        if b_max < 1:
+            need = float(reference.memory_bytes(1)) / 1024**3
+            raise ConfigError(
+                f"{reference.model}/{reference.size} does not fit one {t.gpu_model} of "
+                f"{instance_type}: one sample needs {need:.1f} GiB of {t.gpu_memory_gib:g} GiB"
+            )
+        sizes = budget_batch_sizes(b_max, probes) if b_max > 1 else [1]
+        spatial = float(truth.draw_spatial(rng, 1)[0])
+        fw_s: list[list[float]] = []
+        bw_s: list[list[float]] = []
+        elapsed = 0.0
+        for b in sizes:
+            t_fw, t_bw, cv_fw, cv_bw = truth.profile_pass_times(reference, b, scale)
+            fw = t_fw * spatial * truth.draw_temporal(rng, (warmup + repeats,), cv_fw)
+            bw = t_bw * spatial * truth.draw_temporal(rng, (warmup + repeats,), cv_bw)
+            elapsed += float(fw.sum() + bw.sum())
+            fw_s.append([float(x) for x in fw[warmup:]])
+            bw_s.append([float(x) for x in bw[warmup:]])
+
+        def stats(samples: list[list[float]]) -> PassStats:
+            return PassStats(
+                tuple(sizes),
+                tuple(statistics.fmean(x) for x in samples),
+                tuple(statistics.stdev(x) for x in samples),
+                repeats,
+            )
+
+        fw_stats, bw_stats = stats(fw_s), stats(bw_s)
+        if len(sizes) >= 2:
+            fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=repeats)
+            bw_fit = fit_piecewise(sizes, bw_stats.mean_s, cv=bw_stats.cv, repeats=repeats)
+        else:  # B_max = 1: one point, a flat line through it
+            fw_fit = _flat_line(fw_stats.mean_s[0])
+            bw_fit = _flat_line(bw_stats.mean_s[0])
+        self.advance(elapsed)
+        return dataclasses.replace(
+            reference,
+            device_type=t.gpu_model,
+            device_name=f"{t.gpu_model} ({t.name}, {self.name})",
+            fw=fw_stats,
+            bw=bw_stats,
+            fw_fit=fw_fit,
+            bw_fit=bw_fit,
+            b_max=b_max,
+            memory_cap_bytes=int(truth.gpu_memory_bytes(t)),
+            schedule_batch_size=sizes[len(sizes) // 2],
+            probe_mode=f"budget:{probes}",
+            threads=0,
+            created_at=self._clock.isoformat(timespec="seconds"),
+        )
+
     # ------------------------------------------------------------------ internals
     def _get(self, alloc_id: str) -> _Alloc:
         a = self._allocs.get(alloc_id)
@@ -548,6 +650,37 @@ class EmulatedProvider(Provider):
 
 
 _VARYING = ("world_size", "buffer_bytes", "concurrent", "repeat", "time_s", "probed_at")
+
+
+def _flat_line(value: float) -> Any:
+    """A one-piece constant model (the fit of a single probed batch size)."""
+    from srifty_core.predictors.compute import PiecewiseLinear
+
+    return PiecewiseLinear((), (0.0,), (float(value),), 1.0, 1.0)
+
+
+def emulated_profiles(
+    instance_types: Sequence[str],
+    reference: ComputeProfile,
+    *,
+    probes: int = 4,
+    repeats: int = 5,
+    max_batch: int = 1024,
+    region: str = "us-east-1",
+    seed: int = 0,
+    catalog: Catalog | None = None,
+) -> dict[str, ComputeProfile]:
+    """``EmulatedProvider.profile`` on each type's GPU, once per GPU model (profiles are per
+    device type): ``{gpu_model: profile}``. Same arguments and seed, same profiles."""
+    p = EmulatedProvider(seed=seed, region=region, catalog=catalog)
+    out: dict[str, ComputeProfile] = {}
+    for name in instance_types:
+        gpu = p.catalog_type(name).gpu_model
+        if gpu not in out:
+            out[gpu] = p.profile(
+                name, reference, probes=probes, repeats=repeats, max_batch=max_batch
+            )
+    return out
 
 
 def columns_to_table(cols: Mapping[str, Sequence[Any]]) -> pa.Table:

@@ -474,6 +474,28 @@ def training_iterations(
     return iters, compute, iters - compute
 
 
+def gpu_memory_bytes(t: InstanceType) -> float:
+    """Memory of one GPU of ``t`` (0 when the catalog does not say)."""
+    return float(t.gpu_memory_gib) * 1024**3
+
+
+def max_batch_in_memory(profile: ComputeProfile, t: InstanceType, limit: int) -> int:
+    """The largest per-GPU batch (at most ``limit``) whose training footprint, the profile's
+    ``memory_fixed_bytes + memory_per_sample_bytes x B``, fits one GPU of ``t``: the same
+    test ``group_for`` applies. The footprint is the profiled network's, whatever the
+    device (same model, same precision; framework workspaces are not modelled). 0 when even
+    one sample does not fit."""
+    cap = gpu_memory_bytes(t)
+    if cap <= 0:
+        return limit
+    room = cap - profile.memory_fixed_bytes
+    if room < profile.memory_per_sample_bytes:
+        return 0
+    if profile.memory_per_sample_bytes <= 0:
+        return limit
+    return int(min(limit, math.floor(room / profile.memory_per_sample_bytes)))
+
+
 def group_for(
     t: InstanceType,
     count: int,
@@ -492,7 +514,7 @@ def group_for(
         )
     per_gpu = batch_per_vm // g
     mem = float(profile.memory_bytes(per_gpu))
-    cap = t.gpu_memory_gib * 1024**3
+    cap = gpu_memory_bytes(t)
     if cap > 0 and mem > cap:
         raise ConfigError(
             f"batches[{t.name}]: {per_gpu} samples per GPU need {mem / 1024**3:.1f} GiB, over "

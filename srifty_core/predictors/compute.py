@@ -159,7 +159,7 @@ def fit_piecewise(
     w = 1.0 / (ya * sigma)  # whitened relative residuals
     interior = xa[1:-1]
     best: tuple[float, PiecewiseLinear] | None = None
-    for n_knots in range(0, min(max_knots, n - 3) + 1):
+    for n_knots in range(0, max(0, min(max_knots, n - 3)) + 1):
         for knots in itertools.combinations(interior, n_knots):
             design = _hinge_design(xa, knots)
             coef, *_ = np.linalg.lstsq(design * w[:, None], ya * w, rcond=None)

@@ -4,6 +4,7 @@ preemptions, and the ground truth's isolation from the learned side."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -20,8 +21,10 @@ from srifty_core.cloud.emulated import (
     QuotaError,
     emulate_training,
     emulated_probe_sweep,
+    emulated_profiles,
     write_emulated_probes,
 )
+from srifty_core.errors import ConfigError
 from srifty_core.predictors.compute import fit_line
 from srifty_core.probing.schema import PROBE_SCHEMA
 from srifty_core.probing.store import read_probes
@@ -304,3 +307,44 @@ def test_learned_side_never_imports_the_ground_truth() -> None:
                 assert not bad, f"{f} imports the emulator's ground truth: {bad}"
             assert "emulator_truth" not in f.read_text(), f
     assert checked > 0  # the predictors package exists, so the check ran on something
+
+
+def test_profiling_on_an_emulated_gpu() -> None:
+    from srifty_core.catalog import Catalog
+
+    ref = profile("T4")  # measured on a T4: 50 MB a sample, 1 GB fixed
+    p = EmulatedProvider(seed=3)
+    t0 = p.now()
+    v100 = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1)
+    assert v100.device_type == "V100" and v100.probe_mode == "budget:4"
+    assert p.now() > t0  # profiling takes simulated time
+    # B_max from the GPU's 16 GiB and the network's footprint (the same on any device)
+    cat = Catalog.load()
+    cap = cat.get("p3.8xlarge", "us-east-1").gpu_memory_gib * 1024**3
+    assert v100.b_max == int((cap - 1e9) // 50e6)
+    assert float(v100.memory_bytes(v100.b_max)) <= cap < float(v100.memory_bytes(v100.b_max + 1))
+    assert v100.memory_cap_bytes == int(cap)
+    m60 = p.profile("g3.8xlarge", ref, seed=1)  # 8 GiB
+    assert m60.device_type == "M60" and m60.b_max < v100.b_max
+    # latency at the budgeted sizes, near the ground truth's scaled reference
+    assert v100.fw.batch_sizes[0] == 1 and v100.fw.batch_sizes[-1] == v100.b_max
+    assert len(v100.fw.batch_sizes) == 4 and all(s > 0 for s in v100.fw.std_s)
+    scale = truth.compute_scale(truth.DeviceRate(8.1, 320.0), truth.DeviceRate(15.7, 900.0))
+    expect = np.asarray(ref.fw_fit(np.asarray(v100.fw.batch_sizes, dtype=float))) * scale
+    np.testing.assert_allclose(v100.fw.mean_s, expect, rtol=0.08)
+    np.testing.assert_allclose(v100.t_bw(64), float(ref.bw_fit(64)) * scale, rtol=0.08)
+    assert float(m60.t_iter(32)) > float(v100.t_iter(32))  # the slower GPU
+    # buckets are the model's, not the device's; training accepts B_max but not B_max + 1
+    assert v100.buckets == ref.buckets and v100.gradient_bytes == ref.gradient_bytes
+    per_vm = 4 * v100.b_max
+    run = emulate_training({"p3.8xlarge": 1}, {"p3.8xlarge": per_vm}, ref, 2)
+    assert run.completed == 2
+    with pytest.raises(Exception, match="GiB"):
+        emulate_training({"p3.8xlarge": 1}, {"p3.8xlarge": per_vm + 4}, ref, 2)
+    # reproducible; a network that does not fit at all says so
+    again = EmulatedProvider(seed=3).profile("p3.8xlarge", ref, seed=1)
+    assert again.fw == v100.fw and again.bw_fit == v100.bw_fit
+    with pytest.raises(ConfigError, match="does not fit"):
+        p.profile("g3.8xlarge", dataclasses.replace(ref, memory_fixed_bytes=9 * 1024**3))
+    both = emulated_profiles(["g4dn.xlarge", "g4dn.8xlarge", "p3.2xlarge"], ref, seed=2)
+    assert sorted(both) == ["T4", "V100"]

@@ -81,3 +81,10 @@ def test_bad_input() -> None:
         fit_piecewise([2, 2, 4], [1.0, 1.0, 2.0])
     with pytest.raises(ConfigError, match="same length"):
         fit_line([1, 2, 3], [1.0, 2.0])
+
+
+def test_two_probes_fit_the_line_through_them() -> None:
+    # a device whose B_max is 2 gets two probes (1 and 2): the single line, not an error
+    f = fit_piecewise([1, 2], [0.5, 0.8])
+    assert f.pieces == 1
+    np.testing.assert_allclose(f([1, 2]), [0.5, 0.8])
