@@ -320,7 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--method", default="auto", choices=("auto", "exhaustive", "ilp"))
     pl.add_argument("--estimator", default="srifty", choices=("srifty", "apm"))
     pl.add_argument(
-        "--bandwidth", default="probes", help="where bus bandwidth comes from (default probes)"
+        "--bandwidth",
+        default="champion",
+        choices=("champion", "probes"),
+        help="bus bandwidth from the MLflow champion model (default) or the probe table",
     )
     pl.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     pl.set_defaults(func=_cmd_plan)

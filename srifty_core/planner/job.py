@@ -37,7 +37,13 @@ def load_request(data: dict[str, Any], profiles_root: Path | None = None) -> Pla
 
 
 def load_bandwidth(source: str, probe_root: Path | None = None) -> BandwidthPredictor:
-    """``probes``: the measured-table model over the probe store (no learning)."""
+    """``champion``: the MLflow champion of the XGBoost bus-bandwidth model (``srifty
+    fit-bandwidth`` or the srifty_model_refresh DAG makes one); ``probes``: the
+    measured-table model over the probe store (no learning, only probed types)."""
+    if source == "champion":
+        from srifty_core.predictors.registry import load_champion
+
+        return load_champion()
     if source == "probes":
         from srifty_core.predictors.table import ProbeTableBandwidth
         from srifty_core.probing.store import read_probes
@@ -48,7 +54,7 @@ def load_bandwidth(source: str, probe_root: Path | None = None) -> BandwidthPred
                 "the probe store is empty: run `srifty probe` or the srifty_probe_sweep DAG"
             )
         return ProbeTableBandwidth().fit(probes)
-    raise ConfigError(f"bandwidth: {source!r} is not one of probes")
+    raise ConfigError(f"bandwidth: {source!r} is not one of champion, probes")
 
 
 def render(result: PlanResult) -> str:

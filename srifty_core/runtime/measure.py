@@ -48,6 +48,7 @@ def _worker(
     warmup: int,
     threads: int,
     out_dir: str,
+    communicate: bool = True,
 ) -> None:
     from srifty_core.profiling.zoo import build
 
@@ -59,6 +60,15 @@ def _worker(
         workload = build(name, size, seed=0)
         workload.module.train()
         ddp = nn.parallel.DistributedDataParallel(workload.module)
+        if not communicate:
+            # Skip the allreduce (each rank keeps its own gradients): what is left is compute
+            # plus DDP's own bookkeeping, to split a measured iteration into its parts.
+            def skip(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
+                fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+                fut.set_result(bucket.buffer())
+                return fut
+
+            ddp.register_comm_hook(None, skip)
         batch = workload.make_batch(batches[rank], torch.device("cpu"), seed=rank)
         workload.module = ddp
         times: list[float] = []
@@ -90,8 +100,11 @@ def measure_ddp(
     iterations: int = 10,
     warmup: int = 3,
     threads: int = 1,
+    communicate: bool = True,
 ) -> DdpMeasurement:
-    """Run ``warmup + iterations`` DDP iterations with one process per local batch."""
+    """Run ``warmup + iterations`` DDP iterations with one process per local batch.
+
+    ``communicate=False`` replaces the allreduce with a no-op communication hook."""
     if len(local_batches) < 2:
         raise ConfigError("local_batches: need at least 2 ranks for DDP")
     if iterations < 1 or any(b < 1 for b in local_batches):
@@ -113,6 +126,7 @@ def measure_ddp(
                 warmup,
                 threads,
                 out_dir,
+                communicate,
             ),
             nprocs=len(local_batches),
             join=True,

@@ -41,6 +41,11 @@ class Simulator:
     ``iters`` iterations are sampled per estimate (seeded by ``seed``); ``mean="sampled"``
     reports the sample means (the method), ``mean="exact"`` replaces the mean compute
     times by their numerically integrated expectation (no sampling noise).
+
+    ``overlap`` is how much of the gradient exchange can run during the backward pass: 1
+    (the method; NCCL on GPUs moves data while the SMs compute) starts each bucket when it
+    is ready; 0 starts every bucket when the backward pass ends (CPU workers whose gloo
+    allreduce needs the same cores as the backward pass); values between interpolate.
     """
 
     def __init__(
@@ -51,11 +56,15 @@ class Simulator:
         seed: int = 0,
         mean: str = "sampled",
         max_types: int = 8,
+        overlap: float = 1.0,
     ) -> None:
         if iters < 2:
             raise ConfigError(f"iters must be >= 2, got {iters}")
         if mean not in ("sampled", "exact"):
             raise ConfigError(f"mean must be 'sampled' or 'exact', got {mean!r}")
+        if not 0.0 <= overlap <= 1.0:
+            raise ConfigError(f"overlap must be within [0, 1], got {overlap!r}")
+        self.overlap = overlap
         self.bandwidth = bandwidth
         self.iters = iters
         self.seed = seed
@@ -110,7 +119,8 @@ class Simulator:
         cap: float,
         t_bw: float,
     ) -> float:
-        starts = [f * t_bw for f in fractions]
+        lag = 1.0 - self.overlap
+        starts = [(f + lag * (1.0 - f)) * t_bw for f in fractions]
         return simulate_exchange(starts, volumes, busbw, cap).t_pe
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:

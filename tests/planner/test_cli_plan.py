@@ -69,24 +69,27 @@ def test_plan_prints_the_choice_and_draws_the_frontier(
     planning_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     png = tmp_path / "f.png"
-    assert main(["plan", str(planning_data), "--frontier", str(png)]) == 0
+    assert main(["plan", str(planning_data), "--bandwidth", "probes", "--frontier", str(png)]) == 0
     out = capsys.readouterr().out
     assert "objective: minimize cost" in out and "frontier" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plan_json(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", str(planning_data), "--json"]) == 0
+    assert main(["plan", str(planning_data), "--bandwidth", "probes", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["feasible"] and d["best"]["cost_usd"] <= 20
     assert sum(g["count"] * g["batch_per_vm"] for g in d["best"]["groups"]) == 512
-    assert main(["plan", str(planning_data), "--json", "--estimator", "apm"]) == 0
+    assert (
+        main(["plan", str(planning_data), "--json", "--estimator", "apm", "--bandwidth", "probes"])
+        == 0
+    )
 
 
 def test_impossible_limits_exit_1(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     req = yaml.safe_load(planning_data.read_text()) | {"time_limit_s": 10}
     planning_data.write_text(yaml.safe_dump(req))
-    assert main(["plan", str(planning_data)]) == 1
+    assert main(["plan", str(planning_data), "--bandwidth", "probes"]) == 1
     assert "No configuration meets the limits" in capsys.readouterr().out
 
 
@@ -101,3 +104,10 @@ def test_bad_request_files(planning_data: Path, capsys: pytest.CaptureFixture[st
     planning_data.write_text(yaml.safe_dump(req | {"model": "vgg16"}))
     assert main(["plan", str(planning_data)]) == 2
     assert "no compute profile for vgg16/full on T4" in capsys.readouterr().err
+
+
+def test_champion_is_the_default_and_its_absence_is_explained(
+    planning_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", str(planning_data)]) == 2
+    assert "srifty fit-bandwidth" in capsys.readouterr().err

@@ -203,3 +203,21 @@ def test_probe_table_predictor() -> None:
     assert model.bandwidth_cap("local.cpu", 2) == pytest.approx(1e9)
     with pytest.raises(ConfigError, match=r"no probes of instance type 'g4dn\.xlarge'"):
         model.bandwidth_cap("g4dn.xlarge", 2)
+
+
+def test_without_overlap_the_exchange_follows_the_backward_pass() -> None:
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 2, 32))
+    bw = ConstantBandwidth(1e6)
+    t_bw = float(p.t_bw(32))
+    alone = simulate_exchange(
+        [t_bw, t_bw], [bus_bytes(1500, 2), bus_bytes(2500, 2)], [1e6] * 2, math.inf
+    )
+    serial = Simulator(bw, overlap=0.0).estimate(w, c)
+    assert serial.t_pe == pytest.approx(alone.t_pe)
+    assert serial.t_iter == pytest.approx(float(p.t_fw(32)) + alone.t_pe)
+    overlapped = Simulator(bw).estimate(w, c)
+    assert overlapped.t_pe < serial.t_pe
+    with pytest.raises(ConfigError, match="overlap"):
+        Simulator(bw, overlap=1.5)
