@@ -148,7 +148,30 @@ def main() -> None:
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-public", action="store_true", help="only part (a)")
+    ap.add_argument(
+        "--emulated",
+        action="store_true",
+        help="part (a) on a fresh emulated EC2 sweep (6 types, 4 allocations each)",
+    )
     args = ap.parse_args()
+    if args.emulated:
+        import tempfile
+
+        from srifty_core.cloud.emulated import emulated_probe_sweep, write_emulated_probes
+
+        args.probe_store = Path(tempfile.mkdtemp(prefix="srifty-emulated-probes-"))
+        args.label = "emulated EC2 (6 types x 4 allocations)"
+        types = [
+            "g4dn.xlarge",
+            "g4dn.12xlarge",
+            "g5.xlarge",
+            "g3.4xlarge",
+            "p3.2xlarge",
+            "p3.8xlarge",
+        ]
+        table_ = emulated_probe_sweep(types, allocations=4, seed=args.seed)
+        write_emulated_probes(table_, root=args.probe_store)
+        print(f"emulated sweep: {table_.num_rows} rows in {args.probe_store}")
     results: dict[str, Any] = {"budget_s_per_class": args.budget, "mtu": args.mtu}
     if args.probe_store:
         df = read_probes(args.probe_store)
