@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--data-dir", type=Path, help="reuse probes/profiles kept here")
     parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument(
+        "--colocated", type=int, default=2, help="profile with this many workers on the host"
+    )
     args = parser.parse_args()
     cases = QUICK if args.quick else CASES
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="srifty-reality-"))
@@ -84,9 +87,16 @@ def main() -> None:
             profile = profiles.load(name, "small", "cpu")
         except ProfileNotFoundError:
             b_max = max(max(b) for b in batches)
-            print(f"profiling {name} (1 thread, 4 probes, B_max {b_max}) ...", flush=True)
+            print(
+                f"profiling {name} (1 thread, 4 probes, B_max {b_max}, "
+                f"{args.colocated} co-located) ...",
+                flush=True,
+            )
+            # 2 workers share this host in the DDP runs: profile with the other one running
             profile = profile_model(
-                name, "small", ProfilerConfig(max_batch=b_max, threads=1, repeats=6)
+                name,
+                "small",
+                ProfilerConfig(max_batch=b_max, threads=1, repeats=6, colocated=args.colocated),
             )
             profiles.save(profile)
         workload = Workload(name, {"cpu": profile})

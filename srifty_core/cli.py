@@ -72,6 +72,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         memory_cap_bytes=args.memory_cap,
         max_batch=args.max_batch,
         threads=args.threads,
+        colocated=args.colocated,
     )
     bar = tqdm(total=0, unit="step", desc=f"profiling {args.model}", leave=False)
 
@@ -272,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-cap", type=parse_bytes, help="CPU memory budget, e.g. 4GiB (default 4GiB)"
     )
     prof.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    prof.add_argument(
+        "--colocated",
+        type=int,
+        default=1,
+        help="workers sharing this host in training: measure with that many running (default 1)",
+    )
     prof.add_argument("--out", help="write the profile here instead of the profile store")
     prof.add_argument("--plot", help="also write the latency plot (PNG) here")
     prof.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")

@@ -16,13 +16,15 @@ raises out-of-memory does not fit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import torch
 
@@ -67,13 +69,18 @@ class ProfilerConfig:
     min_batch: int = 1
     threads: int | None = None
     """CPU threads (``torch.set_num_threads``); ``None`` keeps torch's default."""
+    colocated: int = 1
+    """Workers that share this device (host) in training. With more than one, the latency
+    sweep runs ``colocated - 1`` background processes doing the same training steps at the
+    same batch, so the profile sees the contention training will see (CPU ranks sharing a
+    host's cores and memory bus)."""
     schedule_repeats: int = 3
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "max_batch", "min_batch", "schedule_repeats"):
+        for name in ("repeats", "max_batch", "min_batch", "schedule_repeats", "colocated"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
@@ -307,9 +314,10 @@ def profile_model(
     bw_samples: list[list[float]] = []
     for i, b in enumerate(sizes):
         batch = workload.make_batch(b, device, seed=config.seed)
-        fw, bw = measure_latency(
-            workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
-        )
+        with _colocated_load(name, size, b, config, device):
+            fw, bw = measure_latency(
+                workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
+            )
         fw_samples.append(fw)
         bw_samples.append(bw)
         if progress:
@@ -360,6 +368,62 @@ def profile_model(
         torch_version=str(torch.__version__),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+
+
+def _load_worker(
+    name: str, size: str, batch: int, threads: int, device: str, ready: Any, stop: Any
+) -> None:
+    """Background training steps until ``stop`` is set (a co-located worker)."""
+    if threads:
+        torch.set_num_threads(threads)
+    workload = build(name, size).to(torch.device(device))
+    data = workload.make_batch(batch, torch.device(device), seed=1)
+    workload.module.train()
+    first = True
+    while not stop.is_set():
+        workload.module.zero_grad(set_to_none=True)
+        workload.loss(data).backward()
+        if first:
+            ready.set()
+            first = False
+
+
+@contextlib.contextmanager
+def _colocated_load(
+    name: str, size: str, batch: int, config: ProfilerConfig, device: torch.device
+) -> Iterator[None]:
+    """Run ``config.colocated - 1`` background workers for the duration of the block."""
+    if config.colocated <= 1:
+        yield
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs, readies = [], []
+    for _ in range(config.colocated - 1):
+        ready = ctx.Event()
+        p = ctx.Process(
+            target=_load_worker,
+            args=(name, size, batch, config.threads or 0, str(device), ready, stop),
+            daemon=True,
+        )
+        p.start()
+        procs.append(p)
+        readies.append(ready)
+    try:
+        for ready, p in zip(readies, procs, strict=True):
+            while not ready.wait(0.5):
+                if not p.is_alive():
+                    raise SriftyError(f"a co-located load worker died (exit {p.exitcode})")
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def host_summary() -> str:

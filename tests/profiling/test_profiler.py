@@ -78,3 +78,18 @@ def test_profile_a_tiny_model_end_to_end() -> None:
 def test_dense_mode_measures_every_power_of_two() -> None:
     p = profile_model("dlrm", "tiny", ProfilerConfig(max_batch=32, probes=None, repeats=2))
     assert p.fw.batch_sizes == (1, 2, 4, 8, 16, 32) and p.probe_mode == "dense"
+
+
+def test_colocated_profiling_runs_a_load_and_cleans_up() -> None:
+    import multiprocessing as mp
+
+    before = set(mp.active_children())
+    p = profile_model(
+        "dlrm",
+        "tiny",
+        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, colocated=2, probes=2),
+    )
+    assert p.fw.batch_sizes == (1, 8)
+    assert set(mp.active_children()) == before
+    with pytest.raises(ConfigError, match="colocated"):
+        ProfilerConfig(colocated=0)
