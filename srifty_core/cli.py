@@ -217,6 +217,89 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.local_run import train_local
+    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runtime.worker import TrainPlan
+
+    plan = TrainPlan.load(Path(args.plan))
+    bar = tqdm(
+        total=plan.iterations, unit="it", desc=f"train {plan.model}", file=sys.stderr,
+        disable=args.no_progress,
+    )  # fmt: skip
+
+    def show(_alloc: object) -> None:
+        recs = read_progress(plan.progress_path)
+        if recs:
+            bar.n = recs[-1].iteration
+            bar.set_postfix_str(recs[-1].config_id, refresh=False)
+            bar.refresh()
+
+    try:
+        report = train_local(plan, LocalProvider(), on_poll=show, poll_s=0.2)
+    finally:
+        bar.close()
+    for seg in report.segments:
+        print(
+            f"{seg.config_id}: local batches {list(seg.local_batches)}, iterations "
+            f"{seg.start_iteration}..{seg.end_iteration}, {seg.outcome}"
+        )
+    print(f"done: {report.iterations} iterations; checkpoint {plan.checkpoint_path}")
+    return 0
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    import json
+    import math
+    import time
+    from pathlib import Path
+
+    from srifty_core.runtime.monitor import Limits, decide
+    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
+
+    run = Path(args.run)
+    log = run / PROGRESS_FILE if run.is_dir() else run
+    records = read_progress(log)
+    if not records:
+        print(f"srifty: error: no progress records in {log}", file=sys.stderr)
+        return 2
+    limits = Limits(
+        iterations=args.iterations,
+        global_batch=records[-1].samples,
+        time_limit_s=args.time_limit if args.time_limit else math.inf,
+        budget_usd=args.budget if args.budget else math.inf,
+        usd_per_hour=args.usd_per_hour,
+    )
+    started = records[0].wall_time - records[0].step_s
+    d = decide(
+        records, limits, now=args.now if args.now is not None else time.time(),
+        started_at=started, window_s=args.window * 60.0,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps({
+            "action": d.action, "reason": d.reason, "iterations_done": d.iterations_done,
+            "elapsed_s": d.elapsed_s, "spent_usd": d.spent_usd,
+            "throughput": d.window.throughput if d.window else None,
+            "std": d.window.std if d.window else None,
+            "optimistic_throughput": d.optimistic_throughput,
+            "projected_time_s": d.projected_time_s, "projected_cost_usd": d.projected_cost_usd,
+        }, indent=1))  # fmt: skip
+    else:
+        print(f"{d.action}: {d.reason}")
+        print(f"iterations {d.iterations_done}/{args.iterations}, elapsed {d.elapsed_s:.0f} s")
+        if d.window is not None:
+            print(
+                f"throughput {d.window.throughput:.1f} +- {d.window.std:.1f} samples/s over "
+                f"{d.window.steps} steps in the last {args.window:g} min"
+            )
+    return 0 if d.action == "continue" else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from srifty_core.demo import run_demo
 
@@ -354,6 +437,31 @@ def build_parser() -> argparse.ArgumentParser:
     fitbw.add_argument("--max-trials", type=int, help="also stop tuning after N trials per class")
     fitbw.add_argument("--tracking-uri", help="MLflow store (default: SQLite under DATA/mlflow)")
     fitbw.set_defaults(func=_cmd_fit_bandwidth)
+
+    tr = sub.add_parser(
+        "train",
+        help="train a plan on worker processes, re-planning on preemption",
+        description="Run PLAN (JSON: model, size, global_batch, iterations, local_batches, "
+        "run_dir, ...) with one DDP worker per local batch; resumes from run_dir's checkpoint.",
+    )
+    tr.add_argument("plan", help="plan file (.json)")
+    tr.add_argument("--provider", default="local", choices=("local",))
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.set_defaults(func=_cmd_train)
+
+    mon = sub.add_parser(
+        "monitor",
+        help="read a run's progress log and say continue or replan (exit 1: replan)",
+    )
+    mon.add_argument("run", help="run folder (with progress.jsonl) or the log itself")
+    mon.add_argument("--iterations", type=int, required=True, help="the job's N")
+    mon.add_argument("--time-limit", type=float, help="seconds since the first step started")
+    mon.add_argument("--budget", type=float, help="US dollars")
+    mon.add_argument("--usd-per-hour", type=float, default=0.0, help="the configuration's rate")
+    mon.add_argument("--window", type=float, default=5.0, help="minutes (default 5)")
+    mon.add_argument("--now", type=float, help="Unix time to judge at (default: now)")
+    mon.add_argument("--json", action="store_true")
+    mon.set_defaults(func=_cmd_monitor)
 
     demo = sub.add_parser(
         "demo",

@@ -1,0 +1,145 @@
+"""The monitor: is the running configuration still going to meet the limits?
+
+It keeps a windowed throughput (samples/s of the steps that finished in the last
+``window_s``, default 5 minutes) with its standard deviation, takes the upper 95%
+confidence bound of the mean (the optimistic throughput) and projects the finish time and
+the cost of the remaining iterations with it. It recommends ``replan`` only when even the
+optimistic projection breaks a limit, so a transient slowdown (which widens the bound)
+does not make it switch. A preemption is different: the instance type is marked
+depleted and the decision is ``replan`` at once. Light: no torch import.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.progress import ProgressRecord
+
+CONTINUE = "continue"
+REPLAN = "replan"
+Z_95 = 1.96
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The job's original targets and the running configuration's price."""
+
+    iterations: int
+    global_batch: int
+    time_limit_s: float = math.inf
+    budget_usd: float = math.inf
+    usd_per_hour: float = 0.0
+    """What the running configuration costs per hour (all its VMs)."""
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1 or self.global_batch < 1:
+            raise ConfigError("iterations and global_batch: must be >= 1")
+        if self.usd_per_hour < 0:
+            raise ConfigError("usd_per_hour: must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    throughput: float
+    """Mean samples/s over the steps in the window."""
+    std: float
+    steps: int
+
+    def bounds(self, z: float = Z_95) -> tuple[float, float]:
+        """The (pessimistic, optimistic) confidence bounds of the mean throughput."""
+        half = z * self.std / math.sqrt(self.steps) if self.steps > 1 else 0.0
+        return max(self.throughput - half, 0.0), self.throughput + half
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str
+    """``continue`` or ``replan``."""
+    reason: str
+    iterations_done: int
+    elapsed_s: float
+    spent_usd: float
+    window: Window | None = None
+    optimistic_throughput: float | None = None
+    projected_time_s: float | None = None
+    """Elapsed plus the remaining iterations at the optimistic throughput."""
+    projected_cost_usd: float | None = None
+    depleted: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def replan(self) -> bool:
+        return self.action == REPLAN
+
+
+def windowed_throughput(
+    records: Sequence[ProgressRecord], now: float, window_s: float = 300.0
+) -> Window | None:
+    """Samples/s per step over the steps that finished in ``(now - window_s, now]``."""
+    rates = [
+        r.samples / r.step_s
+        for r in records
+        if now - window_s < r.wall_time <= now and r.step_s > 0
+    ]
+    if not rates:
+        return None
+    std = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    return Window(statistics.fmean(rates), std, len(rates))
+
+
+def decide(
+    records: Sequence[ProgressRecord],
+    limits: Limits,
+    *,
+    now: float,
+    started_at: float,
+    spent_usd: float | None = None,
+    preempted: Iterable[str] = (),
+    window_s: float = 300.0,
+    z: float = Z_95,
+    min_steps: int = 3,
+) -> Decision:
+    """``continue`` or ``replan`` for a job that started at ``started_at`` (Unix time).
+
+    ``spent_usd`` defaults to the running configuration's rate times the elapsed time;
+    ``preempted`` lists instance types the provider took back (depleted: re-plan at once).
+    """
+    done = max((r.iteration for r in records), default=0)
+    elapsed = max(now - started_at, 0.0)
+    spent = limits.usd_per_hour * elapsed / 3600.0 if spent_usd is None else spent_usd
+    depleted = tuple(sorted(set(preempted)))
+
+    def out(action: str, reason: str, window: Window | None = None) -> Decision:
+        return Decision(action, reason, done, elapsed, spent, window, depleted=depleted)
+
+    if depleted:
+        return out(REPLAN, f"preempted: {', '.join(depleted)} marked depleted")
+    if done >= limits.iterations:
+        return out(CONTINUE, "finished")
+    if elapsed > limits.time_limit_s:
+        return out(REPLAN, "time limit already exceeded")
+    if spent > limits.budget_usd:
+        return out(REPLAN, "budget already exceeded")
+    window = windowed_throughput(records, now, window_s)
+    if window is None or window.steps < min_steps:
+        return out(CONTINUE, "too few steps in the window to judge", window)
+    optimistic = window.bounds(z)[1]
+    remaining_s = (limits.iterations - done) * limits.global_batch / optimistic
+    t_proj = elapsed + remaining_s
+    c_proj = spent + limits.usd_per_hour * remaining_s / 3600.0
+    at = f"even at the optimistic {optimistic:.1f} samples/s the job"
+    if t_proj > limits.time_limit_s:
+        action = REPLAN
+        reason = f"{at} ends at {t_proj:.0f} s, past the {limits.time_limit_s:.0f} s limit"
+    elif c_proj > limits.budget_usd:
+        action = REPLAN
+        reason = f"{at} costs ${c_proj:.2f}, over the ${limits.budget_usd:.2f} budget"
+    else:
+        action = CONTINUE
+        reason = f"on track: the optimistic projection ends at {t_proj:.0f} s for ${c_proj:.2f}"
+    return Decision(
+        action, reason, done, elapsed, spent, window, optimistic, t_proj, c_proj, depleted
+    )

@@ -1,0 +1,299 @@
+"""The heterogeneous DDP training worker (torchrun-compatible).
+
+``python -m srifty_core.runtime.worker PLAN.json`` reads ``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` from the environment, joins a gloo process group and
+trains the plan's zoo model with rank ``r`` on a local batch of ``local_batches[r]``
+samples.
+
+Unequal local batches: DDP averages gradients over ranks, so with a mean-reduced loss a
+sample on a small-batch rank would weigh more than one on a large-batch rank. Each rank
+scales its loss by ``world_size * b_rank / B_global``; after DDP's average every sample
+counts ``1 / B_global``, exactly the gradient of one process on the whole global batch.
+
+Data are addressed by global sample index: iteration ``i``'s global batch is a seeded
+synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting at
+``sum(local_batches[:r])``. A checkpoint therefore resumes on any world size and mix of
+local batches (same global batch), and gives the same parameters as a straight run.
+
+Rank 0 appends a progress record per step and writes a checkpoint every
+``checkpoint_every`` steps, at the end, and when any rank got SIGTERM (the ranks agree on
+stopping through a one-element allreduce each step, then exit with ``EXIT_STOPPED``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
+
+EXIT_STOPPED = 3
+"""Exit code of a worker that stopped on SIGTERM after a checkpoint."""
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What every worker of one configuration runs (the PLAN.json file)."""
+
+    model: str
+    size: str
+    global_batch: int
+    iterations: int
+    local_batches: tuple[int, ...]
+    run_dir: str
+    """Holds the checkpoint and the progress log (shared by every configuration of a run)."""
+    config_id: str = "c0"
+    seed: int = 0
+    lr: float = 0.01
+    momentum: float = 0.9
+    dtype: str = "float32"
+    checkpoint_every: int = 10
+    reweight: bool = True
+    """Scale each rank's loss so that every sample counts equally (turn off only to show
+    why it is needed)."""
+    threads: int = 1
+    step_sleep_s: float = 0.0
+    """Extra seconds per step (to slow a test job down so that it can be interrupted)."""
+    timeout_s: float = 60.0
+    """Collective timeout: how long a rank waits for a dead peer before failing."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "local_batches", tuple(int(b) for b in self.local_batches))
+        if not self.local_batches or any(b < 1 for b in self.local_batches):
+            raise ConfigError("local_batches: need one batch >= 1 per rank")
+        if sum(self.local_batches) != self.global_batch:
+            raise ConfigError(
+                f"local_batches: {list(self.local_batches)} sum to "
+                f"{sum(self.local_batches)}, not the global batch {self.global_batch}"
+            )
+        if self.iterations < 1:
+            raise ConfigError("iterations: must be >= 1")
+        if self.checkpoint_every < 1:
+            raise ConfigError("checkpoint_every: must be >= 1")
+        if self.dtype not in _DTYPES:
+            raise ConfigError(f"dtype: must be one of {sorted(_DTYPES)}")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.local_batches)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return Path(self.run_dir) / CHECKPOINT_FILE
+
+    @property
+    def progress_path(self) -> Path:
+        return Path(self.run_dir) / PROGRESS_FILE
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["local_batches"] = list(self.local_batches)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainPlan:
+        return cls(**d)
+
+    def save(self, path: Path | str) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=1))
+        return p
+
+    @classmethod
+    def load(cls, path: Path | str) -> TrainPlan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except TypeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+
+
+def split_batch(global_batch: int, ranks: int) -> tuple[int, ...]:
+    """``global_batch`` split as evenly as possible over ``ranks`` (larger ones first)."""
+    if ranks < 1 or ranks > global_batch:
+        raise ConfigError(f"cannot split a batch of {global_batch} over {ranks} ranks")
+    q, r = divmod(global_batch, ranks)
+    return tuple(q + (1 if k < r else 0) for k in range(ranks))
+
+
+def loss_scale(local_batches: Sequence[int], rank: int) -> float:
+    """``world_size * b_rank / B_global``: the factor that makes DDP's average of the ranks'
+    mean losses the mean over every sample of the global batch."""
+    return len(local_batches) * local_batches[rank] / sum(local_batches)
+
+
+def local_batch(workload: Any, plan: TrainPlan, iteration: int, rank: int) -> tuple[Tensor, ...]:
+    """Rank ``rank``'s slice of iteration ``iteration``'s global batch."""
+    full = workload.make_batch(
+        plan.global_batch, torch.device("cpu"), seed=plan.seed * 1_000_003 + iteration
+    )
+    lo = sum(plan.local_batches[:rank])
+    hi = lo + plan.local_batches[rank]
+    dtype = _DTYPES[plan.dtype]
+    return tuple((t[lo:hi].to(dtype) if t.is_floating_point() else t[lo:hi]) for t in full)
+
+
+def _build(plan: TrainPlan) -> tuple[Any, torch.optim.Optimizer]:
+    from srifty_core.profiling.zoo import build
+
+    workload = build(plan.model, plan.size, seed=plan.seed)
+    workload.module.to(_DTYPES[plan.dtype])
+    workload.module.train()
+    opt = torch.optim.SGD(workload.module.parameters(), lr=plan.lr, momentum=plan.momentum)
+    return workload, opt
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.set = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.set = True
+
+
+def train(plan: TrainPlan, rank: int, world: int) -> int:
+    """Run the plan's remaining iterations on this rank of an initialised process group.
+    Returns 0 when the plan finished, ``EXIT_STOPPED`` when stopped by SIGTERM."""
+    if world != plan.world_size:
+        raise ConfigError(f"WORLD_SIZE is {world} but the plan has {plan.world_size} local batches")
+    torch.set_num_threads(plan.threads)
+    stop = _StopFlag()
+    previous = signal.signal(signal.SIGTERM, stop)
+    workload, opt = _build(plan)
+    start = 0
+    ckpt = load_checkpoint(plan.checkpoint_path)
+    if ckpt is not None:
+        if ckpt.global_batch != plan.global_batch:
+            raise ConfigError(
+                f"checkpoint has global batch {ckpt.global_batch}, the plan "
+                f"{plan.global_batch}: resuming needs the same global batch"
+            )
+        workload.module.load_state_dict(ckpt.model)
+        opt.load_state_dict(ckpt.optimizer)
+        start = ckpt.iteration
+    module: nn.Module = workload.module
+    ddp = nn.parallel.DistributedDataParallel(module)
+    workload.module = ddp
+    scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
+    log = ProgressLog(plan.progress_path) if rank == 0 else None
+    code = 0
+    try:
+        for i in range(start, plan.iterations):
+            t0 = time.perf_counter()
+            batch = local_batch(workload, plan, i, rank)
+            opt.zero_grad(set_to_none=True)
+            (workload.loss(batch) * scale).backward()
+            opt.step()
+            if plan.step_sleep_s:
+                time.sleep(plan.step_sleep_s)
+            flag = torch.tensor([1.0 if stop.set else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            done = i + 1
+            stopping = bool(flag.item() > 0)
+            if log is not None:
+                log.append(
+                    ProgressRecord(
+                        done,
+                        time.time(),
+                        time.perf_counter() - t0,
+                        plan.global_batch,
+                        plan.config_id,
+                    )
+                )
+                if stopping or done == plan.iterations or done % plan.checkpoint_every == 0:
+                    save_checkpoint(
+                        plan.checkpoint_path,
+                        model=module,
+                        optimizer=opt,
+                        iteration=done,
+                        global_batch=plan.global_batch,
+                        config_id=plan.config_id,
+                    )
+            if stopping:
+                code = EXIT_STOPPED
+                break
+        dist.barrier()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if log is not None:
+            log.close()
+    return code
+
+
+def train_single(plan: TrainPlan, iterations: int | None = None) -> dict[str, Tensor]:
+    """Reference: one process, no DDP, the whole global batch per step. Returns the model's
+    parameters after ``iterations`` (default: all) steps from scratch."""
+    workload, opt = _build(plan)
+    whole = TrainPlan.from_dict({**plan.to_dict(), "local_batches": [plan.global_batch]})
+    for i in range(plan.iterations if iterations is None else iterations):
+        opt.zero_grad(set_to_none=True)
+        workload.loss(local_batch(workload, whole, i, 0)).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in workload.module.state_dict().items()}
+
+
+def run_rank(plan: TrainPlan, rank: int, world: int, addr: str, port: int) -> int:
+    """Join the gloo group at ``addr:port`` as ``rank`` of ``world`` and train."""
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{addr}:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=plan.timeout_s),
+    )
+    try:
+        return train(plan, rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned(rank: int, plan_dict: dict[str, Any], port: int) -> None:
+    plan = TrainPlan.from_dict(plan_dict)
+    run_rank(plan, rank, plan.world_size, "127.0.0.1", port)
+
+
+def run_spawned(plan: TrainPlan) -> None:
+    """Run the plan with one local process per local batch (``torch.multiprocessing``)."""
+    import torch.multiprocessing as mp
+
+    from srifty_core.cloud.local import free_port
+
+    mp.spawn(  # type: ignore[attr-defined]
+        _spawned, args=(plan.to_dict(), free_port()), nprocs=plan.world_size, join=True
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m srifty_core.runtime.worker PLAN.json", file=sys.stderr)
+        return 2
+    plan = TrainPlan.load(args[0])
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    except KeyError as exc:
+        print(f"worker: environment variable {exc.args[0]} is not set", file=sys.stderr)
+        return 2
+    return run_rank(plan, rank, world, addr, port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+
+
+def test_append_read_and_a_cut_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "p" / "progress.jsonl"
+    assert read_progress(path) == []
+    recs = [ProgressRecord(i, 100.0 + i, 0.5, 8, "c0") for i in range(1, 4)]
+    with ProgressLog(path) as log:
+        for r in recs[:2]:
+            log.append(r)
+        assert read_progress(path) == recs[:2]  # readable while open
+    with ProgressLog(path) as log:
+        log.append(recs[2])
+    with open(path, "a") as fh:
+        fh.write('{"iteration": 4, "wall')  # a writer killed mid-line
+    assert read_progress(path) == recs
+    with pytest.raises(ConfigError):
+        log.append(recs[0])  # closed
+
+
+def test_a_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    path.write_text(
+        'garbage\n{"iteration":1,"wall_time":1,"step_s":1,"samples":8,"config_id":"c"}\n'
+    )
+    with pytest.raises(ConfigError, match="line 1"):
+        read_progress(path)
