@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="reuse probes/profiles kept here")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument(
-        "--colocated", type=int, default=2, help="profile with this many workers on the host"
+        "--colocated", type=int, default=1, help="profile with this many workers on the host"
     )
     args = parser.parse_args()
     cases = QUICK if args.quick else CASES
@@ -92,7 +92,7 @@ def main() -> None:
                 f"{args.colocated} co-located) ...",
                 flush=True,
             )
-            # 2 workers share this host in the DDP runs: profile with the other one running
+            # --colocated 2 profiles with the other worker of the host running
             profile = profile_model(
                 name,
                 "small",
