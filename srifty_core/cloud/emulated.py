@@ -197,6 +197,23 @@ class EmulatedProvider(Provider):
 
     # ------------------------------------------------------------------ lifecycle
     def launch(self, request: LaunchRequest) -> Allocation:
+        return self.launch_many([request])[0]
+
+    def launch_many(self, requests: Sequence[LaunchRequest]) -> list[Allocation]:
+        """Launch several requests at once (one API call each, in parallel, as a planner's
+        configuration is launched): the clock advances by the slowest instance's delay."""
+        launched = [self._launch_one(r) for r in requests]
+        if launched:
+            self.advance(max(delay for _, delay in launched))
+        out = []
+        for alloc, _ in launched:
+            for inst in self._get(alloc.id).instances:
+                if inst.state is InstanceState.PENDING:
+                    inst.state = InstanceState.RUNNING
+            out.append(alloc)
+        return out
+
+    def _launch_one(self, request: LaunchRequest) -> tuple[Allocation, float]:
         spec = self.instance_type(request.instance_type)
         market = Market.parse(request.market)
         if market is Market.SPOT:
@@ -241,11 +258,7 @@ class EmulatedProvider(Provider):
             created_at=start,
         )
         self._allocs[alloc_id] = _Alloc(alloc, insts, level)
-        self.advance(float(delays.max()))
-        for inst in insts:
-            if inst.state is InstanceState.PENDING:
-                inst.state = InstanceState.RUNNING
-        return alloc
+        return alloc, float(delays.max())
 
     def get_allocation(self, allocation_id: str) -> Allocation:
         return self._get(allocation_id).allocation

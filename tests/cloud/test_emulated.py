@@ -348,3 +348,14 @@ def test_profiling_on_an_emulated_gpu() -> None:
         p.profile("g3.8xlarge", dataclasses.replace(ref, memory_fixed_bytes=9 * 1024**3))
     both = emulated_profiles(["g4dn.xlarge", "g4dn.8xlarge", "p3.2xlarge"], ref, seed=2)
     assert sorted(both) == ["T4", "V100"]
+
+
+def test_launching_a_configuration_waits_for_the_slowest_not_the_sum() -> None:
+    from srifty_core.cloud.base import LaunchRequest as Req
+    from srifty_core.cloud.emulated import EmulatedProvider as Emu
+
+    p = Emu(seed=5, launch_delay_s=(150.0, 0.0))
+    t0 = p.now()
+    allocs = p.launch_many([Req("g4dn.xlarge", count=2), Req("g3.4xlarge", count=3)])
+    assert (p.now() - t0).total_seconds() == pytest.approx(150.0)
+    assert all(i.state.value == "running" for a in allocs for i in p.describe(a))
