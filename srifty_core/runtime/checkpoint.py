@@ -1,7 +1,10 @@
 """Training checkpoints: model, optimizer, data position and iteration in one file.
 
 Written atomically (a temporary file in the same folder, fsync, then ``os.replace``), so a
-reader sees the previous checkpoint or the new one, never half of one. The data position
+reader sees the previous checkpoint or the new one, never half of one. Any other fsspec URI
+(``s3://bucket/run/checkpoint.pt`` with s3fs installed, ``memory://`` in tests) is written
+to a temporary key, then moved over the target (on an object store the final write is one
+PUT, which readers see whole or not at all). The data position
 is the number of samples consumed (``iteration x global_batch``): data is addressed by
 global sample index, so a checkpoint resumes on any world size and mix of local batches
 as long as the global batch is unchanged.
@@ -9,6 +12,7 @@ as long as the global batch is unchanged.
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from dataclasses import dataclass
@@ -35,13 +39,24 @@ class Checkpoint:
     optimizer: dict[str, Any]
 
 
-def _local(path: Path | str) -> Path:
+def _local(path: Path | str) -> Path | None:
+    """The local path, or ``None`` for a remote fsspec URI."""
     s = str(path)
     if s.startswith("file://"):
         s = s[len("file://") :]
     elif "://" in s:
-        raise ConfigError(f"checkpoint path: only local paths are supported, got {s!r}")
+        return None
     return Path(s)
+
+
+def _remote(uri: str) -> tuple[Any, str]:
+    import fsspec
+
+    try:
+        fs, where = fsspec.core.url_to_fs(uri)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"checkpoint path {uri!r}: {exc}") from exc
+    return fs, where
 
 
 def save_checkpoint(
@@ -54,9 +69,6 @@ def save_checkpoint(
     config_id: str,
 ) -> Path:
     """Write a checkpoint atomically; returns its path."""
-    target = _local(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     payload = {
         "iteration": iteration,
         "samples": iteration * global_batch,
@@ -65,6 +77,17 @@ def save_checkpoint(
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
     }
+    target = _local(path)
+    if target is None:
+        fs, where = _remote(str(path))
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        tmp_key = f"{where}.{uuid.uuid4().hex}.tmp"
+        fs.pipe_file(tmp_key, buf.getvalue())
+        fs.mv(tmp_key, where)
+        return Path(where)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as fh:
             torch.save(payload, fh)
@@ -80,9 +103,15 @@ def save_checkpoint(
 def load_checkpoint(path: Path | str) -> Checkpoint | None:
     """The checkpoint at ``path``, or ``None`` when there is none yet."""
     target = _local(path)
-    if not target.exists():
+    if target is None:
+        fs, where = _remote(str(path))
+        if not fs.exists(where):
+            return None
+        d = torch.load(io.BytesIO(fs.cat_file(where)), map_location="cpu", weights_only=True)
+    elif not target.exists():
         return None
-    d = torch.load(target, map_location="cpu", weights_only=True)
+    else:
+        d = torch.load(target, map_location="cpu", weights_only=True)
     return Checkpoint(
         iteration=int(d["iteration"]),
         samples=int(d["samples"]),
