@@ -65,6 +65,7 @@ def run(limit_s: float) -> None:
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.predictors.table import ProbeTableBandwidth
+    from srifty_core.runtime.apply import plan_change
     from srifty_core.runtime.replan import replan
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
@@ -170,18 +171,31 @@ def run(limit_s: float) -> None:
         predicted_finish_s=round(at() + chosen.time_s, 1),
         predicted_cost_rest=round(chosen.cost_usd, 2),
     )
-    for a in allocs:
-        cloud.release(a)  # the new configuration is launched whole (no type is kept here)
+    # change only what differs: keep allocations the new configuration still wants
+    target: dict[tuple[str, Any], int] = {}
+    batches2 = {}
+    for i, c, b in chosen.choice:
+        o = second.request.offers[i]
+        target[(o.instance.name, o.market)] = target.get((o.instance.name, o.market), 0) + c
+        batches2[o.instance.name] = b
+    change = plan_change(cloud, allocs, target)
+    for a in change.release:
+        cloud.release(a)
     cloud.advance(5.0 + 1.0)  # detach the checkpoint volume; solve
-    log("checkpoint volume detached")
-    allocs2, batches2 = launch(chosen.choice, second.request)
+    log(
+        "checkpoint volume detached",
+        kept=[a.spec.name for a in change.keep],
+        released=[a.spec.name for a in change.release],
+    )
+    allocs2 = [*change.keep, *cloud.launch_many(list(change.launch))]
     log("launched", configuration=chosen.label)
     run2 = cloud.train(allocs2, ref, batches2, N - run1.completed, reference=cs.one_core())
     log(
         f"{run1.completed + run2.completed} iterations done (finished)",
         mean_iteration_s=round(run2.mean_s, 3),
     )
-    cost = spent + sum(cloud.cost(a) for a in allocs2)
+    # every allocation once, billed per second from launch to release (or now)
+    cost = sum(cloud.cost(a) for a in {a.id: a for a in [*allocs, *allocs2]}.values())
     for a in allocs2:
         cloud.release(a)
     finish = at()
