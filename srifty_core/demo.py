@@ -7,7 +7,11 @@ Runs, for real, what exists of the loop on this machine:
    Parquet probe store;
 3. the profiling DAG for a small ResNet-18 on the CPU (profile store + MLflow run);
 4. the simulator's prediction for 2-worker DDP from that profile and those probes, then
-   the same DDP job run for real, side by side.
+   the same DDP job run for real, side by side;
+5. a training run on two local workers with reweighted gradients, checkpoints and a
+   progress log, where one worker is preempted mid-run: the monitor notices, the job
+   re-plans onto the surviving worker, resumes from the checkpoint and finishes exactly
+   the iterations asked for.
 
 Each DAG runs through Airflow (``airflow dags test``) against an Airflow home under the data
 folder. Later stages (model refresh, plan-and-train with re-planning) join here.
@@ -62,12 +66,58 @@ def _require(state: str, dag_id: str, home: Path) -> None:
         raise SriftyError(f"{dag_id} ended {state}; task logs: {home / 'logs'}")
 
 
+def _preempted_training(root: Path) -> Any:
+    """Train DLRM (tiny) for 40 iterations on 2 local workers; a watcher reclaims the
+    second worker (as a spot interruption would) once 10 iterations are logged."""
+    import threading
+
+    from srifty_core.cloud.base import Allocation
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.local_run import train_local
+    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runtime.worker import TrainPlan
+
+    run_dir = paths.data_dir(root) / "runs" / f"demo-{int(time.time())}"
+    plan = TrainPlan(
+        model="dlrm",
+        size="tiny",
+        global_batch=12,
+        iterations=40,
+        local_batches=(4, 8),
+        run_dir=str(run_dir),
+        checkpoint_every=5,
+        step_sleep_s=0.05,
+    )
+    provider = LocalProvider(paths.data_dir(root) / "cloud")
+    first: list[Allocation] = []
+
+    def remember(alloc: Allocation) -> None:
+        if not first:
+            first.append(alloc)
+
+    def reclaim() -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            recs = read_progress(plan.progress_path)
+            if recs and recs[-1].iteration >= 10 and first:
+                provider.interrupt(first[0].instance_ids[1])
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=reclaim, daemon=True)
+    watcher.start()
+    report = train_local(plan, provider, on_poll=remember, timeout_s=300)
+    watcher.join(timeout=5)
+    print(f"  run folder: {run_dir} (progress.jsonl, checkpoint)")
+    return report
+
+
 def run_demo(data_dir: Path | None = None) -> int:
     root = paths.data_dir(data_dir)
     home = paths.airflow_home(root)
     env = airflow_environment(home)
     env[paths.ENV_VAR] = str(root)
-    steps = _Steps(5)
+    steps = _Steps(6)
     print(f"Srifty demo - data folder: {root}")
 
     steps.start(f"preparing Airflow home {home} (SQLite, airflow db migrate)")
@@ -142,6 +192,15 @@ def run_demo(data_dir: Path | None = None) -> int:
         f"binds); APM baseline {apm.t_iter * 1e3:.1f} ms; measured {real.mean_s * 1e3:.1f} ms "
         f"(Srifty {err:+.0f}%, APM {apm_err:+.0f}%)."
     )
+    steps.start("train on 2 local workers, preempt one at iteration 10, recover")
+    report = _preempted_training(root)
+    steps.done(f"{report.iterations} iterations in {len(report.segments)} configurations")
+    for seg in report.segments:
+        detect = f", noticed in {seg.detect_s * 1e3:.0f} ms" if seg.detect_s is not None else ""
+        print(
+            f"  {seg.config_id}: local batches {list(seg.local_batches)}, iterations "
+            f"{seg.start_iteration + 1}..{seg.end_iteration}, {seg.outcome}{detect}"
+        )
     print(
         f"\nEverything is under {root}: probes/, profiles/, mlflow/ (open it with "
         f"`.venv/bin/mlflow ui --backend-store-uri sqlite:///{paths.mlflow_dir(root)}/mlflow.db`), "
