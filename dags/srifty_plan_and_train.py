@@ -9,8 +9,9 @@ Manual trigger; also triggered by itself when a run re-plans. Tasks:
    back whatever happens.
 3. **start_training**: one DDP worker per rank; rank 0 appends to the progress log and
    checkpoints.
-4. **monitor** (sensor, reschedule mode, every 5 s): done when training finished, or when
-   the monitor decides to re-plan (a preempted instance marks its type depleted).
+4. **monitor** (deferrable sensor; its trigger polls every 5 s in the triggerer): done when
+   training finished, or when the monitor decides to re-plan (a preempted instance marks
+   its type depleted).
 5. On re-plan, **child_conf** stops the workers (they checkpoint) and
    **trigger_replan** starts a new run of this DAG with the remaining iterations, time and
    budget, and a ``resume`` block: the checkpoint, what was done and spent, the depleted
@@ -25,7 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
+from airflow.sdk import Param, dag, get_current_context, task
+
+# The monitor sensor and its trigger (plugins/): thin adapters over srifty_core.
+from srifty_monitor import TrainingProgressSensor
 
 # Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
 from srifty_core.profiling import MODEL_NAMES, SIZES
@@ -106,15 +110,6 @@ def srifty_plan_and_train() -> None:
 
         return start(plan_path, allocation_id)
 
-    @task.sensor(poke_interval=5, mode="reschedule", timeout=6 * 3600)
-    def monitor(plan_path: str, allocation_id: str, started_at: float) -> PokeReturnValue:
-        from srifty_core.runtime.orchestrate import RUNNING, JobSpec, poll
-
-        spec = JobSpec.from_params(get_current_context()["params"])
-        result = poll(plan_path, allocation_id, spec, started_at)
-        print(f"{result.status}: {result.reason} ({result.iterations_done} iterations)")
-        return PokeReturnValue(is_done=result.status != RUNNING, xcom_value=result.to_dict())
-
     @task.branch
     def finished_or_replan(result: dict[str, Any]) -> str:
         return "child_conf" if result["status"] == "replan" else "finished"
@@ -141,7 +136,11 @@ def srifty_plan_and_train() -> None:
     plan_path = plan()
     alloc = provision(plan_path)
     started = start_training(plan_path, alloc)
-    result = monitor(plan_path, alloc, started)
+    monitor = TrainingProgressSensor(
+        task_id="monitor", plan_path=plan_path, allocation_id=alloc, started_at=started,
+        poll_s=5.0, timeout=6 * 3600,
+    )  # fmt: skip
+    result = monitor.output
     branch = finished_or_replan(result)
     conf = child_conf(plan_path, alloc, result)
     trigger_replan = TriggerDagRunOperator(
