@@ -1,0 +1,135 @@
+"""The plan-and-train steps on local workers: plan, provision, start, poll, re-plan, release."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.errors import ConfigError
+from srifty_core.runtime import orchestrate as orc
+from srifty_core.runtime.checkpoint import load_checkpoint
+from srifty_core.runtime.progress import read_progress
+from srifty_core.runtime.worker import TrainPlan
+
+PARAMS: dict[str, Any] = {
+    "model": "dlrm",
+    "size": "tiny",
+    "global_batch": 12,
+    "iterations": 20,
+    "workers": 2,
+    "provider": "local",
+    "time_limit_s": None,
+    "budget_usd": 10.0,
+    "checkpoint_every": 5,
+    "resume": None,
+}
+
+
+def test_job_spec_validates_and_fills_defaults() -> None:
+    spec = orc.JobSpec.from_params(PARAMS)
+    assert spec.time_limit_s == math.inf and spec.budget_usd == 10.0
+    assert spec.target_iterations == 20
+    with pytest.raises(ConfigError, match="provider"):
+        orc.JobSpec.from_params({**PARAMS, "provider": "gcp"})
+    with pytest.raises(ConfigError, match="workers"):
+        orc.JobSpec.from_params({**PARAMS, "workers": 13})
+    with pytest.raises(ConfigError, match="checkpoint"):
+        orc.JobSpec.from_params({**PARAMS, "resume": {"iterations_done": 3}})
+    resumed = orc.JobSpec.from_params(
+        {**PARAMS, "resume": {"checkpoint": "/x/checkpoint.pt", "iterations_done": 7}}
+    )
+    assert resumed.target_iterations == 27
+
+
+def test_plan_splits_the_batch_over_local_workers(data_dir: Path) -> None:
+    path = orc.plan_job(orc.JobSpec.from_params({**PARAMS, "workers": 5}), "manual__2026/x")
+    plan = TrainPlan.load(path)
+    assert plan.local_batches == (3, 3, 2, 2, 2) and plan.iterations == 20
+    assert Path(plan.run_dir) == data_dir / "runs" / "manual__2026_x"
+
+
+def test_resume_without_a_checkpoint_names_the_field(tmp_path: Path) -> None:
+    resume = {"checkpoint": str(tmp_path / "checkpoint.pt"), "iterations_done": 3}
+    with pytest.raises(ConfigError, match=r"resume\.checkpoint"):
+        orc.plan_job(orc.JobSpec.from_params({**PARAMS, "resume": resume}), "r")
+
+
+def _wait(plan_path: Path, alloc: str, spec: orc.JobSpec, t0: float, p: LocalProvider) -> Any:
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        r = orc.poll(plan_path, alloc, spec, t0, provider=p)
+        if r.status != orc.RUNNING:
+            return r
+        time.sleep(0.1)
+    raise AssertionError("training did not finish")
+
+
+@pytest.mark.slow
+def test_train_then_preempt_then_resume(data_dir: Path) -> None:
+    provider = LocalProvider()
+    spec = orc.JobSpec.from_params({**PARAMS, "step_sleep_s": 0.05})
+    plan_path = orc.plan_job(spec, "run1")
+    plan = TrainPlan.load(plan_path)
+    alloc = orc.provision(plan_path, provider)
+    try:
+        t0 = orc.start_training(plan_path, alloc, provider)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and len(read_progress(plan.progress_path)) < 6:
+            time.sleep(0.02)
+        instance = provider.get_allocation(alloc).instance_ids[1]
+        provider.interrupt(instance)
+        result = _wait(plan_path, alloc, spec, t0, provider)
+        assert result.status == orc.REPLAN and result.depleted == ("local.cpu",)
+        assert result.interrupted == (instance,)
+        conf = orc.child_conf(PARAMS, plan_path, alloc, result.to_dict(), "parent-1")
+    finally:
+        orc.release(alloc, provider)
+    pids = provider.worker_pids(provider.get_allocation(alloc))
+    assert not any(pid_alive(p) for p in pids)
+    ck = load_checkpoint(plan.checkpoint_path)
+    assert ck is not None
+    done = ck.iteration
+    assert 0 < done < 20
+    assert conf["workers"] == 1 and conf["iterations"] == 20 - done
+    assert conf["resume"]["iterations_done"] == done
+    assert conf["resume"]["parent_run_id"] == "parent-1"
+    assert conf["resume"]["depleted"] == ["local.cpu"]
+    assert conf["resume"]["checkpoint"] == str(plan.checkpoint_path)
+    assert conf["budget_usd"] == pytest.approx(10.0)  # local.cpu has no price: nothing spent
+
+    child = orc.JobSpec.from_params(conf)
+    child_path = orc.plan_job(child, "ignored-when-resuming")
+    child_plan = TrainPlan.load(child_path)
+    assert child_plan.run_dir == plan.run_dir and child_plan.local_batches == (12,)
+    alloc2 = orc.provision(child_path, provider)
+    try:
+        t1 = orc.start_training(child_path, alloc2, provider)
+        result = _wait(child_path, alloc2, child, t1, provider)
+        assert result.status == orc.FINISHED
+    finally:
+        orc.release(alloc2, provider)
+    recs = read_progress(plan.progress_path)
+    assert recs[-1].iteration == 20
+    assert sorted({r.iteration for r in recs}) == list(range(1, 21))
+
+
+def test_workers_that_die_without_a_preemption_fail_the_poll(data_dir: Path) -> None:
+    provider = LocalProvider()
+    spec = orc.JobSpec.from_params({**PARAMS, "model": "dlrm"})
+    plan_path = orc.plan_job(spec, "broken")
+    alloc = orc.provision(plan_path, provider)
+    try:
+        a = provider.get_allocation(alloc)
+        provider.run(a, ["python3", "-c", "raise SystemExit(1)"])
+        end = time.monotonic() + 30
+        while time.monotonic() < end and any(c is None for c in provider.exit_codes(a).values()):
+            time.sleep(0.05)
+        with pytest.raises(orc.TrainingFailed, match="without a preemption"):
+            orc.poll(plan_path, alloc, spec, time.time(), provider=orc.LocalProvider())
+    finally:
+        orc.release(alloc, provider)
