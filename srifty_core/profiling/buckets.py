@@ -12,7 +12,6 @@ what its communication hook sees, to check it.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -144,12 +143,6 @@ def form_buckets(
 
 
 # --------------------------------------------------------------------- DDP cross-check
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ddp_worker(
     rank: int,
     world: int,
@@ -205,10 +198,12 @@ def ddp_observed_buckets(
 
     import torch.multiprocessing as mp
 
+    from srifty_core.cloud.local import free_port
+
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]
             _ddp_worker,
-            args=(world_size, _free_port(), name, size, batch_size, iterations, out_dir),
+            args=(world_size, free_port(), name, size, batch_size, iterations, out_dir),
             nprocs=world_size,
             join=True,
         )

@@ -111,14 +111,14 @@ def measure_ddp(
         raise ConfigError("iterations and local batches must be >= 1")
     import torch.multiprocessing as mp
 
-    from srifty_core.profiling.buckets import _free_port
+    from srifty_core.cloud.local import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]
             _worker,
             args=(
                 len(local_batches),
-                _free_port(),
+                free_port(),
                 name,
                 size,
                 list(local_batches),
