@@ -300,6 +300,17 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return 0 if d.action == "continue" else 1
 
 
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from srifty_core.ui import run_ui
+
+    return run_ui(
+        airflow_port=args.airflow_port,
+        mlflow_port=args.mlflow_port,
+        password=args.password,
+        once=args.once,
+    )
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from srifty_core.demo import run_demo
 
@@ -462,6 +473,16 @@ def build_parser() -> argparse.ArgumentParser:
     mon.add_argument("--now", type=float, help="Unix time to judge at (default: now)")
     mon.add_argument("--json", action="store_true")
     mon.set_defaults(func=_cmd_monitor)
+
+    ui = sub.add_parser(
+        "ui",
+        help="start the Airflow and MLflow UIs on the data folder (Ctrl-C stops them)",
+    )
+    ui.add_argument("--airflow-port", type=int, default=8080)
+    ui.add_argument("--mlflow-port", type=int, default=5001)
+    ui.add_argument("--password", default="srifty-admin", help="Airflow admin password")
+    ui.add_argument("--once", action="store_true", help="stop as soon as both answer")
+    ui.set_defaults(func=_cmd_ui)
 
     demo = sub.add_parser(
         "demo",
