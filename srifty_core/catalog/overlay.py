@@ -9,13 +9,13 @@ for the same (instance type, region, market, zone) only if it is at least as rec
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market, Price
 from srifty_core.errors import ConfigError
 
@@ -89,26 +89,19 @@ def read_overlay_dir(folder: Path) -> list[PriceObservation]:
 
 def write_overlay(path: Path, observations: Iterable[PriceObservation]) -> Path:
     """Write an overlay CSV atomically (temporary file in the same folder, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(OVERLAY_COLUMNS)
-            for o in observations:
-                writer.writerow(
-                    [
-                        o.instance_type,
-                        o.region,
-                        o.market.value,
-                        o.zone or "",
-                        repr(o.price.usd_per_hour),
-                        o.price.observed_on.isoformat(),
-                        o.price.source,
-                    ]
-                )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf)
+    writer.writerow(OVERLAY_COLUMNS)
+    for o in observations:
+        writer.writerow(
+            [
+                o.instance_type,
+                o.region,
+                o.market.value,
+                o.zone or "",
+                repr(o.price.usd_per_hour),
+                o.price.observed_on.isoformat(),
+                o.price.source,
+            ]
+        )
+    return write_text_atomic(path, buf.getvalue())

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -12,6 +10,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.catalog import Catalog
 from srifty_core.catalog.types import InstanceType
 from srifty_core.catalog.validate import Finding
@@ -85,18 +84,6 @@ def catalog_json(types: Sequence[InstanceType]) -> str:
     return json.dumps([t.to_dict() for t in types], indent=2, sort_keys=True)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_validation_report(
     catalog: Catalog, findings: Sequence[Finding], out_dir: Path, today: date | None = None
 ) -> dict[str, Any]:
@@ -119,7 +106,7 @@ def write_validation_report(
         "warnings": counts.get("warning", 0),
     }
     body = {"summary": summary, "findings": [asdict(f) for f in findings]}
-    _atomic_write(out_dir / "report.json", json.dumps(body, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(out_dir / "report.json", json.dumps(body, indent=2, sort_keys=True) + "\n")
     md = [
         "# Instance catalog validation",
         "",
@@ -137,5 +124,5 @@ def write_validation_report(
         ),
         "",
     ]
-    _atomic_write(out_dir / "report.md", "\n".join(md))
+    write_text_atomic(out_dir / "report.md", "\n".join(md))
     return summary

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
+from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market, Price
 from srifty_core.cloud.base import (
     Allocation,
@@ -359,11 +360,7 @@ class LocalProvider(Provider):
         return data
 
     def _save(self, alloc_id: str, state: dict[str, Any]) -> None:
-        path = self._path(alloc_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, path)
+        write_text_atomic(self._path(alloc_id), json.dumps(state, indent=1))
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

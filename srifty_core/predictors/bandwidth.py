@@ -66,15 +66,9 @@ CATEGORICAL: tuple[str, ...] = (
     "gpu_model",
     "backend",
 )
-NUMERIC: tuple[str, ...] = (
-    "gpus_per_vm",
-    "vcpus",
-    "network_gbps",
-    "placement_group",
-    "world_size",
-    "buffer_bytes",
-    "concurrent",
-)
+NUMERIC: tuple[str, ...] = tuple(c for c in FEATURE_COLUMNS if c not in CATEGORICAL)
+"""Every other feature of the contract, in its order: gpus_per_vm, vcpus, network_gbps,
+placement_group, world_size, buffer_bytes, concurrent."""
 LABEL = "busbw"
 GROUP = "allocation_id"
 SMALL, LARGE = "small", "large"

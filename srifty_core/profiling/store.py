@@ -6,12 +6,11 @@ Layout: ``<data dir>/profiles/<model>/<size>/<device type>.json``. Writes are at
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from srifty_core import paths
+from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import SriftyError
 from srifty_core.profiling.profile import ComputeProfile
 
@@ -43,16 +42,7 @@ class ProfileStore:
     @staticmethod
     def save_to(profile: ComputeProfile, path: Path) -> Path:
         """Write ``profile`` to ``path`` atomically."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(profile.to_json())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_text_atomic(path, profile.to_json())
 
     def load(self, model: str, size: str, device_type: str) -> ComputeProfile:
         path = self.path(model, size, device_type)
