@@ -1,21 +1,28 @@
-"""Plan a training job, provision it, train it, watch it, and re-plan when it is preempted.
+"""Plan a training job, provision it, train it, watch it, and re-plan when it falls behind
+or is preempted.
 
 Manual trigger; also triggered by itself when a run re-plans. Tasks:
 
-1. **plan**: the trigger's parameters become a training plan (JSON, under the data folder's
-   ``runs/<run id>/``). With the ``local`` provider the plan is simple: ``workers`` local
-   CPU workers with the global batch split evenly (the catalog planner plans EC2 types).
-2. **provision** (setup): launch one instance per rank; **release** (teardown) gives them
-   back whatever happens.
-3. **start_training**: one DDP worker per rank; rank 0 appends to the progress log and
+1. **plan**: the real planner over the trigger's ``offers`` (instance type, market, quota,
+   optional price): the model's compute profiles (made by ``srifty_profile_model``), the
+   champion bus-bandwidth model (made by ``srifty_model_refresh``), the simulator and the
+   search. It fails at once, naming the DAG to run, when either is missing, and with the
+   nearest misses when nothing meets the limits. The plan goes to MLflow (experiment
+   ``srifty-jobs``: one run per job, a nested run per re-plan) and to the data folder's
+   ``runs/<run id>/``. The ``local`` provider offers ``local.cpu`` (worker processes on
+   this machine, priced by the trigger); ``ec2`` offers the catalog's types.
+2. **provision** (setup): launch the plan's VMs; **release** (teardown) gives them back
+   whatever happens.
+3. **start_training**: the DDP workers; rank 0 appends to the progress log and
    checkpoints.
 4. **monitor** (deferrable sensor; its trigger polls every 5 s in the triggerer): done when
-   training finished, or when the monitor decides to re-plan (a preempted instance marks
-   its type depleted).
-5. On re-plan, **child_conf** stops the workers (they checkpoint) and
-   **trigger_replan** starts a new run of this DAG with the remaining iterations, time and
-   budget, and a ``resume`` block: the checkpoint, what was done and spent, the depleted
-   types and this run's id (the parent).
+   training finished, or when the monitor decides to re-plan (a preempted VM, or even the
+   optimistic projection breaks a limit and other capacity exists).
+5. On re-plan, **child_conf** stops the workers (they checkpoint) and **trigger_replan**
+   starts a new run of this DAG with the remaining iterations, time and budget, the
+   offers less what was taken back, and a ``resume`` block: the checkpoint, what was done
+   and spent, the depleted offers, this run's id (the parent) and the job's MLflow run.
+   When training finished, **finish** logs the outcome and the timeline plot to MLflow.
 
 All logic lives in ``srifty_core.runtime.orchestrate``; the tasks pass paths and ids.
 """
@@ -47,8 +54,37 @@ RESUME_SCHEMA = {
         "cost_spent_usd": {"type": "number", "minimum": 0},
         "depleted": {"type": "array", "items": {"type": "string"}},
         "parent_run_id": {"type": ["null", "string"]},
+        "job_run_id": {"type": ["null", "string"]},
     },
 }
+OFFER_SCHEMA = {
+    "type": "object",
+    "required": ["type", "quota"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"type": "string", "minLength": 1},
+        "market": {"type": "string", "enum": ["on-demand", "spot"]},
+        "quota": {"type": "integer", "minimum": 0},
+        "price": {"type": ["null", "number"], "exclusiveMinimum": 0},
+        "zone": {"type": ["null", "string"]},
+    },
+}
+EC2_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "image_id": {"type": "string"},
+        "subnet_id": {"type": "string"},
+        "security_group_ids": {"type": "array", "items": {"type": "string"}},
+        "key_name": {"type": "string"},
+        "instance_profile_arn": {"type": "string"},
+        "aws_conn_id": {"type": "string"},
+        "package": {"type": "string"},
+        "poll_s": {"type": "number", "exclusiveMinimum": 0},
+        "wait_timeout_s": {"type": "number", "exclusiveMinimum": 0},
+    },
+}
+LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}
 
 
 @dag(
@@ -69,10 +105,28 @@ RESUME_SCHEMA = {
         "time_limit_s": Param(None, type=["null", "number"], minimum=0),
         "budget_usd": Param(None, type=["null", "number"], minimum=0),
         "objective": Param("cost", type="string", enum=["cost", "time"]),
-        "provider": Param("local", type="string", enum=["local"]),
-        "workers": Param(
-            2, type="integer", minimum=1, maximum=16, description="Local workers (ranks)."
+        "provider": Param("local", type="string", enum=["local", "ec2"]),
+        "region": Param("us-east-1", type="string", description="Catalog region (ec2)."),
+        "offers": Param(
+            [LOCAL_OFFER],
+            type="array",
+            minItems=1,
+            items=OFFER_SCHEMA,
+            description=(
+                "What may be rented: {type, market, quota, price?, zone?}. local: type "
+                "local.cpu, quota = worker processes, price = the $/hour a worker counts for "
+                "(0.1 is a nominal demo value); ec2: catalog types, prices from the catalog "
+                "unless given."
+            ),
         ),
+        "bandwidth": Param("champion", type="string", enum=["champion", "probes"]),
+        "launch_s": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            description="Launch overhead the planner charges (default: local 0, ec2 150 s).",
+        ),
+        "ec2": Param({}, type="object", **{k: v for k, v in EC2_SCHEMA.items() if k != "type"}),
         "checkpoint_every": Param(10, type="integer", minimum=1),
         "step_sleep_s": Param(
             0.0,
@@ -99,60 +153,60 @@ def srifty_plan_and_train() -> None:
         return str(plan_job(spec, ctx["run_id"]))
 
     @task
-    def provision(plan_path: str) -> str:
+    def provision(job_path: str) -> list[str]:
         from srifty_core.runtime.orchestrate import provision as launch
 
-        return launch(plan_path)
+        return launch(job_path)
 
     @task
-    def start_training(plan_path: str, allocation_id: str) -> float:
+    def start_training(job_path: str, allocation_ids: list[str]) -> float:
         from srifty_core.runtime.orchestrate import start_training as start
 
-        return start(plan_path, allocation_id)
+        return start(job_path, allocation_ids)
 
     @task.branch
     def finished_or_replan(result: dict[str, Any]) -> str:
         return "child_conf" if result["status"] == "replan" else "finished"
 
     @task
-    def finished(plan_path: str) -> str:
-        from srifty_core.runtime.worker import TrainPlan
+    def finished(job_path: str, result: dict[str, Any]) -> dict[str, Any]:
+        from srifty_core.runtime.orchestrate import finish
 
-        return str(TrainPlan.load(plan_path).progress_path)
+        return finish(job_path, result)
 
     @task
-    def child_conf(plan_path: str, allocation_id: str, result: dict[str, Any]) -> dict[str, Any]:
+    def child_conf(job_path: str, allocation_ids: list[str], result: dict[str, Any]) -> Any:
         from srifty_core.runtime.orchestrate import child_conf as build
 
         ctx = get_current_context()
-        return build(dict(ctx["params"]), plan_path, allocation_id, result, ctx["run_id"])
+        return build(dict(ctx["params"]), job_path, allocation_ids, result, ctx["run_id"])
 
     @task
-    def release(allocation_id: str) -> None:
+    def release(job_path: str, allocation_ids: list[str]) -> None:
         from srifty_core.runtime.orchestrate import release as give_back
 
-        give_back(allocation_id)
+        give_back(allocation_ids, job_path=job_path)
 
-    plan_path = plan()
-    alloc = provision(plan_path)
-    started = start_training(plan_path, alloc)
+    job_path = plan()
+    alloc = provision(job_path)
+    started = start_training(job_path, alloc)
     monitor = TrainingProgressSensor(
-        task_id="monitor", plan_path=plan_path, allocation_id=alloc, started_at=started,
+        task_id="monitor", job_path=job_path, allocation_ids=alloc, started_at=started,
         poll_s=5.0, timeout=6 * 3600,
     )  # fmt: skip
     result = monitor.output
     branch = finished_or_replan(result)
-    conf = child_conf(plan_path, alloc, result)
+    conf = child_conf(job_path, alloc, result)
     trigger_replan = TriggerDagRunOperator(
         task_id="trigger_replan",
         trigger_dag_id=DAG_ID,
         conf=conf,
         wait_for_completion=False,
     )
-    done = finished(plan_path)
+    done = finished(job_path, result)
     branch >> [conf, done]
     conf >> trigger_replan
-    [trigger_replan, done] >> release(alloc).as_teardown(setups=alloc)
+    [trigger_replan, done] >> release(job_path, alloc).as_teardown(setups=alloc)
 
 
 srifty_plan_and_train()

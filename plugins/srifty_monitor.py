@@ -19,12 +19,12 @@ TRIGGER_PATH = "srifty_monitor.TrainingProgressTrigger"
 
 
 def poll_once(
-    plan_path: str, allocation_id: str, params: dict[str, Any], started_at: float
+    job_path: str, allocation_ids: list[str], params: dict[str, Any], started_at: float
 ) -> dict[str, Any]:
     """One monitor step as a JSON-able dict (``status``: running, finished or replan)."""
     from srifty_core.runtime.orchestrate import JobSpec, poll
 
-    return poll(plan_path, allocation_id, JobSpec.from_params(params), started_at).to_dict()
+    return poll(job_path, allocation_ids, JobSpec.from_params(params), started_at).to_dict()
 
 
 class TrainingProgressTrigger(BaseTrigger):
@@ -32,23 +32,23 @@ class TrainingProgressTrigger(BaseTrigger):
 
     def __init__(
         self,
-        plan_path: str,
-        allocation_id: str,
+        job_path: str,
+        allocation_ids: list[str],
         params: dict[str, Any],
         started_at: float,
         poll_s: float = 5.0,
     ) -> None:
         super().__init__()
-        self.plan_path = plan_path
-        self.allocation_id = allocation_id
+        self.job_path = job_path
+        self.allocation_ids = list(allocation_ids)
         self.params = params
         self.started_at = started_at
         self.poll_s = poll_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return TRIGGER_PATH, {
-            "plan_path": self.plan_path,
-            "allocation_id": self.allocation_id,
+            "job_path": self.job_path,
+            "allocation_ids": self.allocation_ids,
             "params": self.params,
             "started_at": self.started_at,
             "poll_s": self.poll_s,
@@ -58,7 +58,7 @@ class TrainingProgressTrigger(BaseTrigger):
         while True:
             try:
                 result = await asyncio.to_thread(
-                    poll_once, self.plan_path, self.allocation_id, self.params, self.started_at
+                    poll_once, self.job_path, self.allocation_ids, self.params, self.started_at
                 )
             except Exception as exc:  # the sensor re-raises it in a worker
                 yield TriggerEvent({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
@@ -72,28 +72,28 @@ class TrainingProgressTrigger(BaseTrigger):
 class TrainingProgressSensor(BaseSensorOperator):
     """Defers to ``TrainingProgressTrigger``; returns the monitor's final result."""
 
-    template_fields = ("plan_path", "allocation_id", "started_at")
+    template_fields = ("job_path", "allocation_ids", "started_at")
 
     def __init__(
         self,
         *,
-        plan_path: Any,
-        allocation_id: Any,
+        job_path: Any,
+        allocation_ids: Any,
         started_at: Any,
         poll_s: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.plan_path = plan_path
-        self.allocation_id = allocation_id
+        self.job_path = job_path
+        self.allocation_ids = allocation_ids
         self.started_at = started_at
         self.poll_s = poll_s
 
     def execute(self, context: Any) -> None:
         self.defer(
             trigger=TrainingProgressTrigger(
-                str(self.plan_path),
-                str(self.allocation_id),
+                str(self.job_path),
+                [str(a) for a in self.allocation_ids],
                 dict(context["params"]),
                 float(self.started_at),
                 self.poll_s,
@@ -103,8 +103,8 @@ class TrainingProgressSensor(BaseSensorOperator):
 
     def poke(self, context: Any) -> bool:  # only used if someone runs it without deferring
         result = poll_once(
-            str(self.plan_path),
-            str(self.allocation_id),
+            str(self.job_path),
+            [str(a) for a in self.allocation_ids],
             dict(context["params"]),
             float(self.started_at),
         )

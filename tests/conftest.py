@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from srifty_core import paths
 from srifty_core.airflow_env import airflow_environment, migrate
+
+pytest_plugins = ["tests.cloud.moto_aws"]  # the moto fixtures (moto_url, aws)
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +54,64 @@ def dagbag(airflow_home: Path) -> object:
 def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus ``extra``, for child interpreters."""
     return {**os.environ, **(extra or {})}
+
+
+@pytest.fixture(scope="session")
+def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the planner needs, made once per session in its own data folder: a CPU
+    profile of DLRM (tiny), its emulated T4 profile, and a champion bus-bandwidth model
+    fitted (for real, tiny budget) on synthetic probes of ``local.cpu`` and two g4dn types.
+
+    The CPU profile is measured for real (buckets, B_max, memory), then its latencies are
+    replaced by a throughput-bound line of 1 ms per sample and pass: the tiny model's steps
+    take the same fraction of a millisecond at any batch, which makes one worker the
+    planner's choice, and the plan-and-train tests need a plan that splits the batch over
+    two workers (as a real-size model's would). The workers still train the tiny model.
+    """
+    from srifty_core.cloud.emulated import emulated_profiles
+    from srifty_core.predictors.refresh import RefreshConfig, refresh_bandwidth_model
+    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.store import ProfileStore
+    from tests.predictors.bw_rows import write_store
+
+    root = tmp_path_factory.mktemp("planning-assets")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(root))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        store = ProfileStore()
+        cpu = profile_model(
+            "dlrm", "tiny", ProfilerConfig(max_batch=32, repeats=3, warmup=1, threads=1)
+        )
+        store.save(_throughput_bound(cpu, 1e-3))
+        for p in emulated_profiles(["g4dn.xlarge"], cpu, max_batch=256).values():
+            store.save(p)
+        write_store(types=("g4dn.xlarge", "g4dn.12xlarge", "local.cpu"), allocations=3)
+        refresh_bandwidth_model(RefreshConfig(since=None, half_life=None, budget_s=5, max_trials=1))
+    return root
+
+
+def _throughput_bound(profile: Any, per_sample_s: float) -> Any:
+    """``profile`` with linear latencies, ``per_sample_s`` per sample and pass (5% spread)."""
+    from dataclasses import replace
+
+    def stats(s: Any) -> Any:
+        means = tuple(per_sample_s * b + 1e-4 for b in s.batch_sizes)
+        return replace(s, mean_s=means, std_s=tuple(0.05 * m for m in means))
+
+    def fit(f: Any) -> Any:
+        return replace(f, breakpoints=(), slopes=(per_sample_s,), intercepts=(1e-4,))
+
+    return replace(profile, fw=stats(profile.fw), bw=stats(profile.bw),
+                   fw_fit=fit(profile.fw_fit), bw_fit=fit(profile.bw_fit))  # fmt: skip
+
+
+@pytest.fixture
+def ready_to_plan(planning_assets: Path, data_dir: Path) -> Path:
+    """This test's data folder with the session's profiles, probes and champion model."""
+    import shutil
+
+    for sub in ("profiles", "probes", "mlflow"):
+        src = planning_assets / sub
+        if src.exists():
+            shutil.copytree(src, data_dir / sub)
+    return data_dir

@@ -87,6 +87,19 @@ class BandwidthDataError(SriftyError, ValueError):
 # -- data checks ---------------------------------------------------------------------------
 
 
+def null_numeric_as_nan(features: pd.DataFrame) -> pd.DataFrame:
+    """Numeric feature columns that hold only nulls (``network_gbps`` of a type without a
+    rated network, e.g. ``local.cpu``) come out of ``pd.DataFrame(rows)`` as ``object``;
+    give them a float dtype (NaN) so that the model sees a missing value."""
+    empty = [
+        c for c in NUMERIC
+        if c in features.columns and features[c].dtype == object and features[c].isna().all()
+    ]  # fmt: skip
+    if not empty:
+        return features
+    return features.astype({c: "float64" for c in empty})
+
+
 def check_features(features: pd.DataFrame, *, where: str = "features") -> None:
     """Raise ``BandwidthDataError`` unless every feature column is present with a usable
     type (numbers for ``NUMERIC``; ``network_gbps`` may be null)."""
@@ -599,6 +612,7 @@ class BandwidthModel:
         """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""
         if not hasattr(self, "small_"):
             raise ConfigError("this bandwidth model is not fitted yet: call fit() first")
+        features = null_numeric_as_nan(features)
         check_features(features)
         out = np.empty(len(features))
         for name, mask in size_masks(features, self.mtu).items():

@@ -20,12 +20,22 @@ N = 30
 CONF: dict[str, Any] = {
     "model": "dlrm",
     "size": "tiny",
-    "global_batch": 8,
+    "global_batch": 16,
     "iterations": N,
-    "workers": 2,
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
+    "objective": "time",
     "provider": "local",
     "checkpoint_every": 5,
 }
+
+
+def _job_runs() -> list[Any]:
+    import mlflow
+
+    from srifty_core.runtime.job_log import EXPERIMENT
+    from srifty_core.tracking import setup_experiment
+
+    return list(mlflow.search_runs([setup_experiment(EXPERIMENT)], output_format="list"))
 
 
 def _allocations(provider: LocalProvider) -> list[dict[str, Any]]:
@@ -44,20 +54,38 @@ def _runs_dirs(data_dir: Path) -> list[Path]:
     return sorted(p for p in (data_dir / "runs").iterdir() if p.is_dir())
 
 
-def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, data_dir: Path) -> None:
+def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, ready_to_plan: Path) -> None:
     run = dagbag.get_dag(DAG_ID).test(run_conf=CONF)
     assert run.state == "success"
-    (run_dir,) = _runs_dirs(data_dir)
+    (run_dir,) = _runs_dirs(ready_to_plan)
     recs = read_progress(run_dir / "progress.jsonl")
     assert [r.iteration for r in recs] == list(range(1, N + 1))
+    assert {r.config_id for r in recs} == {"c0"}
     _nothing_left_running(LocalProvider())
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["finished"] == "success" and states["release"] == "success"
     assert states["child_conf"] == "skipped" and states["trigger_replan"] == "skipped"
+    (job,) = _job_runs()
+    assert job.info.status == "FINISHED" and job.data.tags["srifty.outcome"] == "finished"
+    assert job.data.metrics["outcome_iterations"] == N
+    assert job.data.metrics["measured_t_iter_s"] > 0
+    assert "predicted_t_iter_s" in job.data.metrics
+    import mlflow
+
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(job.info.run_id)}
+    assert {"timeline.png", "c0"} <= names
+
+
+def test_missing_profiles_fail_the_plan_naming_the_dag(dagbag: Any, data_dir: Path) -> None:
+    run = dagbag.get_dag(DAG_ID).test(run_conf=CONF)
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["plan"] == "failed" and states["provision"] == "upstream_failed"
 
 
 @pytest.mark.slow
-def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, data_dir: Path) -> None:
+def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: Path) -> None:
+    data_dir = ready_to_plan
     provider = LocalProvider()
     seen: list[str] = []
 
@@ -90,13 +118,34 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, data_dir: Path)
     children = [r for r in DagRun.find(dag_id=DAG_ID) if (r.conf or {}).get("resume")]
     children = [r for r in children if r.conf["resume"]["parent_run_id"] == run.run_id]
     assert len(children) == 1
-    conf = children[0].conf
+    child = children[0]
+    conf = child.conf
     (run_dir,) = _runs_dirs(data_dir)
     done = conf["resume"]["iterations_done"]
     assert 5 <= done < N and conf["iterations"] == N - done
-    assert conf["workers"] == 1 and conf["budget_usd"] == pytest.approx(5.0)
+    assert conf["offers"][0]["quota"] == 1 and 4.99 < conf["budget_usd"] < 5.0
     assert conf["resume"]["checkpoint"] == str(run_dir / "checkpoint.pt")
-    assert conf["resume"]["depleted"] == ["local.cpu"]
+    assert conf["resume"]["depleted"] == []
+    (job,) = _job_runs()
+    assert conf["resume"]["job_run_id"] == job.info.run_id
+
+    # Run the triggered child (dag.test replaces the queued run of that logical date with
+    # one it runs in this process): it plans again on the survivor and finishes the job.
+    assert child.logical_date is not None
+    second = dag.test(logical_date=child.logical_date, run_conf=conf)
+    assert second.state == "success"
+    recs = read_progress(run_dir / "progress.jsonl")
+    assert sorted({r.iteration for r in recs}) == list(range(1, N + 1))
+    assert {r.config_id for r in recs} == {"c0", "c1"}
+    assert [r.config_id for r in recs if r.iteration > done] == ["c1"] * (N - done)
+    _nothing_left_running(provider)
+    runs = {r.info.run_id: r for r in _job_runs()}
+    job = runs[job.info.run_id]
+    (nested,) = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId")]
+    assert nested.data.tags["mlflow.parentRunId"] == job.info.run_id
+    assert nested.data.tags["srifty.outcome"] == "finished"
+    assert job.data.tags["srifty.outcome"] == "finished" and job.info.status == "FINISHED"
+    assert job.data.metrics["outcome_configurations"] == 2
 
 
 def test_bad_trigger_names_the_field(dagbag: Any) -> None:
@@ -105,6 +154,8 @@ def test_bad_trigger_names_the_field(dagbag: Any) -> None:
     dag = dagbag.get_dag(DAG_ID)
     with pytest.raises(ParamValidationError, match="provider"):
         dag.test(run_conf={**CONF, "provider": "gcp"})
+    with pytest.raises(ParamValidationError, match="quota"):
+        dag.test(run_conf={**CONF, "offers": [{"type": "local.cpu", "quota": -1}]})
     with pytest.raises(ParamValidationError, match="global_batch"):
         dag.test(run_conf={**CONF, "global_batch": 0})
     with pytest.raises(ParamValidationError, match="resume"):

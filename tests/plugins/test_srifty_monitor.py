@@ -28,13 +28,13 @@ PARAMS: dict[str, Any] = {
     "size": "tiny",
     "global_batch": 4,
     "iterations": 3,
-    "workers": 1,
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 1, "price": 0.1}],
     "checkpoint_every": 1,
 }
 
 
 def test_trigger_round_trips_through_its_classpath(plugin: Any) -> None:
-    trigger = plugin.TrainingProgressTrigger("/p/plan.json", "local-1", PARAMS, 12.5, 0.5)
+    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["local-1"], PARAMS, 12.5, 0.5)
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**kwargs)
@@ -48,9 +48,9 @@ async def _first_event(trigger: Any) -> Any:
     return None
 
 
-def test_trigger_fires_when_the_job_finished(plugin: Any, data_dir: Path) -> None:
+def test_trigger_fires_when_the_job_finished(plugin: Any, ready_to_plan: Path) -> None:
     spec = orc.JobSpec.from_params(PARAMS)
-    plan_path = orc.plan_job(spec, "t")
+    plan_path = orc.plan_job(spec, "t", track=False)
     alloc = orc.provision(plan_path)
     try:
         t0 = orc.start_training(plan_path, alloc)
@@ -63,11 +63,12 @@ def test_trigger_fires_when_the_job_finished(plugin: Any, data_dir: Path) -> Non
 
 
 def test_trigger_reports_a_failed_poll_and_the_sensor_raises(plugin: Any, data_dir: Path) -> None:
-    trigger = plugin.TrainingProgressTrigger("/missing/plan.json", "local-x", PARAMS, time.time())
+    missing = "/missing/job-c0.json"
+    trigger = plugin.TrainingProgressTrigger(missing, ["local-x"], PARAMS, time.time())
     event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
-    assert event.payload["status"] == "error" and "plan.json" in event.payload["error"]
+    assert event.payload["status"] == "error" and "job-c0.json" in event.payload["error"]
     sensor = plugin.TrainingProgressSensor(
-        task_id="m", plan_path="p", allocation_id="a", started_at=0.0
+        task_id="m", job_path="p", allocation_ids=["a"], started_at=0.0
     )
     with pytest.raises(RuntimeError, match="training monitor failed"):
         sensor.execute_complete({}, event.payload)

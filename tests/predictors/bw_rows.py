@@ -16,12 +16,24 @@ TYPES: dict[str, dict[str, Any]] = {
     "g4dn.xlarge": {"gpu_model": "T4", "gpus_per_vm": 1, "vcpus": 4, "network_gbps": 5.0},
     "g4dn.12xlarge": {"gpu_model": "T4", "gpus_per_vm": 4, "vcpus": 48, "network_gbps": 50.0},
 }
+LOCAL: dict[str, dict[str, Any]] = {
+    # worker processes on one host over gloo: no rated network; the curve peaks near 1 GB/s
+    "local.cpu": {
+        "gpu_model": "cpu",
+        "gpus_per_vm": 0,
+        "vcpus": 2,
+        "network_gbps": None,
+        "curve_gbps": 8.0,
+    },
+}
+ALL_TYPES = {**TYPES, **LOCAL}
 SIZES = (8, 256, 2048, 8192, 65536, 1 << 20, 16 << 20, 64 << 20)
 
 
 def true_busbw(itype: str, size: int, world: int, concurrent: int) -> float:
     """The curve: latency-bound below, rated-bandwidth-bound above, shared by concurrency."""
-    peak = TYPES[itype]["network_gbps"] * 1e9 / 8 * 0.8
+    spec = ALL_TYPES[itype]
+    peak = (spec.get("curve_gbps") or spec["network_gbps"]) * 1e9 / 8 * 0.8
     latency = 50e-6 * (1 + 0.2 * world)
     t = latency + 2 * size * (world - 1) / (world * peak) * concurrent
     return 2 * size * (world - 1) / (world * t)
@@ -43,7 +55,8 @@ def make_probes(
     rng = np.random.default_rng(seed)
     rows = []
     for itype in types:
-        spec = TYPES[itype]
+        spec = ALL_TYPES[itype]
+        local = itype in LOCAL
         for slot in range(allocations):
             alloc = f"{itype}-alloc-{slot}"
             factor = float(np.exp(rng.normal(0, alloc_sigma)))
@@ -57,10 +70,10 @@ def make_probes(
                             rows.append(
                                 {
                                     "date": DAY,
-                                    "provider": provider,
-                                    "cloud": "aws",
-                                    "region": "us-east-1",
-                                    "zone": "use1-az1",
+                                    "provider": "local" if local else provider,
+                                    "cloud": "local" if local else "aws",
+                                    "region": "local" if local else "us-east-1",
+                                    "zone": "local" if local else "use1-az1",
                                     "instance_type": itype,
                                     "gpu_model": spec["gpu_model"],
                                     "gpus_per_vm": spec["gpus_per_vm"],
@@ -72,7 +85,7 @@ def make_probes(
                                     "world_size": world,
                                     "buffer_bytes": size,
                                     "concurrent": c,
-                                    "backend": "nccl",
+                                    "backend": "gloo" if local else "nccl",
                                     "repeat": r,
                                     "time_s": t,
                                     "busbw": 2 * size * (world - 1) / (world * t),

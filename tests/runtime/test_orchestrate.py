@@ -14,14 +14,14 @@ from srifty_core.errors import ConfigError
 from srifty_core.runtime import orchestrate as orc
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.progress import read_progress
-from srifty_core.runtime.worker import TrainPlan
 
 PARAMS: dict[str, Any] = {
     "model": "dlrm",
     "size": "tiny",
-    "global_batch": 12,
+    "global_batch": 16,
     "iterations": 20,
-    "workers": 2,
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
+    "objective": "time",
     "provider": "local",
     "time_limit_s": None,
     "budget_usd": 10.0,
@@ -36,8 +36,12 @@ def test_job_spec_validates_and_fills_defaults() -> None:
     assert spec.target_iterations == 20
     with pytest.raises(ConfigError, match="provider"):
         orc.JobSpec.from_params({**PARAMS, "provider": "gcp"})
-    with pytest.raises(ConfigError, match="workers"):
-        orc.JobSpec.from_params({**PARAMS, "workers": 13})
+    with pytest.raises(ConfigError, match="offers"):
+        orc.JobSpec.from_params({**PARAMS, "offers": []})
+    with pytest.raises(ConfigError, match="bandwidth"):
+        orc.JobSpec.from_params({**PARAMS, "bandwidth": "guess"})
+    with pytest.raises(ConfigError, match="global_batch: missing"):
+        orc.JobSpec.from_params({k: v for k, v in PARAMS.items() if k != "global_batch"})
     with pytest.raises(ConfigError, match="checkpoint"):
         orc.JobSpec.from_params({**PARAMS, "resume": {"iterations_done": 3}})
     resumed = orc.JobSpec.from_params(
@@ -46,11 +50,12 @@ def test_job_spec_validates_and_fills_defaults() -> None:
     assert resumed.target_iterations == 27
 
 
-def test_plan_splits_the_batch_over_local_workers(data_dir: Path) -> None:
-    path = orc.plan_job(orc.JobSpec.from_params({**PARAMS, "workers": 5}), "manual__2026/x")
-    plan = TrainPlan.load(path)
-    assert plan.local_batches == (3, 3, 2, 2, 2) and plan.iterations == 20
-    assert Path(plan.run_dir) == data_dir / "runs" / "manual__2026_x"
+def test_plan_splits_the_batch_over_local_workers(ready_to_plan: Path) -> None:
+    params = dict(PARAMS)
+    path = orc.plan_job(orc.JobSpec.from_params(params), "manual__2026/x", track=False)
+    plan = orc.JobPlan.load(path).train
+    assert plan.local_batches == (8, 8) and plan.iterations == 20
+    assert Path(plan.run_dir) == ready_to_plan / "runs" / "manual__2026_x"
 
 
 def test_resume_without_a_checkpoint_names_the_field(tmp_path: Path) -> None:
@@ -59,7 +64,12 @@ def test_resume_without_a_checkpoint_names_the_field(tmp_path: Path) -> None:
         orc.plan_job(orc.JobSpec.from_params({**PARAMS, "resume": resume}), "r")
 
 
-def _wait(plan_path: Path, alloc: str, spec: orc.JobSpec, t0: float, p: LocalProvider) -> Any:
+def test_a_batch_the_offers_cannot_split_is_explained(ready_to_plan: Path) -> None:
+    with pytest.raises(orc.NoFeasiblePlan, match="global_batch: 12 cannot be split"):
+        orc.plan_job(orc.JobSpec.from_params({**PARAMS, "global_batch": 12}), "r", track=False)
+
+
+def _wait(plan_path: Path, alloc: list[str], spec: orc.JobSpec, t0: float, p: LocalProvider) -> Any:
     end = time.monotonic() + 120
     while time.monotonic() < end:
         r = orc.poll(plan_path, alloc, spec, t0, provider=p)
@@ -70,42 +80,46 @@ def _wait(plan_path: Path, alloc: str, spec: orc.JobSpec, t0: float, p: LocalPro
 
 
 @pytest.mark.slow
-def test_train_then_preempt_then_resume(data_dir: Path) -> None:
+def test_train_then_preempt_then_resume(ready_to_plan: Path) -> None:
     provider = LocalProvider()
-    spec = orc.JobSpec.from_params({**PARAMS, "step_sleep_s": 0.05})
+    params = {**PARAMS, "step_sleep_s": 0.05}
+    spec = orc.JobSpec.from_params(params)
     plan_path = orc.plan_job(spec, "run1")
-    plan = TrainPlan.load(plan_path)
+    plan = orc.JobPlan.load(plan_path).train
+    assert plan.local_batches == (8, 8)
     alloc = orc.provision(plan_path, provider)
     try:
         t0 = orc.start_training(plan_path, alloc, provider)
         end = time.monotonic() + 60
         while time.monotonic() < end and len(read_progress(plan.progress_path)) < 6:
             time.sleep(0.02)
-        instance = provider.get_allocation(alloc).instance_ids[1]
+        instance = provider.get_allocation(alloc[0]).instance_ids[1]
         provider.interrupt(instance)
         result = _wait(plan_path, alloc, spec, t0, provider)
-        assert result.status == orc.REPLAN and result.depleted == ("local.cpu",)
-        assert result.interrupted == (instance,)
-        conf = orc.child_conf(PARAMS, plan_path, alloc, result.to_dict(), "parent-1")
+        assert result.status == orc.REPLAN and result.depleted == ()
+        assert result.interrupted == (instance,) and result.lost == {"local.cpu/on-demand": 1}
+        conf = orc.child_conf(params, plan_path, alloc, result.to_dict(), "parent-1")
     finally:
         orc.release(alloc, provider)
-    pids = provider.worker_pids(provider.get_allocation(alloc))
+    pids = provider.worker_pids(provider.get_allocation(alloc[0]))
     assert not any(pid_alive(p) for p in pids)
     ck = load_checkpoint(plan.checkpoint_path)
     assert ck is not None
     done = ck.iteration
     assert 0 < done < 20
-    assert conf["workers"] == 1 and conf["iterations"] == 20 - done
+    assert conf["offers"][0]["quota"] == 1 and conf["iterations"] == 20 - done
     assert conf["resume"]["iterations_done"] == done
     assert conf["resume"]["parent_run_id"] == "parent-1"
-    assert conf["resume"]["depleted"] == ["local.cpu"]
+    assert conf["resume"]["depleted"] == []
     assert conf["resume"]["checkpoint"] == str(plan.checkpoint_path)
-    assert conf["budget_usd"] == pytest.approx(10.0)  # local.cpu has no price: nothing spent
+    spent = conf["resume"]["cost_spent_usd"]
+    assert spent == pytest.approx(0.2 * result.elapsed_s / 3600)  # 2 workers at $0.1/h
+    assert conf["budget_usd"] == pytest.approx(10.0 - spent)
 
     child = orc.JobSpec.from_params(conf)
     child_path = orc.plan_job(child, "ignored-when-resuming")
-    child_plan = TrainPlan.load(child_path)
-    assert child_plan.run_dir == plan.run_dir and child_plan.local_batches == (12,)
+    child_plan = orc.JobPlan.load(child_path).train
+    assert child_plan.run_dir == plan.run_dir and child_plan.local_batches == (16,)
     alloc2 = orc.provision(child_path, provider)
     try:
         t1 = orc.start_training(child_path, alloc2, provider)
@@ -118,13 +132,13 @@ def test_train_then_preempt_then_resume(data_dir: Path) -> None:
     assert sorted({r.iteration for r in recs}) == list(range(1, 21))
 
 
-def test_workers_that_die_without_a_preemption_fail_the_poll(data_dir: Path) -> None:
+def test_workers_that_die_without_a_preemption_fail_the_poll(ready_to_plan: Path) -> None:
     provider = LocalProvider()
     spec = orc.JobSpec.from_params({**PARAMS, "model": "dlrm"})
-    plan_path = orc.plan_job(spec, "broken")
+    plan_path = orc.plan_job(spec, "broken", track=False)
     alloc = orc.provision(plan_path, provider)
     try:
-        a = provider.get_allocation(alloc)
+        a = provider.get_allocation(alloc[0])
         provider.run(a, ["python3", "-c", "raise SystemExit(1)"])
         end = time.monotonic() + 30
         while time.monotonic() < end and any(c is None for c in provider.exit_codes(a).values()):

@@ -1,0 +1,85 @@
+"""A moto server on loopback standing in for AWS (moto lives in the tests only), the
+Airflow connection pointing at it, and what a user would still pay for afterwards."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.cloud.local import free_port
+
+AMI = "ami-12c6146b"  # any id: moto does not check it
+SECRET = "not-a-real-secret-but-never-log-it"
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    exe = Path(sys.executable).with_name("moto_server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def aws(moto_url: str, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh moto state, the Airflow connection pointing at it, and a boto3 client for
+    the test's own checks."""
+    import boto3
+
+    req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
+    urllib.request.urlopen(req, timeout=10).read()
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": SECRET,
+        "extra": {"endpoint_url": moto_url, "region_name": "us-east-1"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    return boto3.client(
+        "ec2",
+        endpoint_url=moto_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def live_instances(client: Any) -> list[str]:
+    """Instances moto still holds that are not terminated (what a user would pay for)."""
+    resp = client.describe_instances(
+        Filters=[
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
+        ]
+    )
+    return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]

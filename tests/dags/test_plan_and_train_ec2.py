@@ -1,0 +1,88 @@
+"""srifty_plan_and_train on the EC2 path, against moto (the only stand-in for AWS; it has
+no compute, so no worker trains): the planner chooses catalog types, the VMs are launched
+through the Airflow AWS connection, a spot VM is taken back, the monitor re-plans without
+that offer, and nothing is left running afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cloud.moto_aws import AMI, live_instances
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID = "srifty_plan_and_train"
+CONF: dict[str, Any] = {
+    "model": "dlrm",
+    "size": "tiny",
+    "global_batch": 64,
+    "iterations": 1000,
+    "provider": "ec2",
+    "region": "us-east-1",
+    "offers": [
+        {"type": "g4dn.xlarge", "market": "spot", "quota": 2},
+        {"type": "g4dn.12xlarge", "market": "on-demand", "quota": 1},
+    ],
+    "objective": "cost",
+    "ec2": {"image_id": AMI, "poll_s": 0.05, "wait_timeout_s": 20},
+}
+
+
+def test_ec2_plan_provision_preempt_replan_and_release(
+    dagbag: Any, ready_to_plan: Path, aws: Any
+) -> None:
+    taken: list[str] = []
+
+    def take_back_a_spot_vm() -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            resp = aws.describe_instances(
+                Filters=[
+                    {"Name": "instance-state-name", "Values": ["running"]},
+                    {"Name": "tag:srifty:market", "Values": ["spot"]},
+                ]
+            )
+            ids = [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+            if ids:
+                time.sleep(1.0)  # let training "start" first
+                aws.terminate_instances(InstanceIds=[ids[0]])  # EC2 takes it back
+                taken.append(ids[0])
+                return
+            time.sleep(0.1)
+
+    reaper = threading.Thread(target=take_back_a_spot_vm, daemon=True)
+    reaper.start()
+    dag = dagbag.get_dag(DAG_ID)
+    run = dag.test(run_conf=CONF)
+    reaper.join(timeout=5)
+    assert taken, "the plan launched no spot VM"
+    assert run.state == "success"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["trigger_replan"] == "success" and states["release"] == "success"
+    assert live_instances(aws) == []
+
+    from airflow.models.dagrun import DagRun
+
+    (child,) = [
+        r
+        for r in DagRun.find(dag_id=DAG_ID)
+        if (r.conf or {}).get("resume", {}).get("parent_run_id") == run.run_id
+    ]
+    conf = child.conf
+    assert conf["resume"]["depleted"] == ["g4dn.xlarge/spot"]
+    assert conf["resume"]["iterations_done"] == 0  # moto runs no worker
+    assert conf["iterations"] == 1000
+    assert conf["resume"]["cost_spent_usd"] > 0
+
+    # What the first run launched: the planner's choice, tagged and on the right market.
+    from srifty_core.runtime.orchestrate import JobPlan
+
+    (job_file,) = (ready_to_plan / "runs").glob("*/job-c0.json")
+    job = JobPlan.load(job_file)
+    assert {(x.instance_type, x.market) for x in job.launches} >= {("g4dn.xlarge", "spot")}
+    assert sum(x.batch_per_rank * x.count * x.ranks_per_vm for x in job.launches) == 64
