@@ -1,6 +1,7 @@
-"""Nightly allreduce probe sweep: one mapped task group per instance type.
+"""Nightly allreduce probe sweep: one mapped task group per instance type and allocation.
 
-For each instance type in ``instance_types``: launch an allocation on ``provider`` big
+For each instance type in ``instance_types`` and each of its ``allocations`` (fresh ones,
+to capture placement variance; slot 0, 1, ...): launch an allocation on ``provider`` big
 enough for the largest world size (setup), sweep buffer sizes x world sizes x concurrency
 with ``repeats`` samples and write that type's partition of the probe store
 (``<data dir>/probes/date=<run day>/provider=<p>/instance_type=<t>/``), then release the
@@ -67,32 +68,44 @@ SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
         ),
         "repeats": Param(5, type="integer", minimum=1, maximum=1000),
         "warmup": Param(2, type="integer", minimum=0, maximum=100),
+        "allocations": Param(
+            1,
+            type="integer",
+            minimum=1,
+            maximum=10,
+            description=(
+                "Fresh allocations per type (the bandwidth model holds out whole "
+                "allocations: a refresh needs probes from at least 3)."
+            ),
+        ),
     },
 )
 def srifty_probe_sweep() -> None:
     @task
-    def plan() -> list[str]:
-        """Check the whole config before anything is launched."""
+    def plan() -> list[dict[str, Any]]:
+        """Check the whole config before anything is launched; one entry per allocation."""
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
 
         params = get_current_context()["params"]
-        config_from_params(params)
+        config = config_from_params(params)
         provider = get_provider(params["provider"])
-        return [provider.instance_type(t).name for t in params["instance_types"]]
+        types = [provider.instance_type(t).name for t in params["instance_types"]]
+        return [{"instance_type": t, "slot": k} for t in types for k in range(config.allocations)]
 
     @task
-    def allocate(instance_type: str) -> str:
+    def allocate(item: dict[str, Any]) -> str:
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
         from srifty_core.probing.sweep import launch_for_sweep
 
         params = get_current_context()["params"]
         provider = get_provider(params["provider"])
-        return launch_for_sweep(config_from_params(params), provider, instance_type).id
+        alloc = launch_for_sweep(config_from_params(params), provider, item["instance_type"])
+        return f"{item['slot']}:{alloc.id}"
 
     @task
-    def sweep(allocation_id: str) -> str:
+    def sweep(slot_and_allocation: str) -> str:
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
         from srifty_core.probing.sweep import sweep_on_allocation
@@ -101,9 +114,10 @@ def srifty_probe_sweep() -> None:
         params = ctx["params"]
         provider = get_provider(params["provider"])
         day = ctx["logical_date"].date() if ctx.get("logical_date") else None
-        result = sweep_on_allocation(
-            config_from_params(params), provider, provider.get_allocation(allocation_id), day=day
-        )
+        slot, allocation_id = slot_and_allocation.split(":", 1)
+        alloc = provider.get_allocation(allocation_id)
+        config = config_from_params(params)
+        result = sweep_on_allocation(config, provider, alloc, day=day, slot=int(slot))
         print(
             f"{result.measured} points measured, {result.skipped} already stored, "
             f"{len(result.failed)} failed; {result.rows} rows in {result.partition}"
@@ -111,9 +125,10 @@ def srifty_probe_sweep() -> None:
         return str(result.raise_for_failures().partition)
 
     @task
-    def release(allocation_id: str) -> None:
+    def release(slot_and_allocation: str) -> None:
         from srifty_core.cloud import get_provider
 
+        allocation_id = slot_and_allocation.split(":", 1)[1]
         get_provider(get_current_context()["params"]["provider"]).release(allocation_id)
 
     @task(outlets=[PROBE_STORE])
@@ -122,9 +137,9 @@ def srifty_probe_sweep() -> None:
         ctx["outlet_events"][PROBE_STORE].extra = {"partitions": list(partitions)}
         return list(partitions)
 
-    allocations = allocate.expand(instance_type=plan())
-    partitions = sweep.expand(allocation_id=allocations)
-    partitions >> release.expand(allocation_id=allocations).as_teardown(setups=allocations)
+    allocations = allocate.expand(item=plan())
+    partitions = sweep.expand(slot_and_allocation=allocations)
+    partitions >> release.expand(slot_and_allocation=allocations).as_teardown(setups=allocations)
     publish(partitions)
 
 

@@ -57,6 +57,18 @@ def test_probe_sweep_writes_the_partition_and_releases(dagbag: Any, data_dir: Pa
     assert not [p["pid"] for p in state["processes"] if pid_alive(p["pid"])]
 
 
+def test_each_allocation_fills_its_own_slot(dagbag: Any, data_dir: Path) -> None:
+    dag = dagbag.get_dag("srifty_probe_sweep")
+    run = dag.test(run_conf={**TINY, "sizes": "4B:400B", "allocations": 3})
+    assert run.state == "success"
+    df = read_probes()
+    assert sorted(set(df["allocation_slot"])) == [0, 1, 2]
+    assert df["allocation_id"].nunique() == 3 and len(df) == 3 * 3 * 2
+    states = [json.loads(p.read_text()) for p in (data_dir / "cloud" / "local").glob("*.json")]
+    assert len(states) == 3
+    assert all(set(s["instances"].values()) == {"terminated"} for s in states)
+
+
 def test_asset_matches_the_library_constant(dagbag: Any) -> None:
     dag = dagbag.get_dag("srifty_probe_sweep")
     outlets = dag.get_task("publish").outlets
