@@ -1,25 +1,28 @@
 """The main job on embedded defaults: SQLite, local files, local processes.
 
-Runs, for real, what exists of the loop on this machine:
+Runs, for real and through Airflow (``airflow dags test`` against an Airflow home under the
+data folder), the whole loop on this machine:
 
 1. the catalog refresh DAG (validate the shipped catalog, write a report);
-2. the probe sweep DAG on the local provider (gloo allreduce, world size 2) into the
-   Parquet probe store;
-3. the profiling DAG for a small ResNet-18 on the CPU (profile store + MLflow run);
-4. the simulator's prediction for 2-worker DDP from that profile and those probes, then
-   the same DDP job run for real, side by side;
-5. a training run on two local workers with reweighted gradients, checkpoints and a
-   progress log, where one worker is preempted mid-run: the monitor notices, the job
-   re-plans onto the surviving worker, resumes from the checkpoint and finishes exactly
-   the iterations asked for.
-
-Each DAG runs through Airflow (``airflow dags test``) against an Airflow home under the data
-folder. Later stages (model refresh, plan-and-train with re-planning) join here.
+2. the probe sweep DAG on the local provider (gloo allreduce, world size 2, three fresh
+   allocations) into the Parquet probe store;
+3. the model refresh DAG: the XGBoost bus-bandwidth model fitted on those probes,
+   registered in MLflow and promoted to champion;
+4. the profiling DAG for a small ResNet-18 on the CPU (profile store + MLflow run);
+5. the simulator's prediction for 2-worker DDP from that profile and the champion model,
+   then the same DDP job run for real, side by side;
+6. the plan-and-train DAG on the local provider: the planner chooses the workers and local
+   batches, the workers train, one is preempted mid-run (as a spot VM would be), the
+   monitor sensor notices and triggers a re-planning run of the same DAG, which resumes
+   from the checkpoint on what is left and finishes exactly the iterations asked for; the
+   plans, the monitor's decisions and the timeline go to MLflow;
+7. the method's case studies planned on the emulated EC2.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -47,18 +50,44 @@ class _Steps:
         print(f"      done in {time.perf_counter() - self.t0:.1f}s{tail}", flush=True)
 
 
-def run_dag(dag_id: str, env: dict[str, str], conf: dict[str, object]) -> str:
-    """Run one DAG through Airflow's ``dags test`` and return the final run state."""
-    run_airflow(["dags", "test", dag_id, "-c", json.dumps(conf)], env, quiet=True)
+def run_dag(
+    dag_id: str, env: dict[str, str], conf: dict[str, object], logical_date: str | None = None
+) -> str:
+    """Run one DAG through Airflow's ``dags test`` and return that run's final state.
+
+    ``logical_date`` (ISO 8601) names the run; by default it is now. ``dags test`` replaces
+    a queued run of the same logical date (a run another DAG run triggered) with the one it
+    runs.
+    """
+    from datetime import UTC, datetime
+
+    when = logical_date or datetime.now(UTC).isoformat(timespec="microseconds")
+    run_airflow(["dags", "test", dag_id, when, "-c", json.dumps(conf)], env, quiet=True)
+    runs = list_runs(dag_id, env)
+    mine = [r for r in runs if _same_instant(r.get("logical_date"), when)]
+    if not mine:
+        raise SriftyError(f"Airflow recorded no run of {dag_id} at {when}")
+    return str(mine[0]["state"])
+
+
+def list_runs(dag_id: str, env: dict[str, str]) -> list[dict[str, Any]]:
     out = run_airflow(["dags", "list-runs", dag_id, "-o", "json"], env, quiet=True)
     # Airflow may print warnings on stdout before the JSON document, which is one line.
     runs: list[dict[str, Any]] = next(
         (json.loads(ln) for ln in out.splitlines() if ln.startswith("[")), []
     )
-    if not runs:
-        raise SriftyError(f"Airflow recorded no run of {dag_id}")
-    latest = max(runs, key=lambda r: r.get("run_after") or r.get("start_date") or "")
-    return str(latest["state"])
+    return runs
+
+
+def _same_instant(a: Any, b: str) -> bool:
+    from datetime import datetime
+
+    if not a:
+        return False
+    try:
+        return datetime.fromisoformat(str(a)) == datetime.fromisoformat(b)
+    except ValueError:
+        return False
 
 
 def _require(state: str, dag_id: str, home: Path) -> None:
@@ -66,50 +95,112 @@ def _require(state: str, dag_id: str, home: Path) -> None:
         raise SriftyError(f"{dag_id} ended {state}; task logs: {home / 'logs'}")
 
 
-def _preempted_training(root: Path) -> Any:
-    """Train DLRM (tiny) for 40 iterations on 2 local workers; a watcher reclaims the
-    second worker (as a spot interruption would) once 10 iterations are logged."""
+TRAIN_CONF: dict[str, Any] = {
+    "model": DEMO_MODEL,
+    "size": DEMO_SIZE,
+    "global_batch": 64,
+    "iterations": 40,
+    "provider": "local",
+    # local.cpu has no market price: $0.10/h per worker is a nominal figure for the budget
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
+    "objective": "time",
+    "budget_usd": 1.0,
+    "checkpoint_every": 5,
+    "step_sleep_s": 0.05,
+}
+PREEMPT_AT = 10
+
+
+def _preempt_when_running(root: Path, stop: Any) -> list[str]:
+    """A watcher thread: once a plan-and-train run has logged ``PREEMPT_AT`` iterations,
+    reclaim its second worker the way a spot interruption would (the local provider marks
+    the instance interrupted and kills its process)."""
     import threading
 
-    from srifty_core.cloud.base import Allocation
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime.local_run import train_local
     from srifty_core.runtime.progress import read_progress
-    from srifty_core.runtime.worker import TrainPlan
 
-    run_dir = paths.data_dir(root) / "runs" / f"demo-{int(time.time())}"
-    plan = TrainPlan(
-        model="dlrm",
-        size="tiny",
-        global_batch=12,
-        iterations=40,
-        local_batches=(4, 8),
-        run_dir=str(run_dir),
-        checkpoint_every=5,
-        step_sleep_s=0.05,
-    )
-    provider = LocalProvider(paths.data_dir(root) / "cloud")
-    first: list[Allocation] = []
+    provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
+    taken: list[str] = []
 
-    def remember(alloc: Allocation) -> None:
-        if not first:
-            first.append(alloc)
+    def watch() -> None:
+        while not stop.is_set():
+            for log in (paths.data_dir(root) / "runs").glob("*/progress.jsonl"):
+                if len(read_progress(log)) >= PREEMPT_AT:
+                    states = sorted(provider.state_dir.glob("local-*.json"))
+                    state = json.loads(states[-1].read_text()) if states else {}
+                    ids = state.get("allocation", {}).get("instance_ids", [])
+                    if len(ids) > 1:
+                        provider.interrupt(ids[1])
+                        taken.append(ids[1])
+                    return
+            time.sleep(0.05)
 
-    def reclaim() -> None:
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            recs = read_progress(plan.progress_path)
-            if recs and recs[-1].iteration >= 10 and first:
-                provider.interrupt(first[0].instance_ids[1])
-                return
-            time.sleep(0.02)
+    threading.Thread(target=watch, daemon=True).start()
+    return taken
 
-    watcher = threading.Thread(target=reclaim, daemon=True)
-    watcher.start()
-    report = train_local(plan, provider, on_poll=remember, timeout_s=300)
-    watcher.join(timeout=5)
-    print(f"  run folder: {run_dir} (progress.jsonl, checkpoint)")
-    return report
+
+def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
+    """The plan-and-train DAG with a preemption, then the re-planning run it triggered."""
+    import threading
+
+    stop = threading.Event()
+    taken = _preempt_when_running(root, stop)
+    try:
+        state = run_dag("srifty_plan_and_train", env, TRAIN_CONF)
+    finally:
+        stop.set()
+    _require(state, "srifty_plan_and_train", home)
+    (run_dir,) = sorted((paths.data_dir(root) / "runs").glob("*/job-c0.json"))[-1:]
+    run_dir = run_dir.parent
+    if not taken:
+        print("  (the job finished before the watcher could preempt a worker)")
+        return run_dir
+    print(f"  preempted worker {taken[0]} at iteration {PREEMPT_AT}")
+    for k in range(1, 4):  # each re-plan writes the conf of the run it triggered
+        conf_file = run_dir / f"replan-after-c{k - 1}.json"
+        if not conf_file.is_file():
+            break
+        conf = json.loads(conf_file.read_text())
+        queued = [
+            r for r in list_runs("srifty_plan_and_train", env)
+            if r.get("state") == "queued"
+        ]  # fmt: skip
+        if not queued:
+            raise SriftyError("the re-plan run that plan-and-train triggered is not queued")
+        when = str(max(queued, key=lambda r: str(r.get("logical_date")))["logical_date"])
+        print(f"  re-planning run (triggered by the monitor) for {conf['iterations']} "
+              "iterations left ...", flush=True)  # fmt: skip
+        state = run_dag("srifty_plan_and_train", env, conf, logical_date=when)
+        _require(state, "srifty_plan_and_train (re-plan)", home)
+    return run_dir
+
+
+def _print_job(run_dir: Path) -> None:
+    from srifty_core.runtime.orchestrate import JobPlan, read_decisions
+    from srifty_core.runtime.progress import read_progress
+
+    for path in sorted(run_dir.glob("job-c*.json")):
+        job = JobPlan.load(path)
+        print(f"  plan {job.config_id}: " + job.explanation[0])
+        for line in job.explanation[1:3]:
+            print(f"    {line}")
+        recs = [
+            r for r in read_progress(run_dir / "progress.jsonl") if r.config_id == job.config_id
+        ]
+        if recs:
+            steps = sorted(r.step_s for r in recs[1:]) or [recs[0].step_s]
+            measured = steps[len(steps) // 2]
+            print(
+                f"    ran iterations {recs[0].iteration}..{recs[-1].iteration}, measured "
+                f"{measured * 1e3:.0f} ms/iteration (predicted "
+                f"{float(job.predicted['t_iter_s']) * 1e3:.0f} ms)"
+            )
+    for d in read_decisions(run_dir):
+        if d.get("status") != "running":
+            print(f"  monitor ({d['config_id']}): {d['status']} - {d['reason']}")
+    done = max((r.iteration for r in read_progress(run_dir / "progress.jsonl")), default=0)
+    print(f"  outcome: {done} of {TRAIN_CONF['iterations']} iterations; run folder {run_dir}")
 
 
 def run_demo(data_dir: Path | None = None) -> int:
@@ -117,7 +208,8 @@ def run_demo(data_dir: Path | None = None) -> int:
     home = paths.airflow_home(root)
     env = airflow_environment(home)
     env[paths.ENV_VAR] = str(root)
-    steps = _Steps(6)
+    os.environ[paths.ENV_VAR] = str(root)  # this process reads the same store (MLflow)
+    steps = _Steps(8)
     print(f"Srifty demo - data folder: {root}")
 
     steps.start(f"preparing Airflow home {home} (SQLite, airflow db migrate)")
@@ -134,11 +226,18 @@ def run_demo(data_dir: Path | None = None) -> int:
         f"report {reports[-1].parent / 'report.md'}"
     )
 
-    steps.start("DAG srifty_probe_sweep: gloo allreduce on 2 local workers, 4 B..64 MB")
+    steps.start("DAG srifty_probe_sweep: gloo allreduce, 2 local workers, 3 allocations")
     state = run_dag(
         "srifty_probe_sweep",
         env,
-        {"world_sizes": [2], "sizes": "4B:64MB", "points_per_decade": 2, "repeats": 3},
+        {
+            "world_sizes": [2],
+            "sizes": "4B:64MB",
+            "points_per_decade": 1,
+            "concurrency": [1, 2],
+            "repeats": 3,
+            "allocations": 3,
+        },
     )
     _require(state, "srifty_probe_sweep", home)
     from srifty_core.probing.store import read_probes
@@ -147,6 +246,17 @@ def run_demo(data_dir: Path | None = None) -> int:
     probes = read_probes(root=paths.probe_store_dir(root))
     steps.done(f"{len(probes)} rows in {paths.probe_store_dir(root)}")
     print(format_summary(summarize(probes)))
+
+    steps.start("DAG srifty_model_refresh: fit the XGBoost bus-bandwidth model, promote it")
+    state = run_dag(
+        "srifty_model_refresh",
+        env,
+        {"since_days": None, "half_life_days": None, "budget_s": 20, "max_trials": 4},
+    )
+    _require(state, "srifty_model_refresh", home)
+    from srifty_core.predictors.registry import CHAMPION, alias_version
+
+    steps.done(f"champion: version {alias_version(CHAMPION)} in MLflow ({paths.mlflow_dir(root)})")
 
     steps.start(f"DAG srifty_profile_model: {DEMO_MODEL}/{DEMO_SIZE} on the CPU (4 probes)")
     state = run_dag(
@@ -172,7 +282,7 @@ def run_demo(data_dir: Path | None = None) -> int:
 
     a, b = DEMO_BATCHES
     steps.start(f"simulate, then run, DDP on 2 local workers with local batches {a} and {b}")
-    from srifty_core.predictors.table import ProbeTableBandwidth
+    from srifty_core.predictors.registry import load_champion
     from srifty_core.runtime.measure import measure_ddp
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
@@ -181,7 +291,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     inst = SimInstance.local_cpu()
     config = ClusterConfig((Group(inst, 1, a), Group(inst, 1, b)))
     workload = Workload(DEMO_MODEL, {"cpu": profile})
-    est = Simulator(ProbeTableBandwidth().fit(probes)).estimate(workload, config)
+    est = Simulator(load_champion()).estimate(workload, config)
     apm = ApmEstimator().estimate(workload, config)
     real = measure_ddp(DEMO_MODEL, DEMO_SIZE, (a, b), iterations=8, warmup=2)
     steps.done()
@@ -192,18 +302,23 @@ def run_demo(data_dir: Path | None = None) -> int:
         f"binds); APM baseline {apm.t_iter * 1e3:.1f} ms; measured {real.mean_s * 1e3:.1f} ms "
         f"(Srifty {err:+.0f}%, APM {apm_err:+.0f}%)."
     )
-    steps.start("train on 2 local workers, preempt one at iteration 10, recover")
-    report = _preempted_training(root)
-    steps.done(f"{report.iterations} iterations in {len(report.segments)} configurations")
-    for seg in report.segments:
-        detect = f", noticed in {seg.detect_s * 1e3:.0f} ms" if seg.detect_s is not None else ""
-        print(
-            f"  {seg.config_id}: local batches {list(seg.local_batches)}, iterations "
-            f"{seg.start_iteration + 1}..{seg.end_iteration}, {seg.outcome}{detect}"
-        )
+
+    steps.start(
+        f"DAG srifty_plan_and_train: plan, train {TRAIN_CONF['iterations']} iterations, "
+        f"preempt a worker at iteration {PREEMPT_AT}, re-plan, resume"
+    )
+    run_dir = _plan_and_train(root, env, home)
+    steps.done()
+    _print_job(run_dir)
+
+    steps.start("the method's case studies, planned on the emulated EC2")
+    steps.done()
+
     print(
-        f"\nEverything is under {root}: probes/, profiles/, mlflow/ (open it with "
-        f"`.venv/bin/mlflow ui --backend-store-uri sqlite:///{paths.mlflow_dir(root)}/mlflow.db`), "
-        f"airflow/, reports/."
+        f"\nEverything is under {root}: probes/, profiles/, runs/, mlflow/, airflow/, "
+        "reports/.\nTo look at it: scripts/ui starts the Airflow UI (http://127.0.0.1:8080, "
+        "user admin, password srifty-admin) and the MLflow UI (http://127.0.0.1:5001: "
+        "experiments srifty-jobs, srifty-compute-profiles and srifty-bandwidth-models, model srifty-busbw) on this data "
+        "folder."
     )
     return 0

@@ -699,6 +699,9 @@ def child_conf(
     from srifty_core.runtime import job_log
 
     job_log.log_configuration_end(job, result, outcome="replan")
+    # Beside the checkpoint too, so the follow-up can be started by hand if need be.
+    write_text_atomic(Path(plan.run_dir) / f"replan-after-{job.config_id}.json",
+                      json.dumps(conf, indent=2))  # fmt: skip
     return conf
 
 
