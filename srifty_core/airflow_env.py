@@ -7,11 +7,15 @@ these variables first. Nothing here imports Airflow.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from srifty_core import paths
@@ -89,3 +93,55 @@ def run_airflow(args: list[str], env: Mapping[str, str], *, quiet: bool = False)
     if not quiet:
         sys.stdout.write(proc.stdout)
     return proc.stdout
+
+
+def start_airflow(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a long-running airflow command (``api-server``, ``scheduler``, ``celery worker``)
+    with ``env`` added, in its own session (so ``stop_process_groups`` reaches its children),
+    stdout and stderr appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            airflow_command(args),
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait until ``url`` answers 200; raise ``SriftyError`` if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SriftyError(f"the server for {url} exited (code {proc.returncode})")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # loopback only
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise SriftyError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def stop_process_groups(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 20.0) -> None:
+    """SIGTERM each process's group (each leads its own session), then SIGKILL the groups
+    still alive after ``grace_s``."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            _signal_group(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        # The leader may be gone while children it forked (task runners) are not.
+        _signal_group(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)

@@ -10,48 +10,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from srifty_core import paths
-from srifty_core.airflow_env import airflow_environment, migrate
+from srifty_core.airflow_env import (
+    airflow_environment,
+    migrate,
+    stop_process_groups,
+    wait_healthy,
+)
 from srifty_core.errors import SriftyError
 from srifty_core.tracking import default_tracking_uri
 
 ADMIN_USER = "admin"
 DEFAULT_PASSWORD = "srifty-admin"
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SriftyError(f"the server for {url} exited (code {proc.returncode})")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # loopback only
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    raise SriftyError(f"{url} did not answer within {timeout_s:.0f} s")
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
 
 
 def run_ui(
@@ -117,8 +92,8 @@ def run_ui(
                 )
             )
         print("starting Airflow and MLflow (20-40 s) ...", flush=True)
-        _wait_healthy(f"http://127.0.0.1:{mlflow_port}/health", procs[1], 120)
-        _wait_healthy(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", procs[0], 180)
+        wait_healthy(f"http://127.0.0.1:{mlflow_port}/health", procs[1], 120)
+        wait_healthy(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", procs[0], 180)
         print(
             f"Airflow: http://127.0.0.1:{airflow_port}  (user {ADMIN_USER}, password {password})\n"
             f"MLflow:  http://127.0.0.1:{mlflow_port}\n"
@@ -133,4 +108,4 @@ def run_ui(
     except KeyboardInterrupt:
         return 0
     finally:
-        _stop(procs)
+        stop_process_groups(procs)

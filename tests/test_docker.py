@@ -41,6 +41,8 @@ def test_airflow_services_use_celery_and_postgres() -> None:
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://redis:")
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
+        assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].endswith("/execution/")
     assert "postgresql" in " ".join(services["mlflow"]["command"])
 
 
@@ -52,3 +54,16 @@ def test_dockerfile_installs_the_lock_then_the_package() -> None:
     lock = text.index("-r requirements.lock")
     package = text.index("--no-deps -e .")
     assert text.index("COPY requirements.lock") < lock < package
+
+
+def test_image_gets_the_celery_provider_from_the_lock() -> None:
+    """The CeleryExecutor's provider is a locked project dependency (the one
+    tests/dags/test_celery_executor.py runs), not an extra install in the image."""
+    lock = (paths.REPO_ROOT / "requirements.lock").read_text().splitlines()
+    pinned = {line.split("==")[0].lower() for line in lock if "==" in line}
+    assert {"apache-airflow-providers-celery", "celery", "redis"} <= pinned
+    installs = [
+        line for line in (DOCKER / "Dockerfile").read_text().splitlines() if "pip install" in line
+    ]
+    for line in installs:
+        assert any(x in line for x in ("'pip>=25'", "-r requirements.lock", "--no-deps -e .")), line
