@@ -127,13 +127,14 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
         while not stop.is_set():
             for log in (paths.data_dir(root) / "runs").glob("*/progress.jsonl"):
                 if len(read_progress(log)) >= PREEMPT_AT:
-                    states = sorted(provider.state_dir.glob("local-*.json"))
-                    state = json.loads(states[-1].read_text()) if states else {}
-                    ids = state.get("allocation", {}).get("instance_ids", [])
-                    if len(ids) > 1:
-                        provider.interrupt(ids[1])
-                        taken.append(ids[1])
-                    return
+                    for f in provider.state_dir.glob("local-*.json"):
+                        state = json.loads(f.read_text())
+                        ids = state.get("allocation", {}).get("instance_ids", [])
+                        live = [i for i in ids if state["instances"].get(i) == "running"]
+                        if len(live) > 1 and state.get("processes"):  # the training job
+                            provider.interrupt(live[1])
+                            taken.append(live[1])
+                            return
             time.sleep(0.05)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -318,7 +319,7 @@ def run_demo(data_dir: Path | None = None) -> int:
         f"\nEverything is under {root}: probes/, profiles/, runs/, mlflow/, airflow/, "
         "reports/.\nTo look at it: scripts/ui starts the Airflow UI (http://127.0.0.1:8080, "
         "user admin, password srifty-admin) and the MLflow UI (http://127.0.0.1:5001: "
-        "experiments srifty-jobs, srifty-compute-profiles and srifty-bandwidth-models, model srifty-busbw) on this data "
-        "folder."
+        "experiments srifty-jobs, srifty-compute-profiles and srifty-bandwidth-models; "
+        "model srifty-busbw) on this data folder."
     )
     return 0

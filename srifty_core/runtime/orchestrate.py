@@ -590,7 +590,9 @@ def poll(
     if finished:
         out = result(FINISHED, f"finished {plan.iterations} iterations")
     elif lost:
-        out = result(REPLAN, f"{decision.reason}; taken back: {', '.join(sorted(interrupted))}")
+        gone = ", ".join(sorted(interrupted))
+        why = decision.reason if decision.depleted else "the next plan runs on what is left"
+        out = result(REPLAN, f"taken back by the provider: {gone}; {why}")
     elif decision.replan and _alternatives(spec, job):
         out = result(REPLAN, decision.reason)
     elif decision.replan:
