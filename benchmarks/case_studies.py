@@ -4,10 +4,10 @@ the pruned space (every configuration run on the emulator).
 
 Pipeline (one command, a few minutes; reference profiles are cached):
 
-1. Reference compute profiles, one per model, under ``benchmarks/results/profiles/``
-   (re-made when missing or with ``--reprofile``): the model's ``small`` preset profiled on
-   this CPU with the real profiler (1 thread, 4 budgeted probes), its latencies scaled by
-   the FLOP ratio of the ``full`` network to the small one (counted with torch's FLOP
+1. Reference compute profiles, one per model, shipped in ``data/reference_profiles/``
+   (re-made there when missing or with ``--reprofile``): the model's ``small`` preset
+   profiled on this CPU with the real profiler (1 thread, 4 budgeted probes), its latencies
+   scaled by the FLOP ratio of the ``full`` network to the small one (counted with torch's FLOP
    counter at batch 1; DLRM, whose time is embedding-bound, by the measured time ratio at
    batch 64), and the ``full`` network's memory footprint (batch 1 and 2) and DDP gradient
    buckets (one backward at batch 1). So communication volume and memory are the real
@@ -15,7 +15,9 @@ Pipeline (one command, a few minutes; reference profiles are cached):
 2. Per GPU type, ``EmulatedProvider.profile``: what the profiler would measure there.
 3. An emulated probe sweep of the offered types (world sizes up to each quota's ranks) ->
    the bandwidth model (``--bandwidth module:Class``, a class with ``fit(frame)``; default
-   the probe table) -> ``Simulator``.
+   the probe table) -> ``Simulator``. The cases and steps 2-3 are
+   ``srifty_core.case_studies`` (``case_setup``), which also gives Srifty's plans
+   alone in seconds (``plan_case_studies``).
 4. Per case: each method's choice, predicted and actual (``--iterations`` emulated
    iterations at the median allocation level: network spreads 1, so configurations are
    compared without allocation luck; and the mean over 3 random allocations), the limits,
@@ -34,14 +36,23 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from srifty_core.case_studies import (
+    CASES,
+    QUICK,
+    REGION,
+    Case,
+    case_setup,
+    load_reference_profile,
+    one_core,
+    reference_profile_paths,
+    short_label,
+)
+
 OUT = Path(__file__).parent / "results"
-PROFILES = OUT / "profiles"
-REGION = "us-east-1"
 MODELS = (
     "resnet50",
     "vgg16",
@@ -52,56 +63,21 @@ MODELS = (
     "inception_v3",
     "shufflenet_v2",
 )
-ONE_CORE = (0.05, 10.0)
-"""The CPU profiles run on 1 thread (as each DDP rank does): the ground truth's
-``CPU_REFERENCE`` describes 2 cores (0.1 TFLOPS, 20 GB/s), so the reference device of these
-profiles is half of it, in TFLOPS and GB/s. Emulated profiles and runs both use it."""
 CPU_MAX_BATCH = {"bert_base": 32, "xlm": 32}
 """Upper end of the CPU profile's batch search (default 64): keeps profiling to seconds."""
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    model: str
-    global_batch: int
-    quotas: Mapping[str, int]
-    objective: str
-    iterations: int = 1000
-    time_limit_s: float = math.inf
-    budget_usd: float = math.inf
-    note: str = ""
-
-
-G4, G3, P3 = "g4dn.8xlarge", "g3.8xlarge", "p3.8xlarge"
-CASES = (
-    Case("1", "resnet50", 128, {G4: 64}, "time"),
-    Case("2", "vgg16", 512, {G3: 64}, "time"),
-    Case("3", "alexnet", 1024, {G3: 64}, "time", note="quota read as case 2's (64 g3.8xlarge)"),
-    Case("4", "dlrm", 1024, {G4: 32, G3: 32}, "cost"),
-    Case("5a", "xlm", 512, {G4: 32, G3: 32}, "cost"),
-    Case("5b", "bert_base", 1024, {G4: 32, G3: 32}, "cost"),
-    Case("6", "inception_v3", 2112, {P3: 4, G3: 8, G4: 8}, "time", 500, 300.0, 1.4,
-         note="2.1K read as 2112 = 33 x 64"),
-    Case("6x", "inception_v3", 2112, {P3: 4, G3: 8, G4: 8}, "time", 500, 600.0, 2.8,
-         note="case 6 with both limits doubled: the emulated GPUs miss the original ones"),
-    Case("7", "shufflenet_v2", 6144, {P3: 4, G3: 8, G4: 8}, "time", 1000, 360.0, 2.5),
-)  # fmt: skip
-QUICK = ("1", "4", "6")
-
-
 # ---------------------------------------------------------------------------- profiles
 def reference_profile(model: str, reprofile: bool = False) -> tuple[Any, dict[str, Any]]:
-    from srifty_core.profiling.profile import ComputeProfile
-
-    path = PROFILES / f"{model}.json"
-    meta_path = PROFILES / f"{model}.meta.json"
+    """The shipped reference profile (``data/reference_profiles/``), made (and written
+    there) when missing or asked to."""
+    path, meta_path = reference_profile_paths(model)
     if path.is_file() and meta_path.is_file() and not reprofile:
-        return ComputeProfile.from_json(path.read_text()), json.loads(meta_path.read_text())
+        return load_reference_profile(model)
     t0 = time.perf_counter()
     prof, meta = _make_reference(model)
     meta["seconds"] = round(time.perf_counter() - t0, 1)
-    PROFILES.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(prof.to_json() + "\n")
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")
     print(f"  profiled {model} in {meta['seconds']} s (scale x{meta['latency_scale']:.1f})")
@@ -197,12 +173,6 @@ def _make_reference(model: str) -> tuple[Any, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- truth
-def one_core() -> Any:
-    from srifty_core.cloud.emulator_truth import DeviceRate
-
-    return DeviceRate(*ONE_CORE)
-
-
 class Truth:
     """The emulator's ground truth for configurations, cached by label."""
 
@@ -270,38 +240,6 @@ def load_bandwidth(spec: str) -> Callable[[Any], Any]:
     return lambda frame: klass().fit(frame)
 
 
-def probe_frame(quotas: Mapping[str, int], catalog: Any) -> Any:
-    import pyarrow as pa
-
-    from srifty_core.cloud.emulated import emulated_probe_sweep
-
-    tables = []
-    for name, q in sorted(quotas.items()):
-        ranks = q * max(1, catalog.get(name, REGION).gpus_per_vm)
-        ws = tuple(w for w in (2, 4, 8, 16, 32, 64, 128, 256) if w <= max(2, ranks))
-        tables.append(emulated_probe_sweep([name], world_sizes=ws, seed=7))
-    return pa.concat_tables(tables).to_pandas()
-
-
-def offers_for(case: Case, catalog: Any, workload_gpus: set[str]) -> tuple[Any, list[str]]:
-    from srifty_core.planner.request import offers_from_catalog
-
-    spec, notes = [], []
-    for name, q in case.quotas.items():
-        t = catalog.get(name, REGION)
-        if t.gpu_model not in workload_gpus:
-            notes.append(f"{name} dropped: {case.model} does not fit one {t.gpu_model}")
-            continue
-        try:
-            catalog.cheapest_spot(name, REGION)
-            market = "spot"
-        except Exception:
-            market = "on-demand"
-            notes.append(f"{name} on-demand (the catalog has no spot price)")
-        spec.append({"type": name, "market": market, "quota": q})
-    return offers_from_catalog(catalog, spec, REGION), notes
-
-
 def actual(request: Any, cand: Any, truth: Truth) -> dict[str, Any]:
     from srifty_core.planner.space import Space
 
@@ -320,39 +258,18 @@ def actual(request: Any, cand: Any, truth: Truth) -> dict[str, Any]:
 
 
 def run_case(case: Case, args: argparse.Namespace, catalog: Any, fit_bw: Any) -> dict[str, Any]:
-    from srifty_core.cloud.emulated import EmulatedProvider
     from srifty_core.planner import baselines
-    from srifty_core.planner.request import Objective, Overheads, PlanRequest
+    from srifty_core.planner.request import Objective
     from srifty_core.planner.search import plan
     from srifty_core.planner.space import Space
     from srifty_core.simulator.estimator import Simulator
-    from srifty_core.simulator.types import Workload
 
-    ref, meta = reference_profile(case.model, args.reprofile)
-    prov = EmulatedProvider(seed=11, region=REGION, catalog=catalog)
-    profiles, dropped = {}, []
-    for name in case.quotas:
-        gpu = catalog.get(name, REGION).gpu_model
-        if gpu in profiles:
-            continue
-        try:
-            profiles[gpu] = prov.profile(name, ref, probes=4, repeats=5, reference_rate=one_core())
-        except Exception as exc:  # the network does not fit this GPU
-            dropped.append(f"{gpu}: {exc}")
-    offers, notes = offers_for(case, catalog, set(profiles))
-    t0 = time.perf_counter()
-    bandwidth = fit_bw(probe_frame({o.instance.name: o.quota for o in offers}, catalog))
-    fit_s = time.perf_counter() - t0
-    request = PlanRequest(
-        workload=Workload(case.model, profiles),
-        global_batch=case.global_batch,
-        iterations=case.iterations,
-        offers=offers,
-        time_limit_s=case.time_limit_s,
-        budget_usd=case.budget_usd,
-        objective=Objective.parse(case.objective),
-        overheads=Overheads(launch_s=0.0),
+    setup = case_setup(
+        case, catalog, fit_bandwidth=fit_bw, reference=reference_profile(case.model, args.reprofile)
     )
+    request, bandwidth = setup.request, setup.bandwidth
+    ref, meta = setup.reference, setup.reference_meta
+    offers, profiles = request.offers, request.workload.profiles
     truth = Truth(ref, args.iterations, catalog)
     sim = Simulator(bandwidth)
     choices = [
@@ -458,9 +375,9 @@ def run_case(case: Case, args: argparse.Namespace, catalog: Any, fit_bw: Any) ->
             for o in offers
         ],
         "b_max": {g: p.b_max for g, p in profiles.items()},
-        "notes": [case.note, *notes, *dropped] if case.note else [*notes, *dropped],
+        "notes": list(setup.notes),
         "reference_profile": meta,
-        "bandwidth_fit_s": fit_s,
+        "bandwidth_fit_s": setup.bandwidth_fit_s,
         "space_size": srifty_result.space_size if srifty_result else None,
         "search": srifty_result.method if srifty_result else None,
         "methods": rows,
@@ -479,11 +396,6 @@ def _cand(request: Any, choice: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- report
-def _short(label: str) -> str:
-    """``2xp3.8xlarge@512+...`` (the method's notation; market dropped)."""
-    return label.replace("/spot", "").replace("/on-demand", "")
-
-
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "| case | method | configuration | pred. t_iter | actual t_iter | pred. time / cost "
@@ -505,7 +417,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             else:
                 cells = ["-", "-", "-", "-", "-"]
             lines.append(
-                f"| {head} | {m['method']} | {_short(m['label'])} | "
+                f"| {head} | {m['method']} | {short_label(m['label'])} | "
                 + " | ".join(cells)
                 + f" | {m['solve_s']:.2f} |"
             )
@@ -514,7 +426,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         if "label" in o:
             a = o["actual"]
             lines.append(
-                f"| | *optimum (all {o['configurations']} on the emulator)* | {_short(o['label'])}"
+                f"| | *optimum (all {o['configurations']} on the emulator)* | "
+                f"{short_label(o['label'])}"
                 f" | | {a['t_iter_s'] * 1e3:.0f} ms | | {a['time_s']:.0f} s / ${a['cost_usd']:.2f}"
                 " | yes | |"
             )
@@ -559,8 +472,8 @@ def summary_md(results: list[dict[str, Any]]) -> str:
         ratio = f"{x['ratio']:.3f}" if "ratio" in x else "-"
         act = x.get("ilp_actual")
         act_s = f"{act['time_s']:.0f} s / ${act['cost_usd']:.2f}" if act else "-"
-        ex = _short(x["exhaustive_label"] or "(none)")
-        il = _short(x["ilp_label"] or "(none)")
+        ex = short_label(x["exhaustive_label"] or "(none)")
+        il = short_label(x["ilp_label"] or "(none)")
         lines.append(
             f"| {r['case']} {r['model']} | {x['space']} | {ex} | {il} | {ratio} | {act_s} "
             f"| {x['ilp_solve_s']:.2f} |"
@@ -598,7 +511,7 @@ def main() -> None:
         for m in r["methods"]:
             act = m.get("actual", {})
             print(
-                f"  {m['method']:9s} {_short(m['label'])[:60]:60s} solve {m['solve_s']:.2f} s"
+                f"  {m['method']:9s} {short_label(m['label'])[:60]:60s} solve {m['solve_s']:.2f} s"
                 f"  actual {act.get('time_s', math.nan):.0f} s ${act.get('cost_usd', math.nan):.2f}"
                 f" held={act.get('limits_held')}"
             )

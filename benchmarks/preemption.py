@@ -22,10 +22,8 @@ Writes benchmarks/results/preemption_<limit>s.json and .png.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,17 +33,6 @@ REGION = "us-east-1"
 QUOTAS = {"p3.8xlarge": 2, "g3.8xlarge": 8, "g4dn.8xlarge": 8}
 B, N, HALF = 1024, 400, 200
 METHOD_LIMIT_S = 500.0
-
-
-def _case_studies() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "case_studies", Path(__file__).parent / "case_studies.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["case_studies"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main() -> None:
@@ -58,6 +45,7 @@ def main() -> None:
 
 
 def run(limit_s: float) -> None:
+    from srifty_core import case_studies as cs
     from srifty_core.catalog import Catalog
     from srifty_core.catalog.types import Market
     from srifty_core.cloud.base import LaunchRequest
@@ -70,9 +58,8 @@ def run(limit_s: float) -> None:
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
 
-    cs = _case_studies()
     catalog = Catalog.load()
-    ref, _ = cs.reference_profile("resnet50")
+    ref, _ = cs.load_reference_profile("resnet50")
     cloud = EmulatedProvider(
         seed=21, region=REGION, catalog=catalog, launch_delay_s=(150.0, 20.0), volume_detach_s=5.0
     )

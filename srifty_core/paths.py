@@ -3,8 +3,9 @@
 The data folder is, in order of precedence: the ``data_dir`` argument (the CLI's
 ``--data-dir``), the environment variable ``SRIFTY_DATA_DIR``, or ``data/`` at the
 repository root. Everything Srifty writes lives under it (probe store, compute profiles,
-MLflow store, Airflow's home for the demo, reports, price overlays). The shipped catalog
-and reference tables are read from the repository's ``data/`` whatever the data folder.
+MLflow store, Airflow's home for the demo, reports, price overlays). The shipped catalog,
+reference tables and reference profiles are read from the repository's ``data/`` whatever
+the data folder.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ CATALOG_DIR = SHIPPED_DATA_DIR / "catalog"
 """Shipped instance catalog: EC2 GPU types, zone spot prices, GPU specs (read-only)."""
 REFERENCE_DIR = SHIPPED_DATA_DIR / "reference"
 """Shipped public reference tables (nccl-tests results) used for calibration."""
+REFERENCE_PROFILES_DIR = SHIPPED_DATA_DIR / "reference_profiles"
+"""Shipped reference compute profiles of the case studies' models (``srifty_core.case_studies``;
+made by ``benchmarks/case_studies.py --reprofile``)."""
 DAGS_DIR = REPO_ROOT / "dags"
 PLUGINS_DIR = REPO_ROOT / "plugins"
 

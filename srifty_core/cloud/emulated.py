@@ -682,16 +682,23 @@ def emulated_profiles(
     region: str = "us-east-1",
     seed: int = 0,
     catalog: Catalog | None = None,
+    reference_rate: truth.DeviceRate | None = None,
 ) -> dict[str, ComputeProfile]:
     """``EmulatedProvider.profile`` on each type's GPU, once per GPU model (profiles are per
-    device type): ``{gpu_model: profile}``. Same arguments and seed, same profiles."""
+    device type), in the order given on one provider: ``{gpu_model: profile}``. Same
+    arguments and seed, same profiles. ``reference_rate``: as for ``profile``."""
     p = EmulatedProvider(seed=seed, region=region, catalog=catalog)
     out: dict[str, ComputeProfile] = {}
     for name in instance_types:
         gpu = p.catalog_type(name).gpu_model
         if gpu not in out:
             out[gpu] = p.profile(
-                name, reference, probes=probes, repeats=repeats, max_batch=max_batch
+                name,
+                reference,
+                probes=probes,
+                repeats=repeats,
+                max_batch=max_batch,
+                reference_rate=reference_rate,
             )
     return out
 
