@@ -313,7 +313,11 @@ def run_demo(data_dir: Path | None = None) -> int:
     _print_job(run_dir)
 
     steps.start("the method's case studies, planned on the emulated EC2")
-    steps.done()
+    from srifty_core.case_studies import format_case_plans, plan_case_studies
+
+    plans = plan_case_studies()
+    steps.done(f"{len(plans)} cases, {sum(p.feasible for p in plans)} feasible")
+    print(format_case_plans(plans))
 
     print(
         f"\nEverything is under {root}: probes/, profiles/, runs/, mlflow/, airflow/, "

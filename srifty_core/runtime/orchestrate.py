@@ -590,9 +590,9 @@ def poll(
     if finished:
         out = result(FINISHED, f"finished {plan.iterations} iterations")
     elif lost:
-        gone = ", ".join(sorted(interrupted))
+        taken = ", ".join(sorted(interrupted))
         why = decision.reason if decision.depleted else "the next plan runs on what is left"
-        out = result(REPLAN, f"taken back by the provider: {gone}; {why}")
+        out = result(REPLAN, f"taken back by the provider: {taken}; {why}")
     elif decision.replan and _alternatives(spec, job):
         out = result(REPLAN, decision.reason)
     elif decision.replan:
