@@ -31,10 +31,13 @@ def resolve_tracking_uri(tracking_uri: str | None = None) -> tuple[str, bool]:
     else SQLite under the data folder."""
     if tracking_uri:
         return tracking_uri, False
+    default = default_tracking_uri()
     env = os.environ.get("MLFLOW_TRACKING_URI", "")
-    if env and env != _set_by_us:
+    # The default store, exported by a parent process that set it (the demo runs Airflow
+    # in child processes), is still the default: artifacts go under the data folder.
+    if env and env not in (_set_by_us, default):
         return env, False
-    return default_tracking_uri(), True
+    return default, True
 
 
 def setup_experiment(name: str, tracking_uri: str | None = None) -> str:

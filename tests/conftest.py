@@ -82,8 +82,9 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cpu = profile_model(
             "dlrm", "tiny", ProfilerConfig(max_batch=32, repeats=3, warmup=1, threads=1)
         )
-        store.save(_throughput_bound(cpu, 1e-3))
-        for p in emulated_profiles(["g4dn.xlarge"], cpu, max_batch=256).values():
+        linear = _throughput_bound(cpu, 1e-3)  # deterministic, unlike a loaded CPU's curve
+        store.save(linear)
+        for p in emulated_profiles(["g4dn.xlarge"], linear, max_batch=256).values():
             store.save(p)
         write_store(types=("g4dn.xlarge", "g4dn.12xlarge", "local.cpu"), allocations=3)
         refresh_bandwidth_model(RefreshConfig(since=None, half_life=None, budget_s=5, max_trials=1))

@@ -51,3 +51,20 @@ def test_tracking_uri_follows_the_data_dir_but_respects_the_user(
     assert local and str(tmp_path / "b") in uri
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5001")
     assert resolve_tracking_uri() == ("http://127.0.0.1:5001", False)
+
+
+def test_the_default_store_exported_by_a_parent_is_still_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child process (an Airflow task the demo started) inherits the parent's exported
+    default URI: its experiments must still keep their artifacts under the data folder."""
+    from srifty_core import paths
+    from srifty_core.tracking import default_tracking_uri, resolve_tracking_uri, setup_experiment
+
+    monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "d"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", default_tracking_uri())
+    assert resolve_tracking_uri() == (default_tracking_uri(), True)
+    import mlflow
+
+    exp = mlflow.get_experiment(setup_experiment("inherited"))
+    assert exp.artifact_location.startswith((tmp_path / "d").as_uri())
