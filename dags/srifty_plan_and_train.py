@@ -42,7 +42,29 @@ from srifty_monitor import TrainingProgressSensor
 from srifty_core.profiling import MODEL_NAMES, SIZES
 
 DAG_ID = "srifty_plan_and_train"
-DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(seconds=30)}
+
+
+def job_failed(context: Any) -> None:
+    """A task gave up: mark the job's MLflow runs FAILED with the reason (never raises)."""
+    import logging
+
+    ti = context["ti"]
+    try:
+        job_path = ti.xcom_pull(task_ids="plan")
+        if job_path:
+            from srifty_core.runtime.orchestrate import job_failed as record
+
+            record(job_path, f"{ti.task_id} failed: {context.get('exception')}")
+    except Exception:  # a callback must not hide the task's own error
+        logging.getLogger(__name__).exception("could not record the failure in MLflow")
+
+
+DEFAULT_ARGS = {
+    "owner": "srifty",
+    "retries": 1,
+    "retry_delay": timedelta(seconds=30),
+    "on_failure_callback": job_failed,
+}
 RESUME_SCHEMA = {
     "type": "object",
     "required": ["checkpoint", "iterations_done"],

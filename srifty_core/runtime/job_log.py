@@ -181,6 +181,15 @@ def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
     return outcome
 
 
+def log_failure(job: JobPlan, reason: str) -> None:
+    """The job failed (a task gave up): its runs say why and end as FAILED."""
+    client, _ = _client()
+    for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
+        client.set_tag(rid, "srifty.outcome", "failed")
+        client.set_tag(rid, "srifty.reason", reason[:5000])
+        client.set_terminated(rid, "FAILED")
+
+
 def _all_decisions(run_dir: str) -> list[dict[str, Any]]:
     from srifty_core.runtime.orchestrate import read_decisions
 

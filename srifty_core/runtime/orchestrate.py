@@ -716,6 +716,13 @@ def finish(job_path: Path | str, result: Mapping[str, Any]) -> dict[str, Any]:
     return job_log.log_outcome(job, result)
 
 
+def job_failed(job_path: Path | str, reason: str) -> None:
+    """Record in MLflow that the job failed (the DAG's failure callback)."""
+    from srifty_core.runtime import job_log
+
+    job_log.log_failure(JobPlan.load(job_path), reason)
+
+
 def release(allocation_ids: Sequence[str] | str, provider: Provider | None = None,
             job_path: Path | str | None = None) -> None:  # fmt: skip
     """Give back the allocations and stop anything still running on them (idempotent)."""

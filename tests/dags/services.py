@@ -77,3 +77,19 @@ def admin_connection() -> tuple[Any, str]:
     pytest.skip(
         f"no Postgres server accepts us on {POSTGRES_HOST}:{POSTGRES_PORT} ({'; '.join(errors)})"
     )
+
+
+def fresh(dagbag: Any, dag_id: str) -> Any:
+    """A private copy of a parsed DAG for ``dag.test``: in-process runs update the DAG
+    object's params with the run's conf, so a test reusing the session's DagBag object
+    would see the previous test's conf as defaults (each Airflow task process parses its
+    own copy, so this is a test-only concern). A deep copy is no substitute: operators
+    compare arguments with Airflow's NOTSET sentinel by identity."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from srifty_core import paths
+
+    path = dagbag.get_dag(dag_id).fileloc
+    dag = DagBag(dag_folder=str(paths.DAGS_DIR / path.rsplit("/", 1)[-1])).get_dag(dag_id)
+    assert dag is not None, f"{dag_id} did not parse again"
+    return dag

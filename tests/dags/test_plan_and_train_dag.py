@@ -12,6 +12,7 @@ import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.runtime.progress import read_progress
+from tests.dags.services import fresh
 
 pytestmark = pytest.mark.airflow
 
@@ -55,7 +56,7 @@ def _runs_dirs(data_dir: Path) -> list[Path]:
 
 
 def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, ready_to_plan: Path) -> None:
-    run = dagbag.get_dag(DAG_ID).test(run_conf=CONF)
+    run = fresh(dagbag, DAG_ID).test(run_conf=CONF)
     assert run.state == "success"
     (run_dir,) = _runs_dirs(ready_to_plan)
     recs = read_progress(run_dir / "progress.jsonl")
@@ -77,7 +78,7 @@ def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, ready_to_plan: P
 
 
 def test_missing_profiles_fail_the_plan_naming_the_dag(dagbag: Any, data_dir: Path) -> None:
-    run = dagbag.get_dag(DAG_ID).test(run_conf=CONF)
+    run = fresh(dagbag, DAG_ID).test(run_conf=CONF)
     assert run.state == "failed"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["plan"] == "failed" and states["provision"] == "upstream_failed"
@@ -103,7 +104,7 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
 
     killer = threading.Thread(target=reclaim, daemon=True)
     killer.start()
-    dag = dagbag.get_dag(DAG_ID)
+    dag = fresh(dagbag, DAG_ID)
     run = dag.test(run_conf={**CONF, "step_sleep_s": 0.3, "budget_usd": 5.0})
     killer.join(timeout=5)
     assert seen, "the job ended before it could be interrupted"
@@ -151,7 +152,7 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
 def test_bad_trigger_names_the_field(dagbag: Any) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
-    dag = dagbag.get_dag(DAG_ID)
+    dag = fresh(dagbag, DAG_ID)
     with pytest.raises(ParamValidationError, match="provider"):
         dag.test(run_conf={**CONF, "provider": "gcp"})
     with pytest.raises(ParamValidationError, match="quota"):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cloud.moto_aws import AMI, live_instances
+from tests.dags.services import fresh
 
 pytestmark = pytest.mark.airflow
 
@@ -57,7 +58,7 @@ def test_ec2_plan_provision_preempt_replan_and_release(
 
     reaper = threading.Thread(target=take_back_a_spot_vm, daemon=True)
     reaper.start()
-    dag = dagbag.get_dag(DAG_ID)
+    dag = fresh(dagbag, DAG_ID)
     run = dag.test(run_conf=CONF)
     reaper.join(timeout=5)
     assert taken, "the plan launched no spot VM"

@@ -85,3 +85,11 @@ def test_bad_offers_and_impossible_limits_are_explained(ready_to_plan: Path) -> 
         orc.plan_job(orc.JobSpec.from_params({**PARAMS, "time_limit_s": 1e-3}), "c")
     with pytest.raises(ConfigError, match=r"ec2\.image_id"):
         orc.JobSpec.from_params({**PARAMS, "provider": "ec2"})
+
+
+def test_a_failed_job_ends_its_runs_as_failed(ready_to_plan: Path) -> None:
+    first = orc.plan_job(orc.JobSpec.from_params(PARAMS), "manual__f")
+    orc.job_failed(first, "monitor failed: TrainingFailed: workers exited")
+    (run,) = _runs()
+    assert run.info.status == "FAILED" and run.data.tags["srifty.outcome"] == "failed"
+    assert "TrainingFailed" in run.data.tags["srifty.reason"]
