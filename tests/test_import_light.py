@@ -33,6 +33,7 @@ LIGHT_MODULES = (
     "srifty_core.cloud.ec2",
     "srifty_core.cloud.emulated",
     "srifty_core.case_studies",
+    "srifty_core.plotting",
 )
 
 

@@ -9,10 +9,9 @@ from srifty_core.planner.result import PlanResult
 
 
 def plot_frontier(result: PlanResult, path: Path) -> Path:
-    import matplotlib
+    from srifty_core.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     r = result.request
     fig, ax = plt.subplots(figsize=(7, 4.6))
@@ -67,8 +66,4 @@ def plot_frontier(result: PlanResult, path: Path) -> Path:
     )
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -396,10 +396,9 @@ def plot_fit(df: pd.DataFrame, model: BandwidthModel, path: Path) -> Path:
     """Observed busbw (points: per allocation medians) and predicted (lines) over buffer
     size, one panel per world size, one colour per instance type, at the lowest
     concurrency probed."""
-    import matplotlib
+    from srifty_core.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     worlds = sorted(df["world_size"].unique())
     fig, axes = plt.subplots(
@@ -424,11 +423,7 @@ def plot_fit(df: pd.DataFrame, model: BandwidthModel, path: Path) -> Path:
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("bus bandwidth (bytes/s)")
     fig.suptitle("observed (points, per-allocation medians) vs predicted (lines); MTU dotted")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def register(staging: Path, tracking_uri: str | None = None) -> dict[str, Any]:

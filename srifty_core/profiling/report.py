@@ -48,10 +48,9 @@ def summary_text(p: ComputeProfile) -> str:
 def plot_profile(p: ComputeProfile, path: Path) -> Path:
     """Latency vs batch (measured mean +- std, fitted pieces, breakpoints) and the gradient
     schedule (cumulative bucket bytes vs ready fraction), as a PNG."""
-    import matplotlib
+    from srifty_core.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs = np.linspace(min(p.fw.batch_sizes), p.b_max, 200)
@@ -86,11 +85,7 @@ def plot_profile(p: ComputeProfile, path: Path) -> Path:
     ax2.set_ylabel("gradient bytes ready (MiB, cumulative)")
     ax2.set_title(f"{len(p.buckets)} DDP bucket(s), {p.gradient_bytes / 2**20:.1f} MiB")
     ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:

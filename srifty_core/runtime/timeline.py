@@ -20,10 +20,9 @@ def plot_timeline(
 ) -> Path:
     """Write the plot to ``path`` (PNG) and return it. Time 0 is the start of the first
     logged step; gaps between configurations are the re-plan, launch and restart."""
-    import matplotlib
+    from srifty_core.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     if records:
@@ -52,8 +51,4 @@ def plot_timeline(
     ax.set_title("training timeline (colour = configuration)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
