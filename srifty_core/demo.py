@@ -117,21 +117,25 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
     the instance interrupted and kills its process)."""
     import threading
 
+    from srifty_core.cloud.base import InstanceState
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
 
     provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
     taken: list[str] = []
 
     def watch() -> None:
         while not stop.is_set():
-            for log in (paths.data_dir(root) / "runs").glob("*/progress.jsonl"):
+            for log in (paths.data_dir(root) / "runs").glob(f"*/{PROGRESS_FILE}"):
                 if len(read_progress(log)) >= PREEMPT_AT:
                     for f in provider.state_dir.glob("local-*.json"):
-                        state = json.loads(f.read_text())
-                        ids = state.get("allocation", {}).get("instance_ids", [])
-                        live = [i for i in ids if state["instances"].get(i) == "running"]
-                        if len(live) > 1 and state.get("processes"):  # the training job
+                        alloc = provider.get_allocation(f.stem)
+                        live = [
+                            i.id
+                            for i in provider.describe(alloc)
+                            if i.state is InstanceState.RUNNING
+                        ]
+                        if len(live) > 1 and provider.worker_pids(alloc):  # the training job
                             provider.interrupt(live[1])
                             taken.append(live[1])
                             return
@@ -152,8 +156,7 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
     finally:
         stop.set()
     _require(state, "srifty_plan_and_train", home)
-    (run_dir,) = sorted((paths.data_dir(root) / "runs").glob("*/job-c0.json"))[-1:]
-    run_dir = run_dir.parent
+    run_dir = sorted((paths.data_dir(root) / "runs").glob("*/job-c0.json"))[-1].parent
     if not taken:
         print("  (the job finished before the watcher could preempt a worker)")
         return run_dir
@@ -179,28 +182,26 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
 
 def _print_job(run_dir: Path) -> None:
     from srifty_core.runtime.orchestrate import JobPlan, read_decisions
-    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runtime.progress import PROGRESS_FILE, median_step_s, read_progress
 
+    records = read_progress(run_dir / PROGRESS_FILE)
     for path in sorted(run_dir.glob("job-c*.json")):
         job = JobPlan.load(path)
         print(f"  plan {job.config_id}: " + job.explanation[0])
         for line in job.explanation[1:3]:
             print(f"    {line}")
-        recs = [
-            r for r in read_progress(run_dir / "progress.jsonl") if r.config_id == job.config_id
-        ]
-        if recs:
-            steps = sorted(r.step_s for r in recs[1:]) or [recs[0].step_s]
-            measured = steps[len(steps) // 2]
+        mine = [r.iteration for r in records if r.config_id == job.config_id]
+        measured = median_step_s(records, job.config_id)
+        if measured is not None:
             print(
-                f"    ran iterations {recs[0].iteration}..{recs[-1].iteration}, measured "
+                f"    ran iterations {mine[0]}..{mine[-1]}, measured "
                 f"{measured * 1e3:.0f} ms/iteration (predicted "
                 f"{float(job.predicted['t_iter_s']) * 1e3:.0f} ms)"
             )
     for d in read_decisions(run_dir):
         if d.get("status") != "running":
             print(f"  monitor ({d['config_id']}): {d['status']} - {d['reason']}")
-    done = max((r.iteration for r in read_progress(run_dir / "progress.jsonl")), default=0)
+    done = max((r.iteration for r in records), default=0)
     print(f"  outcome: {done} of {TRAIN_CONF['iterations']} iterations; run folder {run_dir}")
 
 

@@ -54,7 +54,13 @@ class Offer:
 
     @property
     def key(self) -> str:
-        return f"{self.instance.name}/{self.market.value}"
+        return offer_key(self.instance.name, self.market)
+
+
+def offer_key(instance_type: str, market: Market | str) -> str:
+    """``type/market`` (``g4dn.xlarge/spot``): how offers, depleted types and lost VMs are
+    named across a job's plans."""
+    return f"{instance_type}/{Market.parse(market).value}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,9 +61,22 @@ def apply_change(
     change = plan_change(provider, current, target)
     for a in change.release:
         provider.release(a)
+    new = launch_all(provider, change.launch)
+    return [*change.keep, *new], change
+
+
+def launch_all(provider: Provider, requests: Sequence[LaunchRequest]) -> list[Allocation]:
+    """Launch every request, all at once where the provider can (``launch_many``); if one
+    fails, what was already launched is released before the error goes up."""
     launch_many = getattr(provider, "launch_many", None)
     if launch_many is not None:
-        new = list(launch_many(list(change.launch)))
-    else:
-        new = [provider.launch(r) for r in change.launch]
-    return [*change.keep, *new], change
+        return list(launch_many(list(requests)))
+    out: list[Allocation] = []
+    try:
+        for r in requests:
+            out.append(provider.launch(r))
+    except BaseException:
+        for a in out:
+            provider.release(a)
+        raise
+    return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
@@ -117,7 +116,7 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
     if not job.config_run_id:
         return
     from srifty_core.runtime.orchestrate import DECISIONS_FILE, read_decisions
-    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runtime.progress import median_step_s, read_progress
 
     client, _ = _client()
     rid = job.config_run_id
@@ -131,9 +130,8 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
             x = _num(d.get(key))
             if x is not None:
                 client.log_metric(rid, f"monitor_{key}", x, timestamp=ts, step=step)
-    steps = [r.step_s for r in read_progress(plan.progress_path) if r.config_id == job.config_id]
-    if len(steps) > 2:
-        measured = statistics.median(steps[1:])  # the first step warms up
+    measured = median_step_s(read_progress(plan.progress_path), job.config_id)
+    if measured is not None:
         client.log_metric(rid, "measured_t_iter_s", measured)
         predicted = _num(job.predicted.get("t_iter_s"))
         if predicted:
@@ -151,18 +149,18 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
 
 def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
     """The job finished: its totals and timeline go to the job's run, which ends."""
+    from srifty_core.runtime.orchestrate import read_decisions
     from srifty_core.runtime.progress import read_progress
     from srifty_core.runtime.timeline import plot_timeline
 
     plan = job.train
     records = read_progress(plan.progress_path)
-    configs = sorted({r.config_id for r in records}, key=lambda c: int(c[1:] or 0))
     outcome = {
         "iterations": max((r.iteration for r in records), default=0),
         "target_iterations": plan.iterations,
         "elapsed_s": float(result.get("elapsed_s", 0.0)),
         "cost_usd": float(result.get("spent_usd", 0.0)),
-        "configurations": len(configs),
+        "configurations": len({r.config_id for r in records}),
     }
     if not job.job_run_id:
         return outcome
@@ -174,7 +172,7 @@ def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         png = plot_timeline(
             records, Path(tmp) / "timeline.png", target=plan.iterations,
-            decisions=_all_decisions(plan.run_dir),
+            decisions=read_decisions(plan.run_dir),
         )  # fmt: skip
         client.log_artifact(rid, str(png))
     client.set_terminated(rid, "FINISHED")
@@ -188,9 +186,3 @@ def log_failure(job: JobPlan, reason: str) -> None:
         client.set_tag(rid, "srifty.outcome", "failed")
         client.set_tag(rid, "srifty.reason", reason[:5000])
         client.set_terminated(rid, "FAILED")
-
-
-def _all_decisions(run_dir: str) -> list[dict[str, Any]]:
-    from srifty_core.runtime.orchestrate import read_decisions
-
-    return read_decisions(run_dir)

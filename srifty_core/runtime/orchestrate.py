@@ -28,7 +28,8 @@ no market price) and ``ec2`` (the catalog's types through the Airflow AWS connec
 the workers start from the VMs' user data). On ``ec2`` the run folder must be on storage
 that the VMs and the monitor share (a file system mounted at the same path).
 
-Light: no torch import (the workers import it in their own processes).
+Importing this module loads torch (through the workers' plan and checkpoint formats);
+the Airflow plugin imports it only inside its trigger and sensor, never when DAGs parse.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,12 +47,13 @@ from typing import Any
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
+from srifty_core.cloud.base import LaunchRequest, Provider
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.planner.request import offer_key
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from srifty_core.runtime.monitor import Limits, decide
-from srifty_core.runtime.progress import read_progress
+from srifty_core.runtime.progress import iter_jsonl, read_progress
 from srifty_core.runtime.worker import TrainPlan
 
 PROVIDERS = ("local", "ec2")
@@ -201,6 +204,10 @@ class Launch:
     batch_per_rank: int
     zone: str | None = None
 
+    @property
+    def key(self) -> str:
+        return offer_key(self.instance_type, self.market)
+
     def request(self) -> LaunchRequest:
         market = Market.parse(self.market)
         return LaunchRequest(self.instance_type, count=self.count, market=market, zone=self.zone)
@@ -281,6 +288,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         offers_from_catalog,
     )
     from srifty_core.profiling.store import ProfileStore
+    from srifty_core.runtime.replan import without_depleted
     from srifty_core.simulator.types import Workload
 
     if spec.provider == "local":
@@ -291,8 +299,8 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         catalog = Catalog.load()
         catalog.check_region(spec.region)
         offers = offers_from_catalog(catalog, spec.offers, spec.region, provider=spec.provider)
-    gone = set(spec.resume.depleted) if spec.resume else set()
-    offers = tuple(o for o in offers if o.key not in gone and o.instance.name not in gone)
+    gone = spec.resume.depleted if spec.resume else ()
+    offers = without_depleted(offers, gone)
     if not offers:
         raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
     store = ProfileStore(profiles_root)
@@ -467,20 +475,9 @@ def provision(job_path: Path | str, provider: Provider | None = None) -> list[st
         # On EC2 the workers start from the user data: `srifty train` on the plan.
         worker = None if job.provider == "local" else ["train", job.train_plan]
         provider = make_provider(job, worker=worker)
-    out: list[Allocation] = []
-    try:
-        launch_many = getattr(provider, "launch_many", None)
-        requests = [x.request() for x in job.launches]
-        if launch_many is not None:
-            out = list(launch_many(requests))
-        else:
-            for r in requests:
-                out.append(provider.launch(r))
-    except BaseException:
-        for a in out:
-            provider.release(a)
-        raise
-    return [a.id for a in out]
+    from srifty_core.runtime.apply import launch_all
+
+    return [a.id for a in launch_all(provider, [x.request() for x in job.launches])]
 
 
 def start_training(
@@ -557,7 +554,7 @@ def poll(
     for a in allocs:
         gone = provider.interruptions(a)
         if gone:
-            key = f"{a.spec.name}/{a.market.value}"
+            key = offer_key(a.spec.name, a.market)
             lost[key] = lost.get(key, 0) + len(gone)
             interrupted += [i.instance_id for i in gone]
     # Spot capacity taken back is depleted for the rest of the job (the method); a local
@@ -612,17 +609,20 @@ def poll(
 def _alternatives(spec: JobSpec, job: JobPlan) -> bool:
     """Is there capacity this configuration does not use (another offer, or quota left)?
     Without any, a re-plan for falling behind could only choose the same VMs again."""
-    used: dict[str, int] = {}
+    used = Counter[str]()
     for x in job.launches:
-        used[f"{x.instance_type}/{x.market}"] = (
-            used.get(f"{x.instance_type}/{x.market}", 0) + x.count
-        )
+        used[x.key] += x.count
     gone = set(spec.resume.depleted) if spec.resume else set()
     for o in spec.offers:
-        key = f"{o.get('type')}/{Market.parse(str(o.get('market', 'on-demand'))).value}"
-        if key not in gone and int(o.get("quota", 0)) > used.get(key, 0):
+        key = _item_key(o)
+        if key not in gone and int(o.get("quota", 0)) > used[key]:
             return True
     return False
+
+
+def _item_key(offer: Mapping[str, Any]) -> str:
+    """The key of a trigger's offer item (``{type, market?, ...}``)."""
+    return offer_key(str(offer["type"]), str(offer.get("market", "on-demand")))
 
 
 def _append_decision(run_dir: Path, result: PollResult) -> None:
@@ -632,18 +632,8 @@ def _append_decision(run_dir: Path, result: PollResult) -> None:
 
 
 def read_decisions(run_dir: Path | str, config_id: str | None = None) -> list[dict[str, Any]]:
-    path = Path(run_dir) / DECISIONS_FILE
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if config_id is None or d.get("config_id") == config_id:
-            out.append(d)
-    return out
+    records = iter_jsonl(Path(run_dir) / DECISIONS_FILE)
+    return [d for d in records if config_id is None or d.get("config_id") == config_id]
 
 
 def child_conf(
@@ -674,8 +664,7 @@ def child_conf(
     offers = []
     for o in params["offers"]:
         o = dict(o)
-        key = f"{o['type']}/{Market.parse(str(o.get('market', 'on-demand'))).value}"
-        o["quota"] = max(int(o.get("quota", 0)) - int(lost.get(key, 0)), 0)
+        o["quota"] = max(int(o.get("quota", 0)) - int(lost.get(_item_key(o), 0)), 0)
         offers.append(o)
     if all(o["quota"] == 0 for o in offers):
         raise TrainingFailed("every instance was taken back; nothing is left to resume on")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import statistics
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -77,6 +78,14 @@ class ProgressLog:
 
 def iter_progress(path: Path | str) -> Iterator[ProgressRecord]:
     """Records in file order; a missing file is empty; a cut-short last line is skipped."""
+    for d in iter_jsonl(path):
+        yield ProgressRecord.from_dict(d)
+
+
+def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
+    """The objects of an append-only JSON-lines log, in order: a missing file is empty, a
+    cut-short last line (being written, or cut by a kill) is skipped, any other line that
+    is not JSON raises ``ConfigError``."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -91,8 +100,15 @@ def iter_progress(path: Path | str) -> Iterator[ProgressRecord]:
             if k == len(lines) - 1:
                 return  # being written or cut by a kill
             raise ConfigError(f"{path}: line {k + 1} is not JSON") from None
-        yield ProgressRecord.from_dict(d)
+        yield d
 
 
 def read_progress(path: Path | str) -> list[ProgressRecord]:
     return list(iter_progress(path))
+
+
+def median_step_s(records: Iterable[ProgressRecord], config_id: str) -> float | None:
+    """The measured iteration time of configuration ``config_id``: the median step after
+    its first (which warms up); ``None`` with fewer than 3 steps."""
+    steps = [r.step_s for r in records if r.config_id == config_id]
+    return statistics.median(steps[1:]) if len(steps) > 2 else None

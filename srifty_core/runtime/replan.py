@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from srifty_core.errors import ConfigError
-from srifty_core.planner.request import Overheads, PlanRequest
+from srifty_core.planner.request import Offer, Overheads, PlanRequest
 from srifty_core.planner.result import PlanResult
 
 SWITCH_OVERHEADS = Overheads(launch_s=150.0, detach_s=5.0)
@@ -40,7 +40,7 @@ def remaining_request(
         which = "time limit" if time_left <= 0 else "budget"
         raise ConfigError(f"the {which} is already spent; nothing can be planned for the rest")
     gone = set(depleted)
-    offers = tuple(o for o in request.offers if o.instance.name not in gone and o.key not in gone)
+    offers = without_depleted(request.offers, gone)
     if not offers:
         raise ConfigError(f"every offered instance type is depleted ({', '.join(sorted(gone))})")
     return dataclasses.replace(
@@ -51,6 +51,13 @@ def remaining_request(
         offers=offers,
         overheads=overheads,
     )
+
+
+def without_depleted(offers: Iterable[Offer], depleted: Iterable[str]) -> tuple[Offer, ...]:
+    """The offers whose type (``g4dn.xlarge``) or offer key (``g4dn.xlarge/spot``) is not
+    depleted."""
+    gone = set(depleted)
+    return tuple(o for o in offers if o.instance.name not in gone and o.key not in gone)
 
 
 def replan(
