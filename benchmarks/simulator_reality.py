@@ -8,19 +8,24 @@
    probes only; then run real DDP (2 gloo processes) and measure it.
 
 Reports MAPE and how often each estimator was too optimistic (predicted < measured), for
-the simulator as the method defines it (gradient exchange overlapped with the backward
-pass), the same simulator with ``overlap=0`` (exchange after the backward pass: what CPU
-workers sharing their cores with gloo get), and APM. Each case is also run with DDP's
+the simulator as it runs by default (on CPU workers: the exchange after the backward pass,
+since gloo's reductions need the same cores, and DDP's passes over the gradients at the
+profiled copy bandwidth), the same simulator with ``overlap=1`` (each bucket starts when it
+is ready: the method's assumption on GPUs), and APM. Each case is also run with DDP's
 allreduce replaced by a no-op hook, which splits the measured iteration into compute (with
-DDP's bookkeeping) and exposed communication.
-Run:  .venv/bin/python benchmarks/simulator_reality.py [--quick] [--data-dir DIR]
-Writes benchmarks/results/simulator_reality.json.
+DDP's bookkeeping) and exposed communication, and, after all cases, measured a second time:
+how far two measurements of the same case differ (the noise floor) bounds what any
+estimator can reach on this machine.
+Run:  .venv/bin/python benchmarks/simulator_reality.py [--quick] [--data-dir DIR] [--threads N]
+Writes benchmarks/results/simulator_reality.json (or --out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import tempfile
 import time
@@ -45,10 +50,22 @@ def main() -> None:
     parser.add_argument(
         "--colocated", type=int, default=1, help="profile with this many workers on the host"
     )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads per rank (profiles and DDP alike)"
+    )
+    parser.add_argument("--models", type=lambda v: v.split(","), help="e.g. alexnet,dlrm")
+    parser.add_argument("--out", type=Path, default=OUT / "simulator_reality.json")
     args = parser.parse_args()
     cases = QUICK if args.quick else CASES
+    if args.models:
+        unknown = set(args.models) - set(CASES)
+        if unknown:
+            parser.error(f"--models: unknown {sorted(unknown)}; choose from {sorted(CASES)}")
+        cases = {m: CASES[m] for m in args.models}
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="srifty-reality-"))
     t_start = time.perf_counter()
+
+    import torch
 
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.probing.config import SweepConfig, parse_sizes
@@ -77,9 +94,9 @@ def main() -> None:
     print(f"{len(probes)} probe rows; cap {bandwidth.bandwidth_cap('local.cpu', 2) / 1e9:.2f} GB/s")
 
     profiles = ProfileStore(root / "profiles")
-    instance = SimInstance.local_cpu(vcpus=2)
+    instance = SimInstance.local_cpu()  # this host's cores, as probed
     sim = Simulator(bandwidth, iters=512, seed=0)
-    serial = Simulator(bandwidth, iters=512, seed=0, overlap=0.0)
+    overlapped = Simulator(bandwidth, iters=512, seed=0, overlap=1.0)
     apm = ApmEstimator()
     rows = []
     for name, batches in cases.items():
@@ -88,7 +105,7 @@ def main() -> None:
         except ProfileNotFoundError:
             b_max = max(max(b) for b in batches)
             print(
-                f"profiling {name} (1 thread, 4 probes, B_max {b_max}, "
+                f"profiling {name} ({args.threads} thread(s), 4 probes, B_max {b_max}, "
                 f"{args.colocated} co-located) ...",
                 flush=True,
             )
@@ -96,7 +113,9 @@ def main() -> None:
             profile = profile_model(
                 name,
                 "small",
-                ProfilerConfig(max_batch=b_max, threads=1, repeats=6, colocated=args.colocated),
+                ProfilerConfig(
+                    max_batch=b_max, threads=args.threads, repeats=6, colocated=args.colocated
+                ),
             )
             profiles.save(profile)
         workload = Workload(name, {"cpu": profile})
@@ -106,12 +125,20 @@ def main() -> None:
             else:  # one type, two local batches
                 config = ClusterConfig((Group(instance, 1, a), Group(instance, 1, b)))
             est = sim.estimate(workload, config)
-            ser = serial.estimate(workload, config)
+            ovl = overlapped.estimate(workload, config)
             base = apm.estimate(workload, config)
-            meas = measure_ddp(name, "small", (a, b), iterations=args.iterations, warmup=3)
+            meas = measure_ddp(
+                name, "small", (a, b), iterations=args.iterations, warmup=3, threads=args.threads
+            )
             real = statistics.median(meas.iteration_s)
             quiet = measure_ddp(
-                name, "small", (a, b), iterations=args.iterations, warmup=3, communicate=False
+                name,
+                "small",
+                (a, b),
+                iterations=args.iterations,
+                warmup=3,
+                threads=args.threads,
+                communicate=False,
             )
             compute = statistics.median(quiet.iteration_s)
             row = {
@@ -122,7 +149,7 @@ def main() -> None:
                 "measured_no_comm_s": compute,
                 "srifty_s": est.t_iter,
                 "srifty_parts": {"t_fw": est.t_fw, "t_bw": est.t_bw, "t_pe": est.t_pe},
-                "srifty_no_overlap_s": ser.t_iter,
+                "srifty_overlapped_s": ovl.t_iter,
                 "apm_s": base.t_iter,
             }
             rows.append(row)
@@ -133,9 +160,21 @@ def main() -> None:
             print(
                 f"{name:14s} {a:3d}+{b:<3d} measured {real * 1e3:7.1f} ms (no-comm "
                 f"{compute * 1e3:6.1f}; predicted compute {(est.t_fw + est.t_bw) * 1e3:6.1f}) | "
-                f"srifty {err(est.t_iter)} | no overlap {err(ser.t_iter)} | APM {err(base.t_iter)}",
+                f"srifty {err(est.t_iter)} | overlapped {err(ovl.t_iter)} | APM {err(base.t_iter)}",
                 flush=True,
             )
+
+    print("measuring every case again (the noise floor) ...", flush=True)
+    for r in rows:
+        again = measure_ddp(
+            r["model"],
+            "small",
+            tuple(r["batches"]),
+            iterations=args.iterations,
+            warmup=3,
+            threads=args.threads,
+        )
+        r["measured_again_s"] = statistics.median(again.iteration_s)
 
     def summary(key: str) -> dict[str, float]:
         errs = [(r[key] - r["measured_s"]) / r["measured_s"] for r in rows]
@@ -147,8 +186,9 @@ def main() -> None:
 
     result = {
         "srifty": summary("srifty_s"),
-        "srifty_no_overlap": summary("srifty_no_overlap_s"),
+        "srifty_overlapped": summary("srifty_overlapped_s"),
         "apm": summary("apm_s"),
+        "noise_floor": summary("measured_again_s"),
     }
     comm_share = [1 - r["measured_no_comm_s"] / r["measured_s"] for r in rows]
     print(
@@ -161,10 +201,25 @@ def main() -> None:
             f"of cases (worst {v['worst_under_pct']:+.1f}%)"
         )
     print(f"{len(rows)} cases, {time.perf_counter() - t_start:.0f}s; data in {root}")
-    OUT.mkdir(exist_ok=True)
-    (OUT / "simulator_reality.json").write_text(
-        json.dumps({"summary": result, "cases": rows}, indent=1)
-    )
+    host = {
+        "cpus": os.cpu_count(),
+        "threads_per_rank": args.threads,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": _cpu_model(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"host": host, "summary": result, "cases": rows}, indent=1))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -80,6 +80,9 @@ class ComputeProfile:
     threads: int
     torch_version: str
     created_at: str
+    copy_bytes_per_s: float = 0.0
+    """Device memory copy bandwidth (bytes/s) copying the gradients once, as DDP does into
+    and out of its buckets; 0 where not measured (profiles older than this field)."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -111,6 +114,15 @@ class ComputeProfile:
 
     def std_bw(self, batch: ArrayLike) -> NDArray[np.float64]:
         return _interp_cv(self.bw, self._check_batch(batch)) * self.t_bw(batch)
+
+    def ddp_copy_s(self) -> float:
+        """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
+
+        DDP makes such passes on top of the backward pass: copying each gradient into its
+        bucket, scaling the bucket by 1/world, and copying the reduced bucket back."""
+        if self.copy_bytes_per_s <= 0:
+            return 0.0
+        return self.gradient_bytes / self.copy_bytes_per_s
 
     def memory_bytes(self, batch: ArrayLike) -> NDArray[np.float64]:
         """Training memory at ``batch``: fixed part plus per-sample part."""
@@ -151,6 +163,7 @@ class ComputeProfile:
             "threads": self.threads,
             "torch_version": self.torch_version,
             "created_at": self.created_at,
+            "copy_bytes_per_s": self.copy_bytes_per_s,
         }
 
     def to_json(self) -> str:
@@ -195,6 +208,7 @@ class ComputeProfile:
                 threads=int(d["threads"]),
                 torch_version=str(d["torch_version"]),
                 created_at=str(d["created_at"]),
+                copy_bytes_per_s=float(d.get("copy_bytes_per_s", 0.0)),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

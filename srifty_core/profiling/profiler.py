@@ -343,6 +343,8 @@ def profile_model(
     )
     if progress:
         progress("gradient schedule", 1, 1)
+    with _colocated_load(name, size, sched_b, config, device):
+        copy_bw = copy_bandwidth(_bytes(params), device, sync)
     device_type, device_name = device_type_of(device)
     return ComputeProfile(
         model=name,
@@ -367,7 +369,28 @@ def profile_model(
         threads=torch.get_num_threads() if device.type == "cpu" else 0,
         torch_version=str(torch.__version__),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        copy_bytes_per_s=copy_bw,
     )
+
+
+def copy_bandwidth(
+    n_bytes: int, device: torch.device, sync: Callable[[], None], repeats: int = 7
+) -> float:
+    """Bytes/s of copying ``n_bytes`` of float32 from one buffer into another on ``device``
+    (median of ``repeats`` after a warm-up), with this process's thread setting: what DDP's
+    passes over the gradients (into the buckets, scaling, back out) run at."""
+    n = max(1, n_bytes // 4)
+    src = torch.ones(n, device=device)
+    dst = torch.empty(n, device=device)
+    times = []
+    for i in range(repeats + 1):
+        sync()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return 4 * n / statistics.median(times)
 
 
 def _load_worker(

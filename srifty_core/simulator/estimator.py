@@ -1,5 +1,6 @@
 """``Simulator.estimate(workload, config) -> IterationEstimate``: compute under variance plus
-the event-driven gradient exchange, ``t_iter = t_fw + max(t_bw, t_pe)`` per iteration.
+the event-driven gradient exchange, ``t_iter = t_fw + max(t_bw, t_pe)`` per iteration (plus
+DDP's copy of the reduced gradients out of its buckets, where the profile measured it).
 
 The planner calls this thousands of times per request, so what repeats is cached:
 
@@ -24,7 +25,13 @@ from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.simulator.compute import expected_max
 from srifty_core.simulator.exchange import bus_bytes, simulate_exchange
-from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
+from srifty_core.simulator.types import (
+    ClusterConfig,
+    Group,
+    IterationEstimate,
+    SimInstance,
+    Workload,
+)
 
 DEFAULT_ITERS = 256
 
@@ -44,8 +51,21 @@ class Simulator:
 
     ``overlap`` is how much of the gradient exchange can run during the backward pass: 1
     (the method; NCCL on GPUs moves data while the SMs compute) starts each bucket when it
-    is ready; 0 starts every bucket when the backward pass ends (CPU workers whose gloo
-    allreduce needs the same cores as the backward pass); values between interpolate.
+    is ready; 0 starts every bucket when the backward pass ends; values between
+    interpolate. ``None`` (the default) decides per configuration: 1 on GPUs, and on CPU
+    workers 1 only where each host leaves a core per rank free for gloo beyond the ranks'
+    compute threads (the profile's ``threads``), else 0: gloo's reductions then need the
+    very cores the backward pass is using (measured in DDP on a 2-core host: a 1.5 MB
+    bucket issued mid-backward took 5.5 ms against 1.3 ms for the same allreduce on idle
+    cores, while on a 16-core host the exchange hid behind the backward; BENCHMARKS.md).
+    All ``local`` workers share one host.
+
+    DDP's own passes over the gradients are added where the profile measured its copy
+    bandwidth (``ComputeProfile.ddp_copy_s``): copying each gradient into its bucket and
+    scaling the bucket by 1/world run on the backward thread (two passes, added to
+    ``t_bw``), and copying the reduced buckets back into the gradients follows the last
+    transfer (one pass, added to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on
+    a CPU core.
     """
 
     def __init__(
@@ -56,13 +76,13 @@ class Simulator:
         seed: int = 0,
         mean: str = "sampled",
         max_types: int = 8,
-        overlap: float = 1.0,
+        overlap: float | None = None,
     ) -> None:
         if iters < 2:
             raise ConfigError(f"iters must be >= 2, got {iters}")
         if mean not in ("sampled", "exact"):
             raise ConfigError(f"mean must be 'sampled' or 'exact', got {mean!r}")
-        if not 0.0 <= overlap <= 1.0:
+        if overlap is not None and not 0.0 <= overlap <= 1.0:
             raise ConfigError(f"overlap must be within [0, 1], got {overlap!r}")
         self.overlap = overlap
         self.bandwidth = bandwidth
@@ -118,10 +138,30 @@ class Simulator:
         busbw: tuple[float, ...],
         cap: float,
         t_bw: float,
+        overlap: float,
     ) -> float:
-        lag = 1.0 - self.overlap
+        lag = 1.0 - overlap
         starts = [(f + lag * (1.0 - f)) * t_bw for f in fractions]
         return simulate_exchange(starts, volumes, busbw, cap).t_pe
+
+    def _overlap(self, workload: Workload, groups: Sequence[Group]) -> float:
+        if self.overlap is not None:
+            return self.overlap
+        local_ranks = sum(
+            g.count * g.instance.ranks_per_vm
+            for g in groups
+            if g.instance.features.get("provider") == "local"
+        )
+        for g in groups:
+            inst = g.instance
+            if inst.device_type != "cpu":
+                continue
+            threads = max(1, workload.profile(inst.device_type).threads)
+            local = inst.features.get("provider") == "local"
+            ranks = local_ranks if local else inst.ranks_per_vm
+            if int(inst.features.get("vcpus") or 0) < ranks * (threads + 1):
+                return 0.0  # no core left for gloo: the exchange waits for the backward pass
+        return 1.0
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
         """(mean fw, std fw, mean bw, std bw) at ``batch``, cached per profile and batch."""
@@ -180,8 +220,13 @@ class Simulator:
             t_fw, t_bw = float(fw.mean()), float(bw.mean())
 
         world = config.world_size
-        t_pe = 0.0
+        t_pe = copy_out = 0.0
         if world > 1:
+            copy = max(workload.profile(g.instance.device_type).ddp_copy_s() for g in groups)
+            if copy > 0:  # into the buckets and scaled on the backward thread; back out after
+                bw = bw + 2.0 * copy
+                t_bw += 2.0 * copy
+                copy_out = copy
             slow = max(range(j), key=lambda i: mu_bw[i])
             buckets = workload.profile(groups[slow].instance.device_type).buckets
             sizes = tuple(b.size_bytes for b in buckets)
@@ -193,9 +238,10 @@ class Simulator:
                 tuple(float(x) for x in busbw),
                 self._cap(instances, world),
                 t_bw,
+                self._overlap(workload, groups),
             )
-        it = fw + np.maximum(bw, t_pe)
-        t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe)
+        it = fw + np.maximum(bw, t_pe) + copy_out
+        t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe) + copy_out
         p50, p95 = np.quantile(it, (0.5, 0.95))
         return IterationEstimate(
             t_iter=t_iter,

@@ -3,6 +3,7 @@ what it answers (an ``IterationEstimate``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -68,8 +69,12 @@ class SimInstance:
         )
 
     @classmethod
-    def local_cpu(cls, vcpus: int = 2, ranks_per_vm: int = 1) -> SimInstance:
-        """The local provider's pseudo-type: worker processes on this machine over gloo."""
+    def local_cpu(cls, vcpus: int | None = None, ranks_per_vm: int = 1) -> SimInstance:
+        """The local provider's pseudo-type: worker processes on this machine over gloo.
+
+        ``vcpus`` defaults to this machine's CPU count, as the local probes record it."""
+        if vcpus is None:
+            vcpus = os.cpu_count() or 1
         return cls(
             name="local.cpu",
             device_type="cpu",

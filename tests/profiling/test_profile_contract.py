@@ -53,6 +53,13 @@ def test_json_round_trips_exactly() -> None:
     assert q.to_json() == p.to_json()
 
 
+def test_profiles_without_a_copy_bandwidth_still_load() -> None:
+    d = make_profile().to_dict()
+    del d["copy_bytes_per_s"]  # written before the field existed
+    old = ComputeProfile.from_dict(d)
+    assert old.copy_bytes_per_s == 0.0 and old.ddp_copy_s() == 0.0
+
+
 def test_predictions() -> None:
     p = make_profile()
     np.testing.assert_allclose(p.t_fw([1, 8, 32, 256]), p.fw.mean_s, rtol=0.05)

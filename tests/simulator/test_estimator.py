@@ -86,7 +86,7 @@ def test_iteration_is_fw_plus_max_of_bw_and_exchange() -> None:
     w = Workload("m", {"cpu": p})
     c = config((inst("a"), 4, 32))
     slow_net = ConstantBandwidth(1e3)  # 1 kB/s: communication-bound
-    est = Simulator(slow_net).estimate(w, c)
+    est = Simulator(slow_net, overlap=1.0).estimate(w, c)  # the method: buckets start when ready
     t_bw = float(p.t_bw(32))
     by_hand = simulate_exchange(
         [0.25 * t_bw, 0.99 * t_bw], [bus_bytes(1500, 4), bus_bytes(2500, 4)], [1e3, 1e3], math.inf
@@ -217,7 +217,58 @@ def test_without_overlap_the_exchange_follows_the_backward_pass() -> None:
     serial = Simulator(bw, overlap=0.0).estimate(w, c)
     assert serial.t_pe == pytest.approx(alone.t_pe)
     assert serial.t_iter == pytest.approx(float(p.t_fw(32)) + alone.t_pe)
-    overlapped = Simulator(bw).estimate(w, c)
+    overlapped = Simulator(bw, overlap=1.0).estimate(w, c)
     assert overlapped.t_pe < serial.t_pe
     with pytest.raises(ConfigError, match="overlap"):
         Simulator(bw, overlap=1.5)
+
+
+def test_by_default_cpu_workers_exchange_after_the_backward_pass_and_gpus_during_it() -> None:
+    bw = ConstantBandwidth(1e6)
+    for device, expected in (("cpu", 0.0), ("T4", 1.0)):
+        p = steady(make_profile(), device=device)
+        w = Workload("m", {device: p})
+        c = config((inst("a", device), 2, 32))
+        auto = Simulator(bw).estimate(w, c)
+        assert auto.t_pe == pytest.approx(Simulator(bw, overlap=expected).estimate(w, c).t_pe)
+    # one CPU VM in a mixed configuration is enough: its cores do the reduction
+    gpu, cpu = steady(make_profile(), device="T4"), steady(make_profile(), device="cpu")
+    w = Workload("m", {"T4": gpu, "cpu": cpu})
+    c = config((inst("g", "T4"), 1, 32), (inst("c", "cpu"), 1, 32))
+    auto = Simulator(bw).estimate(w, c)
+    assert auto.t_pe == pytest.approx(Simulator(bw, overlap=0.0).estimate(w, c).t_pe)
+
+
+@pytest.mark.parametrize(
+    ("vcpus", "workers", "threads", "expected"),
+    [(2, 2, 1, 0.0), (16, 2, 1, 1.0), (16, 2, 7, 1.0), (16, 2, 8, 0.0), (16, 8, 1, 1.0)],
+)
+def test_cpu_workers_overlap_when_their_host_leaves_a_core_per_rank_for_gloo(
+    vcpus: int, workers: int, threads: int, expected: float
+) -> None:
+    bw = ConstantBandwidth(1e6)
+    p = dataclasses.replace(steady(make_profile()), threads=threads)
+    w = Workload("m", {"cpu": p})
+    local = SimInstance.local_cpu(vcpus=vcpus)  # every local worker on this one host
+    c = config((local, workers, 32))
+    auto = Simulator(bw).estimate(w, c)
+    assert auto.t_pe == pytest.approx(Simulator(bw, overlap=expected).estimate(w, c).t_pe)
+    assert Simulator(bw, overlap=1.0).estimate(w, c).t_pe < (
+        Simulator(bw, overlap=0.0).estimate(w, c).t_pe
+    )
+
+
+def test_ddp_passes_over_the_gradients_add_to_backward_and_after_the_exchange() -> None:
+    p = steady(make_profile())  # 4000 B of gradients
+    copying = dataclasses.replace(p, copy_bytes_per_s=4000 / 0.01)  # one pass: 10 ms
+    assert copying.ddp_copy_s() == pytest.approx(0.01) and p.ddp_copy_s() == 0.0
+    bw = ConstantBandwidth(1e12)  # the exchange itself is instant
+    for overlap in (0.0, 1.0):
+        sim = Simulator(bw, overlap=overlap)
+        c = config((inst("a"), 2, 32))
+        plain = sim.estimate(Workload("m", {"cpu": p}), c)
+        ddp = sim.estimate(Workload("m", {"cpu": copying}), c)
+        assert ddp.t_bw == pytest.approx(plain.t_bw + 0.02)  # into the buckets, scaled
+        assert ddp.t_iter == pytest.approx(plain.t_iter + 0.03)  # ... and back out
+    one = Simulator(bw).estimate(Workload("m", {"cpu": copying}), config((inst("a"), 1, 32)))
+    assert one.t_iter == pytest.approx(float(p.t_iter(32)))  # no DDP exchange on one worker
