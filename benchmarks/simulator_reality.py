@@ -73,7 +73,7 @@ def main() -> None:
     from srifty_core.probing.sweep import probe_sweep
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model
     from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
-    from srifty_core.runtime.measure import measure_ddp
+    from srifty_core.runtime.measure import DdpMeasurement, measure_ddp
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -98,6 +98,18 @@ def main() -> None:
     sim = Simulator(bandwidth, iters=512, seed=0)
     overlapped = Simulator(bandwidth, iters=512, seed=0, overlap=1.0)
     apm = ApmEstimator()
+
+    def measure(model: str, batches: tuple[int, ...], communicate: bool = True) -> DdpMeasurement:
+        return measure_ddp(
+            model,
+            "small",
+            batches,
+            iterations=args.iterations,
+            warmup=3,
+            threads=args.threads,
+            communicate=communicate,
+        )
+
     rows = []
     for name, batches in cases.items():
         try:
@@ -127,20 +139,9 @@ def main() -> None:
             est = sim.estimate(workload, config)
             ovl = overlapped.estimate(workload, config)
             base = apm.estimate(workload, config)
-            meas = measure_ddp(
-                name, "small", (a, b), iterations=args.iterations, warmup=3, threads=args.threads
-            )
+            meas = measure(name, (a, b))
             real = statistics.median(meas.iteration_s)
-            quiet = measure_ddp(
-                name,
-                "small",
-                (a, b),
-                iterations=args.iterations,
-                warmup=3,
-                threads=args.threads,
-                communicate=False,
-            )
-            compute = statistics.median(quiet.iteration_s)
+            compute = statistics.median(measure(name, (a, b), communicate=False).iteration_s)
             row = {
                 "model": name,
                 "batches": [a, b],
@@ -166,14 +167,7 @@ def main() -> None:
 
     print("measuring every case again (the noise floor) ...", flush=True)
     for r in rows:
-        again = measure_ddp(
-            r["model"],
-            "small",
-            tuple(r["batches"]),
-            iterations=args.iterations,
-            warmup=3,
-            threads=args.threads,
-        )
+        again = measure(r["model"], tuple(r["batches"]))
         r["measured_again_s"] = statistics.median(again.iteration_s)
 
     def summary(key: str) -> dict[str, float]:

@@ -95,7 +95,9 @@ class Simulator:
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._cap_cache: dict[tuple[str, int], float] = {}
-        self._compute_cache: dict[tuple[int, int], tuple[Any, float, float, float, float]] = {}
+        self._compute_cache: dict[
+            tuple[int, int], tuple[Any, float, float, float, float, float]
+        ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
 
@@ -147,24 +149,20 @@ class Simulator:
     def _overlap(self, workload: Workload, groups: Sequence[Group]) -> float:
         if self.overlap is not None:
             return self.overlap
-        local_ranks = sum(
-            g.count * g.instance.ranks_per_vm
-            for g in groups
-            if g.instance.features.get("provider") == "local"
-        )
-        for g in groups:
-            inst = g.instance
-            if inst.device_type != "cpu":
-                continue
+        cpu = [g.instance for g in groups if g.instance.device_type == "cpu"]
+        if not cpu:  # GPUs: the method's overlap
+            return 1.0
+        local_ranks = sum(g.count * g.instance.ranks_per_vm for g in groups if _local(g.instance))
+        for inst in cpu:
             threads = max(1, workload.profile(inst.device_type).threads)
-            local = inst.features.get("provider") == "local"
-            ranks = local_ranks if local else inst.ranks_per_vm
+            ranks = local_ranks if _local(inst) else inst.ranks_per_vm
             if int(inst.features.get("vcpus") or 0) < ranks * (threads + 1):
                 return 0.0  # no core left for gloo: the exchange waits for the backward pass
         return 1.0
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
-        """(mean fw, std fw, mean bw, std bw) at ``batch``, cached per profile and batch."""
+        """(mean fw, std fw, mean bw, std bw, DDP's copy pass) at ``batch``, cached per
+        profile and batch."""
         p = workload.profile(device_type)
         key = (id(p), batch)
         hit = self._compute_cache.get(key)
@@ -175,6 +173,7 @@ class Simulator:
                 float(p.std_fw(batch)),
                 float(p.t_bw(batch)),
                 float(p.std_bw(batch)),
+                p.ddp_copy_s(),
             )
             self._compute_cache[key] = hit
         return hit[1:]
@@ -199,8 +198,12 @@ class Simulator:
             raise ConfigError(f"at most {self._u_fw.shape[1]} instance types per configuration")
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
         fw = bw = None
+        copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b = self._compute(workload, g.instance.device_type, g.batch_per_rank)
+            m_f, s_f, m_b, s_b, c = self._compute(
+                workload, g.instance.device_type, g.batch_per_rank
+            )
+            copy = max(copy, c)
             z_f, z_b = self._z(col, g.count)
             f, b = m_f + s_f * z_f, m_b + s_b * z_b
             fw = f if fw is None else np.maximum(fw, f)
@@ -222,7 +225,6 @@ class Simulator:
         world = config.world_size
         t_pe = copy_out = 0.0
         if world > 1:
-            copy = max(workload.profile(g.instance.device_type).ddp_copy_s() for g in groups)
             if copy > 0:  # into the buckets and scaled on the backward thread; back out after
                 bw = bw + 2.0 * copy
                 t_bw += 2.0 * copy
@@ -255,3 +257,8 @@ class Simulator:
             world_size=world,
             bottleneck="communication" if t_pe > t_bw else "compute",
         )
+
+
+def _local(instance: SimInstance) -> bool:
+    """A ``local`` worker: all of them share this one host."""
+    return instance.features.get("provider") == "local"
