@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
+from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
@@ -360,9 +361,7 @@ def run_points(
 
 
 def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
 def _fmt_point(p: Point) -> str:

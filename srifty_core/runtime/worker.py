@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
@@ -112,10 +113,7 @@ class TrainPlan:
         return cls(**d)
 
     def save(self, path: Path | str) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1))
-        return p
+        return write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: Path | str) -> TrainPlan:
