@@ -101,12 +101,10 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
         if x is not None:
             client.log_metric(config_run_id, f"predicted_{key}", x)
     client.log_metric(config_run_id, "usd_per_hour", job.usd_per_hour)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        (folder / "plan.json").write_text(json.dumps(result, indent=2, default=str))
-        (folder / "explanation.txt").write_text("\n".join(job.explanation) + "\n")
-        for f in ("plan.json", "explanation.txt"):
-            client.log_artifact(config_run_id, str(folder / f), artifact_path=job.config_id)
+    plan_json = json.dumps(result, indent=2, default=str)
+    client.log_text(config_run_id, plan_json, f"{job.config_id}/plan.json")
+    explanation = "\n".join(job.explanation) + "\n"
+    client.log_text(config_run_id, explanation, f"{job.config_id}/explanation.txt")
     return replace(job, job_run_id=job_run_id, config_run_id=config_run_id)
 
 
@@ -139,10 +137,8 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
     client.set_tag(rid, "srifty.outcome", outcome)
     client.set_tag(rid, "srifty.reason", str(result.get("reason", ""))[:5000])
     if decisions:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / DECISIONS_FILE
-            path.write_text("".join(json.dumps(d, default=str) + "\n" for d in decisions))
-            client.log_artifact(rid, str(path), artifact_path=job.config_id)
+        lines = "".join(json.dumps(d, default=str) + "\n" for d in decisions)
+        client.log_text(rid, lines, f"{job.config_id}/{DECISIONS_FILE}")
     if rid != job.job_run_id:
         client.set_terminated(rid, "FINISHED")
 

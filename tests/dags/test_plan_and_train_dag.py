@@ -73,8 +73,11 @@ def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, ready_to_plan: P
     assert "predicted_t_iter_s" in job.data.metrics
     import mlflow
 
-    names = {a.path for a in mlflow.MlflowClient().list_artifacts(job.info.run_id)}
+    client = mlflow.MlflowClient()
+    names = {a.path for a in client.list_artifacts(job.info.run_id)}
     assert {"timeline.png", "c0"} <= names
+    c0 = {a.path for a in client.list_artifacts(job.info.run_id, "c0")}
+    assert {"c0/plan.json", "c0/explanation.txt", "c0/decisions.jsonl"} <= c0
 
 
 def test_missing_profiles_fail_the_plan_naming_the_dag(dagbag: Any, data_dir: Path) -> None:
