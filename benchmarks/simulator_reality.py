@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 OUT = Path(__file__).parent / "results"
 CASES: dict[str, list[tuple[int, int]]] = {
@@ -46,7 +47,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--data-dir", type=Path, help="reuse probes/profiles kept here")
-    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument(
+        "--iterations", type=int, default=30, help="measured DDP iterations per case (median)"
+    )
+    parser.add_argument(
+        "--profile-repeats", type=int, default=10, help="repeats per profiled batch size"
+    )
     parser.add_argument(
         "--colocated", type=int, default=1, help="profile with this many workers on the host"
     )
@@ -73,7 +79,7 @@ def main() -> None:
     from srifty_core.probing.sweep import probe_sweep
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model
     from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
-    from srifty_core.runtime.measure import DdpMeasurement, measure_ddp
+    from srifty_core.runtime.measure import measure_ddp_cases
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -99,18 +105,7 @@ def main() -> None:
     overlapped = Simulator(bandwidth, iters=512, seed=0, overlap=1.0)
     apm = ApmEstimator()
 
-    def measure(model: str, batches: tuple[int, ...], communicate: bool = True) -> DdpMeasurement:
-        return measure_ddp(
-            model,
-            "small",
-            batches,
-            iterations=args.iterations,
-            warmup=3,
-            threads=args.threads,
-            communicate=communicate,
-        )
-
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, batches in cases.items():
         try:
             profile = profiles.load(name, "small", "cpu")
@@ -126,12 +121,18 @@ def main() -> None:
                 name,
                 "small",
                 ProfilerConfig(
-                    max_batch=b_max, threads=args.threads, repeats=6, colocated=args.colocated
+                    max_batch=b_max,
+                    threads=args.threads,
+                    repeats=args.profile_repeats,
+                    colocated=args.colocated,
                 ),
             )
             profiles.save(profile)
         workload = Workload(name, {"cpu": profile})
-        for a, b in batches:
+        runs = measure_ddp_cases(
+            name, "small", batches, iterations=args.iterations, warmup=3, threads=args.threads
+        )
+        for (a, b), meas in zip(batches, runs, strict=True):
             if a == b:
                 config = ClusterConfig((Group(instance, 2, a),))
             else:  # one type, two local batches
@@ -139,9 +140,8 @@ def main() -> None:
             est = sim.estimate(workload, config)
             ovl = overlapped.estimate(workload, config)
             base = apm.estimate(workload, config)
-            meas = measure(name, (a, b))
             real = statistics.median(meas.iteration_s)
-            compute = statistics.median(measure(name, (a, b), communicate=False).iteration_s)
+            compute = statistics.median(meas.no_comm_s)
             row = {
                 "model": name,
                 "batches": [a, b],
@@ -166,9 +166,18 @@ def main() -> None:
             )
 
     print("measuring every case again (the noise floor) ...", flush=True)
-    for r in rows:
-        again = measure(r["model"], tuple(r["batches"]))
-        r["measured_again_s"] = statistics.median(again.iteration_s)
+    for name, batches in cases.items():
+        again = measure_ddp_cases(
+            name,
+            "small",
+            batches,
+            iterations=args.iterations,
+            warmup=3,
+            threads=args.threads,
+            split=False,
+        )
+        for r, m in zip([r for r in rows if r["model"] == name], again, strict=True):
+            r["measured_again_s"] = statistics.median(m.iteration_s)
 
     def summary(key: str) -> dict[str, float]:
         errs = [(r[key] - r["measured_s"]) / r["measured_s"] for r in rows]

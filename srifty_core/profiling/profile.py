@@ -83,6 +83,9 @@ class ComputeProfile:
     copy_bytes_per_s: float = 0.0
     """Device memory copy bandwidth (bytes/s) copying the gradients once, as DDP does into
     and out of its buckets; 0 where not measured (profiles older than this field)."""
+    optimizer_step_s: float = 0.0
+    """Seconds of one optimizer step (SGD with momentum, as the Srifty worker trains) over
+    all parameters: independent of the batch; 0 where not measured (older profiles)."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -164,6 +167,7 @@ class ComputeProfile:
             "torch_version": self.torch_version,
             "created_at": self.created_at,
             "copy_bytes_per_s": self.copy_bytes_per_s,
+            "optimizer_step_s": self.optimizer_step_s,
         }
 
     def to_json(self) -> str:
@@ -209,6 +213,7 @@ class ComputeProfile:
                 torch_version=str(d["torch_version"]),
                 created_at=str(d["created_at"]),
                 copy_bytes_per_s=float(d.get("copy_bytes_per_s", 0.0)),
+                optimizer_step_s=float(d.get("optimizer_step_s", 0.0)),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

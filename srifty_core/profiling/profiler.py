@@ -3,7 +3,8 @@
 Steps: find B_max (largest batch that fits the device's memory), measure forward and backward
 latency at a set of batch sizes (warm-up, device synchronisation, repeats: mean and std),
 fit the piecewise-linear t(B) per pass, record the gradient-ready schedule and form DDP's
-buckets. The result is a ``ComputeProfile``.
+buckets, and time what a training step adds regardless of the batch (DDP's copy bandwidth,
+the optimizer step). The result is a ``ComputeProfile``.
 
 Memory on CPU: there is no allocator peak counter on the CPU, so the training footprint is
 *measured* from what training holds: parameters, their gradients and one optimizer state
@@ -345,6 +346,10 @@ def profile_model(
         progress("gradient schedule", 1, 1)
     with _colocated_load(name, size, sched_b, config, device):
         copy_bw = copy_bandwidth(_bytes(params), device, sync)
+        # last: the steps move the weights, and nothing is measured after them
+        step_s = optimizer_step_seconds(
+            workload, workload.make_batch(sched_b, device, seed=config.seed), sync
+        )
     device_type, device_name = device_type_of(device)
     return ComputeProfile(
         model=name,
@@ -370,6 +375,7 @@ def profile_model(
         torch_version=str(torch.__version__),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         copy_bytes_per_s=copy_bw,
+        optimizer_step_s=step_s,
     )
 
 
@@ -391,6 +397,28 @@ def copy_bandwidth(
         if i:
             times.append(time.perf_counter() - t0)
     return 4 * n / statistics.median(times)
+
+
+def optimizer_step_seconds(
+    workload: Workload, batch: Batch, sync: Callable[[], None], repeats: int = 7
+) -> float:
+    """Median seconds of ``optimizer.step()`` for SGD with momentum (the Srifty worker's
+    optimizer) over the model's parameters, gradients in place, after a warm-up step that
+    creates the momentum buffers. Memory-bound and independent of the batch size."""
+    params = trainable(workload.module)
+    opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
+    workload.module.zero_grad(set_to_none=True)
+    workload.loss(batch).backward()
+    times = []
+    for i in range(repeats + 1):
+        sync()
+        t0 = time.perf_counter()
+        opt.step()
+        sync()
+        if i:
+            times.append(time.perf_counter() - t0)
+    workload.module.zero_grad(set_to_none=True)
+    return statistics.median(times)
 
 
 def _load_worker(

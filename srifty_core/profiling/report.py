@@ -12,6 +12,19 @@ from srifty_core.profiling.profile import ComputeProfile
 EXPERIMENT = "srifty-compute-profiles"
 
 
+def _per_step(p: ComputeProfile) -> list[str]:
+    """What a training step adds whatever its batch, where the profile measured it."""
+    parts = []
+    if p.copy_bytes_per_s > 0:
+        parts.append(
+            f"DDP pass over the gradients {p.ddp_copy_s() * 1e3:.2f} ms "
+            f"({p.copy_bytes_per_s / 1e9:.1f} GB/s)"
+        )
+    if p.optimizer_step_s > 0:
+        parts.append(f"optimizer step {p.optimizer_step_s * 1e3:.2f} ms")
+    return [f"per step, any batch: {'; '.join(parts)}"] if parts else []
+
+
 def summary_text(p: ComputeProfile) -> str:
     def pieces(fit: object) -> str:
         bp = getattr(fit, "breakpoints", ())
@@ -28,6 +41,7 @@ def summary_text(p: ComputeProfile) -> str:
         f"parameters {p.n_parameters:,} ({p.gradient_bytes / 2**20:.1f} MiB of gradients) in "
         f"{len(p.buckets)} DDP bucket(s)",
         f"forward: {pieces(p.fw_fit)}; backward: {pieces(p.bw_fit)}",
+        *_per_step(p),
         "",
         f"{'batch':>6} {'fw ms':>9} {'+-':>7} {'fit':>9} {'bw ms':>9} {'+-':>7} {'fit':>9}",
     ]
@@ -129,6 +143,8 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
                 "fw_fit_mape_pct": mape(p.fw_fit(bs), p.fw.mean_s),
                 "bw_fit_mape_pct": mape(p.bw_fit(bs), p.bw.mean_s),
                 "t_iter_at_bmax_s": float(p.t_iter(p.b_max)),
+                "ddp_copy_pass_s": p.ddp_copy_s(),
+                "optimizer_step_s": p.optimizer_step_s,
             }
         )
         with tempfile.TemporaryDirectory() as tmp:

@@ -3,9 +3,19 @@
 Each rank builds the same zoo model (same seed), wraps it in ``DistributedDataParallel`` and
 runs forward + backward on its own local batch (local batches may differ between ranks).
 Every iteration starts at a barrier; its time is the slowest rank's from the barrier to the
-end of ``backward()`` (DDP returns from backward once every bucket's allreduce is done).
-The optimizer step is left out on purpose: the simulator models forward, backward and the
-gradient exchange, and this measures exactly that.
+end of the optimizer step (SGD with momentum, as the Srifty worker trains; DDP returns from
+``backward()`` once every bucket's allreduce is done). ``optimizer=False`` stops the clock
+at the end of ``backward()``: forward, backward and the gradient exchange only.
+
+``measure_ddp_cases`` measures several cases (local batches) of one model in one set of
+processes, in rounds: each round runs a block of ``block`` iterations of every case, each
+case also with DDP's allreduce replaced by a no-op hook (compute plus DDP's bookkeeping).
+On a shared host whose speed drifts by 10-20% within minutes, measuring case after case
+puts the drift into the comparison between cases and between the two modes; in rounds it
+falls on all of them alike. Blocks, not single iterations, because alternating every
+iteration keeps the caches cold: it measured ResNet-18's compute 15-35% slower than the
+same steps back to back, which is what training (the same model and batch shapes every
+step) runs like. Each block's first iteration warms up and is not counted.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,10 +42,30 @@ class DdpMeasurement:
     local_batches: tuple[int, ...]
     iteration_s: tuple[float, ...]
     """Per measured iteration, the slowest rank's time."""
+    no_comm_s: tuple[float, ...] = ()
+    """The same with a no-op comm hook (compute and DDP's bookkeeping); empty if not run."""
 
     @property
     def mean_s(self) -> float:
         return sum(self.iteration_s) / len(self.iteration_s)
+
+
+def _skip(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
+    """No-op comm hook: each rank keeps its own gradients."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def _step(workload: Any, ddp: nn.Module, opt: torch.optim.Optimizer | None, batch: Any) -> float:
+    """One iteration from a barrier: this rank's forward + backward (+ optimizer step) time."""
+    ddp.zero_grad(set_to_none=True)
+    dist.barrier()
+    t0 = time.perf_counter()
+    workload.loss(batch).backward()
+    if opt is not None:
+        opt.step()
+    return time.perf_counter() - t0
 
 
 def _worker(
@@ -43,12 +74,14 @@ def _worker(
     port: int,
     name: str,
     size: str,
-    batches: list[int],
+    cases: list[list[int]],
+    modes: list[bool],
     iterations: int,
     warmup: int,
+    block: int,
     threads: int,
+    optimizer: bool,
     out_dir: str,
-    communicate: bool = True,
 ) -> None:
     from srifty_core.profiling.zoo import build
 
@@ -57,39 +90,95 @@ def _worker(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        workload = build(name, size, seed=0)
-        workload.module.train()
-        ddp = nn.parallel.DistributedDataParallel(workload.module)
-        if not communicate:
-            # Skip the allreduce (each rank keeps its own gradients): what is left is compute
-            # plus DDP's own bookkeeping, to split a measured iteration into its parts.
-            def skip(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
-                fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-                fut.set_result(bucket.buffer())
-                return fut
-
-            ddp.register_comm_hook(None, skip)
-        batch = workload.make_batch(batches[rank], torch.device("cpu"), seed=rank)
-        workload.module = ddp
-        times: list[float] = []
-        for i in range(warmup + iterations):
-            ddp.zero_grad(set_to_none=True)
-            dist.barrier()
-            t0 = time.perf_counter()
-            workload.loss(batch).backward()
-            t1 = time.perf_counter()
-            if i >= warmup:
-                times.append(t1 - t0)
-        gathered: list[list[float] | None] = [None] * world
+        steps = []  # per mode: (workload, DDP wrapper, optimizer); each its own model copy
+        for communicate in modes:
+            workload = build(name, size, seed=0)
+            workload.module.train()
+            opt = (
+                torch.optim.SGD(workload.module.parameters(), lr=1e-6, momentum=0.9)
+                if optimizer
+                else None
+            )
+            ddp = nn.parallel.DistributedDataParallel(workload.module)
+            if not communicate:
+                ddp.register_comm_hook(None, _skip)
+            workload.module = ddp
+            steps.append((workload, ddp, opt))
+        batches = [steps[0][0].make_batch(c[rank], torch.device("cpu"), seed=rank) for c in cases]
+        times: list[list[list[float]]] = [[[] for _ in modes] for _ in cases]  # [case][mode]
+        for batch in batches:  # warm every case and mode up once
+            for workload, ddp, opt in steps:
+                for _ in range(warmup):
+                    _step(workload, ddp, opt, batch)
+        while len(times[0][0]) < iterations:  # rounds of blocks
+            n = min(block, iterations - len(times[0][0]))
+            for c, batch in enumerate(batches):
+                for m, (workload, ddp, opt) in enumerate(steps):
+                    _step(workload, ddp, opt, batch)  # the block's first step is not counted
+                    times[c][m].extend(_step(workload, ddp, opt, batch) for _ in range(n))
+        gathered: list[list[list[list[float]]] | None] = [None] * world
         dist.all_gather_object(gathered, times)
         if rank == 0:
+            ranks = [g for g in gathered if g is not None]
             slowest = [
-                max(per_rank[i] for per_rank in gathered if per_rank) for i in range(iterations)
+                [
+                    [max(r[c][m][i] for r in ranks) for i in range(iterations)]
+                    for m in range(len(modes))
+                ]
+                for c in range(len(cases))
             ]
             with open(os.path.join(out_dir, "times.json"), "w") as fh:
                 json.dump(slowest, fh)
     finally:
         dist.destroy_process_group()
+
+
+def _run(
+    name: str,
+    size: str,
+    cases: Sequence[Sequence[int]],
+    modes: Sequence[bool],
+    iterations: int,
+    warmup: int,
+    threads: int,
+    block: int,
+    optimizer: bool,
+) -> list[list[list[float]]]:
+    if not cases:
+        raise ConfigError("cases: need at least one set of local batches")
+    world = len(cases[0])
+    if world < 2:
+        raise ConfigError("local_batches: need at least 2 ranks for DDP")
+    if any(len(c) != world for c in cases):
+        raise ConfigError(f"cases: every case needs {world} local batches, got {list(cases)}")
+    if min(iterations, threads, block, *(b for c in cases for b in c)) < 1:
+        raise ConfigError("iterations, threads, block and local batches must be >= 1")
+    import torch.multiprocessing as mp
+
+    from srifty_core.cloud.local import free_port
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.spawn(  # type: ignore[attr-defined]
+            _worker,
+            args=(
+                world,
+                free_port(),
+                name,
+                size,
+                [list(c) for c in cases],
+                list(modes),
+                iterations,
+                warmup,
+                block,
+                threads,
+                optimizer,
+                out_dir,
+            ),
+            nprocs=world,
+            join=True,
+        )
+        with open(os.path.join(out_dir, "times.json")) as fh:
+            return [[[float(t) for t in m] for m in c] for c in json.load(fh)]
 
 
 def measure_ddp(
@@ -101,36 +190,43 @@ def measure_ddp(
     warmup: int = 3,
     threads: int = 1,
     communicate: bool = True,
+    optimizer: bool = True,
 ) -> DdpMeasurement:
     """Run ``warmup + iterations`` DDP iterations with one process per local batch.
 
     ``communicate=False`` replaces the allreduce with a no-op communication hook."""
-    if len(local_batches) < 2:
-        raise ConfigError("local_batches: need at least 2 ranks for DDP")
-    if iterations < 1 or any(b < 1 for b in local_batches):
-        raise ConfigError("iterations and local batches must be >= 1")
-    import torch.multiprocessing as mp
+    times = _run(
+        name,
+        size,
+        [local_batches],
+        [communicate],
+        iterations,
+        warmup,
+        threads,
+        iterations,
+        optimizer,
+    )
+    return DdpMeasurement(name, size, tuple(local_batches), tuple(times[0][0]))
 
-    from srifty_core.cloud.local import free_port
 
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(  # type: ignore[attr-defined]
-            _worker,
-            args=(
-                len(local_batches),
-                free_port(),
-                name,
-                size,
-                list(local_batches),
-                iterations,
-                warmup,
-                threads,
-                out_dir,
-                communicate,
-            ),
-            nprocs=len(local_batches),
-            join=True,
-        )
-        with open(os.path.join(out_dir, "times.json")) as fh:
-            times = [float(t) for t in json.load(fh)]
-    return DdpMeasurement(name, size, tuple(local_batches), tuple(times))
+def measure_ddp_cases(
+    name: str,
+    size: str,
+    cases: Sequence[Sequence[int]],
+    *,
+    iterations: int = 10,
+    warmup: int = 3,
+    threads: int = 1,
+    split: bool = True,
+    block: int = 5,
+    optimizer: bool = True,
+) -> list[DdpMeasurement]:
+    """Measure every case (local batches, one per rank) of model ``name`` in one set of
+    processes, interleaved (see the module doc); with ``split`` each case also runs with
+    a no-op comm hook, into ``DdpMeasurement.no_comm_s``."""
+    modes = [True, False] if split else [True]
+    times = _run(name, size, cases, modes, iterations, warmup, threads, block, optimizer)
+    return [
+        DdpMeasurement(name, size, tuple(c), tuple(t[0]), tuple(t[1]) if split else ())
+        for c, t in zip(cases, times, strict=True)
+    ]

@@ -1,6 +1,7 @@
 """``Simulator.estimate(workload, config) -> IterationEstimate``: compute under variance plus
-the event-driven gradient exchange, ``t_iter = t_fw + max(t_bw, t_pe)`` per iteration (plus
-DDP's copy of the reduced gradients out of its buckets, where the profile measured it).
+the event-driven gradient exchange, ``t_iter = t_fw + max(t_bw, t_pe)`` per iteration (plus,
+where the profile measured them, DDP's copy of the reduced gradients out of its buckets and
+the optimizer step).
 
 The planner calls this thousands of times per request, so what repeats is cached:
 
@@ -66,6 +67,10 @@ class Simulator:
     ``t_bw``), and copying the reduced buckets back into the gradients follows the last
     transfer (one pass, added to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on
     a CPU core.
+
+    The optimizer step (``ComputeProfile.optimizer_step_s``, the slowest group's) follows,
+    with one worker as with many: every rank steps its optimizer once the gradients are in.
+    Profiles that did not measure it add nothing.
     """
 
     def __init__(
@@ -96,7 +101,7 @@ class Simulator:
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._compute_cache: dict[
-            tuple[int, int], tuple[Any, float, float, float, float, float]
+            tuple[int, int], tuple[Any, float, float, float, float, float, float]
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
@@ -161,8 +166,8 @@ class Simulator:
         return 1.0
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
-        """(mean fw, std fw, mean bw, std bw, DDP's copy pass) at ``batch``, cached per
-        profile and batch."""
+        """(mean fw, std fw, mean bw, std bw, DDP's copy pass, optimizer step) at ``batch``,
+        cached per profile and batch."""
         p = workload.profile(device_type)
         key = (id(p), batch)
         hit = self._compute_cache.get(key)
@@ -174,6 +179,7 @@ class Simulator:
                 float(p.t_bw(batch)),
                 float(p.std_bw(batch)),
                 p.ddp_copy_s(),
+                p.optimizer_step_s,
             )
             self._compute_cache[key] = hit
         return hit[1:]
@@ -199,11 +205,13 @@ class Simulator:
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
         fw = bw = None
         copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
+        step = 0.0  # the optimizer step, on the slowest
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b, c = self._compute(
+            m_f, s_f, m_b, s_b, c, o = self._compute(
                 workload, g.instance.device_type, g.batch_per_rank
             )
             copy = max(copy, c)
+            step = max(step, o)
             z_f, z_b = self._z(col, g.count)
             f, b = m_f + s_f * z_f, m_b + s_b * z_b
             fw = f if fw is None else np.maximum(fw, f)
@@ -242,8 +250,9 @@ class Simulator:
                 t_bw,
                 self._overlap(workload, groups),
             )
-        it = fw + np.maximum(bw, t_pe) + copy_out
-        t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe) + copy_out
+        after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
+        it = fw + np.maximum(bw, t_pe) + after
+        t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe) + after
         p50, p95 = np.quantile(it, (0.5, 0.95))
         return IterationEstimate(
             t_iter=t_iter,

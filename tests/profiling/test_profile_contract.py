@@ -60,6 +60,13 @@ def test_profiles_without_a_copy_bandwidth_still_load() -> None:
     assert old.copy_bytes_per_s == 0.0 and old.ddp_copy_s() == 0.0
 
 
+def test_profiles_without_an_optimizer_step_still_load() -> None:
+    d = make_profile(optimizer_step_s=0.004).to_dict()
+    assert ComputeProfile.from_dict(d).optimizer_step_s == 0.004
+    del d["optimizer_step_s"]  # written before the field existed
+    assert ComputeProfile.from_dict(d).optimizer_step_s == 0.0
+
+
 def test_predictions() -> None:
     p = make_profile()
     np.testing.assert_allclose(p.t_fw([1, 8, 32, 256]), p.fw.mean_s, rtol=0.05)

@@ -74,6 +74,8 @@ def test_profile_a_tiny_model_end_to_end() -> None:
     assert all(0 <= b.ready_fraction <= 1 for b in p.buckets)
     # DDP's passes over the gradients: a memory copy, faster than 100 MB/s on any CPU
     assert p.copy_bytes_per_s > 1e8 and 0 < p.ddp_copy_s() < p.gradient_bytes / 1e8
+    # SGD with momentum reads and writes a few copies of the parameters: memory speed
+    assert 0 < p.optimizer_step_s < 10 * p.gradient_bytes / 1e8
     assert ComputeProfile.from_json(p.to_json()) == p
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,10 @@ def test_plot_and_summary(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = summary_text(p)
     assert "B_max 256" in text and "2 DDP bucket(s)" in text
+    assert "per step" not in text  # nothing measured beyond the passes
+    measured = dataclasses.replace(p, copy_bytes_per_s=4000 / 0.002, optimizer_step_s=0.0031)
+    text = summary_text(measured)
+    assert "DDP pass over the gradients 2.00 ms" in text and "optimizer step 3.10 ms" in text
 
 
 def test_tracking_uri_follows_the_data_dir_but_respects_the_user(

@@ -272,3 +272,28 @@ def test_ddp_passes_over_the_gradients_add_to_backward_and_after_the_exchange() 
         assert ddp.t_iter == pytest.approx(plain.t_iter + 0.03)  # ... and back out
     one = Simulator(bw).estimate(Workload("m", {"cpu": copying}), config((inst("a"), 1, 32)))
     assert one.t_iter == pytest.approx(float(p.t_iter(32)))  # no DDP exchange on one worker
+
+
+def test_the_optimizer_step_follows_the_exchange_on_the_slowest_group() -> None:
+    p = steady(make_profile())
+    bw = ConstantBandwidth(1e9)
+    sim = Simulator(bw)
+    for c in (config((inst("a"), 1, 32)), config((inst("a"), 2, 32))):  # one worker too
+        plain = sim.estimate(Workload("m", {"cpu": p}), c)
+        stepping = sim.estimate(
+            Workload("m", {"cpu": dataclasses.replace(p, optimizer_step_s=0.007)}), c
+        )
+        assert stepping.t_iter == pytest.approx(plain.t_iter + 0.007)
+        assert (stepping.t_fw, stepping.t_bw, stepping.t_pe) == (plain.t_fw, plain.t_bw, plain.t_pe)
+        assert stepping.p95 == pytest.approx(plain.p95 + 0.007)
+    t4 = steady(make_profile(), device="T4")
+    mixed = config((inst("a"), 1, 32), (inst("b", "T4"), 1, 32))
+    w = Workload("m", {"cpu": p, "T4": t4})
+    both = Workload(
+        "m",
+        {
+            "cpu": dataclasses.replace(p, optimizer_step_s=0.002),
+            "T4": dataclasses.replace(t4, optimizer_step_s=0.01),
+        },
+    )
+    assert sim.estimate(both, mixed).t_iter == pytest.approx(sim.estimate(w, mixed).t_iter + 0.01)
