@@ -25,18 +25,12 @@ OUT = Path(__file__).parent / "results" / "ddp_comm.txt"
 SIZES = tuple(2**k for k in (16, 18, 20, 22, 23, 24, 25, 26))
 
 
-def _noop(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks hooks unannotated
-    import torch
-
-    fut: Any = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
-
-
 def _rank(rank: int, port: int, repeats: int, out: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from srifty_core.runtime.measure import skip_allreduce
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -69,7 +63,7 @@ def _rank(rank: int, port: int, repeats: int, out: str) -> None:
         for mode in ("ddp", "noop"):
             model = DDP(One(size // 4), bucket_cap_mb=1024)
             if mode == "noop":
-                model.register_comm_hook(None, _noop)
+                model.register_comm_hook(None, skip_allreduce)
 
             def step(m: Any = model) -> None:
                 m.zero_grad(set_to_none=True)

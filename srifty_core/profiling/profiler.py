@@ -388,15 +388,7 @@ def copy_bandwidth(
     n = max(1, n_bytes // 4)
     src = torch.ones(n, device=device)
     dst = torch.empty(n, device=device)
-    times = []
-    for i in range(repeats + 1):
-        sync()
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        sync()
-        if i:
-            times.append(time.perf_counter() - t0)
-    return 4 * n / statistics.median(times)
+    return 4 * n / _median_seconds(lambda: dst.copy_(src), sync, repeats)
 
 
 def optimizer_step_seconds(
@@ -409,15 +401,22 @@ def optimizer_step_seconds(
     opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
     workload.module.zero_grad(set_to_none=True)
     workload.loss(batch).backward()
+    seconds = _median_seconds(opt.step, sync, repeats)
+    workload.module.zero_grad(set_to_none=True)
+    return seconds
+
+
+def _median_seconds(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:
+    """Median wall time of ``fn`` over ``repeats`` calls after one warm-up call, each
+    between device synchronisations."""
     times = []
     for i in range(repeats + 1):
         sync()
         t0 = time.perf_counter()
-        opt.step()
+        fn()
         sync()
         if i:
             times.append(time.perf_counter() - t0)
-    workload.module.zero_grad(set_to_none=True)
     return statistics.median(times)
 
 

@@ -50,8 +50,9 @@ class DdpMeasurement:
         return sum(self.iteration_s) / len(self.iteration_s)
 
 
-def _skip(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
-    """No-op comm hook: each rank keeps its own gradients."""
+def skip_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
+    """No-op DDP comm hook: each rank keeps its own gradients (compute and DDP's
+    bookkeeping without the exchange)."""
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
@@ -101,7 +102,7 @@ def _worker(
             )
             ddp = nn.parallel.DistributedDataParallel(workload.module)
             if not communicate:
-                ddp.register_comm_hook(None, _skip)
+                ddp.register_comm_hook(None, skip_allreduce)
             workload.module = ddp
             steps.append((workload, ddp, opt))
         batches = [steps[0][0].make_batch(c[rank], torch.device("cpu"), seed=rank) for c in cases]
