@@ -66,6 +66,11 @@ DEFAULT_WORLD_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_CONCURRENCY = (1, 2, 4)
 PROBE_GAP_S = 0.002
 """Simulated time between two probe samples (synchronisation, bookkeeping)."""
+SUSTAINED_BYTES = 256 * 1024**2
+"""Buffer of the sustained-transfer probe: a large bucket, back to back, as training sends."""
+SUSTAINED_MAX_S = 3900.0
+"""The sustained probe gives up waiting for a drop after 65 minutes (AWS: bursts last "5 to
+60 minutes")."""
 
 
 class CapacityError(ProviderError):
@@ -92,6 +97,8 @@ class _Alloc:
     allocation: Allocation
     instances: list[_Inst]
     level: truth.NetworkLevel
+    credit_s: float = 0.0
+    """Seconds of burst left on the allocation's NICs (types rated "up to")."""
     interruptions: list[Interruption] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
     exit_codes: dict[int, int | None] = field(default_factory=dict)
@@ -257,7 +264,8 @@ class EmulatedProvider(Provider):
             instance_ids=tuple(i.id for i in insts),
             created_at=start,
         )
-        self._allocs[alloc_id] = _Alloc(alloc, insts, level)
+        credit = truth.NetSpec.of(self.catalog_type(spec.name)).burst_credit_s()
+        self._allocs[alloc_id] = _Alloc(alloc, insts, level, credit)
         return alloc, float(delays.max())
 
     def get_allocation(self, allocation_id: str) -> Allocation:
@@ -349,41 +357,108 @@ class EmulatedProvider(Provider):
     ) -> dict[str, list[Any]]:
         """Allreduce samples on ``allocation`` as columns of probe records (``PROBE_SCHEMA``
         names; ``records_to_table``/``columns_to_table`` make a table). World sizes above
-        the allocation's ranks are skipped; the clock advances by the measured time."""
-        a = self._get(allocation.id)
-        if any(i.state is not InstanceState.RUNNING for i in a.instances):
-            raise ProviderError(f"allocation {allocation.id}: not every instance is running")
-        t = self.catalog_type(allocation.spec.name)
-        net = truth.NetSpec.of(t)
+        the allocation's ranks are skipped; the clock advances by the measured time. NICs
+        rated "up to" a bandwidth burst while their credits last (phase ``burst``)."""
+        a = self._running(allocation)
+        net = truth.NetSpec.of(self.catalog_type(allocation.spec.name))
         size_arr = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.float64)
         cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
-        day = day or self._clock.date()
         for n in sorted(set(world_sizes)):
             if n < 2 or n > allocation.ranks:
                 continue
             for c in sorted(set(concurrency)):
-                base = truth.allreduce_time(
-                    net,
-                    size_arr,
-                    n,
-                    concurrent=c,
-                    level_small=a.level.small,
-                    level_large=a.level.large,
-                )
                 for rep in range(repeats):
+                    base = truth.allreduce_time(
+                        net,
+                        size_arr,
+                        n,
+                        concurrent=c,
+                        level_small=a.level.small,
+                        level_large=a.level.large,
+                        bursting=a.credit_s > 0,
+                    )
                     times = base * truth.sample_noise(self._rng, size_arr)
+                    a.credit_s = max(0.0, a.credit_s - float(times.sum()))
                     for s, ts in zip(size_arr, times, strict=True):
-                        cols["world_size"].append(n)
-                        cols["buffer_bytes"].append(int(s))
-                        cols["concurrent"].append(c)
-                        cols["repeat"].append(rep)
-                        cols["time_s"].append(float(ts))
-                        cols["probed_at"].append(self._clock)
-                        self._clock += timedelta(seconds=float(ts) + PROBE_GAP_S)
+                        self._sample(cols, n, int(s), c, rep, float(ts))
         self._apply_interruptions()
+        return self._records(a, cols, allocation_slot, day, "burst")
+
+    def probe_sustained(
+        self,
+        allocation: Allocation,
+        world_size: int,
+        *,
+        size: int = SUSTAINED_BYTES,
+        repeats: int = 5,
+        max_s: float = SUSTAINED_MAX_S,
+        allocation_slot: int = 0,
+        day: date | None = None,
+    ) -> dict[str, list[Any]]:
+        """The sustained-transfer probe: allreduce ``size`` bytes back to back, as training
+        does, until the rate has dropped to a steady level (the NICs' burst credits are
+        spent) or ``max_s`` seconds have passed, then record ``repeats`` samples (phase
+        ``sustained``). On a type that does not burst it ends after ``repeats`` samples."""
+        a = self._running(allocation)
+        n = min(int(world_size), allocation.ranks)
+        if n < 2:
+            raise ConfigError(f"world_size: a sustained probe needs >= 2 ranks, got {n}")
+        net = truth.NetSpec.of(self.catalog_type(allocation.spec.name))
+        s = np.asarray([float(size)])
+        if a.credit_s > 0:  # back-to-back transfers until the credits are gone, or max_s
+            one = float(
+                truth.allreduce_time(
+                    net, s, n, level_small=a.level.small, level_large=a.level.large, bursting=True
+                )[0]
+            )
+            spend = min(a.credit_s, max_s)
+            a.credit_s -= spend
+            self._clock += timedelta(seconds=spend + PROBE_GAP_S * spend / one)
+        base = truth.allreduce_time(
+            net,
+            s,
+            n,
+            level_small=a.level.small,
+            level_large=a.level.large,
+            bursting=a.credit_s > 0,
+        )
+        cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
+        for rep in range(repeats):
+            ts = float((base * truth.sample_noise(self._rng, s))[0])
+            self._sample(cols, n, int(size), 1, rep, ts)
+        self._apply_interruptions()
+        return self._records(a, cols, allocation_slot, day, "sustained")
+
+    def _running(self, allocation: Allocation) -> _Alloc:
+        a = self._get(allocation.id)
+        if any(i.state is not InstanceState.RUNNING for i in a.instances):
+            raise ProviderError(f"allocation {allocation.id}: not every instance is running")
+        return a
+
+    def _sample(
+        self, cols: dict[str, list[Any]], n: int, s: int, c: int, rep: int, t: float
+    ) -> None:
+        cols["world_size"].append(n)
+        cols["buffer_bytes"].append(s)
+        cols["concurrent"].append(c)
+        cols["repeat"].append(rep)
+        cols["time_s"].append(t)
+        cols["probed_at"].append(self._clock)
+        self._clock += timedelta(seconds=t + PROBE_GAP_S)
+
+    def _records(
+        self,
+        a: _Alloc,
+        cols: dict[str, list[Any]],
+        allocation_slot: int,
+        day: date | None,
+        phase: str,
+    ) -> dict[str, list[Any]]:
+        allocation = a.allocation
+        t = self.catalog_type(allocation.spec.name)
         m = len(cols["time_s"])
         fixed = {
-            "date": day,
+            "date": day or self._clock.date(),
             "provider": self.name,
             "cloud": self.cloud,
             "region": self.region,
@@ -399,6 +474,7 @@ class EmulatedProvider(Provider):
             "backend": "nccl",
             "status": "ok",
             "error": None,
+            "phase": phase,
         }
         out: dict[str, list[Any]] = {k: [v] * m for k, v in fixed.items()}
         out.update(cols)
@@ -417,9 +493,14 @@ class EmulatedProvider(Provider):
         *,
         reference: truth.DeviceRate | None = None,
         seed: int | None = None,
+        warm_s: float = 0.0,
     ) -> TrainingRun:
         """Run ``iterations`` synchronous data-parallel iterations over the RUNNING
         instances of ``allocations`` (mixed types allowed), in simulated time.
+
+        ``warm_s``: seconds of the same training that ran before the first iteration
+        counted (not billed, no clock move): NICs that burst have spent that much of their
+        credits, as hours into a real job.
 
         ``batches[type]`` is the number of samples one VM of that type processes per
         iteration, split evenly over its GPUs. Gradient buckets come from the profile
@@ -447,7 +528,11 @@ class EmulatedProvider(Provider):
             if not live:
                 raise ProviderError(f"allocation {a.allocation.id} has no running instance")
             t = self.catalog_type(name)
-            groups.append(truth.group_for(t, len(live), batches[name], profile, ref, a.level, rng))
+            groups.append(
+                truth.group_for(
+                    t, len(live), batches[name], profile, ref, a.level, rng, credit_s=a.credit_s
+                )
+            )
         ordered = sorted(profile.buckets, key=lambda b: b.index)
         iters, compute, exposed = truth.training_iterations(
             groups,
@@ -455,6 +540,7 @@ class EmulatedProvider(Provider):
             [b.ready_fraction for b in ordered],
             iterations,
             rng,
+            warm_s=warm_s,
         )
         started = self._clock
         ends = started + timedelta(seconds=float(np.cumsum(iters)[-1]))
@@ -559,6 +645,11 @@ class EmulatedProvider(Provider):
                 repeats,
             )
 
+        # what every step adds whatever the batch: DDP's copy pass, the optimizer step
+        copy_s, step_s = truth.step_costs(reference, rate)
+        copy_m = copy_s * float(np.median(truth.draw_temporal(rng, (repeats,), 0.02)))
+        step_m = step_s * float(np.median(truth.draw_temporal(rng, (repeats,), 0.02)))
+        elapsed += repeats * (copy_s + step_s)
         fw_stats, bw_stats = stats(fw_s), stats(bw_s)
         if len(sizes) >= 2:
             fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=repeats)
@@ -580,6 +671,8 @@ class EmulatedProvider(Provider):
             schedule_batch_size=sizes[len(sizes) // 2],
             probe_mode=f"budget:{probes}",
             threads=0,
+            copy_bytes_per_s=float(reference.gradient_bytes) / copy_m,
+            optimizer_step_s=step_m,
             created_at=self._clock.isoformat(timespec="seconds"),
         )
 
@@ -727,11 +820,14 @@ def emulated_probe_sweep(
     seed: int = 0,
     day: date | None = None,
     provider: EmulatedProvider | None = None,
+    sustained: bool = True,
 ) -> pa.Table:
     """An emulated probe dataset: for each region and type, ``allocations`` fresh
     allocations of ``ceil(max world size / GPUs per VM)`` VMs, each swept over ``sizes``
     (default 4 B..512 MB, 3 points a decade) x ``world_sizes`` x ``concurrency`` with
-    ``repeats`` samples. Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
+    ``repeats`` samples, then (``sustained``) the sustained-transfer probe at each world
+    size (phase ``sustained``: what training sees once "up to" NICs spent their burst).
+    Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
     ``write_emulated_probes`` stores it. Same arguments and seed, same rows."""
     import pyarrow as pa
 
@@ -758,9 +854,18 @@ def emulated_probe_sweep(
                         allocation_slot=slot,
                         day=day,
                     )
+                    tables.append(columns_to_table(cols))
+                    if sustained:
+                        for n in sorted(w for w in set(world_sizes) if 2 <= w <= alloc.ranks):
+                            tables.append(
+                                columns_to_table(
+                                    p.probe_sustained(
+                                        alloc, n, repeats=repeats, allocation_slot=slot, day=day
+                                    )
+                                )
+                            )
                 finally:
                     p.release(alloc)
-                tables.append(columns_to_table(cols))
     from srifty_core.probing.schema import PROBE_SCHEMA
 
     return pa.concat_tables(tables) if tables else PROBE_SCHEMA.empty_table()
@@ -803,10 +908,11 @@ def emulate_training(
     placement_group: bool = False,
     seed: int = 0,
     reference: truth.DeviceRate | None = None,
+    warm_s: float = 0.0,
 ) -> TrainingRun:
     """Launch ``counts[type]`` VMs of each type on a fresh emulator, run ``iterations``
-    iterations (``batches[type]`` samples per VM), release, and return what was measured.
-    One allocation per type; same inputs and seed, same numbers."""
+    iterations (``batches[type]`` samples per VM; ``warm_s`` as ``train``), release, and
+    return what was measured. One allocation per type; same inputs and seed, same numbers."""
     p = EmulatedProvider(seed=seed, region=region)
     launched = []
     try:
@@ -822,7 +928,7 @@ def emulate_training(
                         )
                     )
                 )
-        return p.train(launched, profile, batches, iterations, reference=reference)
+        return p.train(launched, profile, batches, iterations, reference=reference, warm_s=warm_s)
     finally:
         for a in launched:
             p.release(a)

@@ -166,8 +166,12 @@ class NetSpec:
     family: str
     gpus_per_vm: int
     network_gbps: float
+    """Baseline (sustained) NIC bandwidth, as AWS rates it."""
     nvlink_bw_gbs: float | None
     pcie_gen: int
+    burst_gbps: float | None = None
+    """AWS's "up to" rate for types that burst on network I/O credits, else None."""
+    vcpus: int = 0
 
     @classmethod
     def of(cls, t: InstanceType) -> NetSpec:
@@ -179,13 +183,37 @@ class NetSpec:
             network_gbps=t.network_gbps,
             nvlink_bw_gbs=nvlink,
             pcie_gen=_pcie_gen(gpu.host_interface if gpu is not None else ""),
+            burst_gbps=t.network_burst_gbps,
+            vcpus=int(t.vcpus),
         )
+
+    def nic_gbps(self, bursting: bool) -> float:
+        """The NIC's rate: the burst rate while the VM has credits, else the baseline."""
+        if bursting and self.burst_gbps:
+            return max(self.burst_gbps, self.network_gbps)
+        return self.network_gbps
+
+    def burst_credit_s(self) -> float:
+        """Seconds a fresh VM can send at its burst rate before falling to the baseline
+        (0 for types that do not burst): ``BURST_MINUTES`` scaled by size."""
+        if not self.burst_gbps or self.burst_gbps <= self.network_gbps:
+            return 0.0
+        lo, hi = BURST_MINUTES
+        return 60.0 * min(hi, max(lo, lo * max(1, self.vcpus) / 4))
 
 
 def _pcie_gen(text: str) -> int:
     m = re.search(r"(?:Gen\s*|PCIe\s*)(\d)(?:\.0)?", text, re.IGNORECASE)
     gen = int(m.group(1)) if m else 3
     return gen if gen in PCIE_BUSBW_Bps else 3
+
+
+BURST_MINUTES = (5.0, 60.0)
+"""AWS: instances rated "up to" a bandwidth "can use a network I/O credit mechanism to burst
+beyond their baseline bandwidth ... for a limited time, typically from 5 to 60 minutes,
+depending on the instance size" (EC2 user guide, "Amazon EC2 instance network bandwidth").
+Here: 5 minutes for a 4-vCPU VM, growing with vCPUs, at most 60. Credits are not refilled
+while a job keeps the NIC busy."""
 
 
 def family_net(family: str) -> FamilyNet:
@@ -198,6 +226,19 @@ def intra_bw_Bps(spec: NetSpec) -> float:
     return PCIE_BUSBW_Bps[spec.pcie_gen]
 
 
+@dataclass(frozen=True, slots=True)
+class RingMember:
+    """The VMs of one instance type in an allreduce: ``vms`` VMs with ``ranks_per_vm``
+    ranks each, their allocation's network level and whether their NICs are bursting."""
+
+    spec: NetSpec
+    vms: int
+    ranks_per_vm: int
+    level_small: float = 1.0
+    level_large: float = 1.0
+    bursting: bool = False
+
+
 def allreduce_time(
     spec: NetSpec,
     size_bytes: NDArray[np.float64] | float,
@@ -207,49 +248,87 @@ def allreduce_time(
     level_small: float = 1.0,
     level_large: float = 1.0,
     ranks_per_vm: int | None = None,
+    bursting: bool = False,
 ) -> NDArray[np.float64]:
     """Noise-free time (s) until ``concurrent`` allreduces of ``size_bytes`` each, started
-    together on ``world_size`` ranks, have all ended. Levels > 1 mean a faster allocation.
-    ``ranks_per_vm`` defaults to one rank per GPU (a published table may use fewer)."""
-    s = np.atleast_1d(np.asarray(size_bytes, dtype=np.float64))
+    together on ``world_size`` ranks of one instance type, have all ended. Levels > 1 mean a
+    faster allocation. ``ranks_per_vm`` defaults to one rank per GPU (a published table may
+    use fewer); ``bursting``: the NICs still have burst credits."""
     n = int(world_size)
     if n < 2:
         raise ConfigError(f"world_size: an allreduce needs at least 2 ranks, got {n}")
     g = ranks_per_vm or spec.gpus_per_vm
-    k = math.ceil(n / g)
-    per_vm = min(n, g)
-    hop = HOP_NVLINK_S if spec.nvlink_bw_gbs else HOP_PCIE_S
-    b_intra = intra_bw_Bps(spec)
+    member = RingMember(spec, math.ceil(n / g), min(n, g), level_small, level_large, bursting)
+    return cluster_allreduce_time([member], size_bytes, concurrent=concurrent, world_size=n)
+
+
+def cluster_allreduce_time(
+    members: Sequence[RingMember],
+    size_bytes: NDArray[np.float64] | float,
+    *,
+    concurrent: int = 1,
+    world_size: int | None = None,
+) -> NDArray[np.float64]:
+    """Noise-free allreduce time (s) over VMs of one or several instance types.
+
+    Ranks of a VM sit next to each other in NCCL's ring, so the ring crosses every VM's NIC
+    once in each direction and every step waits for its slowest link: the data term runs at
+    the slowest member's inter-VM bandwidth (its NIC at the baseline or burst rate, its
+    intra-VM links, its per-GPU ceiling), the latency term grows with the number of VMs in
+    the whole ring at the slowest member's per-hop latency. One member is a homogeneous
+    cluster (``allreduce_time``)."""
+    s = np.atleast_1d(np.asarray(size_bytes, dtype=np.float64))
+    if not members:
+        raise ConfigError("an allreduce needs at least one group of VMs")
+    n = int(world_size or sum(m.vms * m.ranks_per_vm for m in members))
+    if n < 2:
+        raise ConfigError(f"world_size: an allreduce needs at least 2 ranks, got {n}")
+    k = sum(m.vms for m in members)
+    hop = max(HOP_NVLINK_S if m.spec.nvlink_bw_gbs else HOP_PCIE_S for m in members)
     if k == 1:
+        m = members[0]
+        b_intra = intra_bw_Bps(m.spec)
         lat_ring = lat_tree = INTRA_BASE_S + 2 * (n - 1) * hop
-        bw = np.full_like(s, b_intra)
+        bw = np.full_like(s, b_intra) * blend_level(s, m.level_small, m.level_large)
         tree = np.zeros_like(s, dtype=bool)
         half = b_intra * lat_ring
+        ramp_k = 1.0
     else:
-        fam = family_net(spec.family)
-        nic = spec.network_gbps * 1e9 / 8
-        b_net = min(b_intra, fam.efficiency * nic, per_vm * fam.per_gpu_cap_Bps)
+        fams = [family_net(m.spec.family) for m in members]
+        links = []
+        b_nets = []
+        for m, fam in zip(members, fams, strict=True):
+            nic = m.spec.nic_gbps(m.bursting) * 1e9 / 8
+            b_net = min(
+                intra_bw_Bps(m.spec), fam.efficiency * nic, m.ranks_per_vm * fam.per_gpu_cap_Bps
+            )
+            b_nets.append(b_net)
+            links.append(b_net * blend_level(s, m.level_small, m.level_large))
+        bw = np.min(np.stack(links), axis=0)
+        latency_s = max(f.latency_s for f in fams)
         intra = 2 * (n - k) * hop
-        lat_ring = fam.latency_s * (k - 1) + intra
-        lat_tree = fam.latency_s * math.log2(k) + intra
+        lat_ring = latency_s * (k - 1) + intra
+        lat_tree = latency_s * math.log2(k) + intra
         tree = (s < TREE_MAX_BYTES) & (k >= 4)
-        bw = np.where(tree, TREE_BW_FRACTION * b_net, b_net)
-        half = fam.ramp * b_net * (fam.latency_s + intra)
+        bw = np.where(tree, TREE_BW_FRACTION * bw, bw)
+        b_slow = min(b_nets)
+        ramp_k = max(f.ramp for f in fams)
+        half = ramp_k * b_slow * (latency_s + intra)
     lat = np.where(tree, lat_tree, lat_ring)
     lat_f = np.empty_like(s)
     bw_f = np.empty_like(s)
     lower = 0.0
     for p in PROTOCOLS:
-        m = (s > lower) & (s <= p.upto_bytes) if lower else s <= p.upto_bytes
-        lat_f[m] = p.latency_factor
-        bw_f[m] = p.bandwidth_fraction
+        msk = (s > lower) & (s <= p.upto_bytes) if lower else s <= p.upto_bytes
+        lat_f[msk] = p.latency_factor
+        bw_f[msk] = p.bandwidth_fraction
         lower = p.upto_bytes
-    level = blend_level(s, level_small, level_large)
     c = int(concurrent)
     share = min(1.10, 1.0 + 0.05 * (c - 1))  # aggregate gain from more channels
+    level_small = min(m.level_small for m in members)
     latency = lat * lat_f * (1.0 + 0.15 * (c - 1)) / level_small
     ramp = np.where(s > PROTOCOLS[0].upto_bytes, ramp_fraction(c * s, half), 1.0)
-    data = c * 2.0 * (n - 1) / n * s / (bw * bw_f * ramp * level * share)
+    data = c * 2.0 * (n - 1) / n * s / (bw * bw_f * ramp * share)
     out: NDArray[np.float64] = latency + data
     return out
 
@@ -383,13 +462,48 @@ def draw_spatial(rng: np.random.Generator, count: int) -> NDArray[np.float64]:
     return out
 
 
+STRAGGLER_P = 0.002
+"""Chance that one VM's pass is a straggler in an iteration (a noisy neighbour, a page
+fault storm, a GC pause): an assumption, rare enough that a profile's few repeats seldom
+see one, common enough that a 64-VM job meets one every few iterations."""
+STRAGGLER_SLOWDOWN = (1.2, 1.6)
+
+
 def draw_temporal(
     rng: np.random.Generator, shape: tuple[int, ...], cv: float
 ) -> NDArray[np.float64]:
+    """Per-step factors on compute time: a right-skewed body (log-normal with the given
+    spread, truncated as METHOD.md's histograms are) and rare stragglers."""
     sd = max(float(cv), TEMPORAL_SD_MIN)
     z = np.clip(sd * rng.standard_normal(shape), -VARIANCE_CLIP, VARIANCE_CLIP)
-    out: NDArray[np.float64] = 1.0 + z
+    body = np.exp(z - 0.5 * sd * sd)
+    slow = rng.random(shape) < STRAGGLER_P
+    out: NDArray[np.float64] = np.where(
+        slow, body * rng.uniform(*STRAGGLER_SLOWDOWN, size=shape), body
+    )
     return out
+
+
+OPTIMIZER_BYTES_PER_PARAM = 24
+"""SGD with momentum in fp32 reads the gradient, the momentum buffer and the parameter and
+writes the buffer and the parameter back: 6 accesses of 4 bytes per parameter."""
+COPY_EFFICIENCY = 0.9
+"""Share of a GPU's datasheet memory bandwidth a device-to-device copy reaches (4.3 of
+4.8 TB/s measured on an H200)."""
+STEP_EFFICIENCY = 0.6
+"""Share reached by the optimizer's element-wise kernels (several passes, launch gaps)."""
+KERNEL_LAUNCH_S = 20e-6
+
+
+def step_costs(profile: ComputeProfile, rate: DeviceRate) -> tuple[float, float]:
+    """(one pass of DDP over the gradients, the optimizer step), seconds, on a device of
+    ``rate``: both memory-bound, from the bytes they move and the memory bandwidth."""
+    bw = rate.memory_bw_gbs * 1e9
+    grad = float(profile.gradient_bytes)
+    copy = 2 * grad / (COPY_EFFICIENCY * bw) + KERNEL_LAUNCH_S
+    n_params = grad / 4
+    step = OPTIMIZER_BYTES_PER_PARAM * n_params / (STEP_EFFICIENCY * bw) + 5 * KERNEL_LAUNCH_S
+    return copy, step
 
 
 def profile_pass_times(
@@ -422,6 +536,18 @@ class VmGroup:
     level: NetworkLevel
     spatial: NDArray[np.float64]
     """Per-VM factor, length ``count``."""
+    copy_s: float = 0.0
+    """One pass of DDP over the gradients on this GPU."""
+    step_s: float = 0.0
+    """The optimizer step on this GPU."""
+    credit_s: float = 0.0
+    """Seconds of burst left on these VMs' NICs."""
+
+
+def _member(gr: VmGroup, bursting: bool) -> RingMember:
+    return RingMember(
+        gr.spec, gr.count, gr.spec.gpus_per_vm, gr.level.small, gr.level.large, bursting
+    )
 
 
 def training_iterations(
@@ -430,28 +556,50 @@ def training_iterations(
     bucket_ready: Sequence[float],
     iterations: int,
     rng: np.random.Generator,
+    *,
+    warm_s: float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Per iteration: (iteration time, slowest forward+backward, exposed communication),
-    seconds. Buckets are given in the order DDP reduces them."""
+    """Per iteration: (iteration time, slowest forward+backward with DDP's copies and the
+    optimizer step, exposed communication), seconds. Buckets are given in the order DDP
+    reduces them, one at a time on one stream, over a ring of every VM of the job
+    (``cluster_allreduce_time``). NICs burst while their credits last; ``warm_s`` seconds
+    of the same training ran before the first iteration counted (a job hours in has spent
+    its credits)."""
     if iterations < 1:
         raise ConfigError(f"iterations: must be >= 1, got {iterations}")
     world = sum(gr.count * gr.spec.gpus_per_vm for gr in groups)
     sizes = np.asarray(bucket_sizes, dtype=np.float64)
     ready = np.asarray(bucket_ready, dtype=np.float64)
+    comm = world >= 2 and sizes.size > 0
+    credit = [gr.credit_s for gr in groups]
+    ar_cache: dict[tuple[bool, ...], NDArray[np.float64]] = {}
+
+    def ar_times() -> NDArray[np.float64]:
+        state = tuple(c > 0 for c in credit)
+        hit = ar_cache.get(state)
+        if hit is None:
+            members = [_member(gr, b) for gr, b in zip(groups, state, strict=True)]
+            hit = cluster_allreduce_time(members, sizes) if comm else np.zeros(sizes.size)
+            ar_cache[state] = hit
+        return hit
+
+    copy = max(gr.copy_s for gr in groups) if world >= 2 else 0.0
+    after = copy + max(gr.step_s for gr in groups)
+    t_compute = max(gr.t_fw + gr.t_bw for gr in groups) + 2 * copy
+    left = float(warm_s)
+    while left > 0 and comm and any(c > 0 for c in credit):  # fast-forward the warm-up
+        busy = float(ar_times().sum())
+        t_it = max(t_compute, busy) + after
+        bursting = [i for i, c in enumerate(credit) if c > 0]
+        n_out = min(credit[i] for i in bursting) / busy
+        n = min(n_out, left / t_it)
+        for i in bursting:
+            credit[i] -= n * busy
+        left -= n * t_it
+        credit = [c if c > 1e-9 else 0.0 for c in credit]
+
     iters = np.empty(iterations)
     compute = np.empty(iterations)
-    if world < 2 or sizes.size == 0:
-        ar = np.zeros((1, sizes.size))
-    else:
-        ar = np.stack(
-            [
-                allreduce_time(
-                    gr.spec, sizes, world, level_small=gr.level.small, level_large=gr.level.large
-                )
-                for gr in groups
-            ]
-        )
-    ar_slowest = ar.max(axis=0)
     for it in range(iterations):
         fw_end = []
         bw_len = []
@@ -459,18 +607,23 @@ def training_iterations(
             fw = gr.t_fw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_fw)
             bw = gr.t_bw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_bw)
             fw_end.append(fw)
-            bw_len.append(bw)
+            bw_len.append(bw + 2 * copy)  # into the buckets and scaled, on the compute stream
         fw_all = np.concatenate(fw_end)
         bw_all = np.concatenate(bw_len)
         done = float(np.max(fw_all + bw_all))
-        compute[it] = done
+        compute[it] = done + after
         end = 0.0
-        if world >= 2 and sizes.size:
+        if comm:
+            ar = ar_times()
             noise = sample_noise(rng, sizes)
+            busy = 0.0
             for j in range(sizes.size):
                 start = float(np.max(fw_all + ready[j] * bw_all))
-                end = max(start, end) + float(ar_slowest[j] * noise[j])
-        iters[it] = max(done, end)
+                took = float(ar[j] * noise[j])
+                end = max(start, end) + took
+                busy += took
+            credit = [max(0.0, c - busy) if c > 0 else 0.0 for c in credit]
+        iters[it] = max(done, end) + after
     return iters, compute, iters - compute
 
 
@@ -504,8 +657,10 @@ def group_for(
     reference: DeviceRate,
     level: NetworkLevel,
     rng: np.random.Generator,
+    credit_s: float | None = None,
 ) -> VmGroup:
-    """Build the VM group of one type: scaled pass times, memory check, spatial draws."""
+    """Build the VM group of one type: scaled pass times, memory check, spatial draws, the
+    per-step costs and the NICs' burst credits (``credit_s``; default a fresh VM's)."""
     g = max(1, t.gpus_per_vm)
     if batch_per_vm < g or batch_per_vm % g:
         raise ConfigError(
@@ -520,10 +675,13 @@ def group_for(
             f"batches[{t.name}]: {per_gpu} samples per GPU need {mem / 1024**3:.1f} GiB, over "
             f"the {t.gpu_memory_gib:g} GiB of one {t.gpu_model}"
         )
-    scale = compute_scale(reference, device_rate(t))
+    rate = device_rate(t)
+    scale = compute_scale(reference, rate)
     t_fw, t_bw, cv_fw, cv_bw = profile_pass_times(profile, per_gpu, scale)
+    copy_s, step_s = step_costs(profile, rate)
+    spec = NetSpec.of(t)
     return VmGroup(
-        spec=NetSpec.of(t),
+        spec=spec,
         count=count,
         batch_per_gpu=per_gpu,
         t_fw=t_fw,
@@ -532,6 +690,9 @@ def group_for(
         cv_bw=cv_bw,
         level=level,
         spatial=draw_spatial(rng, count),
+        copy_s=copy_s,
+        step_s=step_s,
+        credit_s=spec.burst_credit_s() if credit_s is None else credit_s,
     )
 
 

@@ -18,6 +18,9 @@ from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+PHASE_BURST = "burst"
+PHASE_SUSTAINED = "sustained"
+PHASES = (PHASE_BURST, PHASE_SUSTAINED)
 
 # (name, type, nullable, meaning)
 _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
@@ -44,6 +47,13 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("status", pa.string(), False, "ok or failed"),
     ("error", pa.string(), True, "why the point failed (null when ok)"),
     ("probed_at", pa.timestamp("us", tz="UTC"), False, "when the sample was taken"),
+    (
+        "phase",
+        pa.string(),
+        False,
+        "burst (short probes of a fresh allocation: NICs rated 'up to' a bandwidth burst) or "
+        "sustained (back-to-back transfers after the burst credits are spent, as training sees)",
+    ),
 )
 
 PROBE_SCHEMA = pa.schema(
@@ -94,6 +104,7 @@ def conform(data: Any, *, where: str = "probe records") -> pa.Table:
         table = data
     else:
         raise TypeError(f"{where}: expected a pandas DataFrame or pyarrow Table, got {type(data)}")
+    table = with_phase(table)
     names = table.column_names
     missing = [c for c in COLUMNS if c not in names]
     extra = [c for c in names if c not in COLUMNS]
@@ -121,6 +132,16 @@ def conform(data: Any, *, where: str = "probe records") -> pa.Table:
     out = pa.Table.from_arrays(arrays, schema=PROBE_SCHEMA)
     check_values(out, where=where)
     return out
+
+
+def with_phase(table: pa.Table) -> pa.Table:
+    """Records written before the ``phase`` column existed were all short probes: give
+    them ``phase = burst``."""
+    if "phase" in table.column_names:
+        return table
+    return table.append_column(
+        pa.field("phase", pa.string(), nullable=False), pa.array([PHASE_BURST] * table.num_rows)
+    )
 
 
 def check_schema(schema: pa.Schema, *, where: str) -> None:
@@ -163,6 +184,7 @@ def check_values(table: pa.Table, *, where: str = "probe records") -> None:
         "buffer_bytes out of range",
     )
     bad(pc.less(table["concurrent"], 1), "concurrent < 1")
+    bad(pc.invert(pc.is_in(table["phase"], pa.array(list(PHASES)))), "phase not burst/sustained")
     ok = pc.equal(status, STATUS_OK)
     okt = table.filter(ok)
     if okt.num_rows:

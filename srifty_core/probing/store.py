@@ -28,11 +28,13 @@ import pyarrow.parquet as pq
 from srifty_core import paths
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.probing.schema import (
+    PHASE_BURST,
     PROBE_SCHEMA,
     STATUS_OK,
     check_schema,
     check_values,
     conform,
+    with_phase,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ def records_to_table(records: Iterable[dict[str, Any]]) -> pa.Table:
             r["probed_at"] = datetime.fromisoformat(r["probed_at"])
         if isinstance(r.get("date"), str):
             r["date"] = date.fromisoformat(r["date"])
+        r.setdefault("phase", PHASE_BURST)
         rows.append(r)
     try:
         table = pa.Table.from_pylist(rows, schema=PROBE_SCHEMA)
@@ -120,6 +123,7 @@ def read_partition_table(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ProbeStoreError(f"cannot read probe partition {path}: {exc}") from exc
+    table = with_phase(table)
     check_schema(table.schema, where=str(path))
     check_values(table, where=str(path))
     return table.replace_schema_metadata(None).cast(PROBE_SCHEMA)

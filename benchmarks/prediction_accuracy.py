@@ -1,0 +1,295 @@
+"""How right are the iteration estimates? Random requests on the emulated EC2, predicted by
+Srifty and APM from what a profiler and a probe sweep would measure, then run on the
+emulator's ground truth (``cloud/emulator_truth.py``: physics from public tables and AWS's
+documented network ratings, no formula shared with the simulator).
+
+Per configuration (seeded, reproducible):
+
+- a zoo model (the shipped reference profiles), 1-3 instance types of the g3/g4dn/p3/g5
+  families, VM counts and a power-of-two batch per GPU that fits its memory, in three
+  shapes: one VM, several VMs of one type, a mix of types;
+- Srifty's inputs: per GPU, ``EmulatedProvider.profile`` (what the profiler measures there);
+  per type, an emulated probe sweep (the nightly DAG's grid, with its sustained-transfer
+  probe) fitted with the bandwidth model (``--bandwidth table`` or ``xgboost``);
+- the truth: a long job (``--iterations`` iterations after ``--warm-s`` seconds of training
+  on a fresh allocation, so burst credits are spent as they would be hours into a job),
+  the mean iteration time, and the share of runs whose time is under the predicted p90.
+
+Reports MAPE, median absolute error and the share of too-fast estimates (predicted <
+measured), split single VM / homogeneous / heterogeneous, for Srifty and APM in the same
+run, plus how often the measured time exceeded Srifty's p90. The noise floor is the error of
+the truth against itself: the same configuration run on another allocation.
+
+Run:  .venv/bin/python benchmarks/prediction_accuracy.py [--configs 200] [--bandwidth table]
+Writes benchmarks/results/prediction_accuracy.json and .txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUT = Path(__file__).parent / "results"
+REGION = "us-east-1"
+TYPES = (
+    "g3.4xlarge",
+    "g3.8xlarge",
+    "g3.16xlarge",
+    "g4dn.xlarge",
+    "g4dn.2xlarge",
+    "g4dn.8xlarge",
+    "g4dn.12xlarge",
+    "p3.2xlarge",
+    "p3.8xlarge",
+    "p3.16xlarge",
+    "g5.xlarge",
+    "g5.2xlarge",
+    "g5.8xlarge",
+    "g5.12xlarge",
+)
+MODELS = (
+    "resnet50",
+    "vgg16",
+    "alexnet",
+    "dlrm",
+    "bert_base",
+    "inception_v3",
+    "shufflenet_v2",
+    "xlm",
+)
+SHAPES = ("single", "homogeneous", "heterogeneous")
+MAX_WORLD = 64
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    shape: str
+    counts: Mapping[str, int]
+    batch_per_gpu: Mapping[str, int]
+
+    def label(self) -> str:
+        return "+".join(f"{n}x{t}@{self.batch_per_gpu[t]}" for t, n in self.counts.items())
+
+
+def draw_configs(n: int, seed: int, catalog: Any, profiles: Mapping[str, Any]) -> list[Config]:
+    """``n`` random configurations, a third of each shape, each fitting its GPUs' memory
+    and at most ``MAX_WORLD`` ranks."""
+    from srifty_core.cloud import emulator_truth as truth
+
+    rng = np.random.default_rng(seed)
+    out: list[Config] = []
+    while len(out) < n:
+        shape = SHAPES[len(out) % 3]
+        model = str(rng.choice(MODELS))
+        ref = profiles[model]
+        k = 1 if shape != "heterogeneous" else int(rng.integers(2, 4))
+        names = [str(x) for x in rng.choice(TYPES, size=k, replace=False)]
+        counts: dict[str, int] = {}
+        batches: dict[str, int] = {}
+        ok = True
+        for name in names:
+            t = catalog.get(name, REGION)
+            limit = truth.max_batch_in_memory(ref, t, 256)
+            if limit < 1:
+                ok = False
+                break
+            top = int(math.log2(limit))
+            lo = min(top, 2)
+            batches[name] = 2 ** int(rng.integers(lo, min(top, 7) + 1))
+            if shape == "single":
+                counts[name] = 1
+            elif shape == "homogeneous":
+                counts[name] = int(rng.integers(2, 17))
+            else:
+                counts[name] = int(rng.integers(1, 9))
+        if not ok:
+            continue
+        world = sum(c * max(1, catalog.get(t, REGION).gpus_per_vm) for t, c in counts.items())
+        if world > MAX_WORLD:
+            continue
+        out.append(Config(model, shape, counts, batches))
+    return out
+
+
+def errors(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
+    p = np.asarray(pred)
+    m = np.asarray(meas)
+    rel = (p - m) / m
+    return {
+        "n": len(p),
+        "mape": round(float(100 * np.mean(np.abs(rel))), 2),
+        "median_abs": round(float(100 * np.median(np.abs(rel))), 2),
+        "too_fast": round(float(100 * np.mean(p < m)), 1),
+        "worst_under": round(float(100 * rel.min()), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--warm-s", type=float, default=3600.0)
+    parser.add_argument("--bandwidth", choices=("table", "xgboost"), default="table")
+    parser.add_argument("--out", type=Path, default=OUT / "prediction_accuracy.json")
+    args = parser.parse_args()
+
+    import pyarrow as pa
+
+    from srifty_core.case_studies import load_reference_profile, one_core
+    from srifty_core.catalog import Catalog
+    from srifty_core.cloud.emulated import emulate_training, emulated_probe_sweep, emulated_profiles
+    from srifty_core.simulator.apm import ApmEstimator
+    from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
+
+    t_start = time.perf_counter()
+    catalog = Catalog.load()
+    refs = {m: load_reference_profile(m)[0] for m in MODELS}
+    configs = draw_configs(args.configs, args.seed, catalog, refs)
+
+    # Srifty's inputs: profiles per (model, GPU), one probe sweep per type
+    types_used = sorted({t for c in configs for t in c.counts})
+    sweep = []
+    for i, name in enumerate(types_used):
+        g = max(1, catalog.get(name, REGION).gpus_per_vm)
+        ws = tuple(w for w in (2, 4, 8, 16, 32, 64) if w <= MAX_WORLD and w >= 2)
+        if g > 1:
+            ws = tuple(sorted({*ws, g}))
+        sweep.append(emulated_probe_sweep([name], world_sizes=ws, seed=100 + i))
+    frame = pa.concat_tables(sweep).to_pandas()
+    t_fit = time.perf_counter()
+    if args.bandwidth == "table":
+        from srifty_core.predictors.table import ProbeTableBandwidth
+
+        bandwidth: Any = ProbeTableBandwidth().fit(frame)
+    else:
+        from srifty_core.predictors.bandwidth import BandwidthModel
+
+        bandwidth = BandwidthModel().fit(frame)
+    fit_s = time.perf_counter() - t_fit
+    profiles: dict[str, dict[str, Any]] = {}
+    for m in MODELS:
+        fits = [
+            t for t in types_used if t in {x for c in configs if c.model == m for x in c.counts}
+        ]
+        if fits:
+            profiles[m] = emulated_profiles(
+                fits, refs[m], seed=11, catalog=catalog, reference_rate=one_core()
+            )
+    sim = Simulator(bandwidth)
+    apm = ApmEstimator()
+
+    rows: list[dict[str, Any]] = []
+    for i, c in enumerate(configs):
+        inst = {t: SimInstance.from_catalog(catalog.get(t, REGION)) for t in c.counts}
+        groups = tuple(
+            Group(inst[t], n, c.batch_per_gpu[t] * inst[t].ranks_per_vm)
+            for t, n in c.counts.items()
+        )
+        config = ClusterConfig(groups)
+        wl = Workload(c.model, profiles[c.model])
+        est = sim.estimate(wl, config)
+        base = apm.estimate(wl, config)
+        vm_batches = {t: c.batch_per_gpu[t] * inst[t].ranks_per_vm for t in c.counts}
+        runs = [
+            emulate_training(
+                dict(c.counts),
+                vm_batches,
+                refs[c.model],
+                args.iterations,
+                seed=1000 * args.seed + 2 * i + k,
+                reference=one_core(),
+                warm_s=args.warm_s,
+            )
+            for k in range(2)
+        ]
+        measured, again = runs[0].mean_s, runs[1].mean_s
+        rows.append(
+            {
+                "model": c.model,
+                "shape": c.shape,
+                "config": c.label(),
+                "world": config.world_size,
+                "measured_s": measured,
+                "measured_again_s": again,
+                "srifty_s": est.t_iter,
+                "srifty_p90_s": getattr(est, "p90", est.p95),
+                "apm_s": base.t_iter,
+            }
+        )
+        if (i + 1) % 25 == 0:
+            print(f"  {i + 1}/{len(configs)} configurations", flush=True)
+
+    def split(key: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for shape in ("all", *SHAPES, "9+ VMs"):
+            sel = [
+                r
+                for r in rows
+                if shape == "all"
+                or r["shape"] == shape
+                or (shape == "9+ VMs" and _vms(r["config"]) >= 9)
+            ]
+            if sel:
+                out[shape] = errors([r[key] for r in sel], [r["measured_s"] for r in sel])
+        return out
+
+    report = {
+        "configs": len(rows),
+        "seed": args.seed,
+        "iterations": args.iterations,
+        "warm_s": args.warm_s,
+        "bandwidth": args.bandwidth,
+        "bandwidth_fit_s": round(fit_s, 2),
+        "seconds": round(time.perf_counter() - t_start, 1),
+        "srifty": split("srifty_s"),
+        "apm": split("apm_s"),
+        "noise_floor": split("measured_again_s"),
+        "over_p90": round(
+            100 * statistics.fmean(r["measured_s"] > r["srifty_p90_s"] for r in rows), 1
+        ),
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    text = format_report(report)
+    args.out.with_suffix(".txt").write_text(text + "\n")
+    print(text)
+
+
+def _vms(label: str) -> int:
+    return sum(int(part.split("x", 1)[0]) for part in label.split("+"))
+
+
+def format_report(r: Mapping[str, Any]) -> str:
+    lines = [
+        f"{r['configs']} configurations, bandwidth model {r['bandwidth']}, "
+        f"{r['iterations']} iterations after {r['warm_s']:g} s, {r['seconds']} s",
+        f"{'split':<14} {'estimator':<12} {'n':>4} {'MAPE%':>7} {'median%':>8} "
+        f"{'too fast%':>9} {'worst%':>7}",
+    ]
+    for shape in r["srifty"]:
+        for name in ("srifty", "apm", "noise_floor"):
+            e = r[name].get(shape)
+            if e:
+                lines.append(
+                    f"{shape:<14} {name:<12} {e['n']:>4} {e['mape']:>7} {e['median_abs']:>8} "
+                    f"{e['too_fast']:>9} {e['worst_under']:>7}"
+                )
+    lines.append(f"measured above Srifty's p90: {r['over_p90']}% of configurations")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
