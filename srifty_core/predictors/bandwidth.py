@@ -36,6 +36,7 @@ How:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -49,6 +50,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.network import level_sigmas, nearest_world, sustained_caps
+from srifty_core.probing.schema import PHASE_SUSTAINED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -482,6 +485,11 @@ class BandwidthCaps:
     """Rated network bytes/s of each probed type (when the probes carry a rating)."""
     quantile: float = DEFAULT_CAP_QUANTILE
     min_buffer: int = DEFAULT_CAP_MIN_BUFFER
+    sustained: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    """Sustained bus bandwidth per type and world size, where the sweep measured it: the
+    cap then (``predictors.network``)."""
+    sigmas: Mapping[str, float] = field(default_factory=dict)
+    """Spread of network levels across allocations, per type."""
 
     @classmethod
     def from_probes(
@@ -513,6 +521,9 @@ class BandwidthCaps:
         return cls(by_type=by_type, rated=rated, quantile=quantile, min_buffer=min_buffer)
 
     def cap(self, instance_type: str, world_size: int) -> float:
+        sustained = self.sustained.get(instance_type)
+        if sustained:
+            return nearest_world(dict(sustained), world_size)
         table = self.by_type.get(instance_type)
         if table:
             if world_size in table:
@@ -540,6 +551,8 @@ class BandwidthCaps:
             "rated": dict(self.rated),
             "quantile": self.quantile,
             "min_buffer": self.min_buffer,
+            "sustained": {t: {str(k): v for k, v in m.items()} for t, m in self.sustained.items()},
+            "sigmas": dict(self.sigmas),
         }
 
     @classmethod
@@ -549,6 +562,11 @@ class BandwidthCaps:
             rated={t: float(v) for t, v in d.get("rated", {}).items()},
             quantile=float(d["quantile"]),
             min_buffer=int(d["min_buffer"]),
+            sustained={
+                t: {int(k): float(v) for k, v in m.items()}
+                for t, m in d.get("sustained", {}).items()
+            },
+            sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
         )
 
 
@@ -595,6 +613,14 @@ class BandwidthModel:
             raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
         check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1)
         w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
+        if "phase" in probes.columns:  # regressors learn the grid; caps the sustained probes
+            grid = (probes["phase"] != PHASE_SUSTAINED).to_numpy()
+            sustained = probes[~grid]
+            probes, w = probes[grid], w[grid]
+            if probes.empty:
+                raise BandwidthDataError("no grid probe rows to fit on (only sustained ones)")
+        else:
+            sustained = probes.iloc[0:0]
         masks = size_masks(probes, self.mtu)
         y = probes[LABEL].to_numpy(dtype=float)
         self.small_ = BusBandwidthRegressor(**self.small_params).fit(
@@ -603,10 +629,18 @@ class BandwidthModel:
         self.large_ = BusBandwidthRegressor(**self.large_params).fit(
             probes[masks[LARGE]], y[masks[LARGE]], w[masks[LARGE]]
         )
-        self.caps_ = BandwidthCaps.from_probes(
+        caps = BandwidthCaps.from_probes(
             probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer
         )
+        self.caps_ = dataclasses.replace(
+            caps, sustained=sustained_caps(sustained), sigmas=level_sigmas(probes)
+        )
         return self
+
+    def level_sigma(self, instance_type: str) -> float:
+        """Spread (sd of log) of the network level across the probed allocations of a type
+        (``predictors.network``); 0 for a type never probed."""
+        return float(self.caps_.sigmas.get(instance_type, 0.0))
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""

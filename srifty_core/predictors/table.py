@@ -1,12 +1,14 @@
 """A measured-table bus-bandwidth predictor: the median of the probes themselves.
 
 For a query (instance type, world size, concurrency, buffer size) it interpolates the
-per-size median busbw of the matching probes linearly in log(size) (held constant beyond
-the probed sizes), using the nearest probed world size and concurrency when the exact one
-was not probed. No learning, no extrapolation to unprobed instance types: a baseline for
-the XGBoost model, and what a simulation of *this* machine needs when only local probes
-exist. The cap is the largest aggregate (concurrent x median busbw) seen for the type and
-world size.
+per-size median busbw of the matching grid probes linearly in log(size) (held constant
+beyond the probed sizes), using the nearest probed world size and concurrency when the
+exact one was not probed. No learning, no extrapolation to unprobed instance types: a
+baseline for the XGBoost model, and what a simulation of *this* machine needs when only
+local probes exist. The cap is the sustained bus bandwidth (``predictors.network``) where
+the sweep ran the sustained-transfer probe, else the largest aggregate (concurrent x median
+busbw) seen for the type and world size; ``level_sigma`` is the spread of network levels
+across the probed allocations.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.network import level_sigmas, nearest_world, split_phases, sustained_caps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,6 +31,8 @@ class ProbeTableBandwidth:
     def __init__(self) -> None:
         self.curves_: dict[tuple[str, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]]
         self.caps_: dict[tuple[str, int], float]
+        self.sustained_: dict[str, dict[int, float]]
+        self.sigmas_: dict[str, float]
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
         need = {"instance_type", "world_size", "concurrent", "buffer_bytes", "busbw"}
@@ -40,6 +45,11 @@ class ProbeTableBandwidth:
         ok = ok.dropna(subset=["busbw"])
         if ok.empty:
             raise ConfigError("no successful probe rows to fit on")
+        ok, sustained = split_phases(ok)
+        if ok.empty:
+            raise ConfigError("no grid probe rows to fit on (only sustained ones)")
+        self.sustained_ = sustained_caps(sustained)
+        self.sigmas_ = level_sigmas(ok)
         med = (
             ok.groupby(["instance_type", "world_size", "concurrent", "buffer_bytes"])["busbw"]
             .median()
@@ -81,7 +91,14 @@ class ProbeTableBandwidth:
             out[i] = np.interp(np.log(float(s)), xs, ys)
         return out
 
+    def level_sigma(self, instance_type: str) -> float:
+        """Spread (sd of log) of the network level across the probed allocations."""
+        return self.sigmas_.get(instance_type, 0.0)
+
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        sustained = self.sustained_.get(instance_type)
+        if sustained:
+            return nearest_world(sustained, world_size)
         keys = [k for k in self.caps_ if k[0] == instance_type]
         if not keys:
             raise ConfigError(f"no probes of instance type {instance_type!r}")

@@ -25,8 +25,9 @@ from scipy.special import ndtri
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.simulator.compute import expected_max
-from srifty_core.simulator.exchange import bus_bytes, simulate_exchange
+from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
+    P90_Z,
     ClusterConfig,
     Group,
     IterationEstimate,
@@ -35,6 +36,7 @@ from srifty_core.simulator.types import (
 )
 
 DEFAULT_ITERS = 256
+SCHEDULES = ("ddp", "concurrent")
 
 
 class Estimator(Protocol):
@@ -82,6 +84,7 @@ class Simulator:
         mean: str = "sampled",
         max_types: int = 8,
         overlap: float | None = None,
+        schedule: str = "ddp",
     ) -> None:
         if iters < 2:
             raise ConfigError(f"iters must be >= 2, got {iters}")
@@ -89,7 +92,10 @@ class Simulator:
             raise ConfigError(f"mean must be 'sampled' or 'exact', got {mean!r}")
         if overlap is not None and not 0.0 <= overlap <= 1.0:
             raise ConfigError(f"overlap must be within [0, 1], got {overlap!r}")
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         self.overlap = overlap
+        self.schedule = schedule
         self.bandwidth = bandwidth
         self.iters = iters
         self.seed = seed
@@ -100,6 +106,7 @@ class Simulator:
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._cap_cache: dict[tuple[str, int], float] = {}
+        self._sigma_cache: dict[str, float] = {}
         self._compute_cache: dict[
             tuple[int, int], tuple[Any, float, float, float, float, float, float]
         ] = {}
@@ -108,20 +115,26 @@ class Simulator:
 
     # ------------------------------------------------------------------ bandwidth
     def _busbw(
-        self, instances: Sequence[SimInstance], world: int, sizes: tuple[int, ...]
+        self, instances: Sequence[SimInstance], vms: int, world: int, sizes: tuple[int, ...]
     ) -> NDArray[np.float64]:
-        """Stand-alone bus bandwidth per bucket: the slowest type's, one batched query."""
-        key = (tuple(i.name for i in instances), world, sizes)
+        """Stand-alone bus bandwidth per bucket: the slowest type's, one batched query.
+
+        A ring crosses every VM of the job, whatever its type, and runs at its slowest
+        link: each type is asked at the world size of a ring of ``vms`` VMs of its own
+        (``vms x ranks per VM``; the job's world size when there is one type), the
+        bandwidth its links give in a ring that long."""
+        key = (tuple(i.name for i in instances), vms, world, sizes)
         hit = self._busbw_cache.get(key)
         if hit is not None:
             return hit
         import pandas as pd
 
         rows = [
-            {**inst.features, "world_size": world, "buffer_bytes": s, "concurrent": 1}
+            {**inst.features, "world_size": _ring_world(inst, vms, world, len(instances)),
+             "buffer_bytes": s, "concurrent": 1}
             for inst in instances
             for s in sizes
-        ]
+        ]  # fmt: skip
         pred = np.asarray(self.bandwidth.predict(pd.DataFrame(rows)), dtype=np.float64)
         if pred.shape != (len(rows),) or not np.all(pred > 0):
             raise ConfigError("the bandwidth predictor returned non-positive or misshapen output")
@@ -129,14 +142,30 @@ class Simulator:
         self._busbw_cache[key] = out
         return out
 
-    def _cap(self, instances: Sequence[SimInstance], world: int) -> float:
+    def _cap(self, instances: Sequence[SimInstance], vms: int, world: int) -> float:
+        """The sustained bus bandwidth of the slowest type (what a long job's transfers
+        get once burst credits are spent; the bandwidth model's ``bandwidth_cap``)."""
         caps = []
         for inst in instances:
-            key = (inst.name, world)
+            n = _ring_world(inst, vms, world, len(instances))
+            key = (inst.name, n)
             if key not in self._cap_cache:
-                self._cap_cache[key] = float(self.bandwidth.bandwidth_cap(inst.name, world))
+                self._cap_cache[key] = float(self.bandwidth.bandwidth_cap(inst.name, n))
             caps.append(self._cap_cache[key])
         return min(caps)
+
+    def _net_sigma(self, instances: Sequence[SimInstance]) -> float:
+        """Spread (sd of log) of the network level across allocations, the widest of the
+        types; 0 where the bandwidth model does not know it."""
+        out = 0.0
+        for inst in instances:
+            hit = self._sigma_cache.get(inst.name)
+            if hit is None:
+                fn = getattr(self.bandwidth, "level_sigma", None)
+                hit = float(fn(inst.name)) if fn is not None else 0.0
+                self._sigma_cache[inst.name] = hit
+            out = max(out, hit)
+        return out
 
     def _exchange_uncached(
         self,
@@ -149,6 +178,8 @@ class Simulator:
     ) -> float:
         lag = 1.0 - overlap
         starts = [(f + lag * (1.0 - f)) * t_bw for f in fractions]
+        if self.schedule == "ddp":
+            return serial_exchange(starts, volumes, [min(b, cap) for b in busbw])
         return simulate_exchange(starts, volumes, busbw, cap).t_pe
 
     def _overlap(self, workload: Workload, groups: Sequence[Group]) -> float:
@@ -206,12 +237,15 @@ class Simulator:
         fw = bw = None
         copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
         step = 0.0  # the optimizer step, on the slowest
+        no_step = no_copy = False  # a profile that did not measure the term
         for col, g in enumerate(groups):
             m_f, s_f, m_b, s_b, c, o = self._compute(
                 workload, g.instance.device_type, g.batch_per_rank
             )
             copy = max(copy, c)
             step = max(step, o)
+            no_copy = no_copy or c <= 0
+            no_step = no_step or o <= 0
             z_f, z_b = self._z(col, g.count)
             f, b = m_f + s_f * z_f, m_b + s_b * z_b
             fw = f if fw is None else np.maximum(fw, f)
@@ -231,7 +265,8 @@ class Simulator:
             t_fw, t_bw = float(fw.mean()), float(bw.mean())
 
         world = config.world_size
-        t_pe = copy_out = 0.0
+        t_pe = t_pe_slow = copy_out = 0.0
+        sigma = 0.0
         if world > 1:
             if copy > 0:  # into the buckets and scaled on the backward thread; back out after
                 bw = bw + 2.0 * copy
@@ -241,19 +276,41 @@ class Simulator:
             buckets = workload.profile(groups[slow].instance.device_type).buckets
             sizes = tuple(b.size_bytes for b in buckets)
             instances = [g.instance for g in groups]
-            busbw = self._busbw(instances, world, sizes)
+            vms = config.vms
+            busbw = self._busbw(instances, vms, world, sizes)
+            cap = self._cap(instances, vms, world)
+            fractions = tuple(b.ready_fraction for b in buckets)
+            volumes = tuple(bus_bytes(s, world) for s in sizes)
+            overlap = self._overlap(workload, groups)
             t_pe = self._exchange(
-                tuple(b.ready_fraction for b in buckets),
-                tuple(bus_bytes(s, world) for s in sizes),
-                tuple(float(x) for x in busbw),
-                self._cap(instances, world),
-                t_bw,
-                self._overlap(workload, groups),
+                fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw, overlap
             )
+            sigma = self._net_sigma(instances)
+            if sigma > 0:  # the same job on an allocation whose network is at its 10th pct
+                level = float(np.exp(sigma * P90_Z))
+                t_pe_slow = self._exchange(
+                    fractions,
+                    volumes,
+                    tuple(float(x) * level for x in busbw),
+                    cap * level,
+                    t_bw,
+                    overlap,
+                )
+            else:
+                t_pe_slow = t_pe
         after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
         it = fw + np.maximum(bw, t_pe) + after
-        t_iter = float(it.mean()) if self.mean == "sampled" else t_fw + max(t_bw, t_pe) + after
-        p50, p95 = np.quantile(it, (0.5, 0.95))
+        exact = self.mean == "exact"
+        t_iter = t_fw + max(t_bw, t_pe) + after if exact else float(it.mean())
+        if t_pe_slow > t_pe:
+            slow_it = (
+                t_fw + max(t_bw, t_pe_slow) + after
+                if exact
+                else float((fw + np.maximum(bw, t_pe_slow) + after).mean())
+            )
+        else:
+            slow_it = t_iter
+        p50, p90, p95 = np.quantile(it, (0.5, 0.9, 0.95))
         return IterationEstimate(
             t_iter=t_iter,
             t_fw=t_fw,
@@ -265,7 +322,24 @@ class Simulator:
             global_batch=config.global_batch,
             world_size=world,
             bottleneck="communication" if t_pe > t_bw else "compute",
+            p90=float(p90),
+            t_iter_p90=slow_it,
+            net_sigma=sigma,
+            missing=tuple(
+                name
+                for name, lacks in (
+                    ("optimizer_step", no_step),
+                    ("ddp_copy", no_copy and world > 1),
+                )
+                if lacks
+            ),
         )
+
+
+def _ring_world(inst: SimInstance, vms: int, world: int, types: int) -> int:
+    """The world size to ask the bandwidth model for one type of a ring of ``vms`` VMs:
+    the job's own with one type, else a ring of ``vms`` VMs of this type."""
+    return world if types == 1 else max(2, vms * inst.ranks_per_vm)
 
 
 def _local(instance: SimInstance) -> bool:

@@ -1,4 +1,9 @@
-"""Event-driven gradient exchange: when does the last allreduce of an iteration end?
+"""Gradient exchange: when does the last allreduce of an iteration end?
+
+Two schedules. ``serial_exchange`` is what DDP does: buckets go out in their order on one
+communication stream (NCCL runs one collective at a time on it), so a bucket starts when it
+is ready and the previous one has ended. ``simulate_exchange`` is the method's event model
+below, in which ready buckets run concurrently and share the VM's cap.
 
 Time 0 is the start of the backward pass. Each gradient bucket starts its allreduce when its
 last gradient is ready. While transfers overlap they share the VM's bus bandwidth cap
@@ -33,6 +38,20 @@ class ExchangeResult:
 def bus_bytes(size_bytes: float, world_size: int) -> float:
     """Bytes one allreduce of ``size_bytes`` moves per rank on the bus: 2 s (n-1) / n."""
     return 2.0 * size_bytes * (world_size - 1) / world_size
+
+
+def serial_exchange(
+    starts: Sequence[float], volumes: Sequence[float], busbw: Sequence[float]
+) -> float:
+    """DDP's schedule: buckets go out in their order on one communication stream, each
+    when it is ready and the one before it has ended, at its own bus bandwidth; returns
+    when the last ends (0 with no bucket)."""
+    end = 0.0
+    for start, volume, b in zip(starts, volumes, busbw, strict=True):
+        if b <= 0:
+            raise ValueError("bandwidths must be positive")
+        end = max(end, start) + volume / b
+    return end
 
 
 def simulate_exchange(

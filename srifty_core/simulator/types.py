@@ -177,13 +177,29 @@ class Workload:
         return p
 
 
+P90_Z = -1.2815515655446004
+"""The standard-normal quantile of 0.1: a network level this low or lower on 10% of
+allocations."""
+
+
 @dataclass(frozen=True, slots=True)
 class IterationEstimate:
     """One training iteration of a configuration, as the simulator predicts it.
 
-    ``t_iter`` is the mean over sampled iterations of ``t_fw,i + max(t_bw,i, t_pe)``;
-    ``t_fw``/``t_bw`` are the means of the slowest VM's passes; ``exposed_comm`` is the part
-    of the gradient exchange not hidden behind the backward pass.
+    ``t_iter`` is the mean over sampled iterations of ``t_fw,i + max(t_bw,i, t_pe)`` (plus
+    DDP's copy out of its buckets and the optimizer step where profiled); ``t_fw``/``t_bw``
+    are the means of the slowest VM's passes; ``exposed_comm`` is the part of the gradient
+    exchange not hidden behind the backward pass. ``p50``/``p90``/``p95`` are quantiles of
+    single iterations (jitter, stragglers) on a typical allocation.
+
+    ``t_iter_p90`` is the 90th percentile of the *mean* iteration of a long job over the
+    allocations it may land on: the exchange at the network level that 10% of probed
+    allocations fell below (``net_sigma``, the spread of allocation levels the bandwidth
+    model learned). Jitter averages out over a job; the allocation does not. Limits are
+    checked against ``t_iter_quantile(q)``.
+
+    ``missing`` names per-step terms the profiles did not measure (``optimizer_step``,
+    ``ddp_copy``): the estimate leaves them out and is that much too fast.
     """
 
     t_iter: float
@@ -197,8 +213,27 @@ class IterationEstimate:
     world_size: int
     bottleneck: str
     """``compute`` or ``communication``: which side sets the tail of the iteration."""
+    p90: float | None = None
+    t_iter_p90: float | None = None
+    net_sigma: float = 0.0
+    missing: tuple[str, ...] = ()
 
     @property
     def throughput(self) -> float:
         """Samples per second."""
         return self.global_batch / self.t_iter
+
+    def t_iter_quantile(self, q: float) -> float:
+        """The ``q`` quantile of a long job's mean iteration time over allocations: ``t_iter``
+        at the median (0.5), ``t_iter_p90`` at 0.9, and linear in the normal quantile of
+        ``q`` between and beyond (the network level is log-normal across allocations).
+        Never below ``t_iter`` for ``q >= 0.5``."""
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"quantile must be in (0, 1), got {q}")
+        if self.t_iter_p90 is None or q == 0.5:
+            return self.t_iter
+        from scipy.special import ndtri
+
+        z = float(ndtri(q))
+        out = self.t_iter + (self.t_iter_p90 - self.t_iter) * z / -P90_Z
+        return max(out, self.t_iter) if q >= 0.5 else min(out, self.t_iter)

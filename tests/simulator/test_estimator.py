@@ -86,12 +86,17 @@ def test_iteration_is_fw_plus_max_of_bw_and_exchange() -> None:
     w = Workload("m", {"cpu": p})
     c = config((inst("a"), 4, 32))
     slow_net = ConstantBandwidth(1e3)  # 1 kB/s: communication-bound
-    est = Simulator(slow_net, overlap=1.0).estimate(w, c)  # the method: buckets start when ready
+    est = Simulator(slow_net, overlap=1.0, schedule="concurrent").estimate(w, c)  # the method
     t_bw = float(p.t_bw(32))
     by_hand = simulate_exchange(
         [0.25 * t_bw, 0.99 * t_bw], [bus_bytes(1500, 4), bus_bytes(2500, 4)], [1e3, 1e3], math.inf
     ).t_pe
     assert est.t_pe == pytest.approx(by_hand)
+    # DDP's schedule: the second bucket waits for the first on the one stream
+    ddp = Simulator(slow_net, overlap=1.0).estimate(w, c)
+    first = 0.25 * t_bw + bus_bytes(1500, 4) / 1e3
+    assert ddp.t_pe == pytest.approx(max(first, 0.99 * t_bw) + bus_bytes(2500, 4) / 1e3)
+    assert ddp.t_pe > est.t_pe
     assert est.t_iter == pytest.approx(float(p.t_fw(32)) + by_hand)
     assert est.bottleneck == "communication" and est.exposed_comm == pytest.approx(by_hand - t_bw)
     fast = Simulator(ConstantBandwidth(1e12)).estimate(w, c)
@@ -214,10 +219,12 @@ def test_without_overlap_the_exchange_follows_the_backward_pass() -> None:
     alone = simulate_exchange(
         [t_bw, t_bw], [bus_bytes(1500, 2), bus_bytes(2500, 2)], [1e6] * 2, math.inf
     )
-    serial = Simulator(bw, overlap=0.0).estimate(w, c)
+    serial = Simulator(bw, overlap=0.0, schedule="concurrent").estimate(w, c)
     assert serial.t_pe == pytest.approx(alone.t_pe)
+    ddp = Simulator(bw, overlap=0.0).estimate(w, c)  # one after the other from t_bw
+    assert ddp.t_pe == pytest.approx(t_bw + (bus_bytes(1500, 2) + bus_bytes(2500, 2)) / 1e6)
     assert serial.t_iter == pytest.approx(float(p.t_fw(32)) + alone.t_pe)
-    overlapped = Simulator(bw, overlap=1.0).estimate(w, c)
+    overlapped = Simulator(bw, overlap=1.0, schedule="concurrent").estimate(w, c)
     assert overlapped.t_pe < serial.t_pe
     with pytest.raises(ConfigError, match="overlap"):
         Simulator(bw, overlap=1.5)
@@ -297,3 +304,76 @@ def test_the_optimizer_step_follows_the_exchange_on_the_slowest_group() -> None:
         },
     )
     assert sim.estimate(both, mixed).t_iter == pytest.approx(sim.estimate(w, mixed).t_iter + 0.01)
+
+
+class SpreadBandwidth(ConstantBandwidth):
+    """A bandwidth model that also knows how allocations' network levels spread, and the
+    world sizes it was asked."""
+
+    def __init__(self, busbw: float, cap: float = math.inf, sigma: float = 0.0) -> None:
+        super().__init__(busbw, cap)
+        self.sigma = sigma
+        self.worlds: list[tuple[str, int]] = []
+
+    def predict(self, features: pd.DataFrame) -> np.ndarray:
+        self.worlds += list(zip(features["instance_type"], features["world_size"], strict=True))
+        return super().predict(features)
+
+    def level_sigma(self, instance_type: str) -> float:
+        return self.sigma
+
+
+def test_sustained_cap_paces_every_bucket() -> None:
+    """A long job's transfers run at the sustained bandwidth (the cap), however fast the
+    burst probes were."""
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 2, 32))
+    burst = Simulator(ConstantBandwidth(1e6), overlap=0.0).estimate(w, c)
+    capped = Simulator(ConstantBandwidth(1e6, cap=2.5e5), overlap=0.0).estimate(w, c)
+    t_bw = float(p.t_bw(32))
+    assert capped.t_pe - t_bw == pytest.approx(4 * (burst.t_pe - t_bw))
+
+
+def test_p90_comes_from_the_spread_of_allocations() -> None:
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 4, 32))
+    flat = Simulator(SpreadBandwidth(1e3), overlap=0.0).estimate(w, c)
+    assert flat.t_iter_p90 == pytest.approx(flat.t_iter) and flat.net_sigma == 0
+    wide = Simulator(SpreadBandwidth(1e3, sigma=0.2), overlap=0.0).estimate(w, c)
+    slow = float(np.exp(0.2 * 1.2815515655446004))  # 10th-percentile level: 1/slow as fast
+    exchange = wide.t_pe - float(p.t_bw(32))
+    assert wide.t_iter == pytest.approx(flat.t_iter)
+    assert wide.t_iter_p90 == pytest.approx(wide.t_iter + exchange * (slow - 1), rel=1e-6)
+    assert wide.t_iter_quantile(0.5) == wide.t_iter
+    assert wide.t_iter_quantile(0.9) == pytest.approx(wide.t_iter_p90)
+    assert wide.t_iter < wide.t_iter_quantile(0.8) < wide.t_iter_p90 < wide.t_iter_quantile(0.95)
+    assert wide.p50 <= wide.p90 <= wide.p95
+
+
+def test_mixed_types_are_asked_at_the_ring_they_form() -> None:
+    """A ring of 1 four-GPU VM and 3 one-GPU VMs spans 4 VMs: each type is asked about a
+    ring of 4 VMs of its own kind (16 ranks and 4 ranks), not about the job's 7 ranks."""
+    quad = SimInstance("quad", "T4", 4, {"instance_type": "quad"})
+    one = SimInstance("one", "T4", 1, {"instance_type": "one"})
+    bw = SpreadBandwidth(1e9)
+    prof = steady(make_profile(), device="T4")
+    Simulator(bw).estimate(Workload("m", {"T4": prof}), config((quad, 1, 32), (one, 3, 8)))
+    assert set(bw.worlds) == {("quad", 16), ("one", 4)}
+    homo = SpreadBandwidth(1e9)
+    Simulator(homo).estimate(Workload("m", {"T4": prof}), config((quad, 2, 32)))
+    assert set(homo.worlds) == {("quad", 8)}
+
+
+def test_an_estimate_names_the_terms_its_profiles_lack() -> None:
+    base = steady(make_profile())
+    w = Workload("m", {"cpu": base})
+    c = config((inst("a"), 2, 32))
+    est = Simulator(ConstantBandwidth(1e9)).estimate(w, c)
+    assert est.missing == ("optimizer_step", "ddp_copy")
+    full = dataclasses.replace(base, optimizer_step_s=0.01, copy_bytes_per_s=1e9)
+    est = Simulator(ConstantBandwidth(1e9)).estimate(Workload("m", {"cpu": full}), c)
+    assert est.missing == ()
+    one = Simulator(ConstantBandwidth(1e9)).estimate(w, config((inst("a"), 1, 32)))
+    assert one.missing == ("optimizer_step",)  # one worker: DDP copies nothing

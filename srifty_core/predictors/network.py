@@ -1,0 +1,81 @@
+"""What probes say about a type's network beyond one short transfer, for both bandwidth
+predictors (the probe table and the XGBoost model):
+
+- **Sustained bandwidth** (``sustained_caps``): the bus bandwidth of the sweep's
+  sustained-transfer probe (``phase == "sustained"``: back-to-back large allreduces after
+  the NICs' burst credits are spent), per (instance type, world size): the median over
+  allocations of each allocation's median. A training job sends hundreds of MB every
+  iteration for hours, so this, not the short probes' burst rate, is what its transfers get.
+- **Allocation spread** (``level_sigmas``): how much the network level differs from one
+  allocation to the next, per type: at each probed point of large buffers (burst phase,
+  >= ``min_buffer``), each allocation's median bus bandwidth over the median of all
+  allocations' medians, in log; each allocation's mean of those; the standard deviation of
+  these across allocations (0 with fewer than two). The simulator turns it into the
+  network level of a 10th-percentile allocation (``IterationEstimate.t_iter_p90``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from srifty_core.probing.schema import PHASE_SUSTAINED
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+LEVEL_MIN_BUFFER = 1 << 20
+GROUP = "allocation_id"
+
+
+def split_phases(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(grid rows, sustained rows): rows without a ``phase`` column are all grid rows."""
+    if "phase" not in probes.columns:
+        return probes, probes.iloc[0:0]
+    sustained = probes["phase"] == PHASE_SUSTAINED
+    return probes[~sustained], probes[sustained]
+
+
+def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> dict[str, dict[int, float]]:
+    """``{instance_type: {world_size: bytes/s}}`` from sustained rows (empty: none)."""
+    out: dict[str, dict[int, float]] = {}
+    if sustained.empty:
+        return out
+    per_alloc = (
+        sustained.groupby(["instance_type", "world_size", group])["busbw"].median().reset_index()
+    )
+    for (itype, world), part in per_alloc.groupby(["instance_type", "world_size"]):
+        out.setdefault(str(itype), {})[int(str(world))] = float(np.median(part["busbw"]))
+    return out
+
+
+def level_sigmas(
+    grid: pd.DataFrame, *, min_buffer: int = LEVEL_MIN_BUFFER, group: str = GROUP
+) -> dict[str, float]:
+    """``{instance_type: sd of log network level across allocations}`` (rule: module)."""
+    out: dict[str, float] = {}
+    if grid.empty or group not in grid.columns:
+        return out
+    big = grid[grid["buffer_bytes"] >= min_buffer]
+    if big.empty:
+        return out
+    point = ["instance_type", "world_size", "buffer_bytes", "concurrent"]
+    med = big.groupby([*point, group])["busbw"].median().reset_index()
+    med["log"] = np.log(med["busbw"].to_numpy(dtype=float))
+    med["log"] -= med.groupby(point)["log"].transform("median")
+    for itype, part in med.groupby("instance_type"):
+        per_alloc = part.groupby(group)["log"].mean().to_numpy(dtype=float)
+        out[str(itype)] = float(np.std(per_alloc, ddof=1)) if per_alloc.size >= 2 else 0.0
+    return out
+
+
+def nearest_world(table: dict[int, float], world_size: int) -> float:
+    """The value at ``world_size``, else at the nearest probed world size (ties: the
+    larger), the largest beyond the largest probed."""
+    if world_size in table:
+        return float(table[world_size])
+    sizes = sorted(table)
+    if world_size > sizes[-1]:
+        return float(table[sizes[-1]])
+    return float(table[min(sizes, key=lambda s: (abs(s - world_size), -s))])
