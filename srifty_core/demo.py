@@ -193,10 +193,12 @@ def _print_job(run_dir: Path) -> None:
         mine = [r.iteration for r in records if r.config_id == job.config_id]
         measured = median_step_s(records, job.config_id)
         if measured is not None:
+            pred = float(job.predicted["t_iter_s"])
+            p90 = job.predicted.get("t_iter_p90_s") or pred
             print(
-                f"    ran iterations {mine[0]}..{mine[-1]}, measured "
-                f"{measured * 1e3:.0f} ms/iteration (predicted "
-                f"{float(job.predicted['t_iter_s']) * 1e3:.0f} ms)"
+                f"    ran iterations {mine[0]}..{mine[-1]}: measured {measured * 1e3:.0f} "
+                f"ms/iteration, predicted {pred * 1e3:.0f} ms "
+                f"({100 * (pred / measured - 1):+.0f}%), predicted p90 {float(p90) * 1e3:.0f} ms"
             )
     for d in read_decisions(run_dir):
         if d.get("status") != "running":
@@ -301,7 +303,8 @@ def run_demo(data_dir: Path | None = None) -> int:
     print(
         f"predicted {est.t_iter * 1e3:.1f} ms/iteration (forward {est.t_fw * 1e3:.1f}, "
         f"backward {est.t_bw * 1e3:.1f}, exchange {est.t_pe * 1e3:.1f}; {est.bottleneck} "
-        f"binds); APM baseline {apm.t_iter * 1e3:.1f} ms; measured {real.mean_s * 1e3:.1f} ms "
+        f"binds; p90 over allocations {(est.t_iter_p90 or est.t_iter) * 1e3:.1f}); APM baseline "
+        f"{apm.t_iter * 1e3:.1f} ms; measured {real.mean_s * 1e3:.1f} ms "
         f"(Srifty {err:+.0f}%, APM {apm_err:+.0f}%)."
     )
 

@@ -78,6 +78,10 @@ class Overheads:
         return self.launch_s + self.detach_s + self.solve_s
 
 
+DEFAULT_RISK_QUANTILE = 0.9
+"""Limits are checked against the 90th percentile of predicted job time and cost."""
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """Train ``workload`` for ``iterations`` iterations of ``global_batch`` samples on VMs
@@ -95,6 +99,10 @@ class PlanRequest:
     batch_granularity: str = "pow2"
     """``pow2``: local batches per GPU are powers of two (the method's pruning); ``any``:
     every integer (exhaustive only; for small problems and tests)."""
+    risk_quantile: float = DEFAULT_RISK_QUANTILE
+    """The limits hold for this quantile of the predicted job time and cost over the
+    allocations the job may land on (``IterationEstimate.t_iter_quantile``); 0.5 checks the
+    typical allocation. Configurations are still ranked by their typical time and cost."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.global_batch, int) or self.global_batch < 1:
@@ -114,6 +122,9 @@ class PlanRequest:
         dupes = sorted({k for k in keys if keys.count(k) > 1})
         if dupes:
             raise ConfigError(f"offers: listed twice: {', '.join(dupes)}")
+        q = self.risk_quantile
+        if not (_positive_number(q) and 0.5 <= q < 1.0):
+            raise ConfigError(f"risk_quantile: must be a number in [0.5, 1), got {q!r}")
         if self.batch_granularity not in ("pow2", "any"):
             raise ConfigError("batch_granularity: must be 'pow2' or 'any'")
         for o in self.offers:
@@ -175,7 +186,7 @@ def offers_from_catalog(
 
 REQUEST_FIELDS = {
     "model", "size", "region", "provider", "global_batch", "iterations", "time_limit_s",
-    "budget_usd", "objective", "overheads", "offers", "batch_granularity",
+    "budget_usd", "objective", "overheads", "offers", "batch_granularity", "risk_quantile",
 }  # fmt: skip
 
 
@@ -195,6 +206,7 @@ def request_from_dict(
         time_limit_s: 500        # optional
         budget_usd: 10           # optional
         objective: cost          # time (default) or cost
+        risk_quantile: 0.9       # limits hold for this quantile of time and cost (default)
         overheads: {launch_s: 150, detach_s: 5}
         offers:
           - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
@@ -238,4 +250,5 @@ def request_from_dict(
         objective=Objective.parse(str(d.get("objective", "time"))),
         overheads=overheads,
         batch_granularity=str(d.get("batch_granularity", "pow2")),
+        risk_quantile=d.get("risk_quantile", DEFAULT_RISK_QUANTILE),
     )

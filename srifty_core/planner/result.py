@@ -22,6 +22,18 @@ class Candidate:
     cost_usd: float
     violations: tuple[str, ...]
     """Limits it breaks, e.g. ``time +12%``; empty when feasible."""
+    time_q_s: float | None = None
+    """Job time at the request's risk quantile (what the time limit is checked against)."""
+    cost_q_usd: float | None = None
+    """Cost at the request's risk quantile (what the budget is checked against)."""
+
+    @property
+    def time_at_risk_s(self) -> float:
+        return self.time_s if self.time_q_s is None else self.time_q_s
+
+    @property
+    def cost_at_risk_usd(self) -> float:
+        return self.cost_usd if self.cost_q_usd is None else self.cost_q_usd
 
     @property
     def feasible(self) -> bool:
@@ -52,7 +64,13 @@ class Candidate:
             "t_bw_s": self.estimate.t_bw,
             "t_pe_s": self.estimate.t_pe,
             "exposed_comm_s": self.estimate.exposed_comm,
+            "p90_s": self.estimate.p90,
             "p95_s": self.estimate.p95,
+            "t_iter_p90_s": self.estimate.t_iter_p90,
+            "time_at_risk_s": self.time_at_risk_s,
+            "cost_at_risk_usd": self.cost_at_risk_usd,
+            "risk_quantile": request.risk_quantile,
+            "missing_terms": list(self.estimate.missing),
             "bottleneck": self.estimate.bottleneck,
             "throughput": self.estimate.throughput,
             "time_s": self.time_s,
@@ -64,18 +82,22 @@ class Candidate:
 
 def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) -> Candidate:
     """Time = overheads + iterations x t_iter; cost = per-second billing of every VM at its
-    price for that whole time (VMs are paid from launch)."""
+    price for that whole time (VMs are paid from launch). Both also at the request's risk
+    quantile (``t_iter_quantile``), which is what the limits are checked against."""
     offers = request.offers
     time_s = request.overheads.total_s + request.iterations * estimate.t_iter
     rate = sum(offers[i].usd_per_hour * c for i, c, _ in choice)
     cost = rate * time_s / 3600.0
+    t_q = estimate.t_iter_quantile(request.risk_quantile)
+    time_q = request.overheads.total_s + request.iterations * t_q
+    cost_q = rate * time_q / 3600.0
     violations = []
-    if time_s > request.time_limit_s:
-        violations.append(f"time +{100 * (time_s / request.time_limit_s - 1):.1f}%")
-    if cost > request.budget_usd:
-        violations.append(f"cost +{100 * (cost / request.budget_usd - 1):.1f}%")
+    if time_q > request.time_limit_s:
+        violations.append(f"time +{100 * (time_q / request.time_limit_s - 1):.1f}%")
+    if cost_q > request.budget_usd:
+        violations.append(f"cost +{100 * (cost_q / request.budget_usd - 1):.1f}%")
     label = "+".join(f"{c}x{offers[i].key}@{b}" for i, c, b in choice)
-    return Candidate(choice, label, estimate, time_s, cost, tuple(violations))
+    return Candidate(choice, label, estimate, time_s, cost, tuple(violations), time_q, cost_q)
 
 
 def rank_key(objective: Objective, c: Candidate) -> tuple[float, float, int, str]:
@@ -98,7 +120,7 @@ def frontier(candidates: list[Candidate]) -> list[Candidate]:
 
 def miss_ratio(request: PlanRequest, c: Candidate) -> float:
     """How far a configuration is from meeting both limits (1 = just meets them)."""
-    return max(c.time_s / request.time_limit_s, c.cost_usd / request.budget_usd)
+    return max(c.time_at_risk_s / request.time_limit_s, c.cost_at_risk_usd / request.budget_usd)
 
 
 @dataclass(frozen=True)
@@ -146,6 +168,17 @@ class PlanResult:
             f"{b.time_s:.0f} s and ${b.cost_usd:.2f} for {r.iterations} iterations "
             f"(objective: minimize {r.objective.value})."
         )
+        q = r.risk_quantile
+        lines.append(
+            f"At p{100 * q:g} of allocations: {b.time_at_risk_s:.0f} s and "
+            f"${b.cost_at_risk_usd:.2f} ({e.t_iter_quantile(q) * 1e3:.1f} ms/iteration; "
+            f"the limits are checked at p{100 * q:g}, configurations ranked by the typical)."
+        )
+        if e.missing:
+            lines.append(
+                f"Not in the estimate (the profiles did not measure them): "
+                f"{', '.join(e.missing)}; it is that much too fast."
+            )
         lines.append(
             f"Iteration: forward {e.t_fw * 1e3:.1f} ms + max(backward {e.t_bw * 1e3:.1f} ms, "
             f"gradient exchange {e.t_pe * 1e3:.1f} ms); {e.bottleneck} binds"

@@ -145,3 +145,33 @@ def test_pruned_space_counts_what_it_enumerates() -> None:
     # every batch is a power of two at or above the profile's first breakpoint
     for batches in space.vm_batches:
         assert all(b & (b - 1) == 0 for b in batches)
+
+
+def test_limits_hold_at_the_risk_quantile(method: str) -> None:
+    """With allocations whose network spreads, a time limit between the typical job time
+    and its p90 is met at risk_quantile 0.5 and missed at the default 0.9; the winner is
+    still ranked by the typical time."""
+    from tests.simulator.test_estimator import SpreadBandwidth
+
+    sim = Simulator(SpreadBandwidth(2e6, cap=4e6, sigma=0.3), iters=64)
+    free = plan(request(), sim, method=method)
+    assert free.best is not None
+    b = free.best
+    assert b.time_at_risk_s > b.time_s and b.cost_at_risk_usd > b.cost_usd
+    between = (b.time_s + b.time_at_risk_s) / 2
+    typical = plan(request(time_limit_s=between, risk_quantile=0.5), sim, method=method)
+    assert typical.best is not None and typical.best.time_s <= between
+    risky = plan(request(time_limit_s=between), sim, method=method)
+    if risky.best is not None:  # another configuration, safe at p90
+        assert risky.best.time_at_risk_s <= between
+        assert risky.best.label != b.label
+    text = "\n".join(free.explanation())
+    assert "At p90 of allocations" in text
+    d = b.to_dict(free.request)
+    assert d["risk_quantile"] == 0.9 and d["time_at_risk_s"] == b.time_at_risk_s
+
+
+@pytest.mark.parametrize("bad", [0.3, 1.0, float("nan"), True, "0.9"])
+def test_risk_quantile_is_checked(bad: object) -> None:
+    with pytest.raises(ConfigError, match="risk_quantile"):
+        request(risk_quantile=bad)
