@@ -211,3 +211,44 @@ def test_tuning_is_grouped_seeded_and_budgeted(probes: pd.DataFrame) -> None:
 def test_bad_training_data_is_refused(probes: pd.DataFrame, mutate: object, message: str) -> None:
     with pytest.raises(BandwidthDataError, match=message):
         check_training_data(mutate(probes))  # type: ignore[operator]
+
+
+def test_sustained_probes_set_the_cap_and_stay_out_of_the_regressors(
+    probes: pd.DataFrame,
+) -> None:
+    """Sustained rows (after burst credits) become the cap; the grid trains the regressors;
+    the spread of allocation levels is learned per type."""
+    from srifty_core.predictors.table import ProbeTableBandwidth
+
+    big = probes[probes["buffer_bytes"] == probes["buffer_bytes"].max()].copy()
+    sustained = big.assign(phase="sustained", busbw=big["busbw"] / 4)
+    data = pd.concat([probes.assign(phase="burst"), sustained], ignore_index=True)
+    m = BandwidthModel(small_params={"n_estimators": 20}, large_params={"n_estimators": 20})
+    m.fit(data)
+    itype = str(sustained["instance_type"].iloc[0])
+    n = int(sustained["world_size"].iloc[0])
+    part = sustained[(sustained.instance_type == itype) & (sustained.world_size == n)]
+    expected = float(part.groupby("allocation_id")["busbw"].median().median())
+    assert m.bandwidth_cap(itype, n) == pytest.approx(expected)
+    grid_only = BandwidthModel(small_params={"n_estimators": 20}, large_params={"n_estimators": 20})
+    grid_only.fit(probes)
+    row = probes[probes["buffer_bytes"] == probes["buffer_bytes"].max()].head(5)
+    np.testing.assert_allclose(m.predict(row), grid_only.predict(row), rtol=1e-6)
+    assert m.bandwidth_cap(itype, n) < grid_only.bandwidth_cap(itype, n)
+    assert m.level_sigma(itype) == pytest.approx(grid_only.level_sigma(itype))
+    assert m.level_sigma(itype) > 0
+    table = ProbeTableBandwidth().fit(data)
+    assert table.bandwidth_cap(itype, n) == pytest.approx(expected)
+    assert table.level_sigma(itype) == pytest.approx(m.level_sigma(itype))
+
+
+def test_caps_and_spread_survive_save_and_load(probes: pd.DataFrame, tmp_path: Path) -> None:
+    big = probes[probes["buffer_bytes"] == probes["buffer_bytes"].max()].copy()
+    data = pd.concat([probes, big.assign(phase="sustained")], ignore_index=True)
+    data["phase"] = data["phase"].fillna("burst")
+    m = BandwidthModel(small_params={"n_estimators": 5}, large_params={"n_estimators": 5})
+    m.fit(data)
+    back = BandwidthModel.load(m.save(tmp_path / "m"))
+    itype = str(big["instance_type"].iloc[0])
+    assert back.caps_.sustained == m.caps_.sustained and back.caps_.sigmas == m.caps_.sigmas
+    assert back.level_sigma(itype) == m.level_sigma(itype)

@@ -170,3 +170,15 @@ def test_age_weights_halve_every_half_life() -> None:
 def test_partition_names_are_checked() -> None:
     with pytest.raises(ConfigError, match="instance_type"):
         partition_dir(DAY, "local", "../escape")
+
+
+def test_partitions_written_before_the_phase_column_read_as_burst(data_dir: Path) -> None:
+    path = _write(make_rows())
+    old = pq.read_table(path).drop(["phase"])
+    pq.write_table(old, path)  # a partition of the schema before ``phase``
+    df = store.read_probes()
+    assert len(df) == len(make_rows()) and set(df["phase"]) == {"burst"}
+    bad = make_rows()
+    bad[0]["phase"] = "warm"
+    with pytest.raises(ProbeSchemaError, match="phase"):
+        store.records_to_table(bad)
