@@ -54,6 +54,17 @@ The fit is rough where the tables are: the p3dn 8x8 table's small-message floor 
 is about 4x the model's, an EFA/NCCL 2.6 effect at 64 ranks that is not modelled. The
 benchmark ``benchmarks/emulator_calibration.py`` prints model vs table for every row.
 
+Burst credits. Types AWS rates "up to" N Gbps (g4dn.xlarge-4xlarge, g5.xlarge-4xlarge,
+p3.2xlarge, g3.4xlarge...) send at the burst rate while their network I/O credits last and
+at the documented baseline after (``NetSpec.burst_credit_s``, ``BURST_MINUTES``): a fresh
+allocation's short probes see the burst, a job hours in sees the baseline. Credits are
+spent by the time the NIC is busy and not refilled while a job keeps it busy.
+
+Mixed jobs. A job's allreduce is one ring over all its VMs (``cluster_allreduce_time``):
+ranks of a VM sit together, the ring crosses each VM's NIC once each way, so the data term
+runs at the slowest member's link and the latency term grows with the number of VMs of the
+whole ring; buckets go out one at a time in DDP's order.
+
 Variance: each allocation draws a bandwidth level for small and for large buffers
 (``draw_allocation_level``): truncated normal in log space whose range across allocations
 is at most ``spread`` (METHOD.md: mean performance varies up to 1.8x on large and 1.5x on
@@ -71,8 +82,11 @@ geometric mean of the compute-bound and memory-bound ratios). A profile measured
 catalog GPU uses that GPU as reference (scale 1 on itself); a CPU profile uses
 ``CPU_REFERENCE`` (2 cores with AVX2: 0.1 TFLOPS, 20 GB/s), an assumption: pass another
 reference for another machine. Each VM draws a spatial factor (normal, sd 2.5 %, truncated
-at +-5 %, so VMs differ by up to 1.1x) and each iteration a temporal factor (normal, sd the
-profile's own coefficient of variation, at least 1.5 %, truncated at +-4.8 %).
+at +-5 %, so VMs differ by up to 1.1x) and each pass a temporal factor (log-normal, sd the
+profile's own coefficient of variation, at least 1.5 %, truncated at +-4.8 %: right-skewed)
+and, rarely (``STRAGGLER_P``), a straggler's 1.2-1.6x. Every step also copies the
+gradients (DDP, three passes) and runs the optimizer (SGD with momentum), both bound by
+the GPU's memory bandwidth (``step_costs``).
 
 Training iteration (the emulator's own, not the planner's simulator): per iteration, each
 VM's forward and backward time is drawn; gradient bucket ``j`` is ready on a VM at
