@@ -39,8 +39,18 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(second
         ),
         "probes": Param(4, type="integer", minimum=2, maximum=32),
         "repeats": Param(5, type="integer", minimum=2, maximum=100),
-        "max_batch": Param(1024, type="integer", minimum=1),
-        "memory_cap_mib": Param(4096, type="integer", minimum=1),
+        "max_batch": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="B_max search ceiling; null: until a batch does not fit the memory.",
+        ),
+        "memory_cap_mib": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="Memory a batch must fit in; null: 4096 MiB on a CPU, the GPU's own.",
+        ),
         "threads": Param(
             None,
             type=["null", "integer"],
@@ -66,7 +76,7 @@ def srifty_profile_model() -> None:
             probes=p["probes"],
             repeats=p["repeats"],
             max_batch=p["max_batch"],
-            memory_cap_bytes=p["memory_cap_mib"] * 2**20,
+            memory_cap_bytes=p["memory_cap_mib"] * 2**20 if p["memory_cap_mib"] else None,
             threads=p["threads"],
         )
         result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])

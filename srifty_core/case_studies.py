@@ -210,11 +210,10 @@ def case_profiles(
     from srifty_core.cloud import emulator_truth as truth
     from srifty_core.cloud.emulated import emulated_profiles
 
-    max_batch = 1024
     fits = tuple(
         name
         for name in case.quotas
-        if truth.max_batch_in_memory(reference, catalog.get(name, REGION), max_batch) >= 1
+        if truth.max_batch_in_memory(reference, catalog.get(name, REGION), 1) >= 1
     )
     key = (case.model, fits, seed)
     if cache is not None and key in cache.profiles:
@@ -224,7 +223,6 @@ def case_profiles(
         reference,
         probes=4,
         repeats=5,
-        max_batch=max_batch,
         region=REGION,
         seed=seed,
         catalog=catalog,

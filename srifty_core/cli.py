@@ -362,7 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--batch-sizes", type=_int_list, help="explicit sizes, e.g. 1,8,32,64")
     prof.add_argument("--repeats", type=int, default=5, help="timed steps per size (default 5)")
     prof.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    prof.add_argument("--max-batch", type=int, default=1024, help="B_max search bound")
+    prof.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help="B_max search ceiling (default: none, until a batch does not fit the memory)",
+    )
     prof.add_argument(
         "--memory-cap", type=parse_bytes, help="CPU memory budget, e.g. 4GiB (default 4GiB)"
     )

@@ -66,6 +66,9 @@ DEFAULT_WORLD_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_CONCURRENCY = (1, 2, 4)
 PROBE_GAP_S = 0.002
 """Simulated time between two probe samples (synchronisation, bookkeeping)."""
+MEMORY_BOUND_BATCH = 1 << 24
+"""``profile`` without ``max_batch``: B_max is the GPU memory's bound alone (this is only
+the arithmetic's ceiling)."""
 SUSTAINED_BYTES = 256 * 1024**2
 """Buffer of the sustained-transfer probe: a large bucket, back to back, as training sends."""
 SUSTAINED_MAX_S = 3900.0
@@ -576,7 +579,7 @@ class EmulatedProvider(Provider):
         probes: int = 4,
         repeats: int = 5,
         warmup: int = 2,
-        max_batch: int = 1024,
+        max_batch: int | None = None,
         reference_rate: truth.DeviceRate | None = None,
         seed: int | None = None,
     ) -> ComputeProfile:
@@ -617,7 +620,7 @@ class EmulatedProvider(Provider):
         }
         ref = reference_rate or truth.reference_rate(reference, rates)
         scale = truth.compute_scale(ref, rate)
-        b_max = truth.max_batch_in_memory(reference, t, max_batch)
+        b_max = truth.max_batch_in_memory(reference, t, max_batch or MEMORY_BOUND_BATCH)
         if b_max < 1:
             need = float(reference.memory_bytes(1)) / 1024**3
             raise ConfigError(
@@ -771,7 +774,7 @@ def emulated_profiles(
     *,
     probes: int = 4,
     repeats: int = 5,
-    max_batch: int = 1024,
+    max_batch: int | None = None,
     region: str = "us-east-1",
     seed: int = 0,
     catalog: Catalog | None = None,

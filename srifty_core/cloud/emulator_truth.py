@@ -501,22 +501,31 @@ def draw_temporal(
 OPTIMIZER_BYTES_PER_PARAM = 24
 """SGD with momentum in fp32 reads the gradient, the momentum buffer and the parameter and
 writes the buffer and the parameter back: 6 accesses of 4 bytes per parameter."""
-COPY_EFFICIENCY = 0.9
-"""Share of a GPU's datasheet memory bandwidth a device-to-device copy reaches (4.3 of
-4.8 TB/s measured on an H200)."""
-STEP_EFFICIENCY = 0.6
-"""Share reached by the optimizer's element-wise kernels (several passes, launch gaps)."""
+COPY_EFFICIENCY = 0.8
+"""Share of a GPU's datasheet memory bandwidth DDP's gradient copy reaches: 2.0 TB/s of
+gradient bytes (4.0 TB/s read + written) on an H200 (4.8 TB/s), VGG-16, measured by
+``benchmarks/gpu_check.sh`` (``benchmarks/results/gpu_check.json``)."""
+STEP_EFFICIENCY = 0.54
+STEP_LAUNCH_S = 4.4e-6
+"""The optimizer step = ``STEP_LAUNCH_S`` per parameter tensor + its bytes at
+``STEP_EFFICIENCY`` of the memory bandwidth: fitted to the H200 steps of ResNet-50 (161
+tensors, 0.95 ms), VGG-16 (32, 1.43 ms) and checked on BERT (202, 1.91 predicted vs 1.93
+measured), ``benchmarks/results/gpu_check.json``. Small tensors make it launch-bound."""
 KERNEL_LAUNCH_S = 20e-6
 
 
 def step_costs(profile: ComputeProfile, rate: DeviceRate) -> tuple[float, float]:
     """(one pass of DDP over the gradients, the optimizer step), seconds, on a device of
-    ``rate``: both memory-bound, from the bytes they move and the memory bandwidth."""
+    ``rate``: the bytes they move at the memory bandwidth (and, for the step, a launch per
+    parameter tensor), as measured on an H200."""
     bw = rate.memory_bw_gbs * 1e9
     grad = float(profile.gradient_bytes)
     copy = 2 * grad / (COPY_EFFICIENCY * bw) + KERNEL_LAUNCH_S
-    n_params = grad / 4
-    step = OPTIMIZER_BYTES_PER_PARAM * n_params / (STEP_EFFICIENCY * bw) + 5 * KERNEL_LAUNCH_S
+    tensors = sum(b.n_params for b in profile.buckets) or 1
+    step = (
+        OPTIMIZER_BYTES_PER_PARAM * profile.n_parameters / (STEP_EFFICIENCY * bw)
+        + STEP_LAUNCH_S * tensors
+    )
     return copy, step
 
 

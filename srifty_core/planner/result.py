@@ -139,6 +139,11 @@ class PlanResult:
     nearest_misses: tuple[Candidate, ...]
     candidates: tuple[Candidate, ...] = ()
     """Every configuration evaluated (for plots and comparisons)."""
+    below_threshold: tuple[str, ...] = ()
+    """Offers (``type/market``) whose batch in ``best`` is under their saturation
+    threshold: the best plan came from below it."""
+    searched_below_threshold: bool = False
+    """The space under the saturation thresholds was small enough to search too."""
 
     @property
     def feasible(self) -> bool:
@@ -188,6 +193,12 @@ class PlanResult:
                 else "."
             )
         )
+        if self.below_threshold:
+            lines.append(
+                "Local batches below the saturation threshold for "
+                f"{', '.join(self.below_threshold)}: the space under the thresholds was small "
+                "enough to search, and it won."
+            )
         for c in self.runners_up:
             dt = 100 * (c.time_s / b.time_s - 1)
             dc = 100 * (c.cost_usd / b.cost_usd - 1)
@@ -213,5 +224,7 @@ class PlanResult:
             "frontier": [c.to_dict(r) for c in self.frontier],
             "runners_up": [c.to_dict(r) for c in self.runners_up],
             "nearest_misses": [c.to_dict(r) for c in self.nearest_misses],
+            "searched_below_threshold": self.searched_below_threshold,
+            "below_threshold": list(self.below_threshold),
             "explanation": self.explanation(),
         }

@@ -36,7 +36,7 @@ from srifty_core.planner.result import (
     miss_ratio,
     rank_key,
 )
-from srifty_core.planner.space import Choice, Space
+from srifty_core.planner.space import Choice, Space, saturation_threshold
 from srifty_core.simulator.estimator import Estimator
 
 DEFAULT_EXHAUSTIVE_LIMIT = 10_000
@@ -162,7 +162,14 @@ def plan(
     use = method
     if method == "auto":
         use = "exhaustive" if size <= exhaustive_limit else "ilp"
+    below = False
     if use == "exhaustive":
+        # the saturation threshold is a preference: search below it too when affordable
+        wide = Space.build(request, saturate=False)
+        if wide.vm_batches != space.vm_batches:
+            wide_size = wide.size(limit=exhaustive_limit)
+            if wide_size <= exhaustive_limit:
+                space, size, below = wide, wide_size, True
         candidates = exhaustive_search(request, estimator, space)
     else:
         candidates = ilp_search(request, estimator, space, solver)
@@ -184,4 +191,18 @@ def plan(
         runners_up=tuple(feasible[1 : 1 + runners_up]),
         nearest_misses=misses,
         candidates=tuple(candidates),
+        below_threshold=_below_threshold(request, best) if below else (),
+        searched_below_threshold=below,
     )
+
+
+def _below_threshold(request: PlanRequest, best: Candidate | None) -> tuple[str, ...]:
+    """Offers whose batch in ``best`` is under their saturation threshold."""
+    if best is None:
+        return ()
+    out = []
+    for i, _, b in best.choice:
+        o = request.offers[i]
+        if b // o.instance.ranks_per_vm < saturation_threshold(request, o):
+            out.append(o.key)
+    return tuple(out)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from srifty_core.planner.request import Offer, PlanRequest
 from srifty_core.simulator.types import ClusterConfig, Group
@@ -31,8 +32,19 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
-def gpu_batches(request: PlanRequest, offer: Offer) -> list[int]:
-    """Candidate local batches per GPU for ``offer`` (pruning rules 1-2)."""
+def saturation_threshold(request: PlanRequest, offer: Offer) -> int:
+    """The per-GPU batch from which ``offer``'s device is throughput-bound: the offer's
+    ``min_batch`` if given, else the profile's first breakpoint (1 when it has none)."""
+    if offer.min_batch is not None:
+        return int(offer.min_batch)
+    p = request.workload.profile(offer.instance.device_type)
+    bps = [bp for bp in (*p.fw_fit.breakpoints, *p.bw_fit.breakpoints) if bp > 1]
+    return int(min(bps)) if bps else 1
+
+
+def gpu_batches(request: PlanRequest, offer: Offer, *, saturate: bool = True) -> list[int]:
+    """Candidate local batches per GPU for ``offer`` (pruning rules 1-2; rule 2's lower
+    bound, the saturation threshold, only with ``saturate``)."""
     p = request.workload.profile(offer.instance.device_type)
     ranks = offer.instance.ranks_per_vm
     b_max = min(p.b_max, request.global_batch // ranks)
@@ -40,11 +52,10 @@ def gpu_batches(request: PlanRequest, offer: Offer) -> list[int]:
         return []
     if request.batch_granularity == "any":
         return list(range(1, b_max + 1))
-    threshold = offer.min_batch
-    if threshold is None:
-        bps = [bp for bp in (*p.fw_fit.breakpoints, *p.bw_fit.breakpoints) if bp > 1]
-        threshold = int(min(bps)) if bps else 1
     cands = _pow2_upto(b_max)
+    if not saturate:
+        return cands
+    threshold = saturation_threshold(request, offer)
     kept = [b for b in cands if b >= threshold]
     return kept or cands[-1:]
 
@@ -57,34 +68,44 @@ class Space:
     vm_batches: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def build(cls, request: PlanRequest) -> Space:
+    def build(cls, request: PlanRequest, *, saturate: bool = True) -> Space:
+        """The pruned space; ``saturate=False`` keeps batches below the saturation
+        threshold too (the planner searches that larger space when it is affordable)."""
         return cls(
             request,
             tuple(
-                tuple(b * o.instance.ranks_per_vm for b in gpu_batches(request, o))
+                tuple(
+                    b * o.instance.ranks_per_vm for b in gpu_batches(request, o, saturate=saturate)
+                )
                 for o in request.offers
             ),
         )
 
     def size(self, limit: int | None = None) -> int:
         """Number of configurations (local batches summing exactly to the global batch),
-        counted by dynamic programming over offers; stops early past ``limit``."""
-        ways: dict[int, int] = {0: 1}
+        counted exactly by dynamic programming over offers (numpy, one shifted add per
+        (batch, count)). With ``limit``, counts saturate at ``limit + 1``: the answer is
+        exact up to ``limit`` and ``limit + 1`` means "more than ``limit``", never a
+        partial count."""
+        import numpy as np
+
         target = self.request.global_batch
+        cap = None if limit is None else int(limit) + 1
+        dtype: type = object if cap is None else np.int64
+        ways: np.ndarray[Any, Any] = np.zeros(target + 1, dtype=dtype)
+        ways[0] = 1
         for o, batches in zip(self.request.offers, self.vm_batches, strict=True):
-            nxt: dict[int, int] = dict(ways)
-            for used, w in ways.items():
-                for b in batches:
-                    for c in range(1, o.quota + 1):
-                        s = used + c * b
-                        if s > target:
-                            break
-                        nxt[s] = nxt.get(s, 0) + w
+            nxt = ways.copy()
+            for b in batches:
+                for c in range(1, o.quota + 1):
+                    k = c * b
+                    if k > target:
+                        break
+                    nxt[k:] += ways[: target + 1 - k]
+                    if cap is not None:
+                        np.minimum(nxt, cap, out=nxt)
             ways = nxt
-            if limit is not None and sum(ways.values()) > limit * 50:
-                break
-        n = ways.get(target, 0)
-        return n if limit is None else min(n, limit + 1)
+        return int(ways[target])
 
     def enumerate(self) -> Iterator[Choice]:
         """Every configuration, depth first over offers."""

@@ -65,8 +65,9 @@ class ProfilerConfig:
     warmup: int = 2
     memory_cap_bytes: int | None = None
     """CPU: the memory budget a batch must fit in (default 4 GiB). CUDA: the device's memory."""
-    max_batch: int = 1024
-    """Upper end of the B_max search."""
+    max_batch: int | None = None
+    """Upper end of the B_max search; ``None`` (default): no constant ceiling, the search
+    doubles until a batch does not fit the memory (``memory_cap_bytes``)."""
     min_batch: int = 1
     threads: int | None = None
     """CPU threads (``torch.set_num_threads``); ``None`` keeps torch's default."""
@@ -82,7 +83,7 @@ class ProfilerConfig:
 
     def __post_init__(self) -> None:
         for name in ("repeats", "max_batch", "min_batch", "schedule_repeats", "colocated"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
@@ -93,6 +94,8 @@ class ProfilerConfig:
 
 
 DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
+MEMORY_BOUND_BATCH = 1 << 24
+"""Where the uncapped B_max search gives up doubling: a batch no memory in sight holds."""
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -168,10 +171,13 @@ def training_memory_bytes(workload: Workload, batch: Batch, device: torch.device
 
 
 def _fits(workload: Workload, b: int, device: torch.device, cap: int) -> tuple[bool, int]:
-    batch = workload.make_batch(b, device)
     try:
-        used = training_memory_bytes(workload, batch, device)
+        used = training_memory_bytes(workload, workload.make_batch(b, device), device)
     except torch.OutOfMemoryError:
+        used = -1
+    if used < 0:
+        # outside the handler: the traceback that held the failed step's tensors is gone, so
+        # their blocks are free and empty_cache can release them
         workload.module.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
         return False, -1
@@ -215,8 +221,9 @@ def find_b_max(
         )
     hi = None
     b = lo
-    while b < config.max_batch:
-        nxt = min(b * 2, config.max_batch)
+    top = config.max_batch or MEMORY_BOUND_BATCH
+    while b < top:
+        nxt = min(b * 2, top)
         if fits(nxt):
             b = nxt
         else:

@@ -175,3 +175,39 @@ def test_limits_hold_at_the_risk_quantile(method: str) -> None:
 def test_risk_quantile_is_checked(bad: object) -> None:
     with pytest.raises(ConfigError, match="risk_quantile"):
         request(risk_quantile=bad)
+
+
+def test_space_size_is_exact_or_says_more_than_the_limit() -> None:
+    r = request(
+        global_batch=512,
+        offers=(
+            Offer(FAST, Market.ON_DEMAND, quota=12, usd_per_hour=3.0),
+            Offer(SLOW, Market.SPOT, quota=16, usd_per_hour=0.5),
+        ),
+    )
+    space = Space.build(r, saturate=False)
+    n = len(list(space.enumerate()))
+    assert space.size() == n > 20
+    assert space.size(limit=n) == n and space.size(limit=n - 1) == n
+    assert space.size(limit=10) == 11  # "more than 10", not a partial count
+
+
+def test_below_the_threshold_is_searched_when_affordable_and_reported() -> None:
+    """A communication-free request on a fast network: many VMs at small batches win. With
+    a saturation threshold that excludes them, the planner still searches below it (the
+    space is small) and says the best plan came from there."""
+    offers = (
+        Offer(FAST, Market.ON_DEMAND, quota=8, usd_per_hour=3.0, min_batch=64),
+        Offer(SLOW, Market.SPOT, quota=8, usd_per_hour=0.5, min_batch=64),
+    )
+    r = request(global_batch=256, offers=offers)
+    sim = Simulator(ConstantBandwidth(1e12), iters=64)
+    res = plan(r, sim, method="exhaustive")
+    assert res.searched_below_threshold and res.best is not None
+    assert min(b // 1 for _, _, b in res.best.choice) < 64
+    assert res.below_threshold and "below the saturation threshold" in "\n".join(res.explanation())
+    only_above = Space.build(r)
+    assert res.space_size > only_above.size()
+    # the ILP keeps the pruned space
+    ilp = plan(r, sim, method="ilp")
+    assert not ilp.searched_below_threshold and ilp.below_threshold == ()
