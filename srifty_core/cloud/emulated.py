@@ -582,6 +582,7 @@ class EmulatedProvider(Provider):
         max_batch: int | None = None,
         reference_rate: truth.DeviceRate | None = None,
         seed: int | None = None,
+        vms: int = 3,
     ) -> ComputeProfile:
         """What ``srifty profile`` run on one VM of ``instance_type`` would measure for the
         model of ``reference`` (a profile of the same network on another device).
@@ -593,10 +594,14 @@ class EmulatedProvider(Provider):
           footprint is the network's, so the memory fields are kept; ``memory_cap_bytes``
           becomes the GPU's.
         * **Latency**: at the budgeted batch sizes (``budget_batch_sizes(B_max, probes)``)
-          the ground truth's pass times (the reference scaled to this GPU), times the
-          profiled VM's spatial factor (one draw: the profiler runs on one VM) and a
-          temporal factor per step (``repeats`` steps after ``warmup``); mean and sample
-          std per size, fitted with ``fit_piecewise`` as the profiler does.
+          the ground truth's pass times (the reference scaled to this GPU), on ``vms`` VMs
+          at once (default 3, as the profiling DAG maps over VMs), each with its own
+          spatial factor, times a temporal factor per step (``repeats`` steps after
+          ``warmup``): per size the mean of the VMs' means and the pooled within-VM std,
+          fitted with ``fit_piecewise`` as the profiler does; ``vm_cv`` is the spread of
+          the VMs' mean step times.
+        * **Per-step terms**: DDP's copy bandwidth and the optimizer step
+          (``emulator_truth.step_costs``), median of ``repeats`` timings.
         * **Gradient buckets** (sizes, ready fractions): the reference's; they depend on
           the model and DDP's bucketing, not on the device.
 
@@ -610,6 +615,8 @@ class EmulatedProvider(Provider):
 
         if repeats < 2:
             raise ConfigError(f"repeats: need at least 2 for a spread, got {repeats}")
+        if vms < 1:
+            raise ConfigError(f"vms: need at least 1, got {vms}")
         t = self.catalog_type(instance_type)
         rng = np.random.default_rng(seed) if seed is not None else self._rng
         rate = truth.device_rate(t)
@@ -628,25 +635,42 @@ class EmulatedProvider(Provider):
                 f"{instance_type}: one sample needs {need:.1f} GiB of {t.gpu_memory_gib:g} GiB"
             )
         sizes = budget_batch_sizes(b_max, probes) if b_max > 1 else [1]
-        spatial = float(truth.draw_spatial(rng, 1)[0])
-        fw_s: list[list[float]] = []
-        bw_s: list[list[float]] = []
+        spatial = truth.draw_spatial(rng, vms)  # the VMs the profile runs on, at once
+        fw_s: list[list[list[float]]] = []
+        bw_s: list[list[list[float]]] = []
         elapsed = 0.0
         for b in sizes:
             t_fw, t_bw, cv_fw, cv_bw = truth.profile_pass_times(reference, b, scale)
-            fw = t_fw * spatial * truth.draw_temporal(rng, (warmup + repeats,), cv_fw)
-            bw = t_bw * spatial * truth.draw_temporal(rng, (warmup + repeats,), cv_bw)
-            elapsed += float(fw.sum() + bw.sum())
-            fw_s.append([float(x) for x in fw[warmup:]])
-            bw_s.append([float(x) for x in bw[warmup:]])
+            fw_vm, bw_vm = [], []
+            for k in range(vms):
+                fw = t_fw * spatial[k] * truth.draw_temporal(rng, (warmup + repeats,), cv_fw)
+                bw = t_bw * spatial[k] * truth.draw_temporal(rng, (warmup + repeats,), cv_bw)
+                if k == 0:
+                    elapsed += float(fw.sum() + bw.sum())
+                fw_vm.append([float(x) for x in fw[warmup:]])
+                bw_vm.append([float(x) for x in bw[warmup:]])
+            fw_s.append(fw_vm)
+            bw_s.append(bw_vm)
 
-        def stats(samples: list[list[float]]) -> PassStats:
+        def stats(samples: list[list[list[float]]]) -> PassStats:
+            """Mean over VMs of each VM's mean; the spread within a VM (pooled)."""
             return PassStats(
                 tuple(sizes),
-                tuple(statistics.fmean(x) for x in samples),
-                tuple(statistics.stdev(x) for x in samples),
+                tuple(statistics.fmean(statistics.fmean(v) for v in x) for x in samples),
+                tuple(
+                    math.sqrt(statistics.fmean(statistics.variance(v) for v in x)) for x in samples
+                ),
                 repeats,
             )
+
+        vm_means = [
+            statistics.fmean(
+                statistics.fmean(fw_s[i][k]) + statistics.fmean(bw_s[i][k])
+                for i in range(len(sizes))
+            )
+            for k in range(vms)
+        ]
+        vm_cv = statistics.stdev(vm_means) / statistics.fmean(vm_means) if vms >= 2 else 0.0
 
         # what every step adds whatever the batch: DDP's copy pass, the optimizer step
         copy_s, step_s = truth.step_costs(reference, rate)
@@ -676,6 +700,7 @@ class EmulatedProvider(Provider):
             threads=0,
             copy_bytes_per_s=float(reference.gradient_bytes) / copy_m,
             optimizer_step_s=step_m,
+            vm_cv=vm_cv,
             created_at=self._clock.isoformat(timespec="seconds"),
         )
 

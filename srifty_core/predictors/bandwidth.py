@@ -50,7 +50,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.base import FEATURE_COLUMNS
-from srifty_core.predictors.network import level_sigmas, nearest_world, sustained_caps
+from srifty_core.predictors.network import (
+    level_sigmas,
+    nearest_world,
+    sustained_caps,
+    sustained_factors,
+)
 from srifty_core.probing.schema import PHASE_SUSTAINED
 
 if TYPE_CHECKING:
@@ -488,6 +493,8 @@ class BandwidthCaps:
     sustained: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
     """Sustained bus bandwidth per type and world size, where the sweep measured it: the
     cap then (``predictors.network``)."""
+    factors: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    """Sustained over burst bus bandwidth, per type and world size."""
     sigmas: Mapping[str, float] = field(default_factory=dict)
     """Spread of network levels across allocations, per type."""
 
@@ -552,6 +559,7 @@ class BandwidthCaps:
             "quantile": self.quantile,
             "min_buffer": self.min_buffer,
             "sustained": {t: {str(k): v for k, v in m.items()} for t, m in self.sustained.items()},
+            "factors": {t: {str(k): v for k, v in m.items()} for t, m in self.factors.items()},
             "sigmas": dict(self.sigmas),
         }
 
@@ -565,6 +573,9 @@ class BandwidthCaps:
             sustained={
                 t: {int(k): float(v) for k, v in m.items()}
                 for t, m in d.get("sustained", {}).items()
+            },
+            factors={
+                t: {int(k): float(v) for k, v in m.items()} for t, m in d.get("factors", {}).items()
             },
             sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
         )
@@ -633,9 +644,18 @@ class BandwidthModel:
             probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer
         )
         self.caps_ = dataclasses.replace(
-            caps, sustained=sustained_caps(sustained), sigmas=level_sigmas(probes)
+            caps,
+            sustained=sustained_caps(sustained),
+            factors=sustained_factors(probes, sustained),
+            sigmas=level_sigmas(probes),
         )
         return self
+
+    def sustained_factor(self, instance_type: str, world_size: int) -> float:
+        """Sustained over burst bus bandwidth of a type (``predictors.network``); 1 for a
+        type whose sweep ran no sustained probe."""
+        table = self.caps_.factors.get(instance_type)
+        return nearest_world(dict(table), int(world_size)) if table else 1.0
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations of a type

@@ -6,6 +6,12 @@ predictors (the probe table and the XGBoost model):
   the NICs' burst credits are spent), per (instance type, world size): the median over
   allocations of each allocation's median. A training job sends hundreds of MB every
   iteration for hours, so this, not the short probes' burst rate, is what its transfers get.
+- **Sustained factor** (``sustained_factors``): per (instance type, world size), the
+  sustained bus bandwidth over the grid's (burst) bus bandwidth at the same world size,
+  concurrency 1 and the grid size nearest the sustained probe's, at most 1. The grid's
+  shape over buffer sizes (protocols, trees, the pipeline ramp) is the same once the NIC
+  runs at its baseline, scaled down by this factor, so a bucket of any size is predicted
+  at ``grid busbw x factor``.
 - **Allocation spread** (``level_sigmas``): how much the network level differs from one
   allocation to the next, per type: at each probed point of large buffers (burst phase,
   >= ``min_buffer``), each allocation's median bus bandwidth over the median of all
@@ -47,6 +53,28 @@ def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> dict[str, dic
     )
     for (itype, world), part in per_alloc.groupby(["instance_type", "world_size"]):
         out.setdefault(str(itype), {})[int(str(world))] = float(np.median(part["busbw"]))
+    return out
+
+
+def sustained_factors(
+    grid: pd.DataFrame, sustained: pd.DataFrame, group: str = GROUP
+) -> dict[str, dict[int, float]]:
+    """``{instance_type: {world_size: sustained / burst}}`` (rule: module; empty: none)."""
+    out: dict[str, dict[int, float]] = {}
+    if sustained.empty or grid.empty:
+        return out
+    one = grid[grid["concurrent"] == 1]
+    for (itype, world), part in sustained.groupby(["instance_type", "world_size"]):
+        size = float(np.median(part["buffer_bytes"]))
+        rows = one[(one["instance_type"] == itype) & (one["world_size"] == world)]
+        if rows.empty:
+            continue
+        sizes = np.unique(rows["buffer_bytes"].to_numpy(dtype=float))
+        nearest = sizes[np.argmin(np.abs(np.log(sizes / size)))]
+        at = rows[rows["buffer_bytes"] == nearest]
+        burst = float(np.median(at.groupby(group)["busbw"].median()))
+        held = float(np.median(part.groupby(group)["busbw"].median()))
+        out.setdefault(str(itype), {})[int(str(world))] = min(1.0, held / burst)
     return out
 
 

@@ -19,7 +19,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.network import level_sigmas, nearest_world, split_phases, sustained_caps
+from srifty_core.predictors.network import (
+    level_sigmas,
+    nearest_world,
+    split_phases,
+    sustained_caps,
+    sustained_factors,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +38,7 @@ class ProbeTableBandwidth:
         self.curves_: dict[tuple[str, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]]
         self.caps_: dict[tuple[str, int], float]
         self.sustained_: dict[str, dict[int, float]]
+        self.factors_: dict[str, dict[int, float]]
         self.sigmas_: dict[str, float]
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
@@ -49,6 +56,7 @@ class ProbeTableBandwidth:
         if ok.empty:
             raise ConfigError("no grid probe rows to fit on (only sustained ones)")
         self.sustained_ = sustained_caps(sustained)
+        self.factors_ = sustained_factors(ok, sustained)
         self.sigmas_ = level_sigmas(ok)
         med = (
             ok.groupby(["instance_type", "world_size", "concurrent", "buffer_bytes"])["busbw"]
@@ -90,6 +98,12 @@ class ProbeTableBandwidth:
             xs, ys = self._curve(str(t), int(n), int(c))
             out[i] = np.interp(np.log(float(s)), xs, ys)
         return out
+
+    def sustained_factor(self, instance_type: str, world_size: int) -> float:
+        """Sustained over burst bus bandwidth (``predictors.network``); 1 where the sweep
+        ran no sustained probe for the type."""
+        table = self.factors_.get(instance_type)
+        return nearest_world(table, world_size) if table else 1.0
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations."""

@@ -86,6 +86,10 @@ class ComputeProfile:
     optimizer_step_s: float = 0.0
     """Seconds of one optimizer step (SGD with momentum, as the Srifty worker trains) over
     all parameters: independent of the batch; 0 where not measured (older profiles)."""
+    vm_cv: float = 0.0
+    """Spread of the mean step time from one VM of this device type to the next (their
+    coefficient of variation), where the profile was taken on several VMs; 0 where not
+    measured (one VM, one machine). The simulator's slowest VM and p90 come from it."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -168,6 +172,7 @@ class ComputeProfile:
             "created_at": self.created_at,
             "copy_bytes_per_s": self.copy_bytes_per_s,
             "optimizer_step_s": self.optimizer_step_s,
+            "vm_cv": self.vm_cv,
         }
 
     def to_json(self) -> str:
@@ -214,6 +219,7 @@ class ComputeProfile:
                 created_at=str(d["created_at"]),
                 copy_bytes_per_s=float(d.get("copy_bytes_per_s", 0.0)),
                 optimizer_step_s=float(d.get("optimizer_step_s", 0.0)),
+                vm_cv=float(d.get("vm_cv", 0.0)),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

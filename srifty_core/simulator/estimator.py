@@ -108,7 +108,7 @@ class Simulator:
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
         self._compute_cache: dict[
-            tuple[int, int], tuple[Any, float, float, float, float, float, float]
+            tuple[int, int], tuple[Any, float, float, float, float, float, float, float]
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
@@ -138,6 +138,14 @@ class Simulator:
         pred = np.asarray(self.bandwidth.predict(pd.DataFrame(rows)), dtype=np.float64)
         if pred.shape != (len(rows),) or not np.all(pred > 0):
             raise ConfigError("the bandwidth predictor returned non-positive or misshapen output")
+        if self.schedule == "ddp":  # a long job: each type at its sustained rate
+            factor = getattr(self.bandwidth, "sustained_factor", None)
+            if factor is not None:
+                scale = [
+                    float(factor(inst.name, _ring_world(inst, vms, world, len(instances))))
+                    for inst in instances
+                ]
+                pred = pred * np.repeat(np.asarray(scale), len(sizes))
         out: NDArray[np.float64] = pred.reshape(len(instances), len(sizes)).min(axis=0)
         self._busbw_cache[key] = out
         return out
@@ -197,8 +205,8 @@ class Simulator:
         return 1.0
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
-        """(mean fw, std fw, mean bw, std bw, DDP's copy pass, optimizer step) at ``batch``,
-        cached per profile and batch."""
+        """(mean fw, std fw, mean bw, std bw, DDP's copy pass, optimizer step, VM-to-VM
+        spread) at ``batch``, cached per profile and batch."""
         p = workload.profile(device_type)
         key = (id(p), batch)
         hit = self._compute_cache.get(key)
@@ -211,6 +219,7 @@ class Simulator:
                 float(p.std_bw(batch)),
                 p.ddp_copy_s(),
                 p.optimizer_step_s,
+                p.vm_cv,
             )
             self._compute_cache[key] = hit
         return hit[1:]
@@ -228,18 +237,23 @@ class Simulator:
             self._z_cache[key] = hit
         return hit
 
+    def _z_slow(self, count: int) -> float:
+        """The 90th percentile of the largest of ``count`` standard normals."""
+        return float(ndtri(0.9 ** (1.0 / count)))
+
     # ------------------------------------------------------------------ estimate
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         groups = config.groups
         if len(groups) > self._u_fw.shape[1]:
             raise ConfigError(f"at most {self._u_fw.shape[1]} instance types per configuration")
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
-        fw = bw = None
+        fw = bw = fw_slow = bw_slow = None
+        vm_spread = False
         copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b, c, o = self._compute(
+            m_f, s_f, m_b, s_b, c, o, cv = self._compute(
                 workload, g.instance.device_type, g.batch_per_rank
             )
             copy = max(copy, c)
@@ -247,16 +261,27 @@ class Simulator:
             no_copy = no_copy or c <= 0
             no_step = no_step or o <= 0
             z_f, z_b = self._z(col, g.count)
-            f, b = m_f + s_f * z_f, m_b + s_b * z_b
+            if cv > 0:  # VMs differ: over allocations, a VM's step spreads by both
+                vm_spread = True
+                t_f, t_b = float(np.hypot(s_f, m_f * cv)), float(np.hypot(s_b, m_b * cv))
+                slow_vm = 1.0 + cv * self._z_slow(g.count)  # p90 of the slowest VM's factor
+                f_slow, b_slow = m_f * slow_vm + s_f * z_f, m_b * slow_vm + s_b * z_b
+            else:
+                t_f, t_b = s_f, s_b
+            f, b = m_f + t_f * z_f, m_b + t_b * z_b
+            if cv <= 0:
+                f_slow, b_slow = f, b
             fw = f if fw is None else np.maximum(fw, f)
             bw = b if bw is None else np.maximum(bw, b)
+            fw_slow = f_slow if fw_slow is None else np.maximum(fw_slow, f_slow)
+            bw_slow = b_slow if bw_slow is None else np.maximum(bw_slow, b_slow)
             mu_fw.append(m_f)
-            sd_fw.append(s_f)
+            sd_fw.append(t_f)
             mu_bw.append(m_b)
-            sd_bw.append(s_b)
+            sd_bw.append(t_b)
             counts.append(g.count)
         j = len(groups)
-        if fw is None or bw is None:  # ClusterConfig never holds zero groups
+        if fw is None or bw is None or fw_slow is None or bw_slow is None:
             raise ConfigError("a configuration needs at least one group of VMs")
         if self.mean == "exact":
             t_fw = expected_max(mu_fw, sd_fw, counts)
@@ -265,11 +290,16 @@ class Simulator:
             t_fw, t_bw = float(fw.mean()), float(bw.mean())
 
         world = config.world_size
-        t_pe = t_pe_slow = copy_out = 0.0
+        t_pe = copy_out = 0.0
         sigma = 0.0
+        fractions: tuple[float, ...] = ()
+        volumes: tuple[float, ...] = ()
+        busbw = np.zeros(0)
+        cap = overlap = 0.0
         if world > 1:
             if copy > 0:  # into the buckets and scaled on the backward thread; back out after
                 bw = bw + 2.0 * copy
+                bw_slow = bw_slow + 2.0 * copy
                 t_bw += 2.0 * copy
                 copy_out = copy
             slow = max(range(j), key=lambda i: mu_bw[i])
@@ -286,30 +316,27 @@ class Simulator:
                 fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw, overlap
             )
             sigma = self._net_sigma(instances)
-            if sigma > 0:  # the same job on an allocation whose network is at its 10th pct
+        after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
+        it = fw + np.maximum(bw, t_pe) + after
+        exact = self.mean == "exact"
+        t_iter = t_fw + max(t_bw, t_pe) + after if exact else float(it.mean())
+        slow_it = t_iter
+        if sigma > 0 or vm_spread:
+            # a 90th-percentile allocation: network at the level 10% of allocations fell
+            # below, slowest VM at the 90th percentile of its spread (both at once)
+            t_bw_slow = float(bw_slow.mean())
+            t_pe_slow = t_pe
+            if world > 1:
                 level = float(np.exp(sigma * P90_Z))
                 t_pe_slow = self._exchange(
                     fractions,
                     volumes,
                     tuple(float(x) * level for x in busbw),
                     cap * level,
-                    t_bw,
+                    t_bw_slow,
                     overlap,
                 )
-            else:
-                t_pe_slow = t_pe
-        after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
-        it = fw + np.maximum(bw, t_pe) + after
-        exact = self.mean == "exact"
-        t_iter = t_fw + max(t_bw, t_pe) + after if exact else float(it.mean())
-        if t_pe_slow > t_pe:
-            slow_it = (
-                t_fw + max(t_bw, t_pe_slow) + after
-                if exact
-                else float((fw + np.maximum(bw, t_pe_slow) + after).mean())
-            )
-        else:
-            slow_it = t_iter
+            slow_it = max(t_iter, float((fw_slow + np.maximum(bw_slow, t_pe_slow) + after).mean()))
         p50, p90, p95 = np.quantile(it, (0.5, 0.9, 0.95))
         return IterationEstimate(
             t_iter=t_iter,

@@ -220,7 +220,8 @@ def test_sustained_probes_set_the_cap_and_stay_out_of_the_regressors(
     the spread of allocation levels is learned per type."""
     from srifty_core.predictors.table import ProbeTableBandwidth
 
-    big = probes[probes["buffer_bytes"] == probes["buffer_bytes"].max()].copy()
+    top = probes["buffer_bytes"] == probes["buffer_bytes"].max()
+    big = probes[top & (probes["concurrent"] == 1)].copy()
     sustained = big.assign(phase="sustained", busbw=big["busbw"] / 4)
     data = pd.concat([probes.assign(phase="burst"), sustained], ignore_index=True)
     m = BandwidthModel(small_params={"n_estimators": 20}, large_params={"n_estimators": 20})
@@ -237,8 +238,12 @@ def test_sustained_probes_set_the_cap_and_stay_out_of_the_regressors(
     assert m.bandwidth_cap(itype, n) < grid_only.bandwidth_cap(itype, n)
     assert m.level_sigma(itype) == pytest.approx(grid_only.level_sigma(itype))
     assert m.level_sigma(itype) > 0
+    # sustained over burst at the sustained probe's size: the grid's curve scaled down
+    assert m.sustained_factor(itype, n) == pytest.approx(0.25, rel=0.05)
+    assert grid_only.sustained_factor(itype, n) == 1.0
     table = ProbeTableBandwidth().fit(data)
     assert table.bandwidth_cap(itype, n) == pytest.approx(expected)
+    assert table.sustained_factor(itype, n) == pytest.approx(m.sustained_factor(itype, n))
     assert table.level_sigma(itype) == pytest.approx(m.level_sigma(itype))
 
 
@@ -251,4 +256,5 @@ def test_caps_and_spread_survive_save_and_load(probes: pd.DataFrame, tmp_path: P
     back = BandwidthModel.load(m.save(tmp_path / "m"))
     itype = str(big["instance_type"].iloc[0])
     assert back.caps_.sustained == m.caps_.sustained and back.caps_.sigmas == m.caps_.sigmas
+    assert back.caps_.factors == m.caps_.factors
     assert back.level_sigma(itype) == m.level_sigma(itype)

@@ -335,6 +335,38 @@ def test_sustained_cap_paces_every_bucket() -> None:
     assert capped.t_pe - t_bw == pytest.approx(4 * (burst.t_pe - t_bw))
 
 
+class SustainedBandwidth(ConstantBandwidth):
+    def sustained_factor(self, instance_type: str, world_size: int) -> float:
+        return 0.25
+
+
+def test_a_long_job_runs_at_the_sustained_factor() -> None:
+    """DDP's schedule scales every bucket's burst bandwidth by the sustained factor the
+    probes measured; the method's concurrent model (short transfers) does not."""
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 2, 32))
+    t_bw = float(p.t_bw(32))
+    burst = Simulator(ConstantBandwidth(1e6), overlap=0.0).estimate(w, c)
+    held = Simulator(SustainedBandwidth(1e6), overlap=0.0).estimate(w, c)
+    assert held.t_pe - t_bw == pytest.approx(4 * (burst.t_pe - t_bw))
+    conc = Simulator(SustainedBandwidth(1e6), overlap=0.0, schedule="concurrent").estimate(w, c)
+    assert conc.t_pe == pytest.approx(
+        Simulator(ConstantBandwidth(1e6), overlap=0.0, schedule="concurrent").estimate(w, c).t_pe
+    )
+
+
+def test_vm_spread_raises_the_slowest_vm_and_the_p90() -> None:
+    base = steady(make_profile())
+    spread = dataclasses.replace(base, vm_cv=0.05)
+    c = config((inst("a"), 16, 32))
+    one = Simulator(ConstantBandwidth(1e12)).estimate(Workload("m", {"cpu": base}), c)
+    many = Simulator(ConstantBandwidth(1e12)).estimate(Workload("m", {"cpu": spread}), c)
+    assert many.t_iter > one.t_iter * 1.05  # the slowest of 16 VMs, 5% apart
+    assert many.t_iter_p90 is not None and many.t_iter_p90 > many.t_iter
+    assert one.t_iter_p90 == pytest.approx(one.t_iter)
+
+
 def test_p90_comes_from_the_spread_of_allocations() -> None:
     p = steady(make_profile())
     w = Workload("m", {"cpu": p})
