@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 OUT = Path(__file__).parent / "results"
 REGION = "us-east-1"
@@ -134,6 +135,178 @@ def errors(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
     }
 
 
+PLAN_TYPES = (
+    "g4dn.xlarge",
+    "g4dn.2xlarge",
+    "g4dn.12xlarge",
+    "p3.2xlarge",
+    "p3.8xlarge",
+    "g5.xlarge",
+    "g5.12xlarge",
+    "g3.8xlarge",
+)
+PLAN_SPACE_LIMIT = 300
+PLAN_MODELS = ("resnet50", "vgg16", "alexnet", "bert_base", "inception_v3", "shufflenet_v2")
+
+
+def truth_time(
+    request: Any, choice: Any, ref: Any, iterations: int, seed: int, warm_s: float
+) -> tuple[float, float]:
+    """(time, cost) of ``choice`` for the whole job on the ground truth: the mean of 10
+    iterations on a fresh allocation (``seed``), after ``warm_s`` seconds of training."""
+    from srifty_core.case_studies import one_core
+    from srifty_core.cloud.emulated import emulate_training
+
+    offers = request.offers
+    counts = {offers[i].instance.name: c for i, c, _ in choice}
+    batches = {offers[i].instance.name: b for i, _, b in choice}
+    run = emulate_training(counts, batches, ref, 30, seed=seed, reference=one_core(), warm_s=warm_s)
+    t = request.overheads.total_s + iterations * run.mean_s
+    rate = sum(offers[i].usd_per_hour * c for i, c, _ in choice)
+    return t, rate * t / 3600.0
+
+
+def plan_requests(
+    n: int, seed: int, catalog: Any, refs: Mapping[str, Any], vms: int = 3
+) -> list[Any]:
+    """``n`` random planning requests whose time limit or budget binds: a model, 1-3
+    offered types (quota 2-8, on-demand catalog prices), a power-of-two global batch, 2000
+    iterations, and a limit on the other measure than the objective set at a middle point
+    of the unconstrained frontier (so the cheap or fast extremes do not meet it)."""
+    from srifty_core.case_studies import one_core
+    from srifty_core.cloud import emulator_truth as truth
+    from srifty_core.cloud.emulated import emulated_profiles
+    from srifty_core.planner.request import Overheads, PlanRequest, offers_from_catalog
+    from srifty_core.simulator.types import Workload
+
+    rng = np.random.default_rng(seed)
+    out: list[Any] = []
+    while len(out) < n:
+        model = str(rng.choice(PLAN_MODELS))
+        names = [
+            str(x) for x in rng.choice(PLAN_TYPES, size=int(rng.integers(1, 4)), replace=False)
+        ]
+        if any(
+            truth.max_batch_in_memory(refs[model], catalog.get(t, REGION), 1) < 1 for t in names
+        ):
+            continue
+        spec = [{"type": t, "market": "on-demand", "quota": int(rng.integers(2, 9))} for t in names]
+        offers = offers_from_catalog(catalog, spec, REGION)
+        profiles = emulated_profiles(
+            names,
+            refs[model],
+            seed=11 + len(out),
+            catalog=catalog,
+            reference_rate=one_core(),
+            vms=vms,
+        )
+        try:
+            req: Any = PlanRequest(
+                workload=Workload(model, profiles),
+                global_batch=int(2 ** rng.integers(6, 11)),
+                iterations=2000,
+                offers=offers,
+                objective=str(rng.choice(("time", "cost"))),
+                overheads=Overheads(launch_s=0.0),
+            )
+        except Exception:
+            continue
+        from srifty_core.planner.space import Space
+
+        if Space.build(req, saturate=False).size(limit=PLAN_SPACE_LIMIT) > PLAN_SPACE_LIMIT:
+            continue  # every configuration runs on the truth 5 times: keep it to seconds
+        out.append(req)
+    return out
+
+
+def plan_quality(
+    args: Any, catalog: Any, refs: Mapping[str, Any], bandwidth_for: Any
+) -> dict[str, Any]:
+    """Plans with the limits checked at p90 (and at the typical, for contrast), scored on
+    the ground truth. Every configuration of the power-of-two space runs on the same
+    ``args.allocations`` fresh allocations (common seeds); a plan breaks a limit on an
+    allocation where its time or cost is over it. The optimum for a risk quantile q is the
+    best mean objective among the configurations whose q-quantile over those allocations
+    meets both limits; quality = optimum / the plan's mean objective."""
+    import dataclasses
+
+    from srifty_core.planner.request import Objective
+    from srifty_core.planner.search import plan
+    from srifty_core.planner.space import Space
+    from srifty_core.simulator.estimator import Simulator
+
+    rows = []
+    for k, req in enumerate(plan_requests(args.plans, args.seed, catalog, refs, args.profile_vms)):
+        sim = Simulator(bandwidth_for([o.instance.name for o in req.offers]))
+        ref = refs[req.workload.model]
+        front = plan(req, sim).frontier
+        if not front:
+            continue
+        mid = front[len(front) // 2]
+        if req.objective is Objective.COST:
+            limited = dataclasses.replace(req, time_limit_s=1.05 * mid.time_s)
+        else:
+            limited = dataclasses.replace(req, budget_usd=1.05 * mid.cost_usd)
+        row: dict[str, Any] = {
+            "model": req.workload.model,
+            "offers": [o.key for o in req.offers],
+            "objective": req.objective.value,
+            "limit": "time" if req.objective is Objective.COST else "cost",
+        }
+        obj = 0 if req.objective is Objective.TIME else 1
+        runs_of: dict[Any, NDArray[np.float64]] = {}
+        for ch in Space.build(limited, saturate=False).enumerate():
+            key = tuple(sorted(ch))
+            runs_of[key] = np.asarray(
+                [
+                    truth_time(limited, key, ref, req.iterations, 7_000 + 100 * k + j, args.warm_s)
+                    for j in range(args.allocations)
+                ]
+            )
+        row["space"] = len(runs_of)
+        for q in (0.9, 0.5):
+            ok = [
+                c
+                for c, r in runs_of.items()
+                if np.quantile(r[:, 0], q) <= limited.time_limit_s
+                and np.quantile(r[:, 1], q) <= limited.budget_usd
+            ]
+            best = min((float(runs_of[c][:, obj].mean()) for c in ok), default=None)
+            res = plan(dataclasses.replace(limited, risk_quantile=q), sim)
+            entry: dict[str, Any] = {"feasible": res.best is not None, "optimum": best}
+            if res.best is not None:
+                mine = runs_of[tuple(sorted(res.best.choice))]
+                entry["label"] = res.best.label
+                broke = (mine[:, 0] > limited.time_limit_s) | (mine[:, 1] > limited.budget_usd)
+                entry["breaks"] = int(np.sum(broke))
+                entry["first_breaks"] = bool(broke[0])
+                if best is not None:
+                    entry["quality"] = best / float(mine[:, obj].mean())
+            row[f"q{int(100 * q)}"] = entry
+        rows.append(row)
+
+    def summary(key: str) -> dict[str, Any]:
+        es = [r[key] for r in rows]
+        quality = [e["quality"] for e in es if "quality" in e]
+        runs = sum(args.allocations for e in es if e["feasible"])
+        return {
+            "plans": len(es),
+            "infeasible": sum(not e["feasible"] for e in es),
+            "infeasible_with_an_option": sum(
+                not e["feasible"] and e.get("optimum") is not None for e in es
+            ),
+            "plans_breaking_a_limit": sum(e.get("breaks", 0) > 0 for e in es),
+            "plans_breaking_on_their_first_allocation": sum(
+                e.get("first_breaks", False) for e in es
+            ),
+            "runs_breaking_a_limit": f"{sum(e.get('breaks', 0) for e in es)}/{runs}",
+            "quality_median": round(float(np.median(quality)), 3) if quality else None,
+            "quality_worst": round(float(min(quality)), 3) if quality else None,
+        }
+
+    return {"p90": summary("q90"), "typical": summary("q50"), "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", type=int, default=200)
@@ -142,6 +315,12 @@ def main() -> None:
     parser.add_argument("--warm-s", type=float, default=3600.0)
     parser.add_argument("--bandwidth", choices=("table", "xgboost"), default="table")
     parser.add_argument("--out", type=Path, default=OUT / "prediction_accuracy.json")
+    parser.add_argument(
+        "--sweep-allocations", type=int, default=3, help="allocations per type in the sweep"
+    )
+    parser.add_argument("--profile-vms", type=int, default=3, help="VMs each profile runs on")
+    parser.add_argument("--plans", type=int, default=20, help="planning requests (0: none)")
+    parser.add_argument("--allocations", type=int, default=8, help="truth runs per configuration")
     args = parser.parse_args()
 
     import pyarrow as pa
@@ -166,17 +345,25 @@ def main() -> None:
         ws = tuple(w for w in (2, 4, 8, 16, 32, 64) if w <= MAX_WORLD and w >= 2)
         if g > 1:
             ws = tuple(sorted({*ws, g}))
-        sweep.append(emulated_probe_sweep([name], world_sizes=ws, seed=100 + i))
+        sweep.append(
+            emulated_probe_sweep(
+                [name], world_sizes=ws, seed=100 + i, allocations=args.sweep_allocations
+            )
+        )
     frame = pa.concat_tables(sweep).to_pandas()
     t_fit = time.perf_counter()
     if args.bandwidth == "table":
         from srifty_core.predictors.table import ProbeTableBandwidth
 
-        bandwidth: Any = ProbeTableBandwidth().fit(frame)
+        def fit(f: Any) -> Any:
+            return ProbeTableBandwidth().fit(f)
     else:
         from srifty_core.predictors.bandwidth import BandwidthModel
 
-        bandwidth = BandwidthModel().fit(frame)
+        def fit(f: Any) -> Any:
+            return BandwidthModel().fit(f)
+
+    bandwidth = fit(frame)
     fit_s = time.perf_counter() - t_fit
     profiles: dict[str, dict[str, Any]] = {}
     for m in MODELS:
@@ -185,7 +372,12 @@ def main() -> None:
         ]
         if fits:
             profiles[m] = emulated_profiles(
-                fits, refs[m], seed=11, catalog=catalog, reference_rate=one_core()
+                fits,
+                refs[m],
+                seed=11,
+                catalog=catalog,
+                reference_rate=one_core(),
+                vms=args.profile_vms,
             )
     sim = Simulator(bandwidth)
     apm = ApmEstimator()
@@ -245,6 +437,30 @@ def main() -> None:
                 out[shape] = errors([r[key] for r in sel], [r["measured_s"] for r in sel])
         return out
 
+    plans: dict[str, Any] = {}
+    if args.plans:
+        fitted: dict[tuple[str, ...], Any] = {}
+
+        def bandwidth_for(names: list[str]) -> Any:
+            key = tuple(sorted(names))
+            if key not in fitted:
+                tables = [
+                    sweep[types_used.index(t)]
+                    if t in types_used
+                    else emulated_probe_sweep(
+                        [t],
+                        world_sizes=(2, 4, 8, 16, 32),
+                        seed=200 + i,
+                        allocations=args.sweep_allocations,
+                    )
+                    for i, t in enumerate(key)
+                ]
+                fitted[key] = fit(pa.concat_tables(tables).to_pandas())
+            return fitted[key]
+
+        plans = plan_quality(args, catalog, refs, bandwidth_for)
+        print(format_plans(plans))
+
     report = {
         "configs": len(rows),
         "seed": args.seed,
@@ -259,6 +475,7 @@ def main() -> None:
         "over_p90": round(
             100 * statistics.fmean(r["measured_s"] > r["srifty_p90_s"] for r in rows), 1
         ),
+        "plans": plans,
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +483,20 @@ def main() -> None:
     text = format_report(report)
     args.out.with_suffix(".txt").write_text(text + "\n")
     print(text)
+
+
+def format_plans(p: Mapping[str, Any]) -> str:
+    lines = ["planning with limits checked at:"]
+    for key in ("p90", "typical"):
+        s = p[key]
+        lines.append(
+            f"  {key:<8} {s['plans']} plans, infeasible {s['infeasible']} "
+            f"({s['infeasible_with_an_option']} with an option on the truth), breaking a limit on "
+            f"the first allocation {s['plans_breaking_on_their_first_allocation']}, on any "
+            f"{s['plans_breaking_a_limit']} (runs {s['runs_breaking_a_limit']}), quality "
+            f"median {s['quality_median']} worst {s['quality_worst']}"
+        )
+    return "\n".join(lines)
 
 
 def _vms(label: str) -> int:
@@ -288,6 +519,8 @@ def format_report(r: Mapping[str, Any]) -> str:
                     f"{e['too_fast']:>9} {e['worst_under']:>7}"
                 )
     lines.append(f"measured above Srifty's p90: {r['over_p90']}% of configurations")
+    if r.get("plans"):
+        lines.append(format_plans(r["plans"]))
     return "\n".join(lines)
 
 

@@ -701,6 +701,7 @@ class EmulatedProvider(Provider):
             copy_bytes_per_s=float(reference.gradient_bytes) / copy_m,
             optimizer_step_s=step_m,
             vm_cv=vm_cv,
+            profiled_vms=vms,
             created_at=self._clock.isoformat(timespec="seconds"),
         )
 
@@ -804,9 +805,11 @@ def emulated_profiles(
     seed: int = 0,
     catalog: Catalog | None = None,
     reference_rate: truth.DeviceRate | None = None,
+    vms: int = 3,
 ) -> dict[str, ComputeProfile]:
     """``EmulatedProvider.profile`` on each type's GPU, once per GPU model (profiles are per
-    device type), in the order given on one provider: ``{gpu_model: profile}``. Same
+    device type), in the order given on one provider, each on ``vms`` VMs: ``{gpu_model:
+    profile}``. Same
     arguments and seed, same profiles. ``reference_rate``: as for ``profile``."""
     p = EmulatedProvider(seed=seed, region=region, catalog=catalog)
     out: dict[str, ComputeProfile] = {}
@@ -820,6 +823,7 @@ def emulated_profiles(
                 repeats=repeats,
                 max_batch=max_batch,
                 reference_rate=reference_rate,
+                vms=vms,
             )
     return out
 

@@ -90,6 +90,8 @@ class ComputeProfile:
     """Spread of the mean step time from one VM of this device type to the next (their
     coefficient of variation), where the profile was taken on several VMs; 0 where not
     measured (one VM, one machine). The simulator's slowest VM and p90 come from it."""
+    profiled_vms: int = 1
+    """How many VMs the profile was taken on (``vm_cv`` is their spread)."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -173,6 +175,7 @@ class ComputeProfile:
             "copy_bytes_per_s": self.copy_bytes_per_s,
             "optimizer_step_s": self.optimizer_step_s,
             "vm_cv": self.vm_cv,
+            "profiled_vms": self.profiled_vms,
         }
 
     def to_json(self) -> str:
@@ -220,6 +223,7 @@ class ComputeProfile:
                 copy_bytes_per_s=float(d.get("copy_bytes_per_s", 0.0)),
                 optimizer_step_s=float(d.get("optimizer_step_s", 0.0)),
                 vm_cv=float(d.get("vm_cv", 0.0)),
+                profiled_vms=int(d.get("profiled_vms", 1)),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

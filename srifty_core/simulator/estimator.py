@@ -24,6 +24,7 @@ from scipy.special import ndtri
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.network import predictive_spread
 from srifty_core.simulator.compute import expected_max
 from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
@@ -108,7 +109,7 @@ class Simulator:
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
         self._compute_cache: dict[
-            tuple[int, int], tuple[Any, float, float, float, float, float, float, float]
+            tuple[int, int], tuple[Any, float, float, float, float, float, float, float, int]
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
@@ -220,6 +221,7 @@ class Simulator:
                 p.ddp_copy_s(),
                 p.optimizer_step_s,
                 p.vm_cv,
+                p.profiled_vms,
             )
             self._compute_cache[key] = hit
         return hit[1:]
@@ -253,7 +255,7 @@ class Simulator:
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b, c, o, cv = self._compute(
+            m_f, s_f, m_b, s_b, c, o, cv, k = self._compute(
                 workload, g.instance.device_type, g.batch_per_rank
             )
             copy = max(copy, c)
@@ -264,7 +266,8 @@ class Simulator:
             if cv > 0:  # VMs differ: over allocations, a VM's step spreads by both
                 vm_spread = True
                 t_f, t_b = float(np.hypot(s_f, m_f * cv)), float(np.hypot(s_b, m_b * cv))
-                slow_vm = 1.0 + cv * self._z_slow(g.count)  # p90 of the slowest VM's factor
+                # p90 of the slowest VM's factor, predictive: cv came from a few VMs
+                slow_vm = 1.0 + cv * self._z_slow(g.count) * predictive_spread(int(k))
                 f_slow, b_slow = m_f * slow_vm + s_f * z_f, m_b * slow_vm + s_b * z_b
             else:
                 t_f, t_b = s_f, s_b
@@ -322,21 +325,31 @@ class Simulator:
         t_iter = t_fw + max(t_bw, t_pe) + after if exact else float(it.mean())
         slow_it = t_iter
         if sigma > 0 or vm_spread:
-            # a 90th-percentile allocation: network at the level 10% of allocations fell
-            # below, slowest VM at the 90th percentile of its spread (both at once)
-            t_bw_slow = float(bw_slow.mean())
-            t_pe_slow = t_pe
-            if world > 1:
+            # a 90th-percentile allocation, from two independent sources combined in
+            # quadrature: the network at the level 10% of allocations fell below, and the
+            # slowest VM at the 90th percentile of its spread
+            d_net = d_vm = 0.0
+            if sigma > 0 and world > 1:
                 level = float(np.exp(sigma * P90_Z))
-                t_pe_slow = self._exchange(
+                slow_net = self._exchange(
                     fractions,
                     volumes,
                     tuple(float(x) * level for x in busbw),
                     cap * level,
-                    t_bw_slow,
+                    t_bw,
                     overlap,
                 )
-            slow_it = max(t_iter, float((fw_slow + np.maximum(bw_slow, t_pe_slow) + after).mean()))
+                d_net = float((fw + np.maximum(bw, slow_net) + after).mean()) - t_iter
+            if vm_spread:
+                t_bw_slow = float(bw_slow.mean())
+                t_pe_vm = t_pe
+                if world > 1:
+                    t_pe_vm = self._exchange(
+                        fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw_slow, overlap
+                    )
+                slow_vm = float((fw_slow + np.maximum(bw_slow, t_pe_vm) + after).mean())
+                d_vm = slow_vm - t_iter
+            slow_it = t_iter + float(np.hypot(max(d_net, 0.0), max(d_vm, 0.0)))
         p50, p90, p95 = np.quantile(it, (0.5, 0.9, 0.95))
         return IterationEstimate(
             t_iter=t_iter,

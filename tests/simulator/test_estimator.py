@@ -358,7 +358,7 @@ def test_a_long_job_runs_at_the_sustained_factor() -> None:
 
 def test_vm_spread_raises_the_slowest_vm_and_the_p90() -> None:
     base = steady(make_profile())
-    spread = dataclasses.replace(base, vm_cv=0.05)
+    spread = dataclasses.replace(base, vm_cv=0.05, profiled_vms=3)
     c = config((inst("a"), 16, 32))
     one = Simulator(ConstantBandwidth(1e12)).estimate(Workload("m", {"cpu": base}), c)
     many = Simulator(ConstantBandwidth(1e12)).estimate(Workload("m", {"cpu": spread}), c)
