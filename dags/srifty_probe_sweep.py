@@ -78,6 +78,17 @@ SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
                 "allocations: a refresh needs probes from at least 3)."
             ),
         ),
+        "sustained_s": Param(
+            0.0,
+            type="number",
+            minimum=0,
+            maximum=3900,
+            description=(
+                "Sustained-transfer probe after each world size's grid: up to this many "
+                "seconds of back-to-back allreduces (EC2 types rated 'up to' a bandwidth "
+                "burst for 5-60 min: 3900), then samples of what a long job gets. 0: none."
+            ),
+        ),
     },
 )
 def srifty_probe_sweep() -> None:

@@ -109,7 +109,12 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from datetime import date
 
     from srifty_core.cloud import get_provider
-    from srifty_core.probing.config import SweepConfig, parse_int_list, parse_sizes
+    from srifty_core.probing.config import (
+        SWEEP_TIMEOUT_S,
+        SweepConfig,
+        parse_int_list,
+        parse_sizes,
+    )
     from srifty_core.probing.store import read_partition_table
     from srifty_core.probing.summary import format_summary, summarize
     from srifty_core.probing.sweep import probe_sweep
@@ -122,6 +127,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         backend=args.backend,
         allocations=args.allocations,
+        sustained_s=args.sustained_s,
+        sweep_timeout_s=SWEEP_TIMEOUT_S + args.sustained_s,
     )
     provider = get_provider(args.provider)
     day = date.fromisoformat(args.day) if args.day else None
@@ -406,6 +413,14 @@ def build_parser() -> argparse.ArgumentParser:
     spacing.add_argument("--steps", type=int, help="number of sizes in the range")
     probe.add_argument("--concurrency", default="1,2,4", help="allreduces in flight (1,2,4)")
     probe.add_argument("--repeats", type=int, default=5, help="timed samples per point")
+    probe.add_argument(
+        "--sustained-s",
+        type=float,
+        default=0.0,
+        help="sustained-transfer probe at the largest world size: up to this many seconds of "
+        "back-to-back "
+        "allreduces before its samples (EC2 'up to' types: 3900; default 0: none)",
+    )
     probe.add_argument("--warmup", type=int, default=2, help="untimed rounds per point")
     probe.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (CUDA)")
     probe.add_argument("--allocations", type=int, default=1, help="fresh allocations to repeat on")

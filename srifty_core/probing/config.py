@@ -164,6 +164,10 @@ def busbw(buffer_bytes: float, world_size: int, time_s: float) -> float:
     return 2.0 * buffer_bytes * (world_size - 1) / (world_size * time_s)
 
 
+SWEEP_TIMEOUT_S = 3600.0
+"""The default limit of one allocation's sweep; a sustained probe's seconds come on top."""
+
+
 @dataclass(frozen=True, slots=True)
 class Point:
     """One grid point of a sweep: ``repeats`` samples are taken at it on one allocation.
@@ -199,10 +203,17 @@ class SweepConfig:
     warmup: int = 2
     backend: str = "gloo"
     allocations: int = 1
-    sweep_timeout_s: float = 3600.0
+    sweep_timeout_s: float = SWEEP_TIMEOUT_S
     """The whole run on one allocation: the driver stops the workers after this, and it is
     also the process group's timeout (ranks outside a subgroup wait at a barrier while the
     subgroup sweeps, so a shorter per-collective timeout would fire on them)."""
+    sustained_s: float = 0.0
+    """The sustained-transfer probe, after the grid of the largest world size: allreduce
+    ``sustained_bytes`` back to back, as training sends, for up to this many seconds (or
+    until the rate has dropped and held, a NIC's burst credits spent), then ``repeats``
+    samples recorded with phase ``sustained``. 0: none. EC2 types rated "up to" a bandwidth
+    burst for 5-60 minutes (3900 s covers them); a NIC without credits needs seconds."""
+    sustained_bytes: int = 64 * 1024**2
 
     def __post_init__(self) -> None:
         if not self.sizes:
@@ -235,6 +246,12 @@ class SweepConfig:
             raise UnknownNameError("backend", self.backend, BACKENDS)
         if not self.sweep_timeout_s > 0:
             raise ConfigError(f"sweep_timeout_s: must be positive, got {self.sweep_timeout_s}")
+        if not 0 <= self.sustained_s < self.sweep_timeout_s:
+            raise ConfigError(
+                f"sustained_s: must be >= 0 and under sweep_timeout_s "
+                f"({self.sweep_timeout_s:g}), got {self.sustained_s}"
+            )
+        _check_size(int(self.sustained_bytes), "sustained_bytes")
 
     @property
     def max_world_size(self) -> int:
@@ -267,6 +284,8 @@ class SweepConfig:
             "backend",
             "allocations",
             "sweep_timeout_s",
+            "sustained_s",
+            "sustained_bytes",
         }
         unknown = set(d) - known
         if unknown:
@@ -287,7 +306,7 @@ def _as_iter(v: Any, name: str) -> Iterable[Any]:
 def config_from_params(params: Mapping[str, Any]) -> SweepConfig:
     """A ``SweepConfig`` from the DAG's params (or any mapping of the CLI's options):
     ``sizes`` (``LO:HI`` or a list string), ``points_per_decade``/``steps``, ``world_sizes``,
-    ``concurrency``, ``repeats``, ``warmup``, ``backend``."""
+    ``concurrency``, ``repeats``, ``warmup``, ``backend``, ``sustained_s``."""
     kw: dict[str, Any] = {
         "sizes": parse_sizes(
             str(params["sizes"]),
@@ -301,6 +320,9 @@ def config_from_params(params: Mapping[str, Any]) -> SweepConfig:
     for name in ("repeats", "warmup", "allocations"):
         if params.get(name) is not None:
             kw[name] = int(params[name])
+    if params.get("sustained_s"):
+        kw["sustained_s"] = float(params["sustained_s"])
+        kw["sweep_timeout_s"] = SWEEP_TIMEOUT_S + kw["sustained_s"]
     if params.get("backend"):
         kw["backend"] = str(params["backend"])
     return SweepConfig(**kw)

@@ -33,7 +33,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.probing.config import Point, SweepConfig
-from srifty_core.probing.schema import STATUS_FAILED, STATUS_OK
+from srifty_core.probing.schema import PHASE_BURST, STATUS_FAILED, STATUS_OK
 from srifty_core.probing.store import (
     PARTITION_FILE,
     partition_dir,
@@ -178,24 +178,31 @@ def merge_records(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[
     failed: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in map(_norm, records):
         if r["status"] == STATUS_OK:
-            ok[(r["allocation_id"], *_key(r), int(r["repeat"]))] = r
+            ok[(r["allocation_id"], *_key(r), int(r["repeat"]), _phase(r))] = r
         else:
             failed[(r["allocation_id"], *_key(r))] = r
     counts: dict[tuple[int, int, int, int], int] = {}
     for r in ok.values():
-        counts[_key(r)] = counts.get(_key(r), 0) + 1
+        if _phase(r) == PHASE_BURST:
+            counts[_key(r)] = counts.get(_key(r), 0) + 1
     complete = {k for k, n in counts.items() if n >= repeats}
     kept_failed = [r for r in failed.values() if _key(r) not in complete]
     return sorted(
         [*ok.values(), *kept_failed],
-        key=lambda r: (_key(r), str(r["allocation_id"]), int(r["repeat"]), r["status"]),
+        key=lambda r: (_phase(r), _key(r), str(r["allocation_id"]), int(r["repeat"]), r["status"]),
     )
 
 
+def _phase(r: dict[str, Any]) -> str:
+    return str(r.get("phase") or PHASE_BURST)
+
+
 def complete_points(records: Iterable[dict[str, Any]], repeats: int) -> set[tuple[int, ...]]:
+    """Grid points with ``repeats`` good samples (sustained-probe rows are not grid
+    points, even at a grid point's size)."""
     counts: dict[tuple[int, int, int, int], int] = {}
     for r in records:
-        if r["status"] == STATUS_OK:
+        if r["status"] == STATUS_OK and _phase(r) == PHASE_BURST:
             counts[_key(r)] = counts.get(_key(r), 0) + 1
     return {k for k, n in counts.items() if n >= repeats}
 

@@ -12,6 +12,14 @@ others wait at a barrier). At each point: ``warmup`` untimed rounds, then ``repe
 samples, each: barrier, start ``concurrent`` asynchronous allreduces of ``buffer_bytes``,
 wait for all; the sample's time is the slowest rank's (an allreduce MAX of the times).
 
+With ``sustained_s`` > 0, the grid of the largest world size is followed by the
+sustained-transfer probe (once per allocation: a NIC whose credits are spent shows no drop
+to wait for) (``SweepConfig.sustained_s``): back-to-back allreduces of ``sustained_bytes`` until
+the time is up or the rate has dropped to at most ``SUSTAINED_DROP`` of its start and held
+for ``SUSTAINED_HOLD`` samples, then ``repeats`` samples recorded with phase
+``sustained`` (grid rows are phase ``burst``). Every rank sees the same (MAX-reduced)
+times, so all decide to stop together.
+
 Rank 0 appends each completed point's rows to the partial file and fsyncs it, so a worker
 that dies later loses nothing measured. If a point fails, rank 0 appends one failed row
 with the reason and exits 1.
@@ -32,7 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.probing.config import ELEMENT_BYTES, Point, SweepConfig, busbw
-from srifty_core.probing.schema import STATUS_FAILED, STATUS_OK
+from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
+
+SUSTAINED_DROP = 0.8
+SUSTAINED_HOLD = 5
 
 FAIL_ENV = "SRIFTY_PROBE_FAIL_AT"
 FAIL_EXIT_CODE = 17
@@ -139,6 +150,13 @@ def run_plan(plan: dict[str, Any]) -> int:
                     del bufs
                     index += 1
                     current = None
+                if config.sustained_s > 0 and n == sizes[-1]:
+                    slot = points[0].allocation_slot
+                    current = Point(slot, n, config.sustained_bytes, 1)
+                    rows = _sustained(config, current, group, device, sync, labels)
+                    if rank == 0:
+                        _append(out, rows)
+                    current = None
             else:
                 index += sum(1 for q in points if q.world_size == n)
             dist.barrier()
@@ -152,6 +170,61 @@ def run_plan(plan: dict[str, Any]) -> int:
     return 0
 
 
+def _timed_allreduce(buf: Any, group: Any, device: Any, sync: Any) -> float:
+    """One allreduce of ``buf`` after a barrier; the slowest rank's time (MAX-reduced, so
+    every rank returns the same number)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    dist.all_reduce(buf, group=group)
+    sync()
+    dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+    return float(dt.item())
+
+
+def _sustained(
+    config: SweepConfig, p: Point, group: Any, device: Any, sync: Any, labels: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The sustained-transfer probe at ``p`` (rule: module docstring)."""
+    import statistics
+
+    import torch
+
+    numel = max(1, p.buffer_bytes // ELEMENT_BYTES)
+    buf = torch.zeros(numel, dtype=torch.float32, device=device)
+    start = time.perf_counter()
+    first: list[float] = []
+    recent: list[float] = []
+    while time.perf_counter() - start < config.sustained_s:
+        t = _timed_allreduce(buf, group, device, sync)
+        if len(first) < SUSTAINED_HOLD:
+            first.append(t)
+            continue
+        recent = [*recent[-(SUSTAINED_HOLD - 1) :], t]
+        slow = statistics.median(first) / SUSTAINED_DROP  # time, so slower = larger
+        if len(recent) == SUSTAINED_HOLD and min(recent) >= slow:
+            break  # dropped and held: the burst is spent
+    rows = []
+    for r in range(config.repeats):
+        t = _timed_allreduce(buf, group, device, sync)
+        rows.append(
+            _row(
+                labels,
+                config,
+                p,
+                r,
+                STATUS_OK,
+                t,
+                busbw(p.buffer_bytes, p.world_size, t),
+                phase=PHASE_SUSTAINED,
+            )
+        )
+    return rows
+
+
 def _row(
     labels: dict[str, Any],
     config: SweepConfig,
@@ -161,6 +234,7 @@ def _row(
     time_s: float | None,
     bw: float | None,
     error: str | None = None,
+    phase: str = PHASE_BURST,
 ) -> dict[str, Any]:
     return {
         **labels,
@@ -175,6 +249,7 @@ def _row(
         "status": status,
         "error": error,
         "probed_at": datetime.now(UTC).isoformat(),
+        "phase": phase,
     }
 
 

@@ -180,3 +180,40 @@ def test_partials_left_by_a_dead_driver_are_committed_by_the_next_run() -> None:
     assert provider.pids == []  # nothing was missing, nothing was launched
     assert not _partial_files()
     assert read_probes()["allocation_id"].tolist() == ["alloc-a", "alloc-a"]
+
+
+def test_sustained_probe_follows_the_largest_world_sizes_grid() -> None:
+    """Back-to-back transfers, then samples recorded as phase 'sustained', kept apart from
+    the grid even at a grid point's size (a rerun finds the grid complete)."""
+    cfg = SweepConfig(
+        sizes=(4, 1 << 20),
+        concurrency=(1,),
+        repeats=2,
+        warmup=0,
+        sustained_s=0.5,
+        sustained_bytes=1 << 20,
+    )
+    provider = Recorder()
+    result = probe_sweep(cfg, provider=provider, day=DAY)
+    assert result.ok and result.measured == 2
+    df = read_probes()
+    sus = df[df["phase"] == "sustained"]
+    grid = df[df["phase"] == "burst"]
+    assert len(sus) == 2 and set(sus["buffer_bytes"]) == {1 << 20}
+    assert set(sus["concurrent"]) == {1} and set(sus["world_size"]) == {2}
+    assert len(grid) == 4 and sorted(set(grid["buffer_bytes"])) == [4, 1 << 20]
+    assert sus["probed_at"].min() > grid["probed_at"].max()
+    provider.assert_clean()
+    again = probe_sweep(cfg, provider=provider, day=DAY)
+    assert again.measured == 0 and len(read_probes()) == 6
+
+
+def test_sustained_probe_settings_are_checked() -> None:
+    from srifty_core.probing.config import SWEEP_TIMEOUT_S, config_from_params
+
+    with pytest.raises(ConfigError, match="sustained_s"):
+        SweepConfig(sizes=(4,), sustained_s=SWEEP_TIMEOUT_S)
+    with pytest.raises(ConfigError, match="sustained_bytes"):
+        SweepConfig(sizes=(4,), sustained_s=1.0, sustained_bytes=0)
+    cfg = config_from_params({"sizes": "4B", "sustained_s": 3900})
+    assert cfg.sustained_s == 3900 and cfg.sweep_timeout_s == SWEEP_TIMEOUT_S + 3900
