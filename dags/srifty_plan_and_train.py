@@ -127,6 +127,13 @@ LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 
         "time_limit_s": Param(None, type=["null", "number"], minimum=0),
         "budget_usd": Param(None, type=["null", "number"], minimum=0),
         "objective": Param("cost", type="string", enum=["cost", "time"]),
+        "risk_quantile": Param(
+            0.9,
+            type="number",
+            minimum=0.5,
+            exclusiveMaximum=1,
+            description="The limits hold for this quantile of predicted time and cost.",
+        ),
         "provider": Param("local", type="string", enum=["local", "ec2"]),
         "region": Param("us-east-1", type="string", description="Catalog region (ec2)."),
         "offers": Param(

@@ -50,7 +50,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest, Provider
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.planner.request import offer_key
+from srifty_core.planner.request import DEFAULT_RISK_QUANTILE, offer_key
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from srifty_core.runtime.monitor import Limits, decide
 from srifty_core.runtime.progress import iter_jsonl, read_progress
@@ -125,6 +125,8 @@ class JobSpec:
     time_limit_s: float = math.inf
     budget_usd: float = math.inf
     objective: str = "cost"
+    risk_quantile: float = DEFAULT_RISK_QUANTILE
+    """The limits hold for this quantile of predicted time and cost (``PlanRequest``)."""
     launch_s: float | None = None
     """Launch overhead the planner charges; default per provider (``DEFAULT_LAUNCH_S``)."""
     ec2: Mapping[str, Any] = field(default_factory=dict)
@@ -166,6 +168,7 @@ class JobSpec:
                 time_limit_s=_limit(p.get("time_limit_s")),
                 budget_usd=_limit(p.get("budget_usd")),
                 objective=str(p.get("objective", "cost")),
+                risk_quantile=float(p.get("risk_quantile") or DEFAULT_RISK_QUANTILE),
                 launch_s=None if p.get("launch_s") is None else float(p["launch_s"]),
                 ec2=dict(p.get("ec2") or {}),
                 checkpoint_every=int(p.get("checkpoint_every", 10)),
@@ -319,6 +322,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         budget_usd=spec.budget_usd,
         objective=Objective.parse(spec.objective),
         overheads=Overheads(launch_s=launch_s, detach_s=detach_s),
+        risk_quantile=spec.risk_quantile,
     )
 
 

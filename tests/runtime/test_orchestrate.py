@@ -33,7 +33,8 @@ PARAMS: dict[str, Any] = {
 def test_job_spec_validates_and_fills_defaults() -> None:
     spec = orc.JobSpec.from_params(PARAMS)
     assert spec.time_limit_s == math.inf and spec.budget_usd == 10.0
-    assert spec.target_iterations == 20
+    assert spec.target_iterations == 20 and spec.risk_quantile == 0.9
+    assert orc.JobSpec.from_params({**PARAMS, "risk_quantile": 0.5}).risk_quantile == 0.5
     with pytest.raises(ConfigError, match="provider"):
         orc.JobSpec.from_params({**PARAMS, "provider": "gcp"})
     with pytest.raises(ConfigError, match="offers"):
@@ -53,8 +54,10 @@ def test_job_spec_validates_and_fills_defaults() -> None:
 def test_plan_splits_the_batch_over_local_workers(ready_to_plan: Path) -> None:
     params = dict(PARAMS)
     path = orc.plan_job(orc.JobSpec.from_params(params), "manual__2026/x", track=False)
-    plan = orc.JobPlan.load(path).train
+    job = orc.JobPlan.load(path)
+    plan = job.train
     assert plan.local_batches == (8, 8) and plan.iterations == 20
+    assert job.predicted["risk_quantile"] == 0.9 and "time_at_risk_s" in job.predicted
     assert Path(plan.run_dir) == ready_to_plan / "runs" / "manual__2026_x"
 
 
