@@ -29,6 +29,7 @@ each model's failure so the others still run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -327,13 +328,7 @@ def run_model(
         log(f"{name}: dense sweep: {exc}; retrying without B_max {probe.b_max}")
         rec["dense_retry"] = str(exc)
         sizes = [b for b in sizes if b < probe.b_max]
-        dense_cfg = ProfilerConfig(
-            device=args.device,
-            batch_sizes=tuple(sizes),
-            repeats=args.repeats,
-            warmup=args.warmup,
-            max_batch=probe.b_max,
-        )
+        dense_cfg = dataclasses.replace(dense_cfg, batch_sizes=tuple(sizes))
         dense = profile_model(name, args.size, dense_cfg, progress=progress)
     marks["dense_profile_s"] = time.perf_counter() - t1
     rec |= {
