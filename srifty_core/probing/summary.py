@@ -1,4 +1,5 @@
-"""The sweep summary: median bus bandwidth per (world size, size, concurrency), with spread."""
+"""The sweep summary: median bus bandwidth per (phase, world size, size, concurrency), with
+spread; the sustained-transfer probe's rows come last, marked."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ def format_rate(bytes_per_s: float) -> str:
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (world_size, buffer_bytes, concurrent) over the ok rows of ``df``:
-    samples, allocations, median/p10/p90 busbw and time, and spread = (p90 - p10) / median.
-    The spread covers repeats and allocations together."""
+    """One row per (phase, world_size, buffer_bytes, concurrent) over the ok rows of
+    ``df``: samples, allocations, median/p10/p90 busbw and time, and spread = (p90 - p10) /
+    median. The spread covers repeats and allocations together. Grid rows (``burst``) sort
+    before the sustained probe's."""
     import pandas as pd
 
     ok = df[df["status"] == "ok"]
-    keys = ["world_size", "buffer_bytes", "concurrent"]
+    if "phase" not in ok.columns:
+        ok = ok.assign(phase="burst")
+    keys = ["phase", "world_size", "buffer_bytes", "concurrent"]
     if ok.empty:
         return pd.DataFrame(
             columns=[*keys, "samples", "allocations", "busbw_median", "busbw_p10", "busbw_p90"]
@@ -60,5 +64,6 @@ def format_summary(summary: pd.DataFrame) -> str:
             f"{int(r['concurrent']):>4} {int(r['samples']):>4} {int(r['allocations']):>6} "
             f"{float(r['time_median_s']) * 1e3:>8.3f}ms "
             f"{format_rate(float(r['busbw_median'])):>11} {band:>23} {float(r['spread']):>6.0%}"
+            + ("  sustained" if r.get("phase") == "sustained" else "")
         )
     return "\n".join(lines)

@@ -56,3 +56,16 @@ def test_probing_and_cloud_packages_stay_light() -> None:
     for module in ("srifty_core.probing", "srifty_core.cloud", "srifty_core.cloud.local"):
         assert _loaded_after_import(module) == [], module
     assert "torch" not in _loaded_after_import("srifty_core.probing.sweep")
+
+
+def test_probe_command_runs_the_sustained_probe(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["probe", "--sizes", "4B:1KB", "--steps", "2", "--repeats", "2", "--concurrency", "1"]
+    argv += ["--sustained-s", "1", "--no-progress", "--day", "2026-03-02"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    marked = [ln for ln in out.splitlines() if ln.endswith("sustained")]
+    assert len(marked) == 1 and marked[0].split()[:2] == ["2", "64MB"]
+    df = read_probes()
+    assert sorted(df.loc[df["phase"] == "sustained", "buffer_bytes"].unique()) == [64 << 20]
