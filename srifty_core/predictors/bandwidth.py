@@ -55,8 +55,8 @@ from srifty_core.predictors.network import (
     nearest_world,
     sustained_caps,
     sustained_factors,
+    sustained_mask,
 )
-from srifty_core.probing.schema import PHASE_SUSTAINED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -528,18 +528,9 @@ class BandwidthCaps:
         return cls(by_type=by_type, rated=rated, quantile=quantile, min_buffer=min_buffer)
 
     def cap(self, instance_type: str, world_size: int) -> float:
-        sustained = self.sustained.get(instance_type)
-        if sustained:
-            return nearest_world(dict(sustained), world_size)
-        table = self.by_type.get(instance_type)
+        table = self.sustained.get(instance_type) or self.by_type.get(instance_type)
         if table:
-            if world_size in table:
-                return float(table[world_size])
-            sizes = sorted(table)
-            if world_size > sizes[-1]:
-                return float(table[sizes[-1]])
-            nearest = min(sizes, key=lambda s: (abs(s - world_size), -s))
-            return float(table[nearest])
+            return nearest_world(table, world_size)
         return self._unseen_type_cap(instance_type)
 
     def _unseen_type_cap(self, instance_type: str) -> float:
@@ -624,14 +615,11 @@ class BandwidthModel:
             raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
         check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1)
         w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
-        if "phase" in probes.columns:  # regressors learn the grid; caps the sustained probes
-            grid = (probes["phase"] != PHASE_SUSTAINED).to_numpy()
-            sustained = probes[~grid]
-            probes, w = probes[grid], w[grid]
-            if probes.empty:
-                raise BandwidthDataError("no grid probe rows to fit on (only sustained ones)")
-        else:
-            sustained = probes.iloc[0:0]
+        held = sustained_mask(probes)  # regressors learn the grid; caps the sustained probes
+        sustained = probes[held]
+        probes, w = probes[~held], w[~held]
+        if probes.empty:
+            raise BandwidthDataError("no grid probe rows to fit on (only sustained ones)")
         masks = size_masks(probes, self.mtu)
         y = probes[LABEL].to_numpy(dtype=float)
         self.small_ = BusBandwidthRegressor(**self.small_params).fit(
@@ -655,7 +643,7 @@ class BandwidthModel:
         """Sustained over burst bus bandwidth of a type (``predictors.network``); 1 for a
         type whose sweep ran no sustained probe."""
         table = self.caps_.factors.get(instance_type)
-        return nearest_world(dict(table), int(world_size)) if table else 1.0
+        return nearest_world(table, int(world_size)) if table else 1.0
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations of a type

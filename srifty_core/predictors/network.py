@@ -24,10 +24,12 @@ predictors (the probe table and the XGBoost model):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from srifty_core.probing.schema import PHASE_SUSTAINED
 
@@ -38,12 +40,17 @@ LEVEL_MIN_BUFFER = 1 << 20
 GROUP = "allocation_id"
 
 
-def split_phases(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(grid rows, sustained rows): rows without a ``phase`` column are all grid rows."""
+def sustained_mask(probes: pd.DataFrame) -> NDArray[np.bool_]:
+    """Which rows are the sustained probe's (none where there is no ``phase`` column)."""
     if "phase" not in probes.columns:
-        return probes, probes.iloc[0:0]
-    sustained = probes["phase"] == PHASE_SUSTAINED
-    return probes[~sustained], probes[sustained]
+        return np.zeros(len(probes), dtype=bool)
+    return (probes["phase"] == PHASE_SUSTAINED).to_numpy(dtype=bool)
+
+
+def split_phases(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(grid rows, sustained rows)."""
+    held = sustained_mask(probes)
+    return probes[~held], probes[held]
 
 
 def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> dict[str, dict[int, float]]:
@@ -119,7 +126,7 @@ def predictive_spread(k: int, q: float = 0.9) -> float:
     return float(np.sqrt(1.0 + 1.0 / k) * t.ppf(q, k - 1) / ndtri(q))
 
 
-def nearest_world(table: dict[int, float], world_size: int) -> float:
+def nearest_world(table: Mapping[int, float], world_size: int) -> float:
     """The value at ``world_size``, else at the nearest probed world size (ties: the
     larger), the largest beyond the largest probed."""
     if world_size in table:

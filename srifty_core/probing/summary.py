@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from srifty_core.probing.config import format_size
+from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +29,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
     ok = df[df["status"] == "ok"]
     if "phase" not in ok.columns:
-        ok = ok.assign(phase="burst")
+        ok = ok.assign(phase=PHASE_BURST)
     keys = ["phase", "world_size", "buffer_bytes", "concurrent"]
     if ok.empty:
         return pd.DataFrame(
@@ -64,6 +65,6 @@ def format_summary(summary: pd.DataFrame) -> str:
             f"{int(r['concurrent']):>4} {int(r['samples']):>4} {int(r['allocations']):>6} "
             f"{float(r['time_median_s']) * 1e3:>8.3f}ms "
             f"{format_rate(float(r['busbw_median'])):>11} {band:>23} {float(r['spread']):>6.0%}"
-            + ("  sustained" if r.get("phase") == "sustained" else "")
+            + ("  sustained" if r.get("phase") == PHASE_SUSTAINED else "")
         )
     return "\n".join(lines)

@@ -12,9 +12,9 @@ others wait at a barrier). At each point: ``warmup`` untimed rounds, then ``repe
 samples, each: barrier, start ``concurrent`` asynchronous allreduces of ``buffer_bytes``,
 wait for all; the sample's time is the slowest rank's (an allreduce MAX of the times).
 
-With ``sustained_s`` > 0, the grid of the largest world size is followed by the
-sustained-transfer probe (once per allocation: a NIC whose credits are spent shows no drop
-to wait for) (``SweepConfig.sustained_s``): back-to-back allreduces of ``sustained_bytes`` until
+With ``sustained_s`` > 0 (``SweepConfig.sustained_s``), the grid of the largest world size
+is followed by the sustained-transfer probe, once per allocation (a NIC whose credits are
+spent shows no drop to wait for): back-to-back allreduces of ``sustained_bytes`` until
 the time is up or the rate has dropped to at most ``SUSTAINED_DROP`` of its start and held
 for ``SUSTAINED_HOLD`` samples, then ``repeats`` samples recorded with phase
 ``sustained`` (grid rows are phase ``burst``). Every rank sees the same (MAX-reduced)
@@ -132,16 +132,7 @@ def run_plan(plan: dict[str, Any]) -> int:
                             if fail[1] == "hang":
                                 time.sleep(3600)
                             os._exit(FAIL_EXIT_CODE)
-                        dist.barrier(group=group)
-                        t0 = time.perf_counter()
-                        works = [dist.all_reduce(b, group=group, async_op=True) for b in bufs]
-                        for w in works:
-                            w.wait()
-                        sync()
-                        elapsed = time.perf_counter() - t0
-                        dt = torch.tensor([elapsed], dtype=torch.float64, device=device)
-                        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
-                        t = float(dt.item())
+                        t = _timed_allreduce(bufs, group, device, sync)
                         if rank == 0:
                             bw = busbw(p.buffer_bytes, n, t)
                             rows.append(_row(labels, config, p, r, STATUS_OK, t, bw))
@@ -170,15 +161,17 @@ def run_plan(plan: dict[str, Any]) -> int:
     return 0
 
 
-def _timed_allreduce(buf: Any, group: Any, device: Any, sync: Any) -> float:
-    """One allreduce of ``buf`` after a barrier; the slowest rank's time (MAX-reduced, so
-    every rank returns the same number)."""
+def _timed_allreduce(bufs: list[Any], group: Any, device: Any, sync: Any) -> float:
+    """One sample: after a barrier, an asynchronous allreduce of each of ``bufs`` at once,
+    until all have ended; the slowest rank's time (MAX-reduced, so every rank returns the
+    same number)."""
     import torch
     import torch.distributed as dist
 
     dist.barrier(group=group)
     t0 = time.perf_counter()
-    dist.all_reduce(buf, group=group)
+    for w in [dist.all_reduce(b, group=group, async_op=True) for b in bufs]:
+        w.wait()
     sync()
     dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
@@ -199,7 +192,7 @@ def _sustained(
     first: list[float] = []
     recent: list[float] = []
     while time.perf_counter() - start < config.sustained_s:
-        t = _timed_allreduce(buf, group, device, sync)
+        t = _timed_allreduce([buf], group, device, sync)
         if len(first) < SUSTAINED_HOLD:
             first.append(t)
             continue
@@ -209,7 +202,7 @@ def _sustained(
             break  # dropped and held: the burst is spent
     rows = []
     for r in range(config.repeats):
-        t = _timed_allreduce(buf, group, device, sync)
+        t = _timed_allreduce([buf], group, device, sync)
         rows.append(
             _row(
                 labels,

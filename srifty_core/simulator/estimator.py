@@ -130,12 +130,12 @@ class Simulator:
             return hit
         import pandas as pd
 
+        worlds = [_ring_world(inst, vms, world, len(instances)) for inst in instances]
         rows = [
-            {**inst.features, "world_size": _ring_world(inst, vms, world, len(instances)),
-             "buffer_bytes": s, "concurrent": 1}
-            for inst in instances
+            {**inst.features, "world_size": n, "buffer_bytes": s, "concurrent": 1}
+            for inst, n in zip(instances, worlds, strict=True)
             for s in sizes
-        ]  # fmt: skip
+        ]
         pred = np.asarray(self.bandwidth.predict(pd.DataFrame(rows)), dtype=np.float64)
         if pred.shape != (len(rows),) or not np.all(pred > 0):
             raise ConfigError("the bandwidth predictor returned non-positive or misshapen output")
@@ -143,8 +143,7 @@ class Simulator:
             factor = getattr(self.bandwidth, "sustained_factor", None)
             if factor is not None:
                 scale = [
-                    float(factor(inst.name, _ring_world(inst, vms, world, len(instances))))
-                    for inst in instances
+                    float(factor(inst.name, n)) for inst, n in zip(instances, worlds, strict=True)
                 ]
                 pred = pred * np.repeat(np.asarray(scale), len(sizes))
         out: NDArray[np.float64] = pred.reshape(len(instances), len(sizes)).min(axis=0)
@@ -263,17 +262,15 @@ class Simulator:
             no_copy = no_copy or c <= 0
             no_step = no_step or o <= 0
             z_f, z_b = self._z(col, g.count)
+            t_f, t_b = s_f, s_b
             if cv > 0:  # VMs differ: over allocations, a VM's step spreads by both
                 vm_spread = True
                 t_f, t_b = float(np.hypot(s_f, m_f * cv)), float(np.hypot(s_b, m_b * cv))
-                # p90 of the slowest VM's factor, predictive: cv came from a few VMs
+            f, b = m_f + t_f * z_f, m_b + t_b * z_b
+            f_slow, b_slow = f, b
+            if cv > 0:  # p90 of the slowest VM's factor, predictive: cv came from a few VMs
                 slow_vm = 1.0 + cv * self._z_slow(g.count) * predictive_spread(int(k))
                 f_slow, b_slow = m_f * slow_vm + s_f * z_f, m_b * slow_vm + s_b * z_b
-            else:
-                t_f, t_b = s_f, s_b
-            f, b = m_f + t_f * z_f, m_b + t_b * z_b
-            if cv <= 0:
-                f_slow, b_slow = f, b
             fw = f if fw is None else np.maximum(fw, f)
             bw = b if bw is None else np.maximum(bw, b)
             fw_slow = f_slow if fw_slow is None else np.maximum(fw_slow, f_slow)
