@@ -244,12 +244,14 @@ class SweepConfig:
             raise ConfigError(f"allocations: must be at least 1, got {self.allocations}")
         if self.backend not in BACKENDS:
             raise UnknownNameError("backend", self.backend, BACKENDS)
+        if not (0 <= self.sustained_s < math.inf):
+            raise ConfigError(f"sustained_s: must be a number >= 0, got {self.sustained_s}")
         if not self.sweep_timeout_s > 0:
             raise ConfigError(f"sweep_timeout_s: must be positive, got {self.sweep_timeout_s}")
-        if not 0 <= self.sustained_s < self.sweep_timeout_s:
+        if not self.sustained_s < self.sweep_timeout_s:
             raise ConfigError(
-                f"sustained_s: must be >= 0 and under sweep_timeout_s "
-                f"({self.sweep_timeout_s:g}), got {self.sustained_s}"
+                f"sustained_s: {self.sustained_s:g} s must be under sweep_timeout_s "
+                f"({self.sweep_timeout_s:g} s)"
             )
         _check_size(int(self.sustained_bytes), "sustained_bytes")
 

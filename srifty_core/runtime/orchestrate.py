@@ -149,6 +149,9 @@ class JobSpec:
             raise ConfigError("iterations and global_batch: must be >= 1")
         if not self.offers:
             raise ConfigError("offers: at least one {type, market, quota} is needed")
+        q = self.risk_quantile
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.5 <= q < 1.0:
+            raise ConfigError(f"risk_quantile: must be a number in [0.5, 1), got {q!r}")
         if self.provider == "ec2" and not self.ec2.get("image_id"):
             raise ConfigError("ec2.image_id: the ec2 provider needs an AMI to launch")
 
@@ -168,7 +171,9 @@ class JobSpec:
                 time_limit_s=_limit(p.get("time_limit_s")),
                 budget_usd=_limit(p.get("budget_usd")),
                 objective=str(p.get("objective", "cost")),
-                risk_quantile=float(p.get("risk_quantile") or DEFAULT_RISK_QUANTILE),
+                risk_quantile=(
+                    DEFAULT_RISK_QUANTILE if p.get("risk_quantile") is None else p["risk_quantile"]
+                ),
                 launch_s=None if p.get("launch_s") is None else float(p["launch_s"]),
                 ec2=dict(p.get("ec2") or {}),
                 checkpoint_every=int(p.get("checkpoint_every", 10)),

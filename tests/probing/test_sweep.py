@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from datetime import date
 from pathlib import Path
@@ -213,6 +214,9 @@ def test_sustained_probe_settings_are_checked() -> None:
 
     with pytest.raises(ConfigError, match="sustained_s"):
         SweepConfig(sizes=(4,), sustained_s=SWEEP_TIMEOUT_S)
+    for bad in (-1.0, math.nan, math.inf):  # named, also when the timeout derives from it
+        with pytest.raises(ConfigError, match=r"^sustained_s: must be a number >= 0"):
+            SweepConfig(sizes=(4,), sustained_s=bad, sweep_timeout_s=SWEEP_TIMEOUT_S + bad)
     with pytest.raises(ConfigError, match="sustained_bytes"):
         SweepConfig(sizes=(4,), sustained_s=1.0, sustained_bytes=0)
     cfg = config_from_params({"sizes": "4B", "sustained_s": 3900})

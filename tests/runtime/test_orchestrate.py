@@ -35,6 +35,9 @@ def test_job_spec_validates_and_fills_defaults() -> None:
     assert spec.time_limit_s == math.inf and spec.budget_usd == 10.0
     assert spec.target_iterations == 20 and spec.risk_quantile == 0.9
     assert orc.JobSpec.from_params({**PARAMS, "risk_quantile": 0.5}).risk_quantile == 0.5
+    for bad in (0, 1.0, "0.9", True, math.nan):  # never silently the default
+        with pytest.raises(ConfigError, match="risk_quantile"):
+            orc.JobSpec.from_params({**PARAMS, "risk_quantile": bad})
     with pytest.raises(ConfigError, match="provider"):
         orc.JobSpec.from_params({**PARAMS, "provider": "gcp"})
     with pytest.raises(ConfigError, match="offers"):
