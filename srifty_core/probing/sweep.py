@@ -33,7 +33,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.probing.config import Point, SweepConfig
-from srifty_core.probing.schema import PHASE_BURST, STATUS_FAILED, STATUS_OK
+from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
 from srifty_core.probing.store import (
     PARTITION_FILE,
     partition_dir,
@@ -207,6 +207,20 @@ def complete_points(records: Iterable[dict[str, Any]], repeats: int) -> set[tupl
     return {k for k, n in counts.items() if n >= repeats}
 
 
+def slots_missing_sustained(records: Iterable[dict[str, Any]], config: SweepConfig) -> set[int]:
+    """Allocation slots whose sustained-transfer probe (``config.sustained_s`` > 0) has
+    fewer than ``repeats`` good rows: a killed run's, or one never made. A rerun measures
+    it again, alone if every grid point is stored."""
+    if config.sustained_s <= 0:
+        return set()
+    counts: dict[int, int] = {}
+    for r in records:
+        if r["status"] == STATUS_OK and _phase(r) == PHASE_SUSTAINED:
+            slot = int(r["allocation_slot"])
+            counts[slot] = counts.get(slot, 0) + 1
+    return {s for s in range(config.allocations) if counts.get(s, 0) < config.repeats}
+
+
 class _Partition:
     """The committed rows of one partition plus its uncommitted partial files."""
 
@@ -286,9 +300,12 @@ def run_points(
     day: date,
     root: Path | None = None,
     on_point: Callable[[], None] | None = None,
+    sustained_slot: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[FailedPoint]]:
-    """Measure ``points`` on ``allocation``; return the rows rank 0 wrote (ok and failed)
-    and the points that failed. The partial file stays until the caller commits it."""
+    """Measure ``points`` on ``allocation`` (and, with ``sustained_slot``, the
+    sustained-transfer probe for that slot at the largest world size); return the rows
+    rank 0 wrote (ok and failed) and the points that failed. The partial file stays until
+    the caller commits it."""
     check_fits(config, allocation.ranks, f"{allocation.count} x {allocation.spec.name}")
     folder = partial_dir(day, allocation.provider, allocation.spec.name, root)
     folder.mkdir(parents=True, exist_ok=True)
@@ -297,6 +314,7 @@ def run_points(
     plan = {
         "config": config.to_dict(),
         "points": [list(p.key) for p in points],
+        "sustained": None if sustained_slot is None else [sustained_slot, config.max_world_size],
         "labels": labels(allocation, day),
         "out": str(out),
     }
@@ -332,6 +350,8 @@ def run_points(
     failed_ok = all(c == 0 for c in codes.values()) and not timed_out
     complete = complete_points(rows, config.repeats)
     missing = [p for p in points if p.key not in complete]
+    if sustained_slot is not None and sustained_slot in slots_missing_sustained(rows, config):
+        missing.append(Point(sustained_slot, config.max_world_size, config.sustained_bytes, 1))
     failures: list[FailedPoint] = []
     if missing:
         summary = _exit_summary(codes, timed_out, config.sweep_timeout_s)
@@ -398,13 +418,22 @@ def sweep_on_allocation(
     check_fits(config, allocation.ranks, f"{allocation.count} x {allocation.spec.name}")
     check_backend(config, allocation.ranks)
     part = _Partition(day, allocation.provider, allocation.spec.name, root, fresh)
-    done = complete_points(part.all_records(), config.repeats)
+    records = part.all_records()
+    done = complete_points(records, config.repeats)
     todo = [p for p in config.points(slot) if p.key not in done]
+    sustained = slot if slot in slots_missing_sustained(records, config) else None
     failures: list[FailedPoint] = []
-    if todo:
+    if todo or sustained is not None:
         progress = _Progress(len(todo), on_progress)
         _, failures = run_points(
-            provider, allocation, config, todo, day=day, root=root, on_point=progress.tick
+            provider,
+            allocation,
+            config,
+            todo,
+            day=day,
+            root=root,
+            on_point=progress.tick,
+            sustained_slot=sustained,
         )
     path, merged = part.commit(config.repeats)
     return SweepResult(
@@ -413,7 +442,7 @@ def sweep_on_allocation(
         measured=len(todo) - len(failures),
         skipped=len(config.points(slot)) - len(todo),
         failed=tuple(failures),
-        allocation_ids=(allocation.id,) if todo else (),
+        allocation_ids=(allocation.id,) if todo or sustained is not None else (),
         wall_s=time.perf_counter() - t0,
     )
 
@@ -481,15 +510,17 @@ def probe_sweep(
     check_backend(config, ranks)
     day = day or datetime.now(UTC).date()
     part = _Partition(day, provider.name, spec.name, root, fresh)
-    done = complete_points(part.all_records(), config.repeats)
+    records = part.all_records()
+    done = complete_points(records, config.repeats)
     todo = [p for p in config.all_points() if p.key not in done]
+    sustained = slots_missing_sustained(records, config)
     progress = _Progress(len(todo), on_progress)
     if on_progress is not None:
         on_progress(0, len(todo))
     failures: list[FailedPoint] = []
     alloc_ids: list[str] = []
     path, merged = part.commit(config.repeats)  # commits partials a crashed run left
-    for slot in sorted({p.allocation_slot for p in todo}):
+    for slot in sorted({p.allocation_slot for p in todo} | sustained):
         points = [p for p in todo if p.allocation_slot == slot]
         alloc = provider.launch(
             LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
@@ -497,7 +528,14 @@ def probe_sweep(
         alloc_ids.append(alloc.id)
         try:
             _, failed = run_points(
-                provider, alloc, config, points, day=day, root=root, on_point=progress.tick
+                provider,
+                alloc,
+                config,
+                points,
+                day=day,
+                root=root,
+                on_point=progress.tick,
+                sustained_slot=slot if slot in sustained else None,
             )
             failures.extend(failed)
         finally:

@@ -12,9 +12,10 @@ others wait at a barrier). At each point: ``warmup`` untimed rounds, then ``repe
 samples, each: barrier, start ``concurrent`` asynchronous allreduces of ``buffer_bytes``,
 wait for all; the sample's time is the slowest rank's (an allreduce MAX of the times).
 
-With ``sustained_s`` > 0 (``SweepConfig.sustained_s``), the grid of the largest world size
-is followed by the sustained-transfer probe, once per allocation (a NIC whose credits are
-spent shows no drop to wait for): back-to-back allreduces of ``sustained_bytes`` until
+When the plan asks for it (``sustained``: slot and world size, with ``SweepConfig.sustained_s``
+> 0), the grid of that world size is followed by the sustained-transfer probe, once per
+allocation (a NIC whose credits are spent shows no drop to wait for): back-to-back
+allreduces of ``sustained_bytes`` until
 the time is up or the rate has dropped to at most ``SUSTAINED_DROP`` of its start and held
 for ``SUSTAINED_HOLD`` samples, then ``repeats`` samples recorded with phase
 ``sustained`` (grid rows are phase ``burst``). Every rank sees the same (MAX-reduced)
@@ -99,8 +100,9 @@ def run_plan(plan: dict[str, Any]) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    sustained = plan.get("sustained")  # [slot, world size] of the sustained probe, or None
     # Every rank creates every subgroup, in the same order (a collective call).
-    sizes = sorted({p.world_size for p in points})
+    sizes = sorted({p.world_size for p in points} | ({sustained[1]} if sustained else set()))
     groups: dict[int, Any] = {}
     for n in sizes:
         if n > world:
@@ -141,9 +143,8 @@ def run_plan(plan: dict[str, Any]) -> int:
                     del bufs
                     index += 1
                     current = None
-                if config.sustained_s > 0 and n == sizes[-1]:
-                    slot = points[0].allocation_slot
-                    current = Point(slot, n, config.sustained_bytes, 1)
+                if sustained and n == sustained[1]:
+                    current = Point(sustained[0], n, config.sustained_bytes, 1)
                     rows = _sustained(config, current, group, device, sync, labels)
                     if rank == 0:
                         _append(out, rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -221,3 +222,20 @@ def test_sustained_probe_settings_are_checked() -> None:
         SweepConfig(sizes=(4,), sustained_s=1.0, sustained_bytes=0)
     cfg = config_from_params({"sizes": "4B", "sustained_s": 3900})
     assert cfg.sustained_s == 3900 and cfg.sweep_timeout_s == SWEEP_TIMEOUT_S + 3900
+
+
+def test_a_missing_sustained_probe_is_measured_alone_on_a_rerun() -> None:
+    """A run killed during the sustained probe (here: a partition made without one) has
+    every grid point stored: the rerun measures the sustained probe only, and a third run
+    nothing; no row is doubled."""
+    grid_only = SweepConfig(sizes=(4, 1024), concurrency=(1,), repeats=2, warmup=0)
+    provider = Recorder()
+    assert probe_sweep(grid_only, provider=provider, day=DAY).measured == 2
+    with_sustained = dataclasses.replace(grid_only, sustained_s=0.3, sustained_bytes=1 << 16)
+    again = probe_sweep(with_sustained, provider=provider, day=DAY)
+    assert again.ok and again.measured == 0 and len(again.allocation_ids) == 1
+    df = read_probes()
+    assert (df["phase"] == "burst").sum() == 4 and (df["phase"] == "sustained").sum() == 2
+    third = probe_sweep(with_sustained, provider=provider, day=DAY)
+    assert third.allocation_ids == () and len(read_probes()) == 6
+    provider.assert_clean()
