@@ -122,6 +122,18 @@ def draw_configs(n: int, seed: int, catalog: Any, profiles: Mapping[str, Any]) -
     return out
 
 
+def draw_mixes(n: int, seed: int, types: Sequence[str]) -> list[dict[str, int]]:
+    """``n`` distinct mixes of two of ``types`` with 1-4 VMs each (seeded), drawn without
+    looking at the configurations: what a sweep of the offered types would add."""
+    rng = np.random.default_rng(seed + 17)
+    pairs = [(a, b) for i, a in enumerate(types) for b in types[i + 1 :]]
+    picked = rng.permutation(len(pairs))[: min(n, len(pairs))]
+    return [
+        {pairs[k][0]: int(rng.integers(1, 5)), pairs[k][1]: int(rng.integers(1, 5))}
+        for k in sorted(picked)
+    ]
+
+
 def errors(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
     p = np.asarray(pred)
     m = np.asarray(meas)
@@ -280,6 +292,11 @@ def plan_quality(
                 broke = (mine[:, 0] > limited.time_limit_s) | (mine[:, 1] > limited.budget_usd)
                 entry["breaks"] = int(np.sum(broke))
                 entry["first_breaks"] = bool(broke[0])
+                # what the plan promised: its q-quantile over allocations within the limits
+                entry["quantile_breaks"] = bool(
+                    np.quantile(mine[:, 0], q) > limited.time_limit_s
+                    or np.quantile(mine[:, 1], q) > limited.budget_usd
+                )
                 if best is not None:
                     entry["quality"] = best / float(mine[:, obj].mean())
             row[f"q{int(100 * q)}"] = entry
@@ -299,6 +316,7 @@ def plan_quality(
             "plans_breaking_on_their_first_allocation": sum(
                 e.get("first_breaks", False) for e in es
             ),
+            "plans_whose_quantile_breaks_a_limit": sum(e.get("quantile_breaks", False) for e in es),
             "runs_breaking_a_limit": f"{sum(e.get('breaks', 0) for e in es)}/{runs}",
             "quality_median": round(float(np.median(quality)), 3) if quality else None,
             "quality_worst": round(float(min(quality)), 3) if quality else None,
@@ -319,6 +337,13 @@ def main() -> None:
         "--sweep-allocations", type=int, default=3, help="allocations per type in the sweep"
     )
     parser.add_argument("--profile-vms", type=int, default=3, help="VMs each profile runs on")
+    parser.add_argument(
+        "--mixed-probes",
+        type=int,
+        default=0,
+        help="also probe this many mixes (two of the types used, 1-4 VMs each) as one ring "
+        "each, for the bandwidth model's mixed-ring factor (default 0: none)",
+    )
     parser.add_argument("--plans", type=int, default=20, help="planning requests (0: none)")
     parser.add_argument("--allocations", type=int, default=8, help="truth runs per configuration")
     args = parser.parse_args()
@@ -349,6 +374,11 @@ def main() -> None:
             emulated_probe_sweep(
                 [name], world_sizes=ws, seed=100 + i, allocations=args.sweep_allocations
             )
+        )
+    mixes = draw_mixes(args.mixed_probes, args.seed, types_used)
+    if mixes:
+        sweep.append(
+            emulated_probe_sweep([], mixes=mixes, seed=300, allocations=args.sweep_allocations)
         )
     frame = pa.concat_tables(sweep).to_pandas()
     t_fit = time.perf_counter()
@@ -439,24 +469,21 @@ def main() -> None:
 
     plans: dict[str, Any] = {}
     if args.plans:
-        fitted: dict[tuple[str, ...], Any] = {}
+        # one model over every type's sweep, as the nightly refresh fits the whole store
+        extra = [t for t in PLAN_TYPES if t not in types_used]
+        tables = sweep + [
+            emulated_probe_sweep(
+                [t],
+                world_sizes=(2, 4, 8, 16, 32),
+                seed=200 + i,
+                allocations=args.sweep_allocations,
+            )
+            for i, t in enumerate(extra)
+        ]
+        everything = fit(pa.concat_tables(tables).to_pandas())
 
         def bandwidth_for(names: list[str]) -> Any:
-            key = tuple(sorted(names))
-            if key not in fitted:
-                tables = [
-                    sweep[types_used.index(t)]
-                    if t in types_used
-                    else emulated_probe_sweep(
-                        [t],
-                        world_sizes=(2, 4, 8, 16, 32),
-                        seed=200 + i,
-                        allocations=args.sweep_allocations,
-                    )
-                    for i, t in enumerate(key)
-                ]
-                fitted[key] = fit(pa.concat_tables(tables).to_pandas())
-            return fitted[key]
+            return everything
 
         plans = plan_quality(args, catalog, refs, bandwidth_for)
         print(format_plans(plans))
@@ -468,6 +495,10 @@ def main() -> None:
         "warm_s": args.warm_s,
         "bandwidth": args.bandwidth,
         "bandwidth_fit_s": round(fit_s, 2),
+        "mixed_probes": mixes,
+        "mixed_factor_by_decade": {
+            k: round(float(bandwidth.mixed_factor(10**k)), 3) for k in range(9)
+        },
         "seconds": round(time.perf_counter() - t_start, 1),
         "srifty": split("srifty_s"),
         "apm": split("apm_s"),
@@ -493,7 +524,8 @@ def format_plans(p: Mapping[str, Any]) -> str:
             f"  {key:<8} {s['plans']} plans, infeasible {s['infeasible']} "
             f"({s['infeasible_with_an_option']} with an option on the truth), breaking a limit on "
             f"the first allocation {s['plans_breaking_on_their_first_allocation']}, on any "
-            f"{s['plans_breaking_a_limit']} (runs {s['runs_breaking_a_limit']}), quality "
+            f"{s['plans_breaking_a_limit']} (runs {s['runs_breaking_a_limit']}), at the "
+            f"checked quantile {s['plans_whose_quantile_breaks_a_limit']}, quality "
             f"median {s['quality_median']} worst {s['quality_worst']}"
         )
     return "\n".join(lines)
@@ -519,6 +551,11 @@ def format_report(r: Mapping[str, Any]) -> str:
                     f"{e['too_fast']:>9} {e['worst_under']:>7}"
                 )
     lines.append(f"measured above Srifty's p90: {r['over_p90']}% of configurations")
+    if r.get("mixed_probes"):
+        lines.append(
+            f"{len(r['mixed_probes'])} mixes probed; mixed-ring factor at 1 B, 10 B ... 100 MB: "
+            + " ".join(str(v) for v in r["mixed_factor_by_decade"].values())
+        )
     if r.get("plans"):
         lines.append(format_plans(r["plans"]))
     return "\n".join(lines)

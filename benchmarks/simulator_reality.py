@@ -59,6 +59,13 @@ def main() -> None:
         "--colocated", type=int, default=1, help="profile with this many workers on the host"
     )
     parser.add_argument(
+        "--share-host",
+        type=int,
+        default=2,
+        help="profiles measure the slowdown of up to this many workers sharing the host "
+        "(default 2, the cases' ranks; 1: not measured)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads per rank (profiles and DDP alike)"
     )
     parser.add_argument("--models", type=lambda v: v.split(","), help="e.g. alexnet,dlrm")
@@ -128,6 +135,7 @@ def main() -> None:
                     threads=args.threads,
                     repeats=args.profile_repeats,
                     colocated=args.colocated,
+                    share_host=1 if args.colocated > 1 else args.share_host,
                 ),
             )
             profiles.save(profile)

@@ -38,6 +38,13 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(second
             description="Devices to profile on: cpu, cuda or cuda:N.",
         ),
         "probes": Param(4, type="integer", minimum=2, maximum=32),
+        "refine": Param(
+            3,
+            type="integer",
+            minimum=0,
+            maximum=16,
+            description="Check probes between the budgeted ones, where t(B) may bend.",
+        ),
         "repeats": Param(5, type="integer", minimum=2, maximum=100),
         "max_batch": Param(
             None,
@@ -56,6 +63,14 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(second
             type=["null", "integer"],
             minimum=1,
             description="CPU threads (match the training ranks); null keeps torch's default.",
+        ),
+        "share_host": Param(
+            2,
+            type="integer",
+            minimum=1,
+            maximum=64,
+            description="On cpu: measure how a step slows with up to this many local workers "
+            "sharing the host (the local runs' ranks); 1: not measured. Ignored on cuda.",
         ),
         "log_to_mlflow": Param(True, type="boolean"),
     },
@@ -78,6 +93,8 @@ def srifty_profile_model() -> None:
             max_batch=p["max_batch"],
             memory_cap_bytes=p["memory_cap_mib"] * 2**20 if p["memory_cap_mib"] else None,
             threads=p["threads"],
+            share_host=p["share_host"] if device == "cpu" else 1,
+            refine=p["refine"],
         )
         result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])
         return {

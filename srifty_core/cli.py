@@ -73,6 +73,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         threads=args.threads,
         colocated=args.colocated,
+        share_host=args.share_host,
+        refine=args.refine,
     )
     bar = tqdm(total=0, unit="step", desc=f"profiling {args.model}", leave=False)
 
@@ -384,6 +386,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="workers sharing this host in training: measure with that many running (default 1)",
+    )
+    prof.add_argument(
+        "--refine",
+        type=int,
+        default=3,
+        help="check probes between the budgeted ones where t(B) may bend (default 3; 0: none)",
+    )
+    prof.add_argument(
+        "--share-host",
+        type=int,
+        default=1,
+        help="measure how a step slows with up to this many workers sharing this host "
+        "(local CPU ranks; default 1: not measured)",
     )
     prof.add_argument("--out", help="write the profile here instead of the profile store")
     prof.add_argument("--plot", help="also write the latency plot (PNG) here")

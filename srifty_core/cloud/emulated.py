@@ -15,6 +15,9 @@ on-demand and zone spot prices) and draws every measurement from ``cloud.emulato
   and 128 spot, shared by all allocations) can run out: ``CapacityError``/``QuotaError``.
 * **Network levels.** Each allocation draws its own bandwidth level (small and large
   buffers), narrower with a placement group.
+* **Mixed rings.** ``probe_mix``/``probe_mix_sustained`` probe allocations of several
+  types as one ring, as a heterogeneous job's allreduce runs (``emulated_probe_sweep``'s
+  ``mixes``); the rows carry the mix's label (``probing.mix``).
 * **Preemptions.** Spot instances are interrupted at ``preemption_rate_per_hour`` (per type,
   or one rate for all; exponential arrivals drawn at launch) or at exact simulated times
   given to ``schedule_interruption`` (tests). They take effect as the clock passes them.
@@ -432,6 +435,112 @@ class EmulatedProvider(Provider):
         self._apply_interruptions()
         return self._records(a, cols, allocation_slot, day, "sustained")
 
+    def probe_mix(
+        self,
+        allocations: Sequence[Allocation],
+        sizes: Sequence[int],
+        *,
+        repeats: int = 5,
+        allocation_slot: int = 0,
+        day: date | None = None,
+    ) -> dict[str, list[Any]]:
+        """Allreduce samples over ONE ring of every rank of ``allocations`` (one allocation
+        per instance type, launched by the caller), as a heterogeneous job's ring runs
+        (``emulator_truth.cluster_allreduce_time``: paced by its slowest link, latency
+        growing with all its VMs). Columns as ``probe``'s under the mix's label
+        (``probing.mix``), phase ``burst``: each size at the full world size, concurrency 1
+        (what a job's DDP buckets see), ``repeats`` samples. Each allocation's NICs burst
+        while its own credits last, and every transfer spends every member's credits."""
+        group = self._mix_group(allocations)
+        size_arr = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.float64)
+        cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
+        n = sum(a.allocation.ranks for a in group)
+        for rep in range(repeats):
+            base = truth.cluster_allreduce_time(self._ring(group), size_arr)
+            times = base * truth.sample_noise(self._rng, size_arr)
+            for a in group:
+                a.credit_s = max(0.0, a.credit_s - float(times.sum()))
+            for s, ts in zip(size_arr, times, strict=True):
+                self._sample(cols, n, int(s), 1, rep, float(ts))
+        self._apply_interruptions()
+        return self._mix_records(group, cols, allocation_slot, day, "burst")
+
+    def probe_mix_sustained(
+        self,
+        allocations: Sequence[Allocation],
+        *,
+        size: int = SUSTAINED_BYTES,
+        repeats: int = 5,
+        max_s: float = SUSTAINED_MAX_S,
+        allocation_slot: int = 0,
+        day: date | None = None,
+    ) -> dict[str, list[Any]]:
+        """``probe_sustained`` over the ring of ``probe_mix``: back-to-back transfers until
+        no member has burst credits left (every NIC of a ring is busy the whole time) or
+        ``max_s`` seconds have passed, then ``repeats`` samples (phase ``sustained``)."""
+        group = self._mix_group(allocations)
+        s = np.asarray([float(size)])
+        left = max(a.credit_s for a in group)
+        if left > 0:
+            one = float(truth.cluster_allreduce_time(self._ring(group), s)[0])
+            spend = min(left, max_s)
+            for a in group:
+                a.credit_s = max(0.0, a.credit_s - spend)
+            self._clock += timedelta(seconds=spend + PROBE_GAP_S * spend / one)
+        base = truth.cluster_allreduce_time(self._ring(group), s)
+        n = sum(a.allocation.ranks for a in group)
+        cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
+        for rep in range(repeats):
+            ts = float((base * truth.sample_noise(self._rng, s))[0])
+            self._sample(cols, n, int(size), 1, rep, ts)
+        self._apply_interruptions()
+        return self._mix_records(group, cols, allocation_slot, day, "sustained")
+
+    def _mix_group(self, allocations: Sequence[Allocation]) -> list[_Alloc]:
+        """The running allocations of a mix, one per type, in type-name order."""
+        names = [a.spec.name for a in allocations]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"allocations: one per instance type in a mix, got {sorted(names)}")
+        if len(names) < 2:
+            raise ConfigError(f"allocations: a mix needs at least two instance types, got {names}")
+        return [self._running(a) for a in sorted(allocations, key=lambda a: a.spec.name)]
+
+    def _ring(self, group: Sequence[_Alloc]) -> list[truth.RingMember]:
+        return [
+            truth.RingMember(
+                truth.NetSpec.of(self.catalog_type(a.allocation.spec.name)),
+                a.allocation.count,
+                a.allocation.spec.ranks_per_instance,
+                a.level.small,
+                a.level.large,
+                a.credit_s > 0,
+            )
+            for a in group
+        ]
+
+    def _mix_records(
+        self,
+        group: Sequence[_Alloc],
+        cols: dict[str, list[Any]],
+        allocation_slot: int,
+        day: date | None,
+        phase: str,
+    ) -> dict[str, list[Any]]:
+        from srifty_core.probing.mix import ring_columns
+
+        allocs = [a.allocation for a in group]
+        ring = ring_columns(
+            {a.spec.name: a.count for a in allocs},
+            [a.spec for a in allocs],
+            [a.zone for a in allocs],
+        )
+        labels = {
+            **ring,
+            "placement_group": all(a.placement_group for a in allocs),
+            "allocation_id": "+".join(a.id for a in allocs),
+        }
+        return _columns(self._fixed(labels, allocation_slot, day, phase), cols)
+
     def _running(self, allocation: Allocation) -> _Alloc:
         a = self._get(allocation.id)
         if any(i.state is not InstanceState.RUNNING for i in a.instances):
@@ -459,12 +568,7 @@ class EmulatedProvider(Provider):
     ) -> dict[str, list[Any]]:
         allocation = a.allocation
         t = self.catalog_type(allocation.spec.name)
-        m = len(cols["time_s"])
-        fixed = {
-            "date": day or self._clock.date(),
-            "provider": self.name,
-            "cloud": self.cloud,
-            "region": self.region,
+        labels = {
             "zone": allocation.zone,
             "instance_type": t.name,
             "gpu_model": t.gpu_model,
@@ -473,19 +577,26 @@ class EmulatedProvider(Provider):
             "network_gbps": t.network_gbps,
             "placement_group": allocation.placement_group,
             "allocation_id": allocation.id,
+        }
+        return _columns(self._fixed(labels, allocation_slot, day, phase), cols)
+
+    def _fixed(
+        self, labels: Mapping[str, Any], allocation_slot: int, day: date | None, phase: str
+    ) -> dict[str, Any]:
+        """The columns every row of one probe shares: ``labels`` (what was probed) and
+        this provider's, the slot, the day and the phase."""
+        return {
+            "date": day or self._clock.date(),
+            "provider": self.name,
+            "cloud": self.cloud,
+            "region": self.region,
+            **labels,
             "allocation_slot": allocation_slot,
             "backend": "nccl",
             "status": "ok",
             "error": None,
             "phase": phase,
         }
-        out: dict[str, list[Any]] = {k: [v] * m for k, v in fixed.items()}
-        out.update(cols)
-        n_arr = np.asarray(out["world_size"], dtype=np.float64)
-        s_arr = np.asarray(out["buffer_bytes"], dtype=np.float64)
-        t_arr = np.asarray(out["time_s"], dtype=np.float64)
-        out["busbw"] = list(2.0 * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
-        return out
 
     def train(
         self,
@@ -583,6 +694,7 @@ class EmulatedProvider(Provider):
         reference_rate: truth.DeviceRate | None = None,
         seed: int | None = None,
         vms: int = 3,
+        refine: int = 3,
     ) -> ComputeProfile:
         """What ``srifty profile`` run on one VM of ``instance_type`` would measure for the
         model of ``reference`` (a profile of the same network on another device).
@@ -600,6 +712,9 @@ class EmulatedProvider(Provider):
           ``warmup``): per size the mean of the VMs' means and the pooled within-VM std,
           fitted with ``fit_piecewise`` as the profiler does; ``vm_cv`` is the spread of
           the VMs' mean step times.
+          Then, as the profiler does (``refine``, default 3), check probes between the
+          budgeted ones where the fit may bend (``refine_batch_sizes``), refitted after
+          each; the fit's errors at them are kept in ``probe_checks``.
         * **Per-step terms**: DDP's copy bandwidth and the optimizer step
           (``emulator_truth.step_costs``), median of ``repeats`` timings.
         * **Gradient buckets** (sizes, ready fractions): the reference's; they depend on
@@ -610,7 +725,12 @@ class EmulatedProvider(Provider):
         """
         import statistics
 
-        from srifty_core.predictors.compute import budget_batch_sizes, fit_piecewise
+        from srifty_core.predictors.compute import (
+            PiecewiseLinear,
+            budget_batch_sizes,
+            fit_piecewise,
+            refine_batch_sizes,
+        )
         from srifty_core.profiling.profile import PassStats
 
         if repeats < 2:
@@ -636,10 +756,12 @@ class EmulatedProvider(Provider):
             )
         sizes = budget_batch_sizes(b_max, probes) if b_max > 1 else [1]
         spatial = truth.draw_spatial(rng, vms)  # the VMs the profile runs on, at once
-        fw_s: list[list[list[float]]] = []
-        bw_s: list[list[list[float]]] = []
+        fw_by: dict[int, list[list[float]]] = {}
+        bw_by: dict[int, list[list[float]]] = {}
         elapsed = 0.0
-        for b in sizes:
+
+        def run(b: int) -> None:
+            nonlocal elapsed
             t_fw, t_bw, cv_fw, cv_bw = truth.profile_pass_times(reference, b, scale)
             fw_vm, bw_vm = [], []
             for k in range(vms):
@@ -649,19 +771,51 @@ class EmulatedProvider(Provider):
                     elapsed += float(fw.sum() + bw.sum())
                 fw_vm.append([float(x) for x in fw[warmup:]])
                 bw_vm.append([float(x) for x in bw[warmup:]])
-            fw_s.append(fw_vm)
-            bw_s.append(bw_vm)
+            fw_by[b], bw_by[b] = fw_vm, bw_vm
 
-        def stats(samples: list[list[list[float]]]) -> PassStats:
+        def stats(by: Mapping[int, list[list[float]]]) -> PassStats:
             """Mean over VMs of each VM's mean; the spread within a VM (pooled)."""
+            bs = sorted(by)
             return PassStats(
-                tuple(sizes),
-                tuple(statistics.fmean(statistics.fmean(v) for v in x) for x in samples),
+                tuple(bs),
+                tuple(statistics.fmean(statistics.fmean(v) for v in by[b]) for b in bs),
                 tuple(
-                    math.sqrt(statistics.fmean(statistics.variance(v) for v in x)) for x in samples
+                    math.sqrt(statistics.fmean(statistics.variance(v) for v in by[b])) for b in bs
                 ),
                 repeats,
             )
+
+        def fits() -> tuple[PiecewiseLinear, PiecewiseLinear]:
+            f, b = stats(fw_by), stats(bw_by)
+            return (
+                fit_piecewise(f.batch_sizes, f.mean_s, cv=f.cv, repeats=repeats),
+                fit_piecewise(b.batch_sizes, b.mean_s, cv=b.cv, repeats=repeats),
+            )
+
+        for b in sizes:
+            run(b)
+        checks: list[tuple[int, float]] = []
+        if len(sizes) >= 2 and refine > 0:
+            current = list(fits())
+
+            def predict(b: int) -> float:
+                return current[0].at(b) + current[1].at(b)
+
+            def measure(b: int) -> tuple[float, float]:
+                run(b)
+                current[:] = fits()
+                steps = [
+                    f + w
+                    for fv, bv in zip(fw_by[b], bw_by[b], strict=True)
+                    for f, w in zip(fv, bv, strict=True)
+                ]
+                mean = statistics.fmean(steps)
+                return mean, statistics.stdev(steps) / mean / math.sqrt(len(steps))
+
+            checks = refine_batch_sizes(sizes, predict, measure, budget=refine)
+        sizes = sorted(fw_by)
+        fw_s = [fw_by[b] for b in sizes]
+        bw_s = [bw_by[b] for b in sizes]
 
         vm_means = [
             statistics.fmean(
@@ -677,7 +831,7 @@ class EmulatedProvider(Provider):
         copy_m = copy_s * float(np.median(truth.draw_temporal(rng, (repeats,), 0.02)))
         step_m = step_s * float(np.median(truth.draw_temporal(rng, (repeats,), 0.02)))
         elapsed += repeats * (copy_s + step_s)
-        fw_stats, bw_stats = stats(fw_s), stats(bw_s)
+        fw_stats, bw_stats = stats(fw_by), stats(bw_by)
         if len(sizes) >= 2:
             fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=repeats)
             bw_fit = fit_piecewise(sizes, bw_stats.mean_s, cv=bw_stats.cv, repeats=repeats)
@@ -696,7 +850,8 @@ class EmulatedProvider(Provider):
             b_max=b_max,
             memory_cap_bytes=int(truth.gpu_memory_bytes(t)),
             schedule_batch_size=sizes[len(sizes) // 2],
-            probe_mode=f"budget:{probes}",
+            probe_mode=f"budget:{probes}" + (f"+{len(checks)}" if checks else ""),
+            probe_checks=tuple(checks),
             threads=0,
             copy_bytes_per_s=float(reference.gradient_bytes) / copy_m,
             optimizer_step_s=step_m,
@@ -787,6 +942,18 @@ class EmulatedProvider(Provider):
 _VARYING = ("world_size", "buffer_bytes", "concurrent", "repeat", "time_s", "probed_at")
 
 
+def _columns(fixed: Mapping[str, Any], cols: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
+    """Probe columns: ``fixed`` on every sample of ``cols``, and each sample's busbw."""
+    m = len(cols["time_s"])
+    out: dict[str, list[Any]] = {k: [v] * m for k, v in fixed.items()}
+    out.update(cols)
+    n_arr = np.asarray(out["world_size"], dtype=np.float64)
+    s_arr = np.asarray(out["buffer_bytes"], dtype=np.float64)
+    t_arr = np.asarray(out["time_s"], dtype=np.float64)
+    out["busbw"] = list(2.0 * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
+    return out
+
+
 def _flat_line(value: float) -> Any:
     """A one-piece constant model (the fit of a single probed batch size)."""
     from srifty_core.predictors.compute import PiecewiseLinear
@@ -853,19 +1020,31 @@ def emulated_probe_sweep(
     day: date | None = None,
     provider: EmulatedProvider | None = None,
     sustained: bool = True,
+    mixes: Sequence[Mapping[str, int]] = (),
 ) -> pa.Table:
     """An emulated probe dataset: for each region and type, ``allocations`` fresh
     allocations of ``ceil(max world size / GPUs per VM)`` VMs, each swept over ``sizes``
     (default 4 B..512 MB, 3 points a decade) x ``world_sizes`` x ``concurrency`` with
     ``repeats`` samples, then (``sustained``) the sustained-transfer probe at each world
     size (phase ``sustained``: what training sees once "up to" NICs spent their burst).
+
+    Then each mix of ``mixes`` (``{instance type: VMs}``, e.g. ``{"g4dn.12xlarge": 1,
+    "g4dn.xlarge": 3}``) on ``allocations`` fresh groups of allocations (one per type,
+    launched together): ``probe_mix`` over ``sizes`` at the ring's full world size, then
+    (``sustained``) ``probe_mix_sustained``; rows under the mix's label (``probing.mix``).
+    The mixes come after every type's own sweep, so adding them changes no other row.
+
     Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
     ``write_emulated_probes`` stores it. Same arguments and seed, same rows."""
     import pyarrow as pa
 
     from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, geometric_sizes
+    from srifty_core.probing.mix import mix_label
 
     size_list = list(sizes or geometric_sizes(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES))
+    mix_list = [dict(m) for m in mixes]
+    for i, m in enumerate(mix_list):
+        mix_label(m, field=f"mixes[{i}]")  # bad input fails before anything is launched
     tables = []
     for r, region in enumerate(regions):
         p = provider if provider is not None and provider.region == region else None
@@ -898,6 +1077,33 @@ def emulated_probe_sweep(
                             )
                 finally:
                     p.release(alloc)
+        for m in mix_list:
+            for slot in range(allocations):
+                group = p.launch_many(
+                    [
+                        LaunchRequest(name, count=count, placement_group=placement_group)
+                        for name, count in sorted(m.items())
+                    ]
+                )
+                try:
+                    tables.append(
+                        columns_to_table(
+                            p.probe_mix(
+                                group, size_list, repeats=repeats, allocation_slot=slot, day=day
+                            )
+                        )
+                    )
+                    if sustained:
+                        tables.append(
+                            columns_to_table(
+                                p.probe_mix_sustained(
+                                    group, repeats=repeats, allocation_slot=slot, day=day
+                                )
+                            )
+                        )
+                finally:
+                    for alloc in group:
+                        p.release(alloc)
     from srifty_core.probing.schema import PROBE_SCHEMA
 
     return pa.concat_tables(tables) if tables else PROBE_SCHEMA.empty_table()

@@ -616,6 +616,8 @@ def training_iterations(
         bursting = [i for i, c in enumerate(credit) if c > 0]
         n_out = min(credit[i] for i in bursting) / busy
         n = min(n_out, left / t_it)
+        if n <= 0.0:  # what is left of the warm-up rounds to no time at all (underflow)
+            break
         for i in bursting:
             credit[i] -= n * busy
         left -= n * t_it

@@ -32,6 +32,10 @@ How:
   no probes at all: if the catalog rates its network, ``rated bytes/s x`` the median
   cap/rated ratio of the probed types that have a rating; else the smallest cap of any
   probed type (conservative).
+- **Mixed rings**: rows probed over a ring of several instance types (``probing.mix``)
+  train neither regressor nor any cap; they give the mixed-ring factor
+  (``mixed_factor``, rule in ``predictors.network``), saved with the caps (a model saved
+  before has none: 1).
 """
 
 from __future__ import annotations
@@ -51,7 +55,10 @@ from numpy.typing import ArrayLike, NDArray
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.network import (
+    MixedRingFactors,
     level_sigmas,
+    mix_mask,
+    mixed_ring_factors,
     nearest_world,
     sustained_caps,
     sustained_factors,
@@ -136,7 +143,8 @@ def check_training_data(
 ) -> None:
     """Raise ``BandwidthDataError`` (naming what is wrong) unless ``probes`` can train and
     cross-validate the model: the feature columns, a positive finite ``busbw``, a group
-    column, and for each size class at least ``min_rows`` rows from ``min_groups`` groups."""
+    column, and for each size class at least ``min_rows`` rows from ``min_groups`` groups
+    of single instance types (rows of mixed rings train no regressor)."""
     if len(probes) == 0:
         raise BandwidthDataError("no probe records to train on (empty dataset)")
     check_features(probes, where="probe records")
@@ -150,8 +158,13 @@ def check_training_data(
         w = probes["weight"].to_numpy(dtype=float, na_value=np.nan)
         if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
             raise BandwidthDataError("probe records: weights must be finite, >= 0, not all 0")
+    mixed = mix_mask(probes)
+    if mixed.all():
+        raise BandwidthDataError(
+            "probe records: only mixed-type rings; probe their instance types on their own too"
+        )
     for name, mask in size_masks(probes, mtu).items():
-        part = probes[mask]
+        part = probes[mask & ~mixed]
         n_groups = part[group].nunique()
         if len(part) < min_rows or n_groups < min_groups:
             where = "<=" if name == SMALL else ">"
@@ -497,6 +510,8 @@ class BandwidthCaps:
     """Sustained over burst bus bandwidth, per type and world size."""
     sigmas: Mapping[str, float] = field(default_factory=dict)
     """Spread of network levels across allocations, per type."""
+    mixed: MixedRingFactors = field(default_factory=MixedRingFactors)
+    """Measured over composed bus bandwidth of mixed-type rings, by buffer size."""
 
     @classmethod
     def from_probes(
@@ -552,6 +567,7 @@ class BandwidthCaps:
             "sustained": {t: {str(k): v for k, v in m.items()} for t, m in self.sustained.items()},
             "factors": {t: {str(k): v for k, v in m.items()} for t, m in self.factors.items()},
             "sigmas": dict(self.sigmas),
+            "mixed": self.mixed.to_dict(),
         }
 
     @classmethod
@@ -569,6 +585,7 @@ class BandwidthCaps:
                 t: {int(k): float(v) for k, v in m.items()} for t, m in d.get("factors", {}).items()
             },
             sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
+            mixed=MixedRingFactors.from_dict(d.get("mixed")),
         )
 
 
@@ -615,6 +632,9 @@ class BandwidthModel:
             raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
         check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1)
         w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
+        mixed = mix_mask(probes)  # rings of several types: only the mixed-ring factor
+        mixes = probes[mixed]
+        probes, w = probes[~mixed], w[~mixed]
         held = sustained_mask(probes)  # regressors learn the grid; caps the sustained probes
         sustained = probes[held]
         probes, w = probes[~held], w[~held]
@@ -637,6 +657,12 @@ class BandwidthModel:
             factors=sustained_factors(probes, sustained),
             sigmas=level_sigmas(probes),
         )
+        self.caps_ = dataclasses.replace(
+            self.caps_,
+            mixed=mixed_ring_factors(
+                mixes, probes, self.predict, self.sustained_factor, FEATURE_COLUMNS
+            ),
+        )
         return self
 
     def sustained_factor(self, instance_type: str, world_size: int) -> float:
@@ -649,6 +675,15 @@ class BandwidthModel:
         """Spread (sd of log) of the network level across the probed allocations of a type
         (``predictors.network``); 0 for a type never probed."""
         return float(self.caps_.sigmas.get(instance_type, 0.0))
+
+    def mixed_factor(self, buffer_bytes: float) -> float:
+        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
+        (``predictors.network``); 1 where the fit saw no mix."""
+        return float(self.caps_.mixed.at(buffer_bytes))
+
+    def mixed_factors(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """``mixed_factor`` at each size."""
+        return self.caps_.mixed.at(buffer_bytes)
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""

@@ -16,21 +16,37 @@ predictors (the probe table and the XGBoost model):
   allocation to the next, per type: at each probed point of large buffers (burst phase,
   >= ``min_buffer``), each allocation's median bus bandwidth over the median of all
   allocations' medians, in log; each allocation's mean of those; the standard deviation of
-  these across allocations (0 with fewer than two), widened into a *predictive* spread
-  (``predictive_spread``): a sweep sees only a few allocations, so the level of the next
-  one is Student-t distributed around them. The simulator turns it into the network level
-  of a 10th-percentile allocation (``IterationEstimate.t_iter_p90``).
+  these across allocations (0 with fewer than two), pooled over the types and widened into
+  a *predictive* spread (``pooled_spreads``): a sweep sees only a few allocations of each
+  type, so the level of the next one is Student-t distributed around them. The simulator
+  turns it into the network level of a 10th-percentile allocation
+  (``IterationEstimate.t_iter_p90``).
+- **Mixed rings** (``split_mixes``, ``mixed_ring_factors``): rows probed over a ring of
+  several instance types (``probing.mix``) are never any type's: every per-type fit above
+  (and the bandwidth regressors, the caps) runs on the other rows. They check the rule the
+  simulator composes a mixed ring's bus bandwidth with: each member type's own prediction
+  at the world size of a ring of all the ring's VMs of that type (``VMs x its ranks per
+  VM``, at least 2), times its sustained factor on sustained rows, the minimum over the
+  members. Per (mix, world size, buffer size, phase) at concurrency 1, the ratio of the
+  measured median bus bandwidth to that composition; per decade of buffer size
+  (``floor(log10 bytes)``) the median of these ratios, clipped to at most 1.5, is the
+  *mixed-ring factor* the simulator multiplies a mixed ring's prediction by (a size
+  between probed decades takes the nearest one's, ties the larger; 1 where no mix was
+  probed). Mix groups whose member types have no rows of their own are left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
+from srifty_core.errors import ConfigError
+from srifty_core.probing.mix import MIX_PREFIX, parse_mix
 from srifty_core.probing.schema import PHASE_SUSTAINED
 
 if TYPE_CHECKING:
@@ -38,6 +54,8 @@ if TYPE_CHECKING:
 
 LEVEL_MIN_BUFFER = 1 << 20
 GROUP = "allocation_id"
+MIXED_FACTOR_MAX = 1.5
+"""A mixed ring is never predicted more than 1.5x faster than its members compose to."""
 
 
 def sustained_mask(probes: pd.DataFrame) -> NDArray[np.bool_]:
@@ -102,28 +120,52 @@ def level_sigmas(
     med = big.groupby([*point, group])["busbw"].median().reset_index()
     med["log"] = np.log(med["busbw"].to_numpy(dtype=float))
     med["log"] -= med.groupby(point)["log"].transform("median")
+    spread: dict[str, tuple[float, int]] = {}
     for itype, part in med.groupby("instance_type"):
         per_alloc = part.groupby(group)["log"].mean().to_numpy(dtype=float)
-        if per_alloc.size >= 2:
-            sd = float(np.std(per_alloc, ddof=1))
-            out[str(itype)] = sd * predictive_spread(int(per_alloc.size))
-        else:
-            out[str(itype)] = 0.0
+        k = int(per_alloc.size)
+        spread[str(itype)] = (float(np.std(per_alloc, ddof=1)) if k >= 2 else 0.0, k)
+    return pooled_spreads(spread)
+
+
+def pooled_spreads(spread: Mapping[str, tuple[float, int]]) -> dict[str, float]:
+    """``{key: predictive sd}`` from ``{key: (sample sd, draws)}``: the variance pooled over
+    every key with two or more draws (each weighted by its degrees of freedom), made
+    predictive with the pooled degrees of freedom and the key's own draws
+    (``predictive_spread``), and never below the key's own sample sd (a key that really
+    spreads more than the others keeps it). 0 for a key with fewer than two draws.
+
+    Few draws per key (three allocations of a type, three VMs of a device) make a
+    Student t with 2 degrees of freedom, which alone would widen the spread 1.7x; the
+    spread from one allocation to the next is a property of the cloud more than of one
+    type, and pooling puts every sweep's allocations behind it."""
+    dof = sum(k - 1 for _, k in spread.values() if k >= 2)
+    if dof <= 0:
+        return {key: 0.0 for key in spread}
+    var = sum((k - 1) * sd**2 for sd, k in spread.values() if k >= 2) / dof
+    out: dict[str, float] = {}
+    for key, (sd, k) in spread.items():
+        if k < 2:
+            out[key] = 0.0
+            continue
+        pooled = float(np.sqrt(var)) * predictive_spread(k, dof=dof)
+        out[key] = max(pooled, sd * float(np.sqrt(1.0 + 1.0 / k)))
     return out
 
 
 @lru_cache(maxsize=256)
-def predictive_spread(k: int, q: float = 0.9) -> float:
+def predictive_spread(k: int, q: float = 0.9, dof: int | None = None) -> float:
     """Factor on a sample standard deviation from ``k`` draws that makes a normal with
     that spread put its ``q`` quantile where the predictive distribution of the next draw
-    does (Student t with ``k - 1`` degrees of freedom, scale ``sqrt(1 + 1/k)``): 2.4 for
-    k = 3 allocations, 1.5 for 5, towards 1 as k grows. 0 below two draws."""
+    does (Student t with ``dof`` degrees of freedom, default ``k - 1``, scale
+    ``sqrt(1 + 1/k)``): 1.7 for k = 3 allocations, 1.3 for 5, towards 1 as k grows. 0
+    below two draws. A pooled sd passes its pooled ``dof``."""
     if k < 2:
         return 0.0
     from scipy.special import ndtri
     from scipy.stats import t
 
-    return float(np.sqrt(1.0 + 1.0 / k) * t.ppf(q, k - 1) / ndtri(q))
+    return float(np.sqrt(1.0 + 1.0 / k) * t.ppf(q, dof or k - 1) / ndtri(q))
 
 
 def nearest_world(table: Mapping[int, float], world_size: int) -> float:
@@ -135,3 +177,121 @@ def nearest_world(table: Mapping[int, float], world_size: int) -> float:
     if world_size > sizes[-1]:
         return float(table[sizes[-1]])
     return float(table[min(sizes, key=lambda s: (abs(s - world_size), -s))])
+
+
+# --------------------------------------------------------------------------- mixed rings
+
+
+def mix_mask(probes: pd.DataFrame) -> NDArray[np.bool_]:
+    """Which rows were probed over a mixed-type ring (``instance_type`` a mix label)."""
+    if "instance_type" not in probes.columns or probes.empty:
+        return np.zeros(len(probes), dtype=bool)
+    labels = probes["instance_type"].astype(str)
+    return labels.str.startswith(MIX_PREFIX).to_numpy(dtype=bool)
+
+
+def split_mixes(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows of single instance types, rows of mixed rings)."""
+    mixed = mix_mask(probes)
+    if not mixed.any():
+        return probes, probes.iloc[:0]
+    return probes[~mixed], probes[mixed]
+
+
+@dataclass(frozen=True)
+class MixedRingFactors:
+    """Measured over composed bus bandwidth of mixed rings, by decade of buffer size
+    (rule: module docstring); 1 everywhere when empty."""
+
+    by_decade: Mapping[int, float] = field(default_factory=dict)
+
+    def at(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """The factor at each buffer size (same shape)."""
+        s = np.asarray(buffer_bytes, dtype=np.float64)
+        if not self.by_decade:
+            return np.ones(s.shape)
+        keys = np.asarray(sorted(self.by_decade), dtype=np.float64)
+        values = np.asarray([self.by_decade[int(k)] for k in keys], dtype=np.float64)
+        d = np.floor(np.log10(np.maximum(s, 1.0)))
+        hi = np.clip(np.searchsorted(keys, d), 0, keys.size - 1)
+        lo = np.clip(hi - 1, 0, keys.size - 1)
+        pick = np.where(np.abs(keys[lo] - d) < np.abs(keys[hi] - d), lo, hi)
+        out: NDArray[np.float64] = values[pick]
+        return out
+
+    def to_dict(self) -> dict[str, float]:
+        return {str(k): float(v) for k, v in sorted(self.by_decade.items())}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> MixedRingFactors:
+        return cls({int(k): float(v) for k, v in (d or {}).items()})
+
+
+def mixed_ring_factors(
+    mixes: pd.DataFrame,
+    per_type: pd.DataFrame,
+    predict: Callable[[pd.DataFrame], NDArray[np.float64]],
+    sustained_factor: Callable[[str, int], float],
+    features: Sequence[str],
+) -> MixedRingFactors:
+    """The mixed-ring factors (rule: module docstring) of the mix rows ``mixes``, against
+    a predictor fitted on ``per_type`` (its ``predict`` and ``sustained_factor``). Each
+    member type is queried with the ``features`` of its own rows (those of the mix's
+    provider and region where there are some), as the simulator queries it."""
+    import pandas as pd
+
+    if mixes.empty:
+        return MixedRingFactors()
+    if "gpus_per_vm" not in per_type.columns:
+        raise ConfigError("probe rows of mixed rings need the gpus_per_vm of their member types")
+    ok = mixes[mixes["concurrent"] == 1] if "concurrent" in mixes.columns else mixes
+    if ok.empty:
+        return MixedRingFactors()
+    ok = ok.assign(_sustained=sustained_mask(ok))
+    where = [c for c in ("provider", "region") if c in ok.columns and c in per_type.columns]
+    keys = ["instance_type", *where, "world_size", "buffer_bytes", "_sustained"]
+    med = ok.groupby(keys)["busbw"].median().reset_index()
+    cols = [c for c in features if c in per_type.columns]
+    own = per_type.drop_duplicates(["instance_type", *where])
+    rows: list[dict[str, Any]] = []
+    member_of: list[tuple[int, str, int, bool]] = []  # (group, type, world, sustained)
+    for g, r in enumerate(med.to_dict("records")):
+        counts = parse_mix(str(r["instance_type"]))
+        vms = sum(counts.values())
+        found = []
+        for t in counts:
+            mine = own[own["instance_type"] == t]
+            near = mine
+            for c in where:
+                near = near[near[c] == r[c]]
+            row = (near if len(near) else mine).head(1)
+            if row.empty:
+                break
+            ranks = max(1, int(row["gpus_per_vm"].iloc[0]))  # the simulator's ranks per VM
+            feat = {str(k): v for k, v in row[cols].iloc[0].items()}
+            found.append((t, max(2, vms * ranks), feat))
+        if len(found) < len(counts):  # a member never probed alone: nothing to compose
+            continue
+        for t, world, feat in found:
+            size = r["buffer_bytes"]
+            rows.append({**feat, "world_size": world, "buffer_bytes": size, "concurrent": 1})
+            member_of.append((g, t, world, bool(r["_sustained"])))
+    if not rows:
+        return MixedRingFactors()
+    frame = pd.DataFrame(rows)
+    for c in ("world_size", "buffer_bytes", "concurrent"):
+        frame[c] = frame[c].astype("int64")
+    pred = np.asarray(predict(frame), dtype=np.float64)
+    composed: dict[int, float] = {}
+    for (g, t, world, held), b in zip(member_of, pred, strict=True):
+        value = float(b) * (sustained_factor(t, world) if held else 1.0)
+        composed[g] = min(composed.get(g, np.inf), value)
+    sizes = med["buffer_bytes"].to_numpy(dtype=np.float64)
+    measured = med["busbw"].to_numpy(dtype=np.float64)
+    ratios: dict[int, list[float]] = {}
+    for g, value in composed.items():
+        decade = int(np.floor(np.log10(max(sizes[g], 1.0))))
+        ratios.setdefault(decade, []).append(float(measured[g]) / value)
+    return MixedRingFactors(
+        {d: float(min(np.median(v), MIXED_FACTOR_MAX)) for d, v in sorted(ratios.items())}
+    )

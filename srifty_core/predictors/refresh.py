@@ -9,7 +9,8 @@ process; the ``srifty_model_refresh`` DAG runs one per task, handing over a stag
   ``holdout_fraction`` (per instance type; a type with >= 3 allocations and none below holds
   out its lowest-hash one; one always stays in training). The rule depends only on the id, so
   every fit holds out the same allocations and a champion never trained on the rows it is
-  judged on.
+  judged on. Rows of mixed-type rings (``probing.mix``) are never held out, tuned on or
+  scored: they only give the fitted model its mixed-ring factor.
 - **Tune and fit** on the other allocations: per size class, ``tuning.tune`` (grouped CV by
   allocation, MAPE, half the budget each), then the final fit with the best parameters.
   The error table reports per size class and per instance type the out-of-fold MAPE of the
@@ -50,6 +51,7 @@ from srifty_core.predictors.bandwidth import (
     noise_floor_predictions,
     size_masks,
 )
+from srifty_core.predictors.network import mix_mask, split_mixes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -156,7 +158,7 @@ def load_training_data(config: RefreshConfig, root: Path | None = None) -> pd.Da
 
 def check_refresh_data(df: pd.DataFrame, mtu: int) -> None:
     check_training_data(df, mtu=mtu)
-    n_alloc = df[GROUP].nunique()
+    n_alloc = split_mixes(df)[0][GROUP].nunique()
     if n_alloc < MIN_ALLOCATIONS:
         raise BandwidthDataError(
             f"need probes from >= {MIN_ALLOCATIONS} allocations (two to cross-validate on, one "
@@ -176,7 +178,7 @@ def data_version(df: pd.DataFrame) -> str:
 def holdout_allocations(df: pd.DataFrame, fraction: float) -> list[str]:
     """The held-out allocation ids (rule: module docstring)."""
     out: list[str] = []
-    for _, part in df.groupby("instance_type", sort=True):
+    for _, part in split_mixes(df)[0].groupby("instance_type", sort=True):
         ids = sorted(part[GROUP].astype(str).unique())
         h = {a: int(hashlib.sha256(a.encode()).hexdigest()[:12], 16) / 16**12 for a in ids}
         held = [a for a in ids if h[a] < fraction]
@@ -257,8 +259,9 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
         raise BandwidthDataError(
             f"no allocation to hold out: some instance type needs >= {MIN_ALLOCATIONS} allocations"
         )
-    train = df[~df[GROUP].astype(str).isin(held)].reset_index(drop=True)
-    check_training_data(train, mtu=config.mtu)
+    fitted = df[~df[GROUP].astype(str).isin(held)].reset_index(drop=True)
+    check_training_data(fitted, mtu=config.mtu)
+    train = fitted[~mix_mask(fitted)].reset_index(drop=True)  # mixes: only the final fit's
     w = train["weight"].to_numpy(dtype=float)
     masks = size_masks(train, config.mtu)
     oof = np.full(len(train), np.nan)
@@ -289,7 +292,7 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
     floor = noise_floor_predictions(train, weight=w)
     table = error_rows(train, oof, floor, config.mtu)
     model = BandwidthModel(mtu=config.mtu, small_params=best[SMALL], large_params=best[LARGE])
-    model.fit(train, sample_weight=w)
+    model.fit(fitted, sample_weight=fitted["weight"].to_numpy(dtype=float))
     model.save(staging / MODEL_DIR)
     fit = {
         "data_version": data_version(df),
@@ -400,6 +403,7 @@ def plot_fit(df: pd.DataFrame, model: BandwidthModel, path: Path) -> Path:
 
     plt = pyplot()
 
+    df = split_mixes(df)[0]  # a mixed ring is no type's curve
     worlds = sorted(df["world_size"].unique())
     fig, axes = plt.subplots(
         1, len(worlds), figsize=(5 * len(worlds), 4), squeeze=False, sharey=True

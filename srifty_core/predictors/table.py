@@ -8,7 +8,8 @@ baseline for the XGBoost model, and what a simulation of *this* machine needs wh
 local probes exist. The cap is the sustained bus bandwidth (``predictors.network``) where
 the sweep ran the sustained-transfer probe, else the largest aggregate (concurrent x median
 busbw) seen for the type and world size; ``level_sigma`` is the spread of network levels
-across the probed allocations.
+across the probed allocations. Rows of mixed-type rings (``probing.mix``) are no type's
+curve: they only give the mixed-ring factor (``mixed_factor``, ``predictors.network``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.network import (
+    MixedRingFactors,
     level_sigmas,
+    mixed_ring_factors,
     nearest_world,
+    split_mixes,
     split_phases,
     sustained_caps,
     sustained_factors,
@@ -40,6 +44,7 @@ class ProbeTableBandwidth:
         self.sustained_: dict[str, dict[int, float]]
         self.factors_: dict[str, dict[int, float]]
         self.sigmas_: dict[str, float]
+        self.mixed_: MixedRingFactors
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
         need = {"instance_type", "world_size", "concurrent", "buffer_bytes", "busbw"}
@@ -52,6 +57,9 @@ class ProbeTableBandwidth:
         ok = ok.dropna(subset=["busbw"])
         if ok.empty:
             raise ConfigError("no successful probe rows to fit on")
+        ok, mixed = split_mixes(ok)
+        if ok.empty:
+            raise ConfigError("no probe rows of single instance types to fit on (only mixes)")
         ok, sustained = split_phases(ok)
         if ok.empty:
             raise ConfigError("no grid probe rows to fit on (only sustained ones)")
@@ -74,6 +82,9 @@ class ProbeTableBandwidth:
             k: (np.log([s for s, _ in v]), np.asarray([b for _, b in v])) for k, v in points.items()
         }
         self.caps_ = caps
+        self.mixed_ = mixed_ring_factors(
+            mixed, ok, self.predict, self.sustained_factor, ("instance_type",)
+        )
         return self
 
     def _curve(self, t: str, n: int, c: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -108,6 +119,15 @@ class ProbeTableBandwidth:
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations."""
         return self.sigmas_.get(instance_type, 0.0)
+
+    def mixed_factor(self, buffer_bytes: float) -> float:
+        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
+        (``predictors.network``); 1 where no mix was probed."""
+        return float(self.mixed_.at(buffer_bytes))
+
+    def mixed_factors(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """``mixed_factor`` at each size."""
+        return self.mixed_.at(buffer_bytes)
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
         sustained = self.sustained_.get(instance_type)

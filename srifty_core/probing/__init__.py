@@ -8,6 +8,7 @@ are plain Python; ``probing.sweep``, ``probing.store``, ``probing.schema`` and
 - ``probing.sweep``: ``probe_sweep``, ``sweep_on_allocation``, ``SweepResult``
 - ``probing.store``: ``write_partition``, ``read_probes``, ``age_weights``
 - ``probing.schema``: ``PROBE_SCHEMA`` (the one schema), ``conform``
+- ``probing.mix``: ``mix_label``, ``parse_mix``, ``is_mix`` (mixed-type rings in the store)
 - ``probing.worker``: ``python -m srifty_core.probing.worker PLAN.json`` (one per rank)
 """
 

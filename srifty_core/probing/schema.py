@@ -3,6 +3,10 @@
 One row per sample (``repeat``) of one grid point on one allocation. A row with ``status``
 ``failed`` records a point that could not be measured, with the reason in ``error`` and no
 ``time_s``/``busbw``; ``repeat`` is then the sample at which it failed.
+
+A ring over VMs of several instance types (a *mix*) is stored with the same columns under
+an ``instance_type`` label naming the mix, ``mix_1xg4dn.12xlarge_3xg4dn.xlarge``; its other
+columns describe the ring (``probing.mix``). Such labels must parse.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES
+from srifty_core.probing.mix import is_mix, parse_mix
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
@@ -29,8 +34,14 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("cloud", pa.string(), False, "cloud: local, aws"),
     ("region", pa.string(), False, "region, e.g. us-east-1 (local: local)"),
     ("zone", pa.string(), False, "availability zone ID, e.g. use1-az1"),
-    ("instance_type", pa.string(), False, "instance type, e.g. g4dn.xlarge or local.cpu"),
-    ("gpu_model", pa.string(), False, "GPU model, e.g. T4 (cpu for CPU ranks)"),
+    (
+        "instance_type",
+        pa.string(),
+        False,
+        "instance type, e.g. g4dn.xlarge or local.cpu; a mixed-type ring: a mix label, "
+        "e.g. mix_1xg4dn.12xlarge_3xg4dn.xlarge (probing.mix)",
+    ),
+    ("gpu_model", pa.string(), False, "GPU model, e.g. T4 (cpu for CPU ranks; mixed for a mix)"),
     ("gpus_per_vm", pa.int32(), False, "GPUs per instance"),
     ("vcpus", pa.int32(), False, "vCPUs per instance"),
     ("network_gbps", pa.float64(), True, "rated network bandwidth, Gbps (null: none rated)"),
@@ -175,6 +186,12 @@ def check_values(table: pa.Table, *, where: str = "probe records") -> None:
 
     status = table["status"]
     bad(pc.invert(pc.is_in(status, pa.array([STATUS_OK, STATUS_FAILED]))), "status not ok/failed")
+    for label in pc.unique(table["instance_type"]).to_pylist():
+        if is_mix(label):  # a mixed-type ring (``probing.mix``): its label must parse
+            try:
+                parse_mix(label)
+            except ConfigError as exc:
+                raise ProbeSchemaError(f"{where}: {exc}") from exc
     bad(pc.less(table["world_size"], 2), "world_size < 2")
     bad(
         pc.or_(

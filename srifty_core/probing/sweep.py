@@ -13,6 +13,11 @@ partition and every partial file of that partition, writes the partition atomica
 only then deletes the partial files. So a dead worker loses nothing measured, a dead
 driver's partial files are committed by the next run, and a rerun measures only the
 points still missing (a point is complete once it holds ``repeats`` ok rows).
+
+Mixed-type rings (``probing.mix``) are not swept here: the worker runs one process group
+per allocation, and a ring over the VMs of several allocations needs a rendezvous across
+them (issue 19). Asking for a mix label raises ``ConfigError``; the emulated EC2 probes
+mixes (``cloud.emulated.emulated_probe_sweep(mixes=...)``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.probing.config import Point, SweepConfig
+from srifty_core.probing.mix import is_mix
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
 from srifty_core.probing.store import (
     PARTITION_FILE,
@@ -104,6 +110,19 @@ def check_fits(config: SweepConfig, ranks: int, what: str) -> None:
         raise ConfigError(
             f"world_sizes: {too_big} exceed the {ranks} rank(s) of the allocation ({what}); "
             f"launch more instances or probe smaller world sizes"
+        )
+
+
+def check_single_type(instance_type: str, provider: Provider) -> None:
+    """``ConfigError`` naming ``instance_type`` when it names a mixed-type ring, which this
+    sweep cannot run (module docstring)."""
+    if is_mix(instance_type):
+        raise ConfigError(
+            f"instance_type: {instance_type!r} is a ring over several instance types; the "
+            f"probe sweep on the {provider.name} provider runs one process group per "
+            "allocation and cannot yet join allocations into one ring (multi-VM rendezvous, "
+            "issue 19). Probe mixes on the emulated EC2: "
+            "cloud.emulated.emulated_probe_sweep(..., mixes=[{type: VMs, ...}])"
         )
 
 
@@ -468,6 +487,7 @@ def launch_for_sweep(
 ) -> Allocation:
     """Launch an allocation big enough for ``config``'s largest world size, after checking
     the config (so bad input fails before anything starts)."""
+    check_single_type(instance_type, provider)
     spec = provider.instance_type(instance_type)
     count = instances or math.ceil(config.max_world_size / spec.ranks_per_instance)
     check_fits(config, count * spec.ranks_per_instance, f"{count} x {instance_type}")
@@ -501,6 +521,7 @@ def probe_sweep(
         from srifty_core.cloud.local import LocalProvider
 
         provider = LocalProvider()
+    check_single_type(instance_type, provider)
     spec = provider.instance_type(instance_type)
     count = instances or math.ceil(config.max_world_size / spec.ranks_per_instance)
     if count < 1:

@@ -179,6 +179,18 @@ def _timed_allreduce(bufs: list[Any], group: Any, device: Any, sync: Any) -> flo
     return float(dt.item())
 
 
+def _agreed_elapsed(start: float, group: Any, device: Any) -> float:
+    """Seconds since ``start`` on the rank that has waited longest (MAX-reduced): every
+    rank takes the same decision to go on or stop, so none leaves the loop while another
+    waits in one more allreduce (its clock alone would let them disagree by a round)."""
+    import torch
+    import torch.distributed as dist
+
+    e = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(e, op=dist.ReduceOp.MAX, group=group)
+    return float(e.item())
+
+
 def _sustained(
     config: SweepConfig, p: Point, group: Any, device: Any, sync: Any, labels: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -192,7 +204,7 @@ def _sustained(
     start = time.perf_counter()
     first: list[float] = []
     recent: list[float] = []
-    while time.perf_counter() - start < config.sustained_s:
+    while _agreed_elapsed(start, group, device) < config.sustained_s:
         t = _timed_allreduce([buf], group, device, sync)
         if len(first) < SUSTAINED_HOLD:
             first.append(t)

@@ -92,6 +92,16 @@ class ComputeProfile:
     measured (one VM, one machine). The simulator's slowest VM and p90 come from it."""
     profiled_vms: int = 1
     """How many VMs the profile was taken on (``vm_cv`` is their spread)."""
+    probe_checks: tuple[tuple[int, float], ...] = ()
+    """``(batch, relative error)`` per check probe: what the fit of the probes before it
+    predicted there, against what it then measured (``refine_batch_sizes``): held-out
+    errors of t(B). Empty where the profile made no checks."""
+    shared_slowdown: tuple[tuple[int, float], ...] = ()
+    """``(workers, factor)`` pairs: how much slower a training step (forward and backward)
+    runs when that many workers of this kind share the device, each stepping (CPU ranks on
+    one host share its cores, caches and memory bus), measured at the schedule batch
+    against the same step alone. Empty where not measured (a GPU per rank, older
+    profiles): the simulator then assumes no slowdown and says so."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -123,6 +133,20 @@ class ComputeProfile:
 
     def std_bw(self, batch: ArrayLike) -> NDArray[np.float64]:
         return _interp_cv(self.bw, self._check_batch(batch)) * self.t_bw(batch)
+
+    def host_slowdown(self, workers: int) -> float:
+        """Factor on a step's time with ``workers`` workers of this kind sharing the
+        device: 1 for one worker or where not measured; between measured worker counts
+        interpolated linearly (from 1 at one worker); beyond the largest, extended along
+        the last segment (more workers on the same cores keep slowing each other)."""
+        if workers <= 1 or not self.shared_slowdown:
+            return 1.0
+        ks = [1.0, *(float(k) for k, _ in self.shared_slowdown)]
+        fs = [1.0, *(f for _, f in self.shared_slowdown)]
+        if workers <= ks[-1]:
+            return float(np.interp(workers, ks, fs))
+        slope = (fs[-1] - fs[-2]) / (ks[-1] - ks[-2])
+        return max(fs[-1], fs[-1] + slope * (workers - ks[-1]))
 
     def ddp_copy_s(self) -> float:
         """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
@@ -176,6 +200,8 @@ class ComputeProfile:
             "optimizer_step_s": self.optimizer_step_s,
             "vm_cv": self.vm_cv,
             "profiled_vms": self.profiled_vms,
+            "probe_checks": [[b, e] for b, e in self.probe_checks],
+            "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
         }
 
     def to_json(self) -> str:
@@ -224,6 +250,8 @@ class ComputeProfile:
                 optimizer_step_s=float(d.get("optimizer_step_s", 0.0)),
                 vm_cv=float(d.get("vm_cv", 0.0)),
                 profiled_vms=int(d.get("profiled_vms", 1)),
+                probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
+                shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc
@@ -231,6 +259,23 @@ class ComputeProfile:
     @classmethod
     def from_json(cls, text: str) -> ComputeProfile:
         return cls.from_dict(json.loads(text))
+
+
+def _slowdown_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
+    """``shared_slowdown`` from JSON: ``[workers, factor]`` pairs, workers >= 2 and
+    increasing, factors finite and positive."""
+    try:
+        pairs = tuple((int(k), float(f)) for k, f in raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"shared_slowdown: expected [workers, factor] pairs, got {raw!r}"
+        ) from exc
+    ks = [k for k, _ in pairs]
+    if any(k < 2 for k in ks) or ks != sorted(set(ks)):
+        raise ConfigError(f"shared_slowdown: worker counts must be >= 2 and increasing: {ks}")
+    if not all(math.isfinite(f) and f > 0 for _, f in pairs):
+        raise ConfigError(f"shared_slowdown: factors must be finite and > 0: {pairs}")
+    return pairs
 
 
 def _stats_dict(s: PassStats) -> dict[str, Any]:

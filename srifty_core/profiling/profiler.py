@@ -30,7 +30,14 @@ from typing import Any
 import torch
 
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.predictors.compute import budget_batch_sizes, dense_batch_sizes, fit_piecewise
+from srifty_core.predictors.compute import (
+    DEFAULT_REFINE_TOLERANCE,
+    PiecewiseLinear,
+    budget_batch_sizes,
+    dense_batch_sizes,
+    fit_piecewise,
+    refine_batch_sizes,
+)
 from srifty_core.profiling.buckets import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -76,21 +83,48 @@ class ProfilerConfig:
     sweep runs ``colocated - 1`` background processes doing the same training steps at the
     same batch, so the profile sees the contention training will see (CPU ranks sharing a
     host's cores and memory bus)."""
+    refine: int = 3
+    """Budgeted mode: at most this many check probes between the budgeted ones, where the
+    fit may bend (``predictors.compute.refine_batch_sizes``); 0: none. Their held-out
+    errors are kept in ``ComputeProfile.probe_checks``."""
+    refine_tolerance: float = DEFAULT_REFINE_TOLERANCE
+    """A check the fit misses by more than this (relative) is probed around further."""
+    share_host: int = 1
+    """Measure how a step slows when up to this many workers of the same kind share the
+    device (``ComputeProfile.shared_slowdown``, for 2..``share_host`` workers): what local
+    CPU ranks on one host do to each other. 1 (default): not measured, as on GPUs where
+    each rank has its own device. Cannot be combined with ``colocated``."""
     schedule_repeats: int = 3
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "max_batch", "min_batch", "schedule_repeats", "colocated"):
+        for name in (
+            "repeats",
+            "max_batch",
+            "min_batch",
+            "schedule_repeats",
+            "colocated",
+            "share_host",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        if self.refine < 0:
+            raise ConfigError(f"refine must be >= 0, got {self.refine}")
+        if not 0 < self.refine_tolerance < 1:
+            raise ConfigError(f"refine_tolerance must be in (0, 1), got {self.refine_tolerance}")
         if self.probes is not None and self.probes < 2:
             raise ConfigError(f"probes must be >= 2, got {self.probes}")
         if self.repeats < 2:
             raise ConfigError("repeats must be >= 2 to measure a standard deviation")
+        if self.colocated > 1 and self.share_host > 1:
+            raise ConfigError(
+                "colocated and share_host are two ways to account for a shared host "
+                "(profile under load, or measure the slowdown apart): set one of them to 1"
+            )
 
 
 DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
@@ -318,22 +352,54 @@ def profile_model(
     if len(sizes) < 2:
         raise ConfigError(f"need at least 2 distinct batch sizes to fit, got {sizes}")
 
-    fw_samples: list[list[float]] = []
-    bw_samples: list[list[float]] = []
-    for i, b in enumerate(sizes):
+    samples: dict[int, tuple[list[float], list[float]]] = {}
+
+    def run(b: int) -> None:
         batch = workload.make_batch(b, device, seed=config.seed)
         with _colocated_load(name, size, b, config, device):
-            fw, bw = measure_latency(
+            samples[b] = measure_latency(
                 workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
             )
-        fw_samples.append(fw)
-        bw_samples.append(bw)
+
+    def fits() -> tuple[PassStats, PassStats, PiecewiseLinear, PiecewiseLinear]:
+        bs = sorted(samples)
+        fw_stats = _stats(bs, [samples[b][0] for b in bs], config.repeats)
+        bw_stats = _stats(bs, [samples[b][1] for b in bs], config.repeats)
+        return (
+            fw_stats,
+            bw_stats,
+            fit_piecewise(bs, fw_stats.mean_s, cv=fw_stats.cv, repeats=config.repeats),
+            fit_piecewise(bs, bw_stats.mean_s, cv=bw_stats.cv, repeats=config.repeats),
+        )
+
+    for i, b in enumerate(sizes):
+        run(b)
         if progress:
             progress("latency sweep", i + 1, len(sizes))
-    fw_stats = _stats(sizes, fw_samples, config.repeats)
-    bw_stats = _stats(sizes, bw_samples, config.repeats)
-    fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=config.repeats)
-    bw_fit = fit_piecewise(sizes, bw_stats.mean_s, cv=bw_stats.cv, repeats=config.repeats)
+    current = fits()
+    checks: list[tuple[int, float]] = []
+    if mode.startswith("budget") and config.refine > 0:
+
+        def predict(b: int) -> float:
+            return current[2].at(b) + current[3].at(b)
+
+        def measure(b: int) -> tuple[float, float]:
+            nonlocal current
+            run(b)
+            current = fits()
+            steps = [f + w for f, w in zip(*samples[b], strict=True)]
+            mean = statistics.fmean(steps)
+            if progress:
+                progress("checks between probes", len(checks) + 1, config.refine)
+            return mean, statistics.stdev(steps) / mean / len(steps) ** 0.5
+
+        checks = refine_batch_sizes(
+            sizes, predict, measure, budget=config.refine, tolerance=config.refine_tolerance
+        )
+        if checks:
+            mode += f"+{len(checks)}"
+    fw_stats, bw_stats, fw_fit, bw_fit = current
+    sizes = sorted(samples)
 
     sched_b = sizes[len(sizes) // 2]
     schedule = gradient_ready_schedule(
@@ -351,6 +417,7 @@ def profile_model(
     )
     if progress:
         progress("gradient schedule", 1, 1)
+    shared = shared_slowdown(name, size, workload, sched_b, config, device, sync)
     with _colocated_load(name, size, sched_b, config, device):
         copy_bw = copy_bandwidth(_bytes(params), device, sync)
         # last: the steps move the weights, and nothing is measured after them
@@ -383,7 +450,41 @@ def profile_model(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         copy_bytes_per_s=copy_bw,
         optimizer_step_s=step_s,
+        probe_checks=tuple(checks),
+        shared_slowdown=shared,
     )
+
+
+def shared_slowdown(
+    name: str,
+    size: str,
+    workload: Workload,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+) -> tuple[tuple[int, float], ...]:
+    """``(k, factor)`` for k = 2..``config.share_host``: the median forward-plus-backward
+    time at ``batch`` with ``k - 1`` background workers doing the same steps, over the
+    median alone measured just before (so that drift between the sweep and this does not
+    enter the ratio)."""
+    if config.share_host <= 1:
+        return ()
+    data = workload.make_batch(batch, device, seed=config.seed)
+
+    def step_s() -> float:
+        fw, bw = measure_latency(
+            workload, data, repeats=config.repeats, warmup=config.warmup, sync=sync
+        )
+        return statistics.median(f + b for f, b in zip(fw, bw, strict=True))
+
+    out = []
+    for k in range(2, config.share_host + 1):
+        alone = step_s()
+        with _colocated_load(name, size, batch, config, device, others=k - 1):
+            shared = step_s()
+        out.append((k, max(1.0, shared / alone)))
+    return tuple(out)
 
 
 def copy_bandwidth(
@@ -447,10 +548,17 @@ def _load_worker(
 
 @contextlib.contextmanager
 def _colocated_load(
-    name: str, size: str, batch: int, config: ProfilerConfig, device: torch.device
+    name: str,
+    size: str,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    others: int | None = None,
 ) -> Iterator[None]:
-    """Run ``config.colocated - 1`` background workers for the duration of the block."""
-    if config.colocated <= 1:
+    """Run ``others`` (default ``config.colocated - 1``) background workers for the
+    duration of the block."""
+    n = config.colocated - 1 if others is None else others
+    if n <= 0:
         yield
         return
     import multiprocessing as mp
@@ -458,7 +566,7 @@ def _colocated_load(
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     procs, readies = [], []
-    for _ in range(config.colocated - 1):
+    for _ in range(n):
         ready = ctx.Event()
         p = ctx.Process(
             target=_load_worker,

@@ -15,7 +15,7 @@ expectation of that maximum, which agree (tests check it):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,3 +71,24 @@ def expected_max(
     cdf_max = np.exp((log_cdf * k).sum(axis=1))
     # E[M] = lo + int_lo^hi (1 - F_M(t)) dt for M >= lo (mass below lo is < 1e-15)
     return float(lo + np.trapezoid(1.0 - cdf_max, t))
+
+
+def shared_host_factors(work: Sequence[float], slowdown: Callable[[int], float]) -> list[float]:
+    """Per worker, its step time on a shared host over its step time alone.
+
+    Workers on one host start their steps together and share it: while ``k`` of them are
+    still stepping, each advances at ``1 / slowdown(k)`` of its speed alone (the profile's
+    ``host_slowdown``). The one with the least work (``work``: seconds alone) finishes
+    first, the others then run with one fewer beside them, and so on (processor sharing in
+    order of work). With equal work every factor is ``slowdown(n)``; a worker with much
+    more work than the others runs most of its step alone."""
+    order = sorted(range(len(work)), key=lambda i: work[i])
+    out = [1.0] * len(work)
+    t = done = 0.0
+    active = len(work)
+    for i in order:
+        t += (work[i] - done) * slowdown(active)
+        done = work[i]
+        active -= 1
+        out[i] = t / work[i] if work[i] > 0 else 1.0
+    return out

@@ -24,8 +24,8 @@ from scipy.special import ndtri
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthPredictor
-from srifty_core.predictors.network import predictive_spread
-from srifty_core.simulator.compute import expected_max
+from srifty_core.predictors.network import pooled_spreads
+from srifty_core.simulator.compute import expected_max, shared_host_factors
 from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
     P90_Z,
@@ -74,6 +74,14 @@ class Simulator:
     The optimizer step (``ComputeProfile.optimizer_step_s``, the slowest group's) follows,
     with one worker as with many: every rank steps its optimizer once the gradients are in.
     Profiles that did not measure it add nothing.
+
+    Local workers share this one host: where the profile measured how a step slows with
+    others stepping beside it (``ComputeProfile.shared_slowdown``), each worker's forward
+    and backward are stretched by processor sharing in order of work (a worker with a
+    small batch finishes first, and the rest then run with one fewer beside them), and
+    the passes all workers make at once (DDP's copies, the optimizer step) by the full
+    slowdown. A profile without the measurement leaves them alone and the estimate lists
+    ``shared_slowdown`` in ``missing``.
     """
 
     def __init__(
@@ -108,6 +116,7 @@ class Simulator:
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
+        self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
         self._compute_cache: dict[
             tuple[int, int], tuple[Any, float, float, float, float, float, float, float, int]
         ] = {}
@@ -123,7 +132,9 @@ class Simulator:
         A ring crosses every VM of the job, whatever its type, and runs at its slowest
         link: each type is asked at the world size of a ring of ``vms`` VMs of its own
         (``vms x ranks per VM``; the job's world size when there is one type), the
-        bandwidth its links give in a ring that long."""
+        bandwidth its links give in a ring that long. A ring of several types is then
+        scaled by the mixed-ring factor the probes of such rings measured
+        (``_mixed_factors``)."""
         key = (tuple(i.name for i in instances), vms, world, sizes)
         hit = self._busbw_cache.get(key)
         if hit is not None:
@@ -147,6 +158,8 @@ class Simulator:
                 ]
                 pred = pred * np.repeat(np.asarray(scale), len(sizes))
         out: NDArray[np.float64] = pred.reshape(len(instances), len(sizes)).min(axis=0)
+        if len({inst.name for inst in instances}) > 1:
+            out = out * _mixed_factors(self.bandwidth, sizes)
         self._busbw_cache[key] = out
         return out
 
@@ -204,6 +217,53 @@ class Simulator:
                 return 0.0  # no core left for gloo: the exchange waits for the backward pass
         return 1.0
 
+    def _host_sharing(
+        self,
+        workload: Workload,
+        groups: Sequence[Group],
+        terms: Sequence[tuple[float, ...]],
+    ) -> tuple[list[float], float, bool]:
+        """Local workers share this host: (per group, the factor on its forward and
+        backward times; the factor on the passes every worker makes at the same moment,
+        DDP's copies and the optimizer step; whether a profile lacked the measurement).
+
+        Each worker's step alone is its profile's forward plus backward at its batch;
+        sharing follows ``compute.shared_host_factors`` with the profile's measured
+        ``host_slowdown``. Cloud VMs do not share: factors 1."""
+        ones = [1.0] * len(groups)
+        local = [i for i, g in enumerate(groups) if _local(g.instance)]
+        workers = sum(groups[i].count * groups[i].instance.ranks_per_vm for i in local)
+        if workers <= 1:
+            return ones, 1.0, False
+        profiles = {i: workload.profile(groups[i].instance.device_type) for i in local}
+        if any(not p.shared_slowdown for p in profiles.values()):
+            return ones, 1.0, True
+        slowdown = profiles[local[0]].host_slowdown  # one host, one kind of worker
+        work = [float(terms[i][0] + terms[i][2]) for i in local]  # fw + bw alone, seconds
+        ranks = [groups[i].count * groups[i].instance.ranks_per_vm for i in local]
+        per_worker = [w for w, n in zip(work, ranks, strict=True) for _ in range(n)]
+        factors = shared_host_factors(per_worker, slowdown)
+        out, at = list(ones), 0
+        for i, n in zip(local, ranks, strict=True):
+            out[i] = max(factors[at : at + n])
+            at += n
+        return out, slowdown(workers), False
+
+    def _vm_spreads(self, workload: Workload) -> dict[str, float]:
+        """Per device type, the predictive spread of a VM's speed (``vm_cv`` of its
+        profile), pooled over the workload's profiles taken on several VMs
+        (``predictors.network.pooled_spreads``: a few VMs per device leave 2 degrees of
+        freedom alone). Cached per set of profiles."""
+        key = tuple(sorted((d, id(p)) for d, p in workload.profiles.items()))
+        hit = self._spread_cache.get(key)
+        if hit is None or hit[0] != tuple(workload.profiles.values()):
+            spreads = pooled_spreads(
+                {d: (p.vm_cv, p.profiled_vms) for d, p in workload.profiles.items()}
+            )
+            hit = (tuple(workload.profiles.values()), spreads)
+            self._spread_cache[key] = hit
+        return hit[1]
+
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
         """(mean fw, std fw, mean bw, std bw, DDP's copy pass, optimizer step, VM-to-VM
         spread) at ``batch``, cached per profile and batch."""
@@ -253,10 +313,14 @@ class Simulator:
         copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
+        terms = [self._compute(workload, g.instance.device_type, g.batch_per_rank) for g in groups]
+        share, pass_share, no_share = self._host_sharing(workload, groups, terms)
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b, c, o, cv, k = self._compute(
-                workload, g.instance.device_type, g.batch_per_rank
-            )
+            m_f, s_f, m_b, s_b, c, o, cv, _ = terms[col]
+            if share[col] != 1.0:  # local workers slowing each other on this host
+                h = share[col]
+                m_f, s_f, m_b, s_b = m_f * h, s_f * h, m_b * h, s_b * h
+                c, o = c * pass_share, o * pass_share
             copy = max(copy, c)
             step = max(step, o)
             no_copy = no_copy or c <= 0
@@ -269,7 +333,8 @@ class Simulator:
             f, b = m_f + t_f * z_f, m_b + t_b * z_b
             f_slow, b_slow = f, b
             if cv > 0:  # p90 of the slowest VM's factor, predictive: cv came from a few VMs
-                slow_vm = 1.0 + cv * self._z_slow(g.count) * predictive_spread(int(k))
+                spread = self._vm_spreads(workload).get(g.instance.device_type, 0.0)
+                slow_vm = 1.0 + spread * self._z_slow(g.count)
                 f_slow, b_slow = m_f * slow_vm + s_f * z_f, m_b * slow_vm + s_b * z_b
             fw = f if fw is None else np.maximum(fw, f)
             bw = b if bw is None else np.maximum(bw, b)
@@ -367,6 +432,7 @@ class Simulator:
                 for name, lacks in (
                     ("optimizer_step", no_step),
                     ("ddp_copy", no_copy and world > 1),
+                    ("shared_slowdown", no_share),
                 )
                 if lacks
             ),
@@ -391,6 +457,19 @@ def _ring_world(inst: SimInstance, vms: int, world: int, types: int) -> int:
     """The world size to ask the bandwidth model for one type of a ring of ``vms`` VMs:
     the job's own with one type, else a ring of ``vms`` VMs of this type."""
     return world if types == 1 else max(2, vms * inst.ranks_per_vm)
+
+
+def _mixed_factors(bandwidth: BandwidthPredictor, sizes: tuple[int, ...]) -> NDArray[np.float64]:
+    """What the probes of mixed-type rings say of the composition ``_busbw`` makes of
+    several types (``predictors.network``: measured over composed bus bandwidth, by buffer
+    size); 1 where the bandwidth model learned none."""
+    fn = getattr(bandwidth, "mixed_factors", None)
+    if fn is None:
+        return np.ones(len(sizes))
+    out = np.asarray(fn(np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
+    if out.shape != (len(sizes),) or not np.all(out > 0):
+        raise ConfigError("the bandwidth predictor's mixed_factors are non-positive or misshapen")
+    return out
 
 
 def _local(instance: SimInstance) -> bool:

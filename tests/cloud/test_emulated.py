@@ -7,6 +7,7 @@ import ast
 import dataclasses
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -381,7 +382,7 @@ def test_profiling_on_an_emulated_gpu() -> None:
     ref = profile("T4")  # measured on a T4: 50 MB a sample, 1 GB fixed
     p = EmulatedProvider(seed=3)
     t0 = p.now()
-    v100 = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1)
+    v100 = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1, refine=0)
     assert v100.device_type == "V100" and v100.probe_mode == "budget:4"
     assert p.now() > t0  # profiling takes simulated time
     # B_max from the GPU's 16 GiB and the network's footprint (the same on any device)
@@ -408,7 +409,7 @@ def test_profiling_on_an_emulated_gpu() -> None:
     with pytest.raises(Exception, match="GiB"):
         emulate_training({"p3.8xlarge": 1}, {"p3.8xlarge": per_vm + 4}, ref, 2)
     # reproducible; a network that does not fit at all says so
-    again = EmulatedProvider(seed=3).profile("p3.8xlarge", ref, seed=1)
+    again = EmulatedProvider(seed=3).profile("p3.8xlarge", ref, seed=1, refine=0)
     assert again.fw == v100.fw and again.bw_fit == v100.bw_fit
     with pytest.raises(ConfigError, match="does not fit"):
         p.profile("g3.8xlarge", dataclasses.replace(ref, memory_fixed_bytes=9 * 1024**3))
@@ -425,3 +426,70 @@ def test_launching_a_configuration_waits_for_the_slowest_not_the_sum() -> None:
     allocs = p.launch_many([Req("g4dn.xlarge", count=2), Req("g3.4xlarge", count=3)])
     assert (p.now() - t0).total_seconds() == pytest.approx(150.0)
     assert all(i.state.value == "running" for a in allocs for i in p.describe(a))
+
+
+MIX = {"g4dn.12xlarge": 1, "g4dn.xlarge": 3}
+MIX_LABEL = "mix_1xg4dn.12xlarge_3xg4dn.xlarge"
+
+
+def test_probe_sweep_over_a_mixed_ring_is_stored_under_its_label(tmp_path: Path) -> None:
+    """A mix is probed as one ring on fresh allocation groups (burst grid at the ring's full
+    world size, then the sustained probe), stored under the mix's label and read back; the
+    types' own rows are those of a sweep without the mix."""
+    kw: dict[str, Any] = {
+        "sizes": [4, 64 * KB, 1 * MB, 64 * MB],
+        "world_sizes": (2, 4),
+        "concurrency": (1,),
+        "allocations": 2,
+        "repeats": 3,
+        "seed": 7,
+        "day": date(2026, 1, 5),
+    }
+    table = emulated_probe_sweep(["g4dn.12xlarge", "g4dn.xlarge"], mixes=[MIX], **kw)
+    df = table.to_pandas()
+    mixed = df[df.instance_type == MIX_LABEL]
+    grid, sus = mixed[mixed.phase == "burst"], mixed[mixed.phase == "sustained"]
+    assert len(grid) == 2 * 4 * 3 and len(sus) == 2 * 3
+    assert set(mixed["world_size"]) == {4 + 3} and set(mixed["concurrent"]) == {1}
+    row = mixed.iloc[0]
+    assert (row.gpu_model, row.gpus_per_vm, row.vcpus, row.network_gbps) == ("mixed", 1, 4, 5.0)
+    ids = sorted(mixed["allocation_id"].unique())
+    assert len(ids) == 2 and all(len(i.split("+")) == 2 for i in ids)
+    assert sorted(mixed["allocation_slot"].unique()) == [0, 1]
+    # an "up to" member: the ring falls to its baseline once every member's credits are spent
+    big = grid[grid.buffer_bytes == 64 * MB]["busbw"].median()
+    assert sus["busbw"].median() < 0.5 * big
+    alone = emulated_probe_sweep(["g4dn.12xlarge", "g4dn.xlarge"], **kw)
+    assert df[df.instance_type != MIX_LABEL].reset_index(drop=True).equals(alone.to_pandas())
+    files = write_emulated_probes(table, root=tmp_path)
+    assert any(f"instance_type={MIX_LABEL}" in str(f) for f in files)
+    back = read_probes(tmp_path, instance_types=[MIX_LABEL])
+    assert len(back) == len(mixed) and set(back["phase"]) == {"burst", "sustained"}
+
+
+def test_a_mixed_ring_runs_at_its_slowest_member() -> None:
+    """The probe is the truth's ring: a fast type joined by a slow one gets the slow one's
+    large-buffer bandwidth, not its own."""
+    p = EmulatedProvider(seed=4, spread_small=1.0, spread_large=1.0)
+    quad = p.launch(LaunchRequest("g4dn.12xlarge", count=2))
+    one = p.launch(LaunchRequest("g4dn.xlarge", count=2))
+    fast = np.median(p.probe(quad, [256 * MB], [8], [1], repeats=3)["busbw"])
+    slow = np.median(p.probe(one, [256 * MB], [2], [1], repeats=3)["busbw"])
+    ring = np.median(p.probe_mix([quad, one], [256 * MB], repeats=3)["busbw"])
+    assert ring < 0.7 * fast and ring == pytest.approx(slow, rel=0.25)
+    with pytest.raises(ConfigError, match="one per instance type"):
+        p.probe_mix([quad, quad], [1024])
+    with pytest.raises(ConfigError, match=r"mixes\[0\]: .*at least two"):
+        emulated_probe_sweep(["g4dn.xlarge"], mixes=[{"g4dn.xlarge": 2}])
+
+
+def test_emulated_profiles_check_between_their_probes() -> None:
+    ref = profile("T4")
+    p = EmulatedProvider(seed=3)
+    checked = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1)
+    plain = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1, refine=0)
+    n = len(checked.probe_checks)
+    assert 1 <= n <= 3 and checked.probe_mode == f"budget:4+{n}"
+    assert len(checked.fw.batch_sizes) == 4 + n and len(plain.fw.batch_sizes) == 4
+    assert set(plain.fw.batch_sizes) < set(checked.fw.batch_sizes)
+    assert all(b in checked.fw.batch_sizes and e >= 0 for b, e in checked.probe_checks)

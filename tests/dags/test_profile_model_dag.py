@@ -26,7 +26,9 @@ def test_profile_model_dag_writes_the_profile(dagbag: Any, data_dir: Path) -> No
     )
     assert run.state == "success"
     profile = ProfileStore().load("resnet18", "tiny", "cpu")
-    assert profile.b_max == 8 and len(profile.fw.batch_sizes) == 3
+    assert profile.b_max == 8 and len(profile.fw.batch_sizes) == 3 + len(profile.probe_checks)
+    assert 1 <= len(profile.probe_checks) <= 3  # the DAG's default refine
+    assert [k for k, _ in profile.shared_slowdown] == [2]  # share_host 2 on cpu
     assert (data_dir / "mlflow" / "mlflow.db").is_file()
 
 

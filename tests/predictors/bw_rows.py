@@ -3,6 +3,7 @@ allocation-to-allocation noise, for the bandwidth model's tests."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,7 @@ def make_probes(
                                     "probed_at": start + timedelta(seconds=len(rows)),
                                 }
                             )
-    df = pd.DataFrame(rows)
-    for c in ("gpus_per_vm", "vcpus", "allocation_slot", "world_size", "concurrent", "repeat"):
-        df[c] = df[c].astype("int32")
-    df["buffer_bytes"] = df["buffer_bytes"].astype("int64")
-    df["probed_at"] = pd.to_datetime(df["probed_at"], utc=True)
-    return df
+    return _typed(pd.DataFrame(rows))
 
 
 def write_store(root: Path | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -115,4 +111,72 @@ def write_store(root: Path | None = None, **kwargs: Any) -> pd.DataFrame:
             instance_type=str(itype),
             root=root,
         )
+    return df
+
+
+MIX = {"g4dn.12xlarge": 1, "g4dn.xlarge": 3}
+
+
+def make_mix_rows(
+    busbw_of: Callable[[str, int, int], float],
+    ratio: float,
+    *,
+    mix: dict[str, int] = MIX,
+    sizes: tuple[int, ...] = SIZES,
+    allocations: int = 2,
+    repeats: int = 2,
+    phase: str = "burst",
+    start: datetime = T0,
+) -> pd.DataFrame:
+    """Rows of a ring over ``mix`` measured at ``ratio`` times what its member types
+    compose to: ``busbw_of(type, world, size)`` of each type at the world size of a ring of
+    all the mix's VMs of that type, the minimum over types."""
+    from srifty_core.probing.mix import mix_label
+
+    vms = sum(mix.values())
+    ranks = {t: max(1, int(TYPES[t]["gpus_per_vm"])) for t in mix}
+    world = sum(n * ranks[t] for t, n in mix.items())
+    rows = []
+    for slot in range(allocations):
+        for size in sizes:
+            composed = min(busbw_of(t, max(2, vms * ranks[t]), size) for t in mix)
+            for r in range(repeats):
+                bw = ratio * composed
+                rows.append(
+                    {
+                        "date": DAY,
+                        "provider": "ec2-emulated",
+                        "cloud": "aws",
+                        "region": "us-east-1",
+                        "zone": "use1-az1",
+                        "instance_type": mix_label(mix),
+                        "gpu_model": "mixed",
+                        "gpus_per_vm": min(ranks.values()),
+                        "vcpus": min(int(TYPES[t]["vcpus"]) for t in mix),
+                        "network_gbps": min(float(TYPES[t]["network_gbps"]) for t in mix),
+                        "placement_group": False,
+                        "allocation_id": f"mix-{phase}-{slot}-a+mix-{phase}-{slot}-b",
+                        "allocation_slot": slot,
+                        "world_size": world,
+                        "buffer_bytes": size,
+                        "concurrent": 1,
+                        "backend": "nccl",
+                        "repeat": r,
+                        "time_s": 2 * size * (world - 1) / (world * bw),
+                        "busbw": bw,
+                        "status": "ok",
+                        "error": None,
+                        "probed_at": start + timedelta(seconds=len(rows)),
+                        "phase": phase,
+                    }
+                )
+    return _typed(pd.DataFrame(rows))
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """The store's column widths on a frame of probe rows."""
+    for c in ("gpus_per_vm", "vcpus", "allocation_slot", "world_size", "concurrent", "repeat"):
+        df[c] = df[c].astype("int32")
+    df["buffer_bytes"] = df["buffer_bytes"].astype("int64")
+    df["probed_at"] = pd.to_datetime(df["probed_at"], utc=True)
     return df

@@ -88,3 +88,52 @@ def test_two_probes_fit_the_line_through_them() -> None:
     f = fit_piecewise([1, 2], [0.5, 0.8])
     assert f.pieces == 1
     np.testing.assert_allclose(f([1, 2]), [0.5, 0.8])
+
+
+def _bent(b: float) -> float:
+    """Latency that bends sharply between 8 and 32 (a cache spill), linear elsewhere."""
+    return 0.01 * b if b <= 12 else 0.12 + 0.04 * (b - 12) if b <= 28 else 0.76 + 0.03 * (b - 28)
+
+
+def test_check_probes_find_a_bend_the_budgeted_probes_miss() -> None:
+    from srifty_core.predictors.compute import (
+        budget_batch_sizes,
+        fit_piecewise,
+        gap_midpoint,
+        refine_batch_sizes,
+    )
+
+    sizes = budget_batch_sizes(299, 4)
+    assert sizes == [1, 8, 32, 299]
+    data = {b: _bent(b) for b in sizes}
+
+    def fit() -> object:
+        bs = sorted(data)
+        return fit_piecewise(bs, [data[b] for b in bs], max_knots=3)
+
+    before = fit()
+    assert abs(before.at(16) / _bent(16) - 1) > 0.15  # type: ignore[attr-defined]
+    current = [before]
+
+    def measure(b: int) -> tuple[float, float]:
+        data[b] = _bent(b)
+        current[0] = fit()
+        return data[b], 0.0
+
+    checks = refine_batch_sizes(
+        sizes,
+        lambda b: current[0].at(b),  # type: ignore[attr-defined]
+        measure,
+        budget=4,
+    )
+    probed = [b for b, _ in checks]
+    assert 16 in probed and len(probed) <= 4
+    assert dict(checks)[16] > 0.1  # the held-out error before that probe
+    assert abs(current[0].at(16) / _bent(16) - 1) < 0.01  # type: ignore[attr-defined]
+    # a line needs no more than one check per gap, and no recursion
+    line = refine_batch_sizes([1, 8, 64], lambda b: 2.0 * b, lambda b: (2.0 * b, 0.0), budget=9)
+    assert [b for b, _ in line] == [23, 3] and all(e == 0 for _, e in line)
+    assert refine_batch_sizes([1, 8], lambda b: 1.0, lambda b: (1.0, 0.0), budget=0) == []
+    assert gap_midpoint(8, 9) is None and gap_midpoint(1, 8) == 3 and gap_midpoint(8, 32) == 16
+    with pytest.raises(ConfigError, match="refine"):
+        refine_batch_sizes([1, 8], lambda b: 1.0, lambda b: (1.0, 0.0), budget=-1)

@@ -65,8 +65,12 @@ def test_profile_a_tiny_model_end_to_end() -> None:
     p = profile_model(
         "resnet18", "tiny", ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1)
     )
-    assert p.b_max == 16 and p.probe_mode == "budget:4"
-    assert p.fw.batch_sizes[0] == 1 and p.fw.batch_sizes[-1] == 16 and len(p.fw.batch_sizes) == 4
+    checks = len(p.probe_checks)
+    assert p.b_max == 16 and p.probe_mode == "budget:4" + (f"+{checks}" if checks else "")
+    assert p.fw.batch_sizes[0] == 1 and p.fw.batch_sizes[-1] == 16
+    # the 4 budgeted probes, then up to 3 checks between them, each a held-out error
+    assert len(p.fw.batch_sizes) == 4 + checks and 1 <= checks <= 3
+    assert all(b in p.fw.batch_sizes and e >= 0 for b, e in p.probe_checks)
     assert all(m > 0 for m in p.fw.mean_s + p.bw.mean_s)
     assert all(s >= 0 for s in p.fw.std_s + p.bw.std_s)
     assert p.t_iter(16) > p.t_iter(1) > 0
@@ -91,9 +95,35 @@ def test_colocated_profiling_runs_a_load_and_cleans_up() -> None:
     p = profile_model(
         "dlrm",
         "tiny",
-        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, colocated=2, probes=2),
+        ProfilerConfig(
+            max_batch=8, repeats=2, warmup=1, threads=1, colocated=2, probes=2, refine=0
+        ),
     )
     assert p.fw.batch_sizes == (1, 8)
     assert set(mp.active_children()) == before
     with pytest.raises(ConfigError, match="colocated"):
         ProfilerConfig(colocated=0)
+
+
+def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None:
+    import multiprocessing as mp
+
+    before = set(mp.active_children())
+    p = profile_model(
+        "dlrm",
+        "tiny",
+        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, share_host=2, probes=2),
+    )
+    assert [k for k, _ in p.shared_slowdown] == [2]
+    assert p.host_slowdown(2) >= 1.0 and p.host_slowdown(1) == 1.0
+    assert set(mp.active_children()) == before
+    assert (
+        profile_model(
+            "dlrm", "tiny", ProfilerConfig(max_batch=8, repeats=2, warmup=1, probes=2)
+        ).shared_slowdown
+        == ()
+    )
+    with pytest.raises(ConfigError, match="share_host"):
+        ProfilerConfig(share_host=0)
+    with pytest.raises(ConfigError, match="colocated and share_host"):
+        ProfilerConfig(share_host=2, colocated=2)

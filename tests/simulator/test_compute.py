@@ -39,3 +39,16 @@ def test_sampling_is_seeded() -> None:
     a = sample_max([1.0], [0.1], [4], 100, np.random.default_rng(7))
     b = sample_max([1.0], [0.1], [4], 100, np.random.default_rng(7))
     np.testing.assert_array_equal(a, b)
+
+
+def test_shared_host_factors_follow_processor_sharing() -> None:
+    from srifty_core.simulator.compute import shared_host_factors
+
+    def slow(k: int) -> float:
+        return {1: 1.0, 2: 1.5, 3: 2.0}[k]
+
+    assert shared_host_factors([1.0, 1.0], slow) == [1.5, 1.5]
+    # 1 s and 3 s of work: together 1.5 s, then the big one alone for 2 s more
+    assert shared_host_factors([3.0, 1.0], slow) == pytest.approx([3.5 / 3.0, 1.5])
+    # three: 1 s at 2x, 1 s more at 1.5x, then 1 s alone
+    assert shared_host_factors([1.0, 2.0, 3.0], slow) == pytest.approx([2.0, 3.5 / 2, 4.5 / 3])

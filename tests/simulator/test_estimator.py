@@ -409,3 +409,95 @@ def test_an_estimate_names_the_terms_its_profiles_lack() -> None:
     assert est.missing == ()
     one = Simulator(ConstantBandwidth(1e9)).estimate(w, config((inst("a"), 1, 32)))
     assert one.missing == ("optimizer_step",)  # one worker: DDP copies nothing
+
+
+def local(name: str = "local.cpu") -> SimInstance:
+    return SimInstance(name, "cpu", 1, {"instance_type": name, "provider": "local"})
+
+
+def test_local_workers_share_the_host_by_processor_sharing() -> None:
+    base = steady(make_profile())
+    shared = dataclasses.replace(base, shared_slowdown=((2, 1.3),))
+    sim = Simulator(ConstantBandwidth(1e12), overlap=0.0)
+    plain = sim.estimate(Workload("m", {"cpu": base}), config((local(), 2, 32)))
+    assert "shared_slowdown" in plain.missing  # two local workers, nothing measured
+    w = Workload("m", {"cpu": shared})
+    even = sim.estimate(w, config((local(), 2, 32)))
+    assert "shared_slowdown" not in even.missing
+    assert even.t_fw == pytest.approx(1.3 * plain.t_fw)
+    assert even.t_bw == pytest.approx(1.3 * plain.t_bw)
+    # unequal batches: the small worker finishes first, the big one then runs alone
+    small, big = float(base.t_iter(8)), float(base.t_iter(56))
+    est = sim.estimate(w, config((local("a"), 1, 8), (local("b"), 1, 56)))
+    want = (small * 1.3 + (big - small)) / big
+    assert est.t_fw + est.t_bw == pytest.approx(want * big, rel=1e-6)
+    assert 1.0 < want < 1.3
+    # one worker, or cloud VMs (each its own host): no sharing
+    one = sim.estimate(w, config((local(), 1, 32)))
+    assert one.t_fw == pytest.approx(float(base.t_fw(32)))
+    vms = sim.estimate(w, config((inst("a"), 2, 32)))
+    assert vms.t_fw == pytest.approx(plain.t_fw) and "shared_slowdown" not in vms.missing
+
+
+def test_host_slowdown_interpolates_and_extends() -> None:
+    p = dataclasses.replace(make_profile(), shared_slowdown=((2, 1.2), (4, 2.0)))
+    assert p.host_slowdown(1) == 1.0
+    assert p.host_slowdown(2) == pytest.approx(1.2)
+    assert p.host_slowdown(3) == pytest.approx(1.6)
+    assert p.host_slowdown(6) == pytest.approx(2.8)  # along the last segment
+    assert dataclasses.replace(p, shared_slowdown=()).host_slowdown(4) == 1.0
+    back = ComputeProfile.from_json(p.to_json())
+    assert back.shared_slowdown == ((2, 1.2), (4, 2.0))
+    d = p.to_dict()
+    d["shared_slowdown"] = [[1, 1.5]]
+    with pytest.raises(ConfigError, match="shared_slowdown"):
+        ComputeProfile.from_dict(d)
+    d["shared_slowdown"] = [[2, float("nan")]]
+    with pytest.raises(ConfigError, match="shared_slowdown"):
+        ComputeProfile.from_dict(d)
+
+
+class MixedBandwidth(SpreadBandwidth):
+    """Probes of mixed rings measured them at half what their types compose to."""
+
+    def mixed_factors(self, buffer_bytes: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(buffer_bytes), 0.5)
+
+
+def test_a_mixed_ring_is_scaled_by_its_mixed_factor() -> None:
+    """The mixed-ring factor scales a ring of several types (its exchange takes twice as
+    long at half the bandwidth) and leaves a ring of one type alone."""
+    quad = SimInstance("quad", "T4", 4, {"instance_type": "quad"})
+    one = SimInstance("one", "T4", 1, {"instance_type": "one"})
+    w = Workload("m", {"T4": steady(make_profile(), device="T4")})
+    mixed, homo = config((quad, 1, 32), (one, 3, 8)), config((quad, 2, 32))
+    plain = Simulator(SpreadBandwidth(1e6), overlap=0.0)
+    halved = Simulator(MixedBandwidth(1e6), overlap=0.0)
+    a, b = plain.estimate(w, mixed), halved.estimate(w, mixed)
+    assert b.t_pe - b.t_bw == pytest.approx(2 * (a.t_pe - a.t_bw))
+    assert halved.estimate(w, homo) == plain.estimate(w, homo)
+
+
+def test_mixed_ring_probes_slow_the_simulated_mixed_job() -> None:
+    """End to end: a probe table fitted with rings measured at half their composition
+    predicts the mixed job's exchange twice as long, the homogeneous job's unchanged."""
+    from tests.predictors.bw_rows import make_mix_rows, make_probes
+
+    probes = make_probes(allocations=2, worlds=(2, 4, 16), concurrency=(1,))
+    alone = ProbeTableBandwidth().fit(probes)
+
+    def busbw(itype: str, world: int, size: int) -> float:
+        q = {"instance_type": [itype], "world_size": [world], "concurrent": [1]}
+        return float(alone.predict(pd.DataFrame({**q, "buffer_bytes": [size]}))[0])
+
+    both = ProbeTableBandwidth().fit(pd.concat([probes, make_mix_rows(busbw, 0.5)]))
+    big = SimInstance("g4dn.12xlarge", "T4", 4, {"instance_type": "g4dn.12xlarge"})
+    small = SimInstance("g4dn.xlarge", "T4", 1, {"instance_type": "g4dn.xlarge"})
+    w = Workload("m", {"T4": steady(make_profile(), device="T4")})
+    mixed, homo = config((big, 1, 32), (small, 3, 8)), config((big, 2, 32))
+    before = Simulator(alone, overlap=0.0).estimate(w, mixed)
+    after = Simulator(both, overlap=0.0).estimate(w, mixed)
+    assert after.t_pe - after.t_bw == pytest.approx(2 * (before.t_pe - before.t_bw))
+    assert after.t_iter > before.t_iter
+    same = Simulator(both, overlap=0.0).estimate(w, homo)
+    assert same == Simulator(alone, overlap=0.0).estimate(w, homo)
