@@ -466,25 +466,39 @@ def shared_slowdown(
 ) -> tuple[tuple[int, float], ...]:
     """``(k, factor)`` for k = 2..``config.share_host``: the median forward-plus-backward
     time at ``batch`` with ``k - 1`` background workers doing the same steps, over the
-    median alone measured just before (so that drift between the sweep and this does not
-    enter the ratio)."""
+    median alone. The workers start once and are paused and resumed for ``SHARE_ROUNDS``
+    alternating rounds (alone, shared, alone, ...), so that drift and one-off disturbances
+    of the host (another process starting, a page-fault storm) fall on both sides; at
+    least 1."""
     if config.share_host <= 1:
         return ()
+    import multiprocessing as mp
+
     data = workload.make_batch(batch, device, seed=config.seed)
 
-    def step_s() -> float:
+    def steps() -> list[float]:
         fw, bw = measure_latency(
             workload, data, repeats=config.repeats, warmup=config.warmup, sync=sync
         )
-        return statistics.median(f + b for f, b in zip(fw, bw, strict=True))
+        return [f + b for f, b in zip(fw, bw, strict=True)]
 
     out = []
     for k in range(2, config.share_host + 1):
-        alone = step_s()
-        with _colocated_load(name, size, batch, config, device, others=k - 1):
-            shared = step_s()
-        out.append((k, max(1.0, shared / alone)))
+        go = mp.get_context("spawn").Event()
+        alone: list[float] = []
+        shared: list[float] = []
+        with _colocated_load(name, size, batch, config, device, others=k - 1, go=go):
+            for _ in range(SHARE_ROUNDS):
+                go.clear()
+                alone += steps()
+                go.set()
+                shared += steps()
+        out.append((k, max(1.0, statistics.median(shared) / statistics.median(alone))))
     return tuple(out)
+
+
+SHARE_ROUNDS = 3
+"""Alternating alone/shared rounds of ``shared_slowdown``."""
 
 
 def copy_bandwidth(
@@ -529,9 +543,17 @@ def _median_seconds(fn: Callable[[], object], sync: Callable[[], None], repeats:
 
 
 def _load_worker(
-    name: str, size: str, batch: int, threads: int, device: str, ready: Any, stop: Any
+    name: str,
+    size: str,
+    batch: int,
+    threads: int,
+    device: str,
+    ready: Any,
+    stop: Any,
+    go: Any = None,
 ) -> None:
-    """Background training steps until ``stop`` is set (a co-located worker)."""
+    """Background training steps until ``stop`` is set (a co-located worker); while
+    ``go`` (if given) is clear it idles between steps."""
     if threads:
         torch.set_num_threads(threads)
     workload = build(name, size).to(torch.device(device))
@@ -539,6 +561,8 @@ def _load_worker(
     workload.module.train()
     first = True
     while not stop.is_set():
+        if go is not None and not first and not go.wait(0.05):
+            continue
         workload.module.zero_grad(set_to_none=True)
         workload.loss(data).backward()
         if first:
@@ -554,9 +578,11 @@ def _colocated_load(
     config: ProfilerConfig,
     device: torch.device,
     others: int | None = None,
+    go: Any = None,
 ) -> Iterator[None]:
     """Run ``others`` (default ``config.colocated - 1``) background workers for the
-    duration of the block."""
+    duration of the block (stepping only while ``go``, an event of the spawn context, is
+    set, if given)."""
     n = config.colocated - 1 if others is None else others
     if n <= 0:
         yield
@@ -570,7 +596,7 @@ def _colocated_load(
         ready = ctx.Event()
         p = ctx.Process(
             target=_load_worker,
-            args=(name, size, batch, config.threads or 0, str(device), ready, stop),
+            args=(name, size, batch, config.threads or 0, str(device), ready, stop, go),
             daemon=True,
         )
         p.start()
