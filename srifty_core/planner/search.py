@@ -23,8 +23,11 @@ for. A status other than Optimal or Infeasible raises: PuLP does not.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import Objective, PlanRequest
@@ -65,6 +68,22 @@ def exhaustive_search(request: PlanRequest, estimator: Estimator, space: Space) 
     return _candidates(request, estimator, space, space.enumerate())
 
 
+@contextlib.contextmanager
+def _solver_output_silenced() -> Iterator[None]:
+    """Standard output (file descriptor 1) to /dev/null for the block: HiGHS prints its
+    banner from native code whatever ``msg`` says, which would land before the JSON of
+    ``srifty plan --json``."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solver(name: str) -> object:
     """``highs`` (needs highspy), ``cbc`` (bundled with PuLP) or ``auto`` (HiGHS if installed)."""
     import warnings
@@ -99,7 +118,8 @@ def ilp_search(
             items.append((i, b, float(p.t_iter(b // o.instance.ranks_per_vm))))
     anchors = sorted({t for _, _, t in items})
     n_iter, overhead = request.iterations, request.overheads.total_s
-    backend = _solver(solver)
+    with _solver_output_silenced():
+        backend = _solver(solver)
     choices: list[Choice] = []
     for anchor in anchors:
         if n_iter * anchor + overhead > request.time_limit_s:
@@ -124,7 +144,8 @@ def ilp_search(
             prob += pulp.lpSum(y[(j, b)] for j, b in allowed if j == i) <= 1
         if request.budget_usd != float("inf"):
             prob += (n_iter * anchor + overhead) / 3600.0 * rate <= request.budget_usd
-        status = prob.solve(backend)
+        with _solver_output_silenced():
+            status = prob.solve(backend)
         if status == pulp.LpStatusInfeasible:
             continue
         if status != pulp.LpStatusOptimal:

@@ -298,6 +298,15 @@ class Simulator:
             self._z_cache[key] = hit
         return hit
 
+    def _more_types(self, types: int) -> None:
+        """Draw uniforms for type slots beyond ``max_types`` (any number of types works;
+        the first ``max_types`` slots keep their draws, so estimates of smaller
+        configurations do not change). Seeded by (seed, slot): reproducible."""
+        have = self._u_fw.shape[1]
+        extra = [np.random.default_rng((self.seed, col)) for col in range(have, types)]
+        self._u_fw = np.column_stack([self._u_fw, *(g.random(self.iters) for g in extra)])
+        self._u_bw = np.column_stack([self._u_bw, *(g.random(self.iters) for g in extra)])
+
     def _z_slow(self, count: int) -> float:
         """The 90th percentile of the largest of ``count`` standard normals."""
         return float(ndtri(0.9 ** (1.0 / count)))
@@ -306,7 +315,7 @@ class Simulator:
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         groups = config.groups
         if len(groups) > self._u_fw.shape[1]:
-            raise ConfigError(f"at most {self._u_fw.shape[1]} instance types per configuration")
+            self._more_types(len(groups))
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
         fw = bw = fw_slow = bw_slow = None
         vm_spread = False

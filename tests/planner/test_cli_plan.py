@@ -86,6 +86,25 @@ def test_plan_json(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> N
     )
 
 
+def test_plan_json_with_the_ilp_is_json_alone(planning_data: Path) -> None:
+    # a fresh process: HiGHS prints its banner once, from native code, on first use
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "srifty_core.cli", "plan", str(planning_data)),
+            *("--bandwidth", "probes", "--json", "--method", "ilp"),
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=True,
+    ).stdout
+    assert json.loads(out)["feasible"]
+
+
 def test_impossible_limits_exit_1(planning_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     req = yaml.safe_load(planning_data.read_text()) | {"time_limit_s": 10}
     planning_data.write_text(yaml.safe_dump(req))

@@ -501,3 +501,16 @@ def test_mixed_ring_probes_slow_the_simulated_mixed_job() -> None:
     assert after.t_iter > before.t_iter
     same = Simulator(both, overlap=0.0).estimate(w, homo)
     assert same == Simulator(alone, overlap=0.0).estimate(w, homo)
+
+
+def test_any_number_of_types_and_the_first_slots_keep_their_draws() -> None:
+    w = Workload("m", {"cpu": make_profile()})
+    ten = config(*((inst(f"t{i}"), 1, 8) for i in range(10)))
+    small = config((inst("a"), 2, 8), (inst("b"), 1, 16))
+    sim = Simulator(ConstantBandwidth(1e9), max_types=2)
+    before = sim.estimate(w, small)
+    est = sim.estimate(w, ten)  # beyond max_types: more slots are drawn, no error
+    assert est.t_iter > 0 and est.world_size == 10
+    assert sim.estimate(w, small) == before
+    again = Simulator(ConstantBandwidth(1e9), max_types=2)
+    assert again.estimate(w, ten) == est  # seeded per slot: reproducible
