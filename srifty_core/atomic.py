@@ -1,10 +1,13 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of one; and
+append-only logs that a kill mid-line does not wedge."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import IO
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
@@ -21,3 +24,33 @@ def write_text_atomic(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def open_for_append(path: Path) -> IO[str]:
+    """``path`` opened to append lines, after cutting a torn last line off (one a kill
+    left without its newline): appending onto it would glue the next record to the broken
+    one and make a line that is neither, which every later reader refuses. Whole lines
+    are never touched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError), open(path, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                keep = _after_last_newline(fh, size)
+                fh.truncate(keep)
+    return open(path, "a", encoding="utf-8")
+
+
+def _after_last_newline(fh: IO[bytes], size: int, chunk: int = 1 << 16) -> int:
+    """The offset just after the last newline of a file of ``size`` bytes (0: none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        fh.seek(start)
+        block = fh.read(end - start)
+        k = block.rfind(b"\n")
+        if k >= 0:
+            return start + k + 1
+        end = start
+    return 0

@@ -34,3 +34,31 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(
         write_text_atomic(p, "new")
     assert p.read_text() == "old"
     assert [x.name for x in p.parent.iterdir()] == ["f.json"]
+
+
+def test_open_for_append_cuts_a_torn_last_line_and_keeps_whole_ones(tmp_path: Path) -> None:
+    from srifty_core.atomic import open_for_append
+    from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+
+    p = tmp_path / "progress.jsonl"
+    rec = ProgressRecord(1, 0.0, 0.1, 8, "c0")
+    with ProgressLog(p) as log:
+        log.append(rec)
+    whole = p.read_bytes()
+    p.write_bytes(whole + b'{"iteration": 2, "wall_ti')  # a kill mid-line
+    with ProgressLog(p) as log:  # the next writer
+        log.append(ProgressRecord(2, 1.0, 0.1, 8, "c0"))
+    assert [r.iteration for r in read_progress(p)] == [1, 2]
+    # a file that is one torn line, a missing file, a clean file, a long line
+    q = tmp_path / "q.jsonl"
+    q.write_bytes(b"x" * 200_000)
+    with open_for_append(q) as fh:
+        fh.write("ok\n")
+    assert q.read_text() == "ok\n"
+    with open_for_append(tmp_path / "new" / "n.jsonl") as fh:
+        fh.write("a\n")
+    clean = tmp_path / "c.jsonl"
+    clean.write_text("a\n" + "y" * 100_000 + "\n")
+    with open_for_append(clean) as fh:
+        fh.write("b\n")
+    assert clean.read_text() == "a\n" + "y" * 100_000 + "\nb\n"

@@ -37,6 +37,7 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.lifetime import caller_env
 from srifty_core.probing.config import Point, SweepConfig
 from srifty_core.probing.mix import is_mix
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
@@ -338,7 +339,11 @@ def run_points(
         "out": str(out),
     }
     plan_path.write_text(json.dumps(plan))
-    provider.run(allocation, [sys.executable, "-m", "srifty_core.probing.worker", str(plan_path)])
+    provider.run(  # this call waits for them: they end with it
+        allocation,
+        [sys.executable, "-m", "srifty_core.probing.worker", str(plan_path)],
+        caller_env(),
+    )
     deadline = time.monotonic() + config.sweep_timeout_s
     first_failure: float | None = None
     timed_out = False

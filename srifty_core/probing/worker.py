@@ -40,6 +40,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from srifty_core.atomic import open_for_append
+from srifty_core.lifetime import die_with_caller
 from srifty_core.probing.config import ELEMENT_BYTES, Point, SweepConfig, busbw
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
 
@@ -61,7 +63,7 @@ def _fail_hook(rank: int) -> tuple[int, str] | None:
 
 
 def _append(out: Path, rows: list[dict[str, Any]]) -> None:
-    with open(out, "a", encoding="utf-8") as fh:
+    with open_for_append(out) as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
         fh.flush()
@@ -264,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m srifty_core.probing.worker PLAN.json", file=sys.stderr)
         return 2
+    die_with_caller()
     plan = json.loads(Path(args[0]).read_text())
     return run_plan(plan)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from srifty_core.cloud.base import Allocation, LaunchRequest
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import SriftyError
+from srifty_core.lifetime import caller_env
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
@@ -86,8 +87,10 @@ def train_local(
         alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
         plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
         try:
-            provider.run(
-                alloc, [sys.executable, "-m", "srifty_core.runtime.worker", str(plan_path)]
+            provider.run(  # this loop waits for them: they end with it
+                alloc,
+                [sys.executable, "-m", "srifty_core.runtime.worker", str(plan_path)],
+                caller_env(),
             )
             exited_at: float | None = None
             while True:

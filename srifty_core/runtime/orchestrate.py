@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
-from srifty_core.atomic import write_text_atomic
+from srifty_core.atomic import open_for_append, write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest, Provider
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU, LocalProvider
@@ -636,7 +636,7 @@ def _item_key(offer: Mapping[str, Any]) -> str:
 
 def _append_decision(run_dir: Path, result: PollResult) -> None:
     path = run_dir / DECISIONS_FILE
-    with path.open("a", encoding="utf-8") as f:
+    with open_for_append(path) as f:
         f.write(json.dumps(result.to_dict(), default=str) + "\n")
 
 

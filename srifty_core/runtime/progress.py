@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from srifty_core.atomic import open_for_append
 from srifty_core.errors import ConfigError
 
 PROGRESS_FILE = "progress.jsonl"
@@ -55,7 +56,7 @@ class ProgressLog:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._fh: IO[str] | None = open_for_append(self.path)
 
     def append(self, record: ProgressRecord) -> None:
         if self._fh is None:

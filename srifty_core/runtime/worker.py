@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import die_with_caller
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
 
@@ -283,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m srifty_core.runtime.worker PLAN.json", file=sys.stderr)
         return 2
+    die_with_caller()
     plan = TrainPlan.load(args[0])
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
