@@ -250,7 +250,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             bar.refresh()
 
     try:
-        report = train_local(plan, LocalProvider(), on_poll=show, poll_s=0.2)
+        report = train_local(plan, LocalProvider(), on_poll=show, poll_s=0.2, restart=args.restart)
     finally:
         bar.close()
     for seg in report.segments:
@@ -493,6 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("plan", help="plan file (.json)")
     tr.add_argument("--provider", default="local", choices=("local",))
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument(
+        "--restart",
+        action="store_true",
+        help="start from scratch where the run folder has progress but no usable checkpoint "
+        "(the old log and checkpoint are moved aside)",
+    )
     tr.set_defaults(func=_cmd_train)
 
     mon = sub.add_parser(

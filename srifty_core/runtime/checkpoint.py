@@ -100,23 +100,73 @@ def save_checkpoint(
     return target
 
 
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be read, or a run that cannot resume from its own."""
+
+
 def load_checkpoint(path: Path | str) -> Checkpoint | None:
-    """The checkpoint at ``path``, or ``None`` when there is none yet."""
+    """The checkpoint at ``path``, or ``None`` when there is none yet; ``CheckpointError``
+    when the file is there but not a readable checkpoint."""
     target = _local(path)
-    if target is None:
-        fs, where = _remote(str(path))
-        if not fs.exists(where):
+    try:
+        if target is None:
+            fs, where = _remote(str(path))
+            if not fs.exists(where):
+                return None
+            raw: Any = io.BytesIO(fs.cat_file(where))
+        elif not target.exists():
             return None
-        d = torch.load(io.BytesIO(fs.cat_file(where)), map_location="cpu", weights_only=True)
-    elif not target.exists():
-        return None
-    else:
-        d = torch.load(target, map_location="cpu", weights_only=True)
-    return Checkpoint(
-        iteration=int(d["iteration"]),
-        samples=int(d["samples"]),
-        global_batch=int(d["global_batch"]),
-        config_id=str(d["config_id"]),
-        model=d["model"],
-        optimizer=d["optimizer"],
-    )
+        else:
+            raw = target
+        d = torch.load(raw, map_location="cpu", weights_only=True)
+        return Checkpoint(
+            iteration=int(d["iteration"]),
+            samples=int(d["samples"]),
+            global_batch=int(d["global_batch"]),
+            config_id=str(d["config_id"]),
+            model=d["model"],
+            optimizer=d["optimizer"],
+        )
+    except Exception as exc:  # torch raises many kinds on a damaged file
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); "
+            "move it away and restart the run from scratch (srifty train --restart)"
+        ) from exc
+
+
+def check_resumable(checkpoint_path: Path | str, progress_path: Path, restart: bool) -> int:
+    """The iteration a run folder resumes at: its checkpoint's, or 0 for a fresh folder.
+
+    A progress log that records iterations while the checkpoint is missing (deleted, or
+    never reached the shared storage) would silently start over at 0 and log the same
+    iterations twice: that is an error, unless ``restart``, which moves the old log aside
+    (``progress.jsonl.<unix time>.old``) and starts from scratch. A damaged checkpoint is
+    an error too (``load_checkpoint``), and with ``restart`` it is moved aside as well."""
+    from srifty_core.runtime.progress import read_progress
+
+    try:
+        ck = load_checkpoint(checkpoint_path)
+    except CheckpointError:
+        if not restart:
+            raise
+        _aside(Path(checkpoint_path))
+        ck = None
+    if ck is not None:
+        return ck.iteration
+    done = read_progress(progress_path)
+    if done and not restart:
+        raise CheckpointError(
+            f"{progress_path} records {done[-1].iteration} iteration(s) but there is no "
+            f"checkpoint at {checkpoint_path}: resuming would start over at 0 and log them "
+            "again. Restore the checkpoint, or start from scratch on purpose with --restart"
+        )
+    if done:
+        _aside(progress_path)
+    return 0
+
+
+def _aside(path: Path) -> None:
+    import time
+
+    if path.exists():
+        os.replace(path, path.with_name(f"{path.name}.{int(time.time())}.old"))

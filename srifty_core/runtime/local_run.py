@@ -24,7 +24,7 @@ from srifty_core.cloud.base import Allocation, LaunchRequest
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import SriftyError
 from srifty_core.lifetime import caller_env
-from srifty_core.runtime.checkpoint import load_checkpoint
+from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.worker import TrainPlan, split_batch
@@ -72,8 +72,13 @@ def train_local(
     poll_s: float = 0.05,
     timeout_s: float = 600.0,
     on_poll: Callable[[Allocation], None] | None = None,
+    restart: bool = False,
 ) -> RunReport:
-    """Train ``plan`` to its last iteration on local workers, re-planning on preemption."""
+    """Train ``plan`` to its last iteration on local workers, re-planning on preemption.
+
+    Resumes from the run folder's checkpoint; refuses a folder whose log shows progress
+    without a checkpoint, unless ``restart`` (``checkpoint.check_resumable``)."""
+    check_resumable(plan.checkpoint_path, plan.progress_path, restart)
     limits = limits or Limits(iterations=plan.iterations, global_batch=plan.global_batch)
     run_dir = Path(plan.run_dir)
     started = time.time()

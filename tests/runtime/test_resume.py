@@ -1,0 +1,48 @@
+"""A run folder resumes from its checkpoint, or refuses to start over by accident."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from srifty_core.runtime.checkpoint import (
+    CheckpointError,
+    check_resumable,
+    load_checkpoint,
+    save_checkpoint,
+)
+from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+
+
+def _log(path: Path, n: int) -> None:
+    with ProgressLog(path) as log:
+        for i in range(1, n + 1):
+            log.append(ProgressRecord(i, float(i), 0.1, 8, "c0"))
+
+
+def test_progress_without_a_checkpoint_is_refused_unless_restart(tmp_path: Path) -> None:
+    ck, log = tmp_path / "checkpoint.pt", tmp_path / "progress.jsonl"
+    assert check_resumable(ck, log, restart=False) == 0  # a fresh folder
+    _log(log, 40)
+    with pytest.raises(CheckpointError, match=r"40 iteration.*--restart"):
+        check_resumable(ck, log, restart=False)
+    assert check_resumable(ck, log, restart=True) == 0
+    assert read_progress(log) == [] and len(list(tmp_path.glob("progress.jsonl.*.old"))) == 1
+
+
+def test_a_checkpoint_resumes_and_a_damaged_one_is_named(tmp_path: Path) -> None:
+    ck, log = tmp_path / "checkpoint.pt", tmp_path / "progress.jsonl"
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(ck, model=model, optimizer=opt, iteration=40, global_batch=8, config_id="c0")
+    _log(log, 40)
+    assert check_resumable(ck, log, restart=False) == 40
+    ck.write_bytes(ck.read_bytes()[:100])  # cut short
+    with pytest.raises(CheckpointError, match=r"cannot be read.*--restart"):
+        load_checkpoint(ck)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        check_resumable(ck, log, restart=False)
+    assert check_resumable(ck, log, restart=True) == 0
+    assert not ck.exists() and len(list(tmp_path.glob("checkpoint.pt.*.old"))) == 1
