@@ -22,6 +22,7 @@ mixes (``cloud.emulated.emulated_probe_sweep(mixes=...)``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
@@ -50,6 +53,14 @@ from srifty_core.probing.store import (
 )
 
 PARTIAL_DIR = "_partial"
+COMMIT_LOCK = ".commit.lock"
+
+
+def writer_lock(partial: Path) -> str:
+    """The lock a run holds on its partial file while its workers append to it."""
+    return str(partial) + ".lock"
+
+
 FAILURE_GRACE_S = 10.0
 """After one rank fails, how long the others get to notice and report before being killed."""
 POLL_S = 0.1
@@ -201,6 +212,7 @@ def merge_records(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[
             ok[(r["allocation_id"], *_key(r), int(r["repeat"]), _phase(r))] = r
         else:
             failed[(r["allocation_id"], *_key(r))] = r
+    ok = _one_complete_set(ok, repeats)
     counts: dict[tuple[int, int, int, int], int] = {}
     for r in ok.values():
         if _phase(r) == PHASE_BURST:
@@ -211,6 +223,33 @@ def merge_records(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[
         [*ok.values(), *kept_failed],
         key=lambda r: (_phase(r), _key(r), str(r["allocation_id"]), int(r["repeat"]), r["status"]),
     )
+
+
+def _one_complete_set(
+    ok: dict[tuple[Any, ...], dict[str, Any]], repeats: int
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Where one allocation measured a grid point completely (``repeats`` samples), keep
+    that allocation's samples only (the earliest such, by its first sample): two runs of
+    the same sweep started together measure the same points, and the partition would
+    hold every point twice. Points no allocation completed keep every sample (a rerun
+    after a crash adds to them)."""
+    per: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+    for r in ok.values():
+        if _phase(r) == PHASE_BURST:
+            per.setdefault(_key(r), {}).setdefault(str(r["allocation_id"]), []).append(r)
+    drop: set[tuple[Any, ...]] = set()
+    for key, by_alloc in per.items():
+        full = [rows for rows in by_alloc.values() if len(rows) >= repeats]
+        if len(by_alloc) < 2 or not full:
+            continue
+        keep = min(full, key=lambda rows: min(str(r["probed_at"]) for r in rows))
+        keep_id = str(keep[0]["allocation_id"])
+        drop |= {(a, *key) for a in by_alloc if a != keep_id}
+    return {
+        k: r
+        for k, r in ok.items()
+        if _phase(r) != PHASE_BURST or (str(r["allocation_id"]), *_key(r)) not in drop
+    }
 
 
 def _phase(r: dict[str, Any]) -> str:
@@ -265,23 +304,49 @@ class _Partition:
             rows.extend(_read_jsonl(f))
         return rows
 
+    def _read_committed(self) -> list[dict[str, Any]]:
+        file = self.folder / PARTITION_FILE
+        if self.fresh or not file.exists():
+            return list(self.committed) if self.fresh else []
+        rows: list[dict[str, Any]] = read_partition_table(file).to_pylist()
+        return rows
+
     def commit(self, repeats: int) -> tuple[Path, list[dict[str, Any]]]:
-        files = sorted(self.partials.glob("*.jsonl"))
-        if not files:  # nothing new: leave the partition as it is
+        """Merge the partition as it is on disk now with every partial file no live run
+        is writing, write it, then delete those files; one commit at a time per partition
+        (a lock beside its partial files). Another run's partition rows are never lost
+        (they are re-read under the lock) and its partial file is never deleted under it
+        (each run holds its file's writer lock while it measures)."""
+        if not any(self.partials.glob("*.jsonl")):  # nothing new (the folder may not exist)
+            self.committed = self._read_committed()
             return self.folder / PARTITION_FILE, self.committed
-        merged = merge_records(self.all_records(), repeats)
-        path = write_partition(
-            records_to_table(merged),
-            day=self.day,
-            provider=self.provider,
-            instance_type=self.instance_type,
-            root=self.root,
-        )
-        for f in files:  # only once the partition holds their rows
-            f.unlink()
-        self.committed = merged
-        self.fresh = False
-        return path, merged
+        with FileLock(self.partials / COMMIT_LOCK), contextlib.ExitStack() as held:
+            files = []
+            for f in sorted(self.partials.glob("*.jsonl")):
+                lock = FileLock(writer_lock(f))
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    continue  # a live run still writes it: its own commit takes it
+                held.callback(lock.release)
+                files.append(f)
+            self.committed = self._read_committed()
+            if not files:  # nothing new: leave the partition as it is
+                return self.folder / PARTITION_FILE, self.committed
+            rows = [*self.committed, *(r for f in files for r in _read_jsonl(f))]
+            merged = merge_records(rows, repeats)
+            path = write_partition(
+                records_to_table(merged),
+                day=self.day,
+                provider=self.provider,
+                instance_type=self.instance_type,
+                root=self.root,
+            )
+            for f in files:  # only once the partition holds their rows
+                f.unlink()
+            self.committed = merged
+            self.fresh = False
+            return path, merged
 
 
 # ---------------------------------------------------------------------- running
@@ -339,38 +404,39 @@ def run_points(
         "out": str(out),
     }
     plan_path.write_text(json.dumps(plan))
-    provider.run(  # this call waits for them: they end with it
-        allocation,
-        [sys.executable, "-m", "srifty_core.probing.worker", str(plan_path)],
-        caller_env(),
-    )
-    deadline = time.monotonic() + config.sweep_timeout_s
-    first_failure: float | None = None
-    timed_out = False
-    seen = 0
-    while True:
+    with FileLock(writer_lock(out)):  # this run owns the partial file while it measures
+        provider.run(  # this call waits for them: they end with it
+            allocation,
+            [sys.executable, "-m", "srifty_core.probing.worker", str(plan_path)],
+            caller_env(),
+        )
+        deadline = time.monotonic() + config.sweep_timeout_s
+        first_failure: float | None = None
+        timed_out = False
+        seen = 0
+        while True:
+            codes = provider.exit_codes(allocation)
+            if on_point is not None and out.exists():
+                done = len(complete_points(_read_jsonl(out), config.repeats))
+                for _ in range(done - seen):
+                    on_point()
+                seen = max(seen, done)
+            if all(c is not None for c in codes.values()):
+                break
+            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
+                first_failure = time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
         codes = provider.exit_codes(allocation)
-        if on_point is not None and out.exists():
-            done = len(complete_points(_read_jsonl(out), config.repeats))
-            for _ in range(done - seen):
-                on_point()
-            seen = max(seen, done)
-        if all(c is not None for c in codes.values()):
-            break
-        if first_failure is None and any(c not in (None, 0) for c in codes.values()):
-            first_failure = time.monotonic()
-        if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
-            break
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(POLL_S)
-    codes = provider.exit_codes(allocation)
-    if any(c is None for c in codes.values()):
-        provider.stop(allocation)
-        codes = provider.exit_codes(allocation)
-    plan_path.unlink(missing_ok=True)
-    rows = _read_jsonl(out) if out.exists() else []
+        if any(c is None for c in codes.values()):
+            provider.stop(allocation)
+            codes = provider.exit_codes(allocation)
+        plan_path.unlink(missing_ok=True)
+        rows = _read_jsonl(out) if out.exists() else []
     failed_ok = all(c == 0 for c in codes.values()) and not timed_out
     complete = complete_points(rows, config.repeats)
     missing = [p for p in points if p.key not in complete]
