@@ -43,7 +43,13 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
 from srifty_core.probing.config import Point, SweepConfig
 from srifty_core.probing.mix import is_mix
-from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
+from srifty_core.probing.schema import (
+    COLUMNS,
+    PHASE_BURST,
+    PHASE_SUSTAINED,
+    STATUS_FAILED,
+    STATUS_OK,
+)
 from srifty_core.probing.store import (
     PARTITION_FILE,
     partition_dir,
@@ -175,13 +181,48 @@ def labels(allocation: Allocation, day: date) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- the partition state
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    """The probe rows of a partial file; lines that are not a probe row (torn by a crash
+    mid-write, or garbage) are left out (``_bad_lines`` counts them)."""
+    return [r for r in _parse_lines(path) if r is not None]
+
+
+def _parse_lines(path: Path) -> list[dict[str, Any] | None]:
+    """Each line's row, or None where a whole line is not one; a last line without its
+    newline that is not a row (torn by a crash mid-write) is left out without a None."""
+    out: list[dict[str, Any] | None] = []
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
-            out.append(json.loads(line))
+            d: Any = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line torn by a crash mid-write: that point was not complete
+            d = None
+        if not _is_row(d):
+            d = None
+        if d is not None or k < len(lines) - 1:
+            out.append(d)
     return out
+
+
+_ROW_FIELDS = frozenset(COLUMNS) - {"phase", "time_s", "busbw", "error"}
+
+
+def _is_row(d: Any) -> bool:
+    """A dict with every column a probe row needs, its point fields integers and its
+    status known."""
+    if not isinstance(d, dict) or not d.keys() >= _ROW_FIELDS:
+        return False
+    try:
+        for k in ("allocation_slot", "world_size", "buffer_bytes", "concurrent", "repeat"):
+            int(d[k])
+    except (TypeError, ValueError):
+        return False
+    return d["status"] in (STATUS_OK, STATUS_FAILED)
+
+
+def _bad_lines(path: Path) -> int:
+    return sum(r is None for r in _parse_lines(path))
 
 
 def _norm(r: dict[str, Any]) -> dict[str, Any]:
@@ -343,7 +384,16 @@ class _Partition:
                 root=self.root,
             )
             for f in files:  # only once the partition holds their rows
-                f.unlink()
+                bad = _bad_lines(f)
+                if bad:  # kept for a look, out of every later run's way
+                    f.replace(f.with_name(f.name + ".bad"))
+                    print(
+                        f"probe store: {bad} line(s) of {f} were not probe rows; "
+                        f"kept as {f.name}.bad",
+                        file=sys.stderr,
+                    )
+                else:
+                    f.unlink()
             self.committed = merged
             self.fresh = False
             return path, merged
