@@ -23,6 +23,7 @@ stopping through a one-element allreduce each step, then exit with ``EXIT_STOPPE
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -77,7 +78,28 @@ class TrainPlan:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "local_batches", tuple(int(b) for b in self.local_batches))
+        if isinstance(self.local_batches, (str, bytes)) or not hasattr(
+            self.local_batches, "__iter__"
+        ):
+            raise ConfigError(f"local_batches: a list of integers, got {self.local_batches!r}")
+        batches = tuple(_whole("local_batches", b) for b in self.local_batches)
+        object.__setattr__(self, "local_batches", batches)
+        for name in ("global_batch", "iterations", "seed", "checkpoint_every", "threads"):
+            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        for name, lo, hi in (
+            ("lr", 0.0, math.inf),
+            ("momentum", 0.0, 1.0),
+            ("timeout_s", 0.0, math.inf),
+        ):
+            v = _finite(name, getattr(self, name))
+            if not lo < v < hi and not (name == "momentum" and v == 0.0):
+                raise ConfigError(f"{name}: must be in ({lo:g}, {hi:g}), got {v!r}")
+        if _finite("step_sleep_s", self.step_sleep_s) < 0:
+            raise ConfigError(f"step_sleep_s: must be >= 0, got {self.step_sleep_s!r}")
+        if self.threads < 1:
+            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
+        if not isinstance(self.reweight, bool):
+            raise ConfigError(f"reweight: must be true or false, got {self.reweight!r}")
         if not self.local_batches or any(b < 1 for b in self.local_batches):
             raise ConfigError("local_batches: need one batch >= 1 per rank")
         if sum(self.local_batches) != self.global_batch:
@@ -122,6 +144,24 @@ class TrainPlan:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except TypeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _whole(name: str, v: Any) -> int:
+    """``v`` as an int when it is a whole number (not a bool, not 8.9), else a
+    ``ConfigError`` naming ``name``."""
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()))
+    ):
+        raise ConfigError(f"{name}: must be a whole number, got {v!r}")
+    return int(v)
+
+
+def _finite(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(f"{name}: must be a finite number, got {v!r}")
+    return float(v)
 
 
 def split_batch(global_batch: int, ranks: int) -> tuple[int, ...]:

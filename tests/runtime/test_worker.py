@@ -94,3 +94,30 @@ def test_resume_needs_the_same_global_batch(tmp_path: Path) -> None:
     assert run_rank(first, 0, 1, "127.0.0.1", free_port()) == 0
     with pytest.raises(ConfigError, match="same global batch"):
         run_rank(plan(tmp_path, global_batch=6, local_batches=(6,)), 0, 1, "127.0.0.1", free_port())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("lr", float("nan")),
+        ("lr", 0.0),
+        ("lr", "0.1"),
+        ("momentum", 1.0),
+        ("momentum", float("inf")),
+        ("local_batches", [8.9, 7.1]),
+        ("local_batches", "16"),
+        ("iterations", True),
+        ("iterations", 2.5),
+        ("global_batch", float("nan")),
+        ("threads", 0),
+        ("timeout_s", -1),
+        ("step_sleep_s", -0.5),
+        ("reweight", "yes"),
+    ],
+)
+def test_a_bad_plan_field_is_named(tmp_path: Path, field: str, value: object) -> None:
+    good = {"model": "resnet18", "size": "tiny", "global_batch": 16, "iterations": 2,
+            "local_batches": [8, 8], "run_dir": str(tmp_path)}  # fmt: skip
+    TrainPlan.from_dict(good)
+    with pytest.raises(ConfigError, match=field):
+        TrainPlan.from_dict({**good, field: value})
