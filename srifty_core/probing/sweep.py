@@ -610,7 +610,13 @@ def launch_for_sweep(
     the config (so bad input fails before anything starts)."""
     check_single_type(instance_type, provider)
     spec = provider.instance_type(instance_type)
-    count = instances or math.ceil(config.max_world_size / spec.ranks_per_instance)
+    count = (
+        instances
+        if instances is not None
+        else math.ceil(config.max_world_size / spec.ranks_per_instance)
+    )
+    if count < 1:
+        raise ConfigError(f"instances: must be at least 1, got {count}")
     check_fits(config, count * spec.ranks_per_instance, f"{count} x {instance_type}")
     check_backend(config, count * spec.ranks_per_instance)
     return provider.launch(
@@ -644,7 +650,11 @@ def probe_sweep(
         provider = LocalProvider()
     check_single_type(instance_type, provider)
     spec = provider.instance_type(instance_type)
-    count = instances or math.ceil(config.max_world_size / spec.ranks_per_instance)
+    count = (
+        instances
+        if instances is not None
+        else math.ceil(config.max_world_size / spec.ranks_per_instance)
+    )
     if count < 1:
         raise ConfigError(f"instances: must be at least 1, got {count}")
     ranks = count * spec.ranks_per_instance

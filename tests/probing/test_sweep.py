@@ -143,6 +143,8 @@ def test_bad_input_fails_before_anything_starts(data_dir: Path) -> None:
         probe_sweep(SweepConfig(sizes=(4,), backend="nccl"), provider=provider, day=DAY)
     with pytest.raises(ConfigError, match=r"count: 17 x local\.cpu"):
         probe_sweep(SweepConfig(sizes=(4,), world_sizes=(17,)), provider=provider, day=DAY)
+    with pytest.raises(ConfigError, match="instances: must be at least 1, got 0"):
+        probe_sweep(SweepConfig(sizes=(4,)), provider=provider, instances=0, day=DAY)
     assert provider.pids == []
     assert not (data_dir / "cloud").exists() or not list((data_dir / "cloud").rglob("*.json"))
     assert not (data_dir / "probes").exists()
