@@ -191,6 +191,10 @@ def plan(
             wide_size = wide.size(limit=exhaustive_limit)
             if wide_size <= exhaustive_limit:
                 space, size, below = wide, wide_size, True
+        prefetch = getattr(estimator, "prefetch", None)
+        if prefetch is not None:  # every bandwidth curve the search needs, in one call
+            offered = [o for o in request.offers if o.quota > 0]
+            prefetch(request.workload, [o.instance for o in offered], sum(o.quota for o in offered))
         candidates = exhaustive_search(request, estimator, space)
     else:
         candidates = ilp_search(request, estimator, space, solver)

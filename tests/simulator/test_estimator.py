@@ -514,3 +514,18 @@ def test_any_number_of_types_and_the_first_slots_keep_their_draws() -> None:
     assert sim.estimate(w, small) == before
     again = Simulator(ConstantBandwidth(1e9), max_types=2)
     assert again.estimate(w, ten) == est  # seeded per slot: reproducible
+
+
+def test_prefetch_asks_the_model_once_and_changes_no_estimate() -> None:
+    w = Workload("m", {"T4": steady(make_profile(), "T4")})
+    a, b = inst("a", "T4"), inst("b", "T4", ranks=4)
+    configs = [config((a, n, 8)) for n in (2, 3, 4)] + [config((a, 2, 8), (b, 1, 32))]
+    plain_bw = ConstantBandwidth(1e9)
+    plain = [Simulator(plain_bw).estimate(w, c) for c in configs]
+    bw = ConstantBandwidth(1e9)
+    sim = Simulator(bw)
+    sim.prefetch(w, [a, b], max_vms=4)
+    assert bw.calls == 1
+    assert [sim.estimate(w, c) for c in configs] == plain
+    assert bw.calls == 1  # every curve was there
+    assert plain_bw.calls > 1
