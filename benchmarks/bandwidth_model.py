@@ -1,18 +1,21 @@
 """Bus-bandwidth model accuracy: MAPE vs the noise floor, per size class (<= / > MTU).
 
 (a) a probe store (``--probe-store DIR``: the folder holding ``date=...`` partitions), held
-    out by allocation: folds of ``group_kfold`` on ``allocation_id``;
-(b) the public nccl-tests tables in ``data/reference/nccl_tests_public.csv``, held out by
-    table (``table_id``), features from the catalog (vCPUs, GPUs, rated network).
+    out by allocation: folds of ``group_kfold`` (scikit-learn's ``GroupKFold``) on
+    ``allocation_id``;
+(b) the public nccl-tests tables in ``data/reference/nccl_tests_public.csv`` (or ``--table``),
+    loaded by ``predictors.nccl_tests``, held out by table (``table_id``), features from the
+    catalog (vCPUs, GPUs, rated network).
 
-For each size class: the per-class tuner runs under ``--budget`` seconds (grouped CV); the
-reported model MAPE is the out-of-fold MAPE of the default parameters and of the best tuned
-parameters (that one includes the selection, so it is slightly optimistic); the noise floor
+For each size class: the per-class tuner runs ``--trials`` seeded trials (Optuna TPE, grouped
+CV; the same command gives the same numbers); the reported model MAPE is the out-of-fold
+MAPE of the default parameters and of the best tuned parameters (that one includes the
+selection, so it is slightly optimistic); the noise floor
 is the MAPE of the best constant per configuration learned from the other groups (rows
 whose configuration no other group measured have no floor: ``coverage``), and the model's
 MAPE on those same covered rows is given beside it.
 
-    .venv/bin/python benchmarks/bandwidth_model.py [--probe-store DIR] [--budget 30]
+    .venv/bin/python benchmarks/bandwidth_model.py [--probe-store DIR | --emulated] [--trials 30]
 
 Writes ``benchmarks/results/bandwidth_model.json``.
 """
@@ -29,7 +32,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srifty_core import paths
 from srifty_core.predictors.bandwidth import (
     DEFAULT_MTU,
     LARGE,
@@ -38,51 +40,14 @@ from srifty_core.predictors.bandwidth import (
     noise_floor_predictions,
     size_masks,
 )
-from srifty_core.predictors.tuning import DEFAULT_PARAMS, cross_val_predict, tune
+from srifty_core.predictors.nccl_tests import nccl_tests_frame
+from srifty_core.predictors.tuning import DEFAULT_PARAMS, DEFAULT_TRIALS, cross_val_predict, tune
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def nccl_tests_frame() -> pd.DataFrame:
-    """The public nccl-tests rows as probe-like records (busbw recomputed from time_us)."""
-    from srifty_core.catalog import Catalog
-
-    raw = pd.read_csv(paths.REFERENCE_DIR / "nccl_tests_public.csv")
-    raw = raw[(raw["size_bytes"] > 0) & (raw["time_us"] > 0)].copy()
-    catalog = Catalog.load()
-    spec = {}
-    for name in raw["instance_type"].unique():
-        t = catalog.get(name, "us-east-1")
-        spec[name] = (t.gpu_model, t.gpus_per_vm, t.vcpus, t.network_gbps)
-    n = raw["world_size"].astype(int)
-    s = raw["size_bytes"].astype(np.int64)
-    t = raw["time_us"].astype(float) * 1e-6
-    return pd.DataFrame(
-        {
-            "provider": "public",
-            "cloud": "aws",
-            "region": "unknown",
-            "zone": "unknown",
-            "instance_type": raw["instance_type"],
-            "gpu_model": [spec[x][0] for x in raw["instance_type"]],
-            "gpus_per_vm": [spec[x][1] for x in raw["instance_type"]],
-            "vcpus": [spec[x][2] for x in raw["instance_type"]],
-            "network_gbps": [spec[x][3] for x in raw["instance_type"]],
-            "placement_group": False,
-            "world_size": n,
-            "buffer_bytes": s,
-            "concurrent": 1,
-            "backend": "nccl",
-            "busbw": 2 * s * (n - 1) / (n * t),
-            "table_id": raw["table_id"],
-            # nodes x GPUs per node is part of the configuration (2x1 and 2x8 differ)
-            "num_nodes": raw["num_nodes"].astype(int),
-        }
-    ).reset_index(drop=True)
-
-
 def evaluate(
-    df: pd.DataFrame, group: str, budget_s: float, mtu: int, seed: int, config: list[str]
+    df: pd.DataFrame, group: str, n_trials: int, mtu: int, seed: int, config: list[str]
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rows": len(df),
@@ -96,7 +61,7 @@ def evaluate(
         y = part["busbw"].to_numpy(float)
         t0 = time.monotonic()
         default_oof = cross_val_predict(DEFAULT_PARAMS, part, groups=g, n_splits=5)
-        tuned = tune(part, budget_s=budget_s, group=group, n_splits=5, seed=seed)
+        tuned = tune(part, n_trials=n_trials, group=group, n_splits=5, seed=seed)
         floor = noise_floor_predictions(part, group=group, config=config)
         covered = np.isfinite(floor)
         out[cls] = {
@@ -144,7 +109,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--probe-store", type=Path, help="probe store folder for part (a)")
     ap.add_argument("--label", default="probe store", help="what the probe store holds")
-    ap.add_argument("--budget", type=float, default=30.0, help="tuning seconds per size class")
+    ap.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help=f"tuning trials per size class (default {DEFAULT_TRIALS})",
+    )
+    ap.add_argument("--budget", help=argparse.SUPPRESS)  # removed: a clear error below
+    ap.add_argument(
+        "--table", type=Path, help="nccl-tests table for part (b) (default: the shipped one)"
+    )
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-public", action="store_true", help="only part (a)")
@@ -154,6 +128,13 @@ def main() -> None:
         help="part (a) on a fresh emulated EC2 sweep (6 types, 4 allocations each)",
     )
     args = ap.parse_args()
+    if args.budget is not None:
+        ap.error(
+            "--budget was removed: tuning runs a fixed number of trials (--trials N), so the "
+            "same command gives the same numbers"
+        )
+    if args.trials < 1:
+        ap.error(f"--trials: must be >= 1, got {args.trials}")
     if args.emulated:
         import tempfile
 
@@ -172,17 +153,17 @@ def main() -> None:
         table_ = emulated_probe_sweep(types, allocations=4, seed=args.seed)
         write_emulated_probes(table_, root=args.probe_store)
         print(f"emulated sweep: {table_.num_rows} rows in {args.probe_store}")
-    results: dict[str, Any] = {"budget_s_per_class": args.budget, "mtu": args.mtu}
+    results: dict[str, Any] = {"trials_per_class": args.trials, "mtu": args.mtu, "seed": args.seed}
     if args.probe_store:
         df = read_probes(args.probe_store)
-        res = evaluate(df, "allocation_id", args.budget, args.mtu, args.seed, list(FEATURE_COLUMNS))
+        res = evaluate(df, "allocation_id", args.trials, args.mtu, args.seed, list(FEATURE_COLUMNS))
         res["label"] = args.label
         results["probe_store"] = res
         print(table(f"(a) {args.label}, held out by allocation", res))
     if not args.skip_public:
-        df = nccl_tests_frame()
+        df = nccl_tests_frame(args.table)
         config = [*FEATURE_COLUMNS, "num_nodes"]
-        res = evaluate(df, "table_id", args.budget, args.mtu, args.seed, config)
+        res = evaluate(df, "table_id", args.trials, args.mtu, args.seed, config)
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
     RESULTS.mkdir(exist_ok=True)

@@ -7,13 +7,17 @@ next, never data in XCom:
 1. ``load_data``: probe records from the store (``since``, ``providers``, ``instance_types``),
    age weights with ``half_life_days``; checked (empty, too small or malformed data fails
    here and nothing is registered); snapshot + data version.
-2. ``tune_and_fit``: per size class (<= / > MTU), random search under ``budget_s`` scored by
-   MAPE with CV grouped by allocation; fit the two XGBoost regressors and the caps.
+2. ``tune_and_fit``: per size class (<= / > MTU), ``n_trials`` seeded Optuna (TPE) trials
+   scored by MAPE with CV grouped by allocation (the same data gives the same model); fit
+   the two XGBoost regressors and the caps.
 3. ``evaluate``: challenger and current champion on the same held-out allocations.
 4. ``register``: MLflow run (params, MAPE vs noise floor per size class and instance type,
-   data version, plot) and a new version of ``srifty-busbw`` with alias ``challenger``.
+   data version, plot) and a new version of ``srifty-busbw`` with alias ``challenger``;
+   nothing when the champion was fitted on the same data (same data version).
 5. ``promote``: moves ``champion`` to it only if its held-out MAPE is no worse; the decision
    and its numbers are printed here and put on the run and the version as tags/metrics.
+6. ``remove_staging`` (teardown of ``load_data``): removes the staging folder once the
+   other tasks are done, succeeded or failed (a failed run is run again from the start).
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minute
             exclusiveMinimum=0,
             description="Sample weight halves every ... days (null: equal weights).",
         ),
-        "budget_s": Param(120, type="number", exclusiveMinimum=0, maximum=7200),
-        "max_trials": Param(None, type=["integer", "null"], minimum=1),
+        "n_trials": Param(
+            30, type="integer", minimum=1, maximum=1000, description="Tuning trials per size class."
+        ),
         "providers": Param(
             None, type=["array", "null"], items={"type": "string"}, description="All if null."
         ),
@@ -65,16 +70,22 @@ def srifty_model_refresh() -> None:
     def load_data() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from srifty_core.predictors.refresh import RefreshConfig, stage_data, staging_dir
+        from srifty_core.predictors.refresh import (
+            RefreshConfig,
+            check_tuning_options,
+            stage_data,
+            staging_dir,
+        )
 
-        p = get_current_context()["params"]
+        context = get_current_context()
+        p = context["params"]
+        check_tuning_options(context["dag_run"].conf or {}, "run conf")
         config = RefreshConfig(
             since=timedelta(days=p["since_days"]) if p["since_days"] else None,
             half_life=timedelta(days=p["half_life_days"]) if p["half_life_days"] else None,
             providers=tuple(p["providers"]) if p["providers"] else None,
             instance_types=tuple(p["instance_types"]) if p["instance_types"] else None,
-            budget_s=float(p["budget_s"]),
-            max_trials=p["max_trials"],
+            n_trials=int(p["n_trials"]),
             mtu=int(p["mtu"]),
             seed=int(p["seed"]),
         )
@@ -119,7 +130,10 @@ def srifty_model_refresh() -> None:
         from srifty_core.predictors.refresh import register as log_and_register
 
         out = log_and_register(Path(staging))
-        print(f"MLflow run {out['run_id']}; model version {out['version']} is challenger")
+        if out["version"] is None:
+            print(out["skipped"])
+        else:
+            print(f"MLflow run {out['run_id']}; model version {out['version']} is challenger")
         return staging
 
     @task
@@ -129,11 +143,24 @@ def srifty_model_refresh() -> None:
         from srifty_core.predictors.refresh import promote_or_not
 
         out = promote_or_not(Path(staging))
+        if not out["registered"]:
+            print(f"no new version: {out['reason']}; champion: {out['champion']}")
+            return out
         verdict = "PROMOTED to champion" if out["promote"] else "NOT promoted"
         print(f"version {out['version']} {verdict}: {out['reason']}; champion: {out['champion']}")
         return out
 
-    promote(register(evaluate(tune_and_fit(load_data()))))
+    @task
+    def remove_staging(info: dict[str, Any]) -> None:
+        from pathlib import Path
+
+        from srifty_core.predictors.refresh import remove_staging as remove
+
+        remove(Path(info["staging"]))
+
+    info = load_data()
+    done = promote(register(evaluate(tune_and_fit(info))))
+    done >> remove_staging(info).as_teardown(setups=info)
 
 
 srifty_model_refresh()

@@ -210,16 +210,22 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
         parse_duration,
         refresh_bandwidth_model,
     )
+    from srifty_core.predictors.tuning import DEFAULT_TRIALS
 
+    if args.budget is not None:
+        raise ConfigError(
+            "--budget was removed: tuning runs a fixed number of seeded trials per size class "
+            "(--trials N), not until a time budget is spent, so the same command gives the "
+            "same model"
+        )
     config = RefreshConfig(
         since=None if args.since == "all" else parse_duration(args.since, "since"),
         half_life=None if args.half_life == "none" else parse_duration(args.half_life, "half-life"),
         providers=tuple(args.provider) if args.provider else None,
         instance_types=tuple(args.instance_type) if args.instance_type else None,
-        budget_s=parse_duration(args.budget, "budget").total_seconds(),
+        n_trials=DEFAULT_TRIALS if args.trials is None else args.trials,
         mtu=args.mtu,
         seed=args.seed,
-        max_trials=args.max_trials,
     )
     outcome = refresh_bandwidth_model(config, tracking_uri=args.tracking_uri)
     print(format_report(outcome))
@@ -472,7 +478,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and promote it to 'champion' if it is no worse on the held-out allocations.",
     )
     fitbw.add_argument("--since", default="30d", help="probes this recent (30d, 12h; 'all')")
-    fitbw.add_argument("--budget", default="120s", help="tuning time budget (default 120s)")
+    fitbw.add_argument(
+        "--trials",
+        "--max-trials",
+        type=int,
+        metavar="N",
+        help="tuning trials per size class (default 30); seeded, so reruns agree",
+    )
+    fitbw.add_argument("--budget", help=argparse.SUPPRESS)  # removed; _cmd_fit_bandwidth says so
     fitbw.add_argument(
         "--half-life", default="14d", help="sample weight halves every ... ('none': equal)"
     )
@@ -480,7 +493,6 @@ def build_parser() -> argparse.ArgumentParser:
     fitbw.add_argument("--instance-type", action="append", help="only this type (repeatable)")
     fitbw.add_argument("--mtu", type=int, default=9001, help="size-class split, bytes (9001)")
     fitbw.add_argument("--seed", type=int, default=0, help="tuning seed (default 0)")
-    fitbw.add_argument("--max-trials", type=int, help="also stop tuning after N trials per class")
     fitbw.add_argument("--tracking-uri", help="MLflow store (default: SQLite under DATA/mlflow)")
     fitbw.set_defaults(func=_cmd_fit_bandwidth)
 

@@ -255,7 +255,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     state = run_dag(
         "srifty_model_refresh",
         env,
-        {"since_days": None, "half_life_days": None, "budget_s": 20, "max_trials": 4},
+        {"since_days": None, "half_life_days": None, "n_trials": 4},
     )
     _require(state, "srifty_model_refresh", home)
     from srifty_core.predictors.registry import CHAMPION, alias_version

@@ -87,7 +87,7 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for p in emulated_profiles(["g4dn.xlarge"], linear, max_batch=256).values():
             store.save(p)
         write_store(types=("g4dn.xlarge", "g4dn.12xlarge", "local.cpu"), allocations=3)
-        refresh_bandwidth_model(RefreshConfig(since=None, half_life=None, budget_s=5, max_trials=1))
+        refresh_bandwidth_model(RefreshConfig(since=None, half_life=None, n_trials=1))
     return root
 
 

@@ -13,6 +13,7 @@ HEAVY = (
     "pulp",
     "airflow",
     "sklearn",
+    "optuna",
     "pandas",
     "pyarrow",
     "transformers",

@@ -180,10 +180,7 @@ class EC2Provider(Provider):
         return self._catalog or Catalog.load()
 
     def instance_type(self, name: str) -> InstanceSpec:
-        catalog = self.catalog()
-        if name not in catalog.names():
-            raise UnknownNameError("instance type", name, catalog.names())
-        t = catalog.get(name, self.region)
+        t = self.catalog().get(name, self.region)  # unknown names: the closest ones
         return InstanceSpec.from_catalog(t)
 
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:

@@ -148,9 +148,13 @@ def check_training_data(
     if len(probes) == 0:
         raise BandwidthDataError("no probe records to train on (empty dataset)")
     check_features(probes, where="probe records")
-    for c in (LABEL, group):
-        if c not in probes.columns:
-            raise BandwidthDataError(f"probe records: missing column {c!r}")
+    if LABEL not in probes.columns:
+        raise BandwidthDataError(f"probe records: missing column {LABEL!r}")
+    if group not in probes.columns:
+        raise BandwidthDataError(
+            f"probe records: missing group column {group!r} (which allocation each row was "
+            "measured on; pass group= to name another column, e.g. a table or run id)"
+        )
     y = probes[LABEL].to_numpy(dtype=float, na_value=np.nan)
     if not np.all(np.isfinite(y)) or np.any(y <= 0):
         raise BandwidthDataError("probe records: busbw must be positive and finite")
@@ -200,25 +204,19 @@ def mape(predicted: ArrayLike, observed: ArrayLike, weight: ArrayLike | None = N
 def group_kfold(
     groups: ArrayLike, n_splits: int
 ) -> list[tuple[NDArray[np.intp], NDArray[np.intp]]]:
-    """(train, test) index pairs, each group wholly in one test fold.
+    """(train, test) index pairs from scikit-learn's ``GroupKFold`` (no shuffling: groups
+    in decreasing size, each into the fold with the fewest rows so far), so every group is
+    wholly in one test fold and never in the train and test part of the same fold.
+    ``n_splits`` is lowered to the number of groups; fewer than 2 groups cannot be split."""
+    from sklearn.model_selection import GroupKFold
 
-    Same rule as scikit-learn's ``GroupKFold``: groups in decreasing size, each into the fold
-    with the fewest rows so far. ``n_splits`` is lowered to the number of groups.
-    """
     g = np.asarray(groups)
-    names, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
-    k = min(n_splits, len(names))
+    n_groups = len(np.unique(g))
+    k = min(n_splits, n_groups)
     if k < 2:
-        raise BandwidthDataError(f"cross-validation needs >= 2 groups, got {len(names)}")
-    fold_of_group = np.empty(len(names), dtype=np.intp)
-    load = np.zeros(k)
-    for gi in sorted(range(len(names)), key=lambda i: (-counts[i], str(names[i]))):
-        f = int(np.argmin(load))
-        fold_of_group[gi] = f
-        load[f] += counts[gi]
-    fold = fold_of_group[inverse]
-    idx = np.arange(len(g))
-    return [(idx[fold != f], idx[fold == f]) for f in range(k)]
+        raise BandwidthDataError(f"cross-validation needs >= 2 groups, got {n_groups}")
+    splits = GroupKFold(n_splits=k).split(np.zeros((len(g), 1)), groups=g)
+    return [(np.asarray(train, np.intp), np.asarray(test, np.intp)) for train, test in splits]
 
 
 def _mape_optimal(values: NDArray[np.float64], weights: NDArray[np.float64]) -> float:
@@ -625,12 +623,23 @@ class BandwidthModel:
         self.cap_quantile = cap_quantile
         self.cap_min_buffer = cap_min_buffer
 
-    def fit(self, probes: pd.DataFrame, sample_weight: ArrayLike | None = None) -> BandwidthModel:
-        """Fit both regressors and the caps on probe records (``FEATURE_COLUMNS``, ``busbw``,
-        ``allocation_id``); ``sample_weight`` per row (e.g. the store's age weights)."""
+    def fit(
+        self,
+        probes: pd.DataFrame,
+        sample_weight: ArrayLike | None = None,
+        *,
+        group: str = GROUP,
+    ) -> BandwidthModel:
+        """Fit both regressors and the caps on probe records (``FEATURE_COLUMNS``, ``busbw``
+        and the ``group`` column); ``sample_weight`` per row (e.g. the store's age weights).
+
+        ``group`` names the column saying which allocation each row was measured on
+        (``allocation_id`` in the probe store; ``predictors.nccl_tests`` rows carry it too, one
+        published table being one allocation): the caps and the spread of network levels are
+        statistics over allocations. ``tuning.tune`` takes it the same way."""
         if self.mtu < 1:
             raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
-        check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1)
+        check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1, group=group)
         w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
         mixed = mix_mask(probes)  # rings of several types: only the mixed-ring factor
         mixes = probes[mixed]
@@ -649,13 +658,13 @@ class BandwidthModel:
             probes[masks[LARGE]], y[masks[LARGE]], w[masks[LARGE]]
         )
         caps = BandwidthCaps.from_probes(
-            probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer
+            probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer, group=group
         )
         self.caps_ = dataclasses.replace(
             caps,
-            sustained=sustained_caps(sustained),
-            factors=sustained_factors(probes, sustained),
-            sigmas=level_sigmas(probes),
+            sustained=sustained_caps(sustained, group),
+            factors=sustained_factors(probes, sustained, group),
+            sigmas=level_sigmas(probes, group=group),
         )
         self.caps_ = dataclasses.replace(
             self.caps_,

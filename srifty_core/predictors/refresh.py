@@ -7,17 +7,25 @@ process; the ``srifty_model_refresh`` DAG runs one per task, handing over a stag
   stale samples decay. ``data_version`` is a hash of the rows used.
 - **Held-out allocations**: an allocation is held out when the hash of its id falls below
   ``holdout_fraction`` (per instance type; a type with >= 3 allocations and none below holds
-  out its lowest-hash one; one always stays in training). The rule depends only on the id, so
+  out its lowest-hash one; two always stay in training). The rule depends only on the id, so
   every fit holds out the same allocations and a champion never trained on the rows it is
   judged on. Rows of mixed-type rings (``probing.mix``) are never held out, tuned on or
   scored: they only give the fitted model its mixed-ring factor.
 - **Tune and fit** on the other allocations: per size class, ``tuning.tune`` (grouped CV by
-  allocation, MAPE, half the budget each), then the final fit with the best parameters.
+  allocation, MAPE, ``n_trials`` seeded Optuna trials each, so a rerun on the same data
+  picks the same parameters), then the final fit with the best parameters.
   The error table reports per size class and per instance type the out-of-fold MAPE of the
   best parameters beside the noise floor on the same rows.
 - **Decide**: the challenger is promoted when its held-out MAPE (all held-out rows,
   weighted) is no worse than the champion's on the same rows (or there is no champion, or
   the champion cannot be loaded, which the reason says).
+- **Register** logs the run and a new version, unless the champion was fitted on the same
+  data (its ``data_version``): with the same settings the fit would be the champion again
+  (tuning is seeded), so nothing is registered (the outcome's ``registered`` is False and its
+  reason says so). The data version hashes the rows only: other settings (more trials,
+  another MTU) on the same rows make no new version either.
+- **Staging**: the steps hand over files in a staging folder; ``refresh_bandwidth_model``
+  removes it when it ends, done or failed (the DAG's teardown task does the same).
 
 Bad input (no rows, too few, missing columns, a schema mismatch) raises before anything is
 logged or registered; a step that fails never moves the ``champion`` alias.
@@ -28,11 +36,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -47,22 +57,34 @@ from srifty_core.predictors.bandwidth import (
     BandwidthDataError,
     BandwidthModel,
     check_training_data,
+    feature_frame,
     mape,
     noise_floor_predictions,
     size_masks,
 )
+from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.network import mix_mask, split_mixes
+from srifty_core.predictors.tuning import DEFAULT_TRIALS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MIN_ALLOCATIONS = 3
+TRAIN_ALLOCATIONS = 2
+"""Allocations of a type that always stay in training (grouped CV needs two groups)."""
 """Two to cross-validate on, one to hold out."""
 SNAPSHOT = "probes.parquet"
 FIT_FILE = "fit.json"
 EVAL_FILE = "evaluation.json"
 MODEL_DIR = "model"
+REGISTERED_FILE = "registered.json"
 PLOT_FILE = "busbw_vs_size.png"
+REMOVED_OPTIONS: dict[str, str] = {
+    "budget_s": "tuning no longer stops on a time budget; it runs n_trials seeded trials per "
+    "size class, so the same data gives the same model. Set n_trials instead",
+    "max_trials": "it is now n_trials (trials per size class)",
+}
+"""Tuning options of earlier versions, and what replaced them."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +96,19 @@ class RefreshConfig:
     half_life: timedelta | None = timedelta(days=14)
     providers: tuple[str, ...] | None = None
     instance_types: tuple[str, ...] | None = None
-    budget_s: float = 120.0
+    n_trials: int = DEFAULT_TRIALS
+    """Tuning trials per size class."""
     mtu: int = DEFAULT_MTU
     seed: int = 0
     n_splits: int = 5
     holdout_fraction: float = 0.2
-    max_trials: int | None = None
     now: datetime | None = None
 
     def __post_init__(self) -> None:
-        if not self.budget_s > 0:
-            raise ConfigError(f"budget: must be positive seconds, got {self.budget_s}")
+        if isinstance(self.n_trials, bool) or not isinstance(self.n_trials, int):
+            raise ConfigError(f"n_trials: must be an integer, got {self.n_trials!r}")
+        if self.n_trials < 1:
+            raise ConfigError(f"n_trials: must be >= 1, got {self.n_trials}")
         if self.mtu < 1:
             raise ConfigError(f"mtu: must be >= 1, got {self.mtu}")
         if not 0 < self.holdout_fraction < 1:
@@ -109,6 +133,7 @@ class RefreshConfig:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RefreshConfig:
         d = dict(d)
+        check_tuning_options(d, "refresh config")
         for k in ("since", "half_life"):
             d[k] = timedelta(seconds=d[k]) if d[k] is not None else None
         for k in ("until", "now"):
@@ -116,6 +141,14 @@ class RefreshConfig:
         for k in ("providers", "instance_types"):
             d[k] = tuple(d[k]) if d[k] is not None else None
         return cls(**d)
+
+
+def check_tuning_options(options: Mapping[str, Any], where: str) -> None:
+    """Raise ``ConfigError`` if ``options`` (a config dict, DAG run conf) use a removed tuning
+    option (``REMOVED_OPTIONS``), saying what replaced it."""
+    for key, why in REMOVED_OPTIONS.items():
+        if key in options:
+            raise ConfigError(f"{where}: {key!r} was removed: {why}")
 
 
 def parse_duration(text: str, what: str = "duration") -> timedelta:
@@ -184,7 +217,7 @@ def holdout_allocations(df: pd.DataFrame, fraction: float) -> list[str]:
         held = [a for a in ids if h[a] < fraction]
         if not held and len(ids) >= MIN_ALLOCATIONS:
             held = [min(ids, key=lambda a: h[a])]
-        if len(held) == len(ids):
+        while held and len(ids) - len(held) < TRAIN_ALLOCATIONS:  # grouped CV needs two
             held.remove(max(held, key=lambda a: h[a]))
         out.extend(held)
     return sorted(out)
@@ -271,11 +304,10 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
         m = masks[cls]
         result = tune(
             train[m].reset_index(drop=True),
-            budget_s=config.budget_s / 2,
+            n_trials=config.n_trials,
             weight=w[m],
             n_splits=config.n_splits,
             seed=config.seed + i,
-            max_trials=config.max_trials,
         )
         oof[m] = result.oof
         best[cls] = result.best_params
@@ -432,17 +464,29 @@ def plot_fit(df: pd.DataFrame, model: BandwidthModel, path: Path) -> Path:
 
 def register(staging: Path, tracking_uri: str | None = None) -> dict[str, Any]:
     """Step 4: log the run (params, metrics, data version, plot, tables) and register the
-    challenger (alias ``challenger``)."""
-    from srifty_core.predictors.registry import log_fit
+    challenger (alias ``challenger``) -- unless the champion was fitted on the same data
+    (same ``data_version``): then nothing is logged or registered, ``version`` is None and
+    ``skipped`` says why."""
+    from srifty_core.predictors.registry import champion_data_version, log_fit
 
-    df, config = read_snapshot(staging)
     fit = json.loads((staging / FIT_FILE).read_text())
+    champion = champion_data_version(tracking_uri)
+    if champion is not None and champion[1] == fit["data_version"]:
+        skipped = {
+            "run_id": None,
+            "version": None,
+            "skipped": f"champion v{champion[0]} was fitted on the same data (data version "
+            f"{fit['data_version']}): nothing registered",
+        }
+        (staging / REGISTERED_FILE).write_text(json.dumps(skipped))
+        return skipped
+    df, config = read_snapshot(staging)
     ev = json.loads((staging / EVAL_FILE).read_text())
     model = BandwidthModel.load(staging / MODEL_DIR)
     plot = plot_fit(df, model, staging / PLOT_FILE)
     params: dict[str, Any] = {
         "mtu": config.mtu,
-        "budget_s": config.budget_s,
+        "n_trials": config.n_trials,
         "since_days": config.since.total_seconds() / 86400 if config.since else None,
         "half_life_days": (config.half_life.total_seconds() / 86400 if config.half_life else None),
         "providers": config.providers,
@@ -484,11 +528,28 @@ def register(staging: Path, tracking_uri: str | None = None) -> dict[str, Any]:
             "evaluation.json": ev,
         },
         run_name=f"busbw-{fit['data_version']}",
+        input_example=input_example(df),
         tracking_uri=tracking_uri,
     )
     out = {"run_id": run_id, "version": version}
-    (staging / "registered.json").write_text(json.dumps(out))
+    (staging / REGISTERED_FILE).write_text(json.dumps(out))
     return out
+
+
+def input_example(df: pd.DataFrame) -> pd.DataFrame:
+    """The registered model's input example: per instance type, the feature rows of its
+    smallest and largest buffer (no mixed rings; rows without missing values when there are
+    any), with the dtypes of ``feature_frame`` (64-bit integers, as JSON input to a served
+    model arrives)."""
+    import pandas as pd
+
+    features = split_mixes(df)[0][list(FEATURE_COLUMNS)]
+    complete = features[features.notna().all(axis=1)]
+    features = complete if len(complete) else features  # local types have no network_gbps
+    features = features.sort_values(["instance_type", "buffer_bytes"], kind="stable")
+    ends = [features.drop_duplicates("instance_type", keep=k) for k in ("first", "last")]
+    out = pd.concat(ends).sort_values(["instance_type", "buffer_bytes"], kind="stable")
+    return feature_frame(cast("list[dict[str, Any]]", out.to_dict("records")))
 
 
 # -- step 5: promote -----------------------------------------------------------------------
@@ -505,9 +566,20 @@ def promote_or_not(staging: Path, tracking_uri: str | None = None) -> dict[str, 
     )
 
     ev = json.loads((staging / EVAL_FILE).read_text())
-    reg = json.loads((staging / "registered.json").read_text())
+    reg = json.loads((staging / REGISTERED_FILE).read_text())
     decision = dict(ev["decision"])
     current = alias_version(CHAMPION, tracking_uri)
+    if reg["version"] is None:  # the champion's own data: nothing was registered
+        return {
+            **decision,
+            "promote": False,
+            "registered": False,
+            "reason": reg["skipped"],
+            "version": None,
+            "run_id": None,
+            "previous_champion": ev["champion_version"],
+            "champion": current,
+        }
     if decision["promote"] and current != ev["champion_version"]:
         decision = {
             **decision,
@@ -519,6 +591,7 @@ def promote_or_not(staging: Path, tracking_uri: str | None = None) -> dict[str, 
     record_decision(reg["run_id"], reg["version"], decision, tracking_uri)
     return {
         **decision,
+        "registered": True,
         "version": reg["version"],
         "run_id": reg["run_id"],
         "previous_champion": ev["champion_version"],
@@ -531,6 +604,10 @@ def promote_or_not(staging: Path, tracking_uri: str | None = None) -> dict[str, 
 
 @dataclass
 class RefreshOutcome:
+    """What each step said. ``staging`` is where the steps handed over their files (gone
+    once ``refresh_bandwidth_model`` made it and returned); ``promotion["registered"]`` is
+    False when the champion was fitted on the same data and nothing was registered."""
+
     staging: Path
     data: dict[str, Any]
     fit: dict[str, Any]
@@ -551,15 +628,25 @@ def refresh_bandwidth_model(
     staging: Path | None = None,
     root: Path | None = None,
 ) -> RefreshOutcome:
-    """All five steps in this process."""
+    """All five steps in this process. The staging folder is removed when they end, done or
+    failed, unless the caller gave it (``staging``)."""
     folder = staging or staging_dir()
-    data = stage_data(config, folder, root)
-    tune_and_fit(folder)
-    evaluation = evaluate(folder, tracking_uri)
-    register(folder, tracking_uri)
-    promotion = promote_or_not(folder, tracking_uri)
-    fit = json.loads((folder / FIT_FILE).read_text())
+    try:
+        data = stage_data(config, folder, root)
+        tune_and_fit(folder)
+        evaluation = evaluate(folder, tracking_uri)
+        register(folder, tracking_uri)
+        promotion = promote_or_not(folder, tracking_uri)
+        fit = json.loads((folder / FIT_FILE).read_text())
+    finally:
+        if staging is None:
+            remove_staging(folder)
     return RefreshOutcome(folder, data, fit, evaluation, promotion)
+
+
+def remove_staging(folder: Path) -> None:
+    """Remove a staging folder (the DAG's last task does, once the run is done)."""
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def format_report(outcome: RefreshOutcome) -> str:
@@ -606,7 +693,9 @@ def format_report(outcome: RefreshOutcome) -> str:
             else ""
         ),
     ]
-    if pr:
+    if pr and not pr.get("registered", True):
+        lines.append(f"no new version: {pr['reason']} (champion: {pr['champion'] or 'none'})")
+    elif pr:
         verdict = "promoted to champion" if pr["promote"] else "not promoted"
         lines.append(
             f"model {pr['version']} registered as challenger; {verdict}: {pr['reason']} "

@@ -1,12 +1,31 @@
 """The bandwidth model in MLflow: one run per fit, one registered model, two aliases.
 
-- Registered model ``MODEL_NAME`` (``srifty-busbw``). Each version is an MLflow *pyfunc*
-  whose artifact ``predictor`` is the saved ``BandwidthModel`` folder (both XGBoost
-  boosters as JSON, the MTU, the caps, the feature encoding): ``load_champion`` rebuilds the
-  full predictor from it, offline.
+- Registered model ``MODEL_NAME`` (``srifty-busbw``). Each version is an MLflow model logged
+  *from code* (``mlflow.pyfunc.log_model(python_model=<path of pyfunc.py>)``, MLflow's
+  "models from code"): MLflow stores that source file, not a cloudpickle, beside the artifact
+  ``predictor``, the saved ``BandwidthModel`` folder (both XGBoost boosters as XGBoost JSON;
+  the MTU, caps and feature encoding as JSON). The version has a signature (the feature
+  columns in, busbw out) and an input example, so MLflow's model view shows what it takes,
+  and ``mlflow.pyfunc.load_model`` serves it where srifty is installed. The other way
+  MLflow 3.17 offers, ``create_model_version(source=<run artifact folder>)``, registers a bare
+  folder: no ``MLmodel``, no logged model, nothing for the model view to show.
+- Loading (``load_champion``, ``load_version``) never goes through pyfunc and runs no code
+  from the store: alias -> version -> its artifact location (``MlflowClient``); its
+  ``MLmodel`` is read as plain YAML (``yaml.safe_load``) for the ``predictor`` path; only that
+  folder is downloaded, into a temporary folder, and read by ``BandwidthModel.load`` (JSON
+  and XGBoost JSON, no pickle). A ``python_model.pkl`` (versions logged before models from
+  code have one) or any other file beside it is never opened. Without ``mlflow.pyfunc`` (and
+  its requirement checks) a load costs the ``mlflow`` and ``xgboost`` imports, two store
+  queries and a few small files.
+- Metrics are logged on the run before the model: ``log_model`` links the run's metrics to
+  the logged model, so the model view lists them too. The decision's metrics
+  (``record_decision``) come later and stay on the run.
 - Aliases: a new fit's version becomes ``challenger``; ``promote`` moves ``champion`` to it
   only when the decision (``refresh.decide``) says its held-out MAPE is no worse than the
   champion's on the same held-out rows. Nothing else moves ``champion``.
+- Data version: every version carries the ``data_version`` tag of the rows it was fitted
+  on (``champion_data_version`` reads it, or the run's parameter for older versions); a
+  refresh of the champion's very rows registers nothing (``refresh.register``).
 - Store: ``srifty_core.tracking`` (SQLite + local artifacts under the data folder unless
   ``MLFLOW_TRACKING_URI`` or ``tracking_uri`` says otherwise).
 """
@@ -18,20 +37,24 @@ import os
 import tempfile
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import SriftyError
 from srifty_core.predictors.bandwidth import BandwidthModel
-from srifty_core.predictors.pyfunc import PREDICTOR_ARTIFACT
 
 if TYPE_CHECKING:
-    pass
+    import pandas as pd
 
 MODEL_NAME = "srifty-busbw"
 EXPERIMENT = "srifty-bandwidth-models"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
+PREDICTOR_ARTIFACT = "predictor"
+"""The artifact of each version that holds the saved ``BandwidthModel`` folder."""
+PYFUNC_CODE = Path(__file__).with_name("pyfunc.py")
+"""The model's code, logged as source (models from code)."""
+DATA_VERSION_TAG = "data_version"
 
 
 class NoChampionError(SriftyError, LookupError):
@@ -60,21 +83,61 @@ def client(tracking_uri: str | None = None) -> Any:
     return MlflowClient()
 
 
-def alias_version(alias: str, tracking_uri: str | None = None) -> str | None:
-    """The model version holding ``alias``, or None."""
+def _reader(tracking_uri: str | None) -> tuple[Any, str]:
+    """(``MlflowClient``, tracking URI) for reading the registry: unlike ``client`` it
+    creates no experiment and leaves MLflow's process-wide tracking URI alone."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from srifty_core.tracking import resolve_tracking_uri
+
+    uri, _ = resolve_tracking_uri(tracking_uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def _by_alias(c: Any, alias: str) -> Any:
+    """The ``ModelVersion`` holding ``alias``, or None."""
     from mlflow.exceptions import MlflowException
 
-    c = client(tracking_uri)
     try:
-        mv = c.get_model_version_by_alias(MODEL_NAME, alias)
+        return c.get_model_version_by_alias(MODEL_NAME, alias)
     except MlflowException:
         return None
-    return str(mv.version)
+
+
+def alias_version(alias: str, tracking_uri: str | None = None) -> str | None:
+    """The model version holding ``alias``, or None."""
+    mv = _by_alias(_reader(tracking_uri)[0], alias)
+    return None if mv is None else str(mv.version)
+
+
+def champion_data_version(tracking_uri: str | None = None) -> tuple[str, str | None] | None:
+    """(champion version, the data version it was fitted on), or None without a champion.
+    The data version is the version's ``data_version`` tag, else its run's parameter (older
+    versions), else None."""
+    c, _ = _reader(tracking_uri)
+    mv = _by_alias(c, CHAMPION)
+    if mv is None:
+        return None
+    data_version = (mv.tags or {}).get(DATA_VERSION_TAG)
+    if data_version is None and mv.run_id:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            data = c.get_run(mv.run_id).data
+        except MlflowException:
+            data = None
+        if data is not None:
+            data_version = data.params.get(DATA_VERSION_TAG) or data.tags.get(DATA_VERSION_TAG)
+    return str(mv.version), data_version
 
 
 def load_version(version: str, tracking_uri: str | None = None) -> BandwidthModel:
-    """The ``BandwidthModel`` of one registered version."""
-    return _load(f"models:/{MODEL_NAME}/{version}", tracking_uri)
+    """The ``BandwidthModel`` of one registered version (read as the module docstring says:
+    no pyfunc, no pickle). ``SriftyError`` when the version or its predictor is missing."""
+    c, uri = _reader(tracking_uri)
+    return _load(c, str(version), uri)
 
 
 def load_champion(tracking_uri: str | None = None) -> BandwidthModel:
@@ -83,23 +146,73 @@ def load_champion(tracking_uri: str | None = None) -> BandwidthModel:
 
     Raises ``NoChampionError`` when no version is champion yet (run ``srifty fit-bandwidth``).
     """
-    if alias_version(CHAMPION, tracking_uri) is None:
+    c, uri = _reader(tracking_uri)
+    mv = _by_alias(c, CHAMPION)
+    if mv is None:
         raise NoChampionError(
             f"no {CHAMPION!r} version of model {MODEL_NAME!r} in the MLflow store; "
             "fit one with `srifty fit-bandwidth`"
         )
-    return _load(f"models:/{MODEL_NAME}@{CHAMPION}", tracking_uri)
+    return _load(c, str(mv.version), uri)
 
 
-def _load(uri: str, tracking_uri: str | None) -> BandwidthModel:
-    client(tracking_uri)
-    import mlflow.pyfunc
+def _load(c: Any, version: str, tracking_uri: str) -> BandwidthModel:
+    """Download version ``version``'s predictor folder (and nothing else) and read it."""
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
 
-    wrapper = mlflow.pyfunc.load_model(uri).unwrap_python_model()
-    model = wrapper.model
-    if not isinstance(model, BandwidthModel):
-        raise SriftyError(f"{uri} does not hold a bandwidth model")
-    return model
+    from srifty_core.errors import ConfigError
+
+    what = f"version {version} of model {MODEL_NAME!r}"
+    try:
+        root = str(c.get_model_version_download_uri(MODEL_NAME, version)).rstrip("/")
+    except MlflowException as exc:
+        raise SriftyError(f"{what}: not in the MLflow store ({exc.message})") from None
+    with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
+        try:
+            mlmodel = download_artifacts(
+                artifact_uri=f"{root}/MLmodel", dst_path=tmp, tracking_uri=tracking_uri
+            )
+        except (MlflowException, OSError):
+            raise SriftyError(
+                f"{what} has no MLmodel at {root}: not a bandwidth model logged by srifty"
+            ) from None
+        sub = _predictor_path(Path(mlmodel), what)
+        try:
+            folder = download_artifacts(
+                artifact_uri=f"{root}/{sub}",
+                dst_path=str(Path(tmp) / PREDICTOR_ARTIFACT),
+                tracking_uri=tracking_uri,
+            )
+        except (MlflowException, OSError):
+            folder = ""
+        if not folder or not (Path(folder) / "model.json").is_file():
+            raise SriftyError(
+                f"{what} has no bandwidth predictor files (model.json, boosters) at "
+                f"{root}/{sub}; register it again with `srifty fit-bandwidth`"
+            )
+        try:
+            return BandwidthModel.load(Path(folder))
+        except (ConfigError, OSError, KeyError, ValueError, TypeError) as exc:
+            raise SriftyError(f"{what}: its bandwidth predictor cannot be read ({exc})") from None
+
+
+def _predictor_path(mlmodel: Path, what: str) -> str:
+    """The ``predictor`` artifact's path inside the model (``MLmodel``, read as data)."""
+    import yaml
+
+    try:
+        meta = yaml.safe_load(mlmodel.read_text())
+        path = meta["flavors"]["python_function"]["artifacts"][PREDICTOR_ARTIFACT]["path"]
+    except (yaml.YAMLError, OSError, KeyError, TypeError):
+        raise SriftyError(
+            f"{what}: its MLmodel names no {PREDICTOR_ARTIFACT!r} artifact; not a bandwidth "
+            "model logged by srifty"
+        ) from None
+    parts = PurePosixPath(str(path)).parts
+    if not parts or PurePosixPath(str(path)).is_absolute() or ".." in parts:
+        raise SriftyError(f"{what}: its MLmodel gives a bad {PREDICTOR_ARTIFACT} path {path!r}")
+    return "/".join(parts)
 
 
 def log_fit(
@@ -111,11 +224,13 @@ def log_fit(
     artifacts: Mapping[str, Path],
     json_artifacts: Mapping[str, Any],
     run_name: str,
+    input_example: pd.DataFrame | None = None,
     tracking_uri: str | None = None,
 ) -> tuple[str, str]:
-    """Log one fit as a run (params, metrics, tags, files), register its predictor as a new
-    version of ``MODEL_NAME`` and give it the ``challenger`` alias. Returns (run id,
-    version)."""
+    """Log one fit as a run (params, metrics, tags, files), log its predictor as a model
+    from code (module docstring; signature and ``input_example``: a few feature rows),
+    register it as a new version of ``MODEL_NAME`` carrying ``tags``, and give it the
+    ``challenger`` alias. Returns (run id, version)."""
     from srifty_core.tracking import setup_experiment
 
     experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
@@ -123,11 +238,18 @@ def log_fit(
     import mlflow
     import mlflow.pyfunc
 
-    from srifty_core.predictors.pyfunc import BusbwPyfunc
+    signature = None
+    if input_example is not None:
+        from mlflow.models import infer_signature
 
+        example = input_example.reset_index(drop=True)
+        with warnings.catch_warnings():  # the hint that integer columns cannot hold NaN
+            warnings.simplefilter("ignore", UserWarning)
+            signature = infer_signature(example, BandwidthModel.load(model_dir).predict(example))
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
         mlflow.set_tags({"kind": "bandwidth-model", **tags})
         mlflow.log_params({k: _param(v) for k, v in params.items()})
+        # before the model: log_model links the run's metrics to the logged model
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v == v})  # no NaN
         for path in artifacts.values():
             mlflow.log_artifact(str(path))
@@ -136,20 +258,26 @@ def log_fit(
                 p = Path(tmp) / name
                 p.write_text(json.dumps(obj, indent=1, default=str))
                 mlflow.log_artifact(str(p))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*type hints.*")
+        with warnings.catch_warnings():  # MLflow's hints and its pandas deprecations
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             info = mlflow.pyfunc.log_model(
                 name="model",
-                python_model=BusbwPyfunc(),
+                python_model=str(PYFUNC_CODE),
                 artifacts={PREDICTOR_ARTIFACT: str(model_dir)},
+                signature=signature,
+                input_example=input_example,
                 pip_requirements=_pip_requirements(),
                 registered_model_name=MODEL_NAME,
+                tags=dict(tags),
             )
         version = str(info.registered_model_version)
         run_id = str(run.info.run_id)
     c = client(tracking_uri)
     c.set_registered_model_alias(MODEL_NAME, CHALLENGER, version)
     c.set_model_version_tag(MODEL_NAME, version, "run_id", run_id)
+    for key, value in tags.items():
+        c.set_model_version_tag(MODEL_NAME, version, key, value)
     return run_id, version
 
 

@@ -1,24 +1,26 @@
-"""Hyperparameter autotuning of one ``BusBandwidthRegressor``: seeded random search, scored by
-MAPE under cross-validation grouped by allocation, stopped by a time budget.
+"""Hyperparameter autotuning of one ``BusBandwidthRegressor``: Optuna's TPE sampler, seeded,
+for a fixed number of trials, scored by MAPE under cross-validation grouped by allocation.
 
-- Score: weighted MAPE (%) of the out-of-fold predictions, folds from ``group_kfold`` on the
-  group column (``allocation_id``): every allocation is predicted by a model that never saw
-  it, so the score says how the model does on a *new* allocation.
+- Score: weighted MAPE (%) of the out-of-fold predictions, folds from ``group_kfold``
+  (scikit-learn's ``GroupKFold``) on the group column (``allocation_id`` by default): every
+  allocation is predicted by a model that never saw it, so the score says how the model does
+  on a *new* allocation.
 - Space (``SearchSpace``): objective (pseudo-Huber, squared, absolute error; on log busbw),
   max_depth, learning rate (eta), n_estimators, min_child_weight, subsample, and the
-  pseudo-Huber slope.
-- Budget: trials are drawn from a ``numpy`` generator seeded with ``seed``; the first trial
-  is the default parameters. Before each new trial the elapsed time is checked: once
-  ``budget_s`` is spent no new trial starts (the one running finishes; at least one runs).
-  ``max_trials`` bounds the count too. The sequence of trials is reproducible for a seed;
-  how many fit in the budget depends on the machine's speed and load.
+  pseudo-Huber slope (sampled only when the objective is pseudo-Huber).
+- Search: ``n_trials`` trials, one at a time (``n_jobs=1``). The first trial is the default
+  parameters (``DEFAULT_PARAMS``, enqueued); the others come from Optuna's
+  ``TPESampler(seed=seed)`` (its first ``n_startup_trials`` at random, then TPE). XGBoost is
+  seeded with ``seed`` too. Nothing depends on the clock, so the same data, seed and trial
+  count give the same trials, the same best parameters and the same error on any machine.
+- Best: the trial with the lowest score; ties go to the earlier trial.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +32,18 @@ from srifty_core.predictors.bandwidth import (
     GROUP,
     LABEL,
     OBJECTIVES,
+    BandwidthDataError,
     BusBandwidthRegressor,
     group_kfold,
     mape,
 )
 
 if TYPE_CHECKING:
+    import optuna
     import pandas as pd
 
+DEFAULT_TRIALS = 30
+"""Trials per size class unless told otherwise: 10 random start-up trials, then 20 by TPE."""
 DEFAULT_PARAMS: dict[str, Any] = {
     "objective": "reg:pseudohubererror",
     "max_depth": 6,
@@ -47,6 +53,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "subsample": 1.0,
     "huber_slope": 0.5,
 }
+HUBER = "reg:pseudohubererror"
 
 
 @dataclass(frozen=True)
@@ -59,21 +66,23 @@ class SearchSpace:
     n_estimators: tuple[int, int] = (50, 600)
     min_child_weight: tuple[float, float] = (0.5, 20.0)  # log-uniform
     subsample: tuple[float, float] = (0.6, 1.0)
-    huber_slope: tuple[float, float] = (0.1, 1.0)  # log-uniform
+    huber_slope: tuple[float, float] = (0.1, 1.0)  # log-uniform; pseudo-Huber only
 
-    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
-        def logu(lo: float, hi: float) -> float:
-            return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-
-        return {
-            "objective": str(rng.choice(list(self.objectives))),
-            "max_depth": int(rng.integers(self.max_depth[0], self.max_depth[1] + 1)),
-            "learning_rate": logu(*self.learning_rate),
-            "n_estimators": int(rng.integers(self.n_estimators[0], self.n_estimators[1] + 1)),
-            "min_child_weight": logu(*self.min_child_weight),
-            "subsample": float(rng.uniform(*self.subsample)),
-            "huber_slope": logu(*self.huber_slope),
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """One point of the space, drawn through ``trial`` (define-by-run)."""
+        params: dict[str, Any] = {
+            "objective": trial.suggest_categorical("objective", list(self.objectives)),
+            "max_depth": trial.suggest_int("max_depth", *self.max_depth),
+            "learning_rate": trial.suggest_float("learning_rate", *self.learning_rate, log=True),
+            "n_estimators": trial.suggest_int("n_estimators", *self.n_estimators),
+            "min_child_weight": trial.suggest_float(
+                "min_child_weight", *self.min_child_weight, log=True
+            ),
+            "subsample": trial.suggest_float("subsample", *self.subsample),
         }
+        if params["objective"] == HUBER:
+            params["huber_slope"] = trial.suggest_float("huber_slope", *self.huber_slope, log=True)
+        return params
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,7 @@ class Trial:
     params: dict[str, Any]
     mape: float
     seconds: float
+    """Wall time of the trial: reported only, never used to decide anything."""
 
 
 @dataclass
@@ -119,49 +129,60 @@ def cross_val_predict(
 def tune(
     data: pd.DataFrame,
     *,
-    budget_s: float,
+    n_trials: int = DEFAULT_TRIALS,
     group: str = GROUP,
     weight: ArrayLike | None = None,
     n_splits: int = 5,
     seed: int = 0,
-    max_trials: int | None = None,
     space: SearchSpace | None = None,
     n_jobs: int = 1,
-    clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
-    """Random search over ``space`` for one size class's rows ``data`` (features, ``busbw``
-    and the ``group`` column), within ``budget_s`` seconds."""
-    if not budget_s > 0:
-        raise ConfigError(f"budget: must be positive seconds, got {budget_s}")
-    if max_trials is not None and max_trials < 1:
-        raise ConfigError(f"max_trials: must be >= 1, got {max_trials}")
+    """Search ``space`` for one size class's rows ``data`` (features, ``busbw`` and the
+    ``group`` column) in ``n_trials`` seeded trials (rules: module docstring). ``n_jobs`` is
+    XGBoost's thread count; the trials themselves always run one after the other."""
+    import optuna
+
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ConfigError(f"n_trials: must be an integer >= 1, got {n_trials!r}")
+    if group not in data.columns:
+        raise BandwidthDataError(
+            f"tuning data: missing group column {group!r} (pass group= to name the column "
+            "that says which allocation or table each row came from)"
+        )
     space = space or SearchSpace()
-    rng = np.random.default_rng(seed)
     groups = data[group].astype(str).to_numpy()
     y = data[LABEL].to_numpy(dtype=float)
-    start = clock()
+    start = time.monotonic()
     trials: list[Trial] = []
-    best: tuple[float, dict[str, Any], NDArray[np.float64]] | None = None
-    while True:
-        if trials and (clock() - start >= budget_s):
-            break
-        if max_trials is not None and len(trials) >= max_trials:
-            break
-        params = dict(DEFAULT_PARAMS) if not trials else space.sample(rng)
-        t0 = clock()
+    best_oof: dict[str, NDArray[np.float64]] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        t0 = time.monotonic()
+        params = space.suggest(trial)
         oof = cross_val_predict(
             params, data, groups=groups, weight=weight, n_splits=n_splits, n_jobs=n_jobs, seed=seed
         )
-        score = mape(oof, y, weight)
-        trials.append(Trial(params=params, mape=score, seconds=clock() - t0))
-        if best is None or score < best[0]:
-            best = (score, params, oof)
-    assert best is not None
+        score = _finite(mape(oof, y, weight))
+        if all(score < t.mape for t in trials):
+            best_oof["oof"] = oof
+        trials.append(Trial(params=params, mape=score, seconds=time.monotonic() - t0))
+        return score
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.enqueue_trial(dict(DEFAULT_PARAMS))
+    study.optimize(objective, n_trials=n_trials, n_jobs=1)
+    best = min(trials, key=lambda t: t.mape)  # the first of equal scores
     return TuneResult(
-        best_params=best[1],
-        best_mape=best[0],
-        oof=best[2],
+        best_params=best.params,
+        best_mape=best.mape,
+        oof=best_oof["oof"],
         trials=trials,
         n_splits=min(n_splits, len(np.unique(groups))),
-        seconds=clock() - start,
+        seconds=time.monotonic() - start,
     )
+
+
+def _finite(score: float) -> float:
+    """A score Optuna can rank: NaN (no rows) and infinities become +inf."""
+    return score if math.isfinite(score) else math.inf

@@ -32,7 +32,7 @@ def _csv(name: str) -> list[dict[str, str]]:
 
 def test_every_shipped_row_is_loaded(catalog: Catalog) -> None:
     rows = _csv("ec2_gpu_catalog.csv")
-    assert len(catalog) == len(rows) == 70
+    assert len(catalog) == len(rows) == 72
     assert set(catalog.regions()) == {"us-east-1", "us-west-2"}
     for r in rows:
         t = catalog.get(r["instance_type"], r["region"])
@@ -135,6 +135,29 @@ def test_unknown_names_suggest_the_closest(catalog: Catalog) -> None:
         catalog.price("g4dn.xlarge", "reserved", "us-east-1")
     with pytest.raises(UnknownNameError, match="unknown zone 'use1-az9'"):
         catalog.price("g4dn.xlarge", "spot", "us-east-1", "use1-az9")
+
+
+def test_p5en_is_in_the_catalog_with_its_sources(catalog: Catalog) -> None:
+    for region in ("us-east-1", "us-west-2"):
+        t = catalog.get("p5en.48xlarge", region)
+        assert (t.family, t.vcpus, t.gpus_per_vm, t.gpu_memory_gib) == ("p5en", 192, 8, 141.0)
+        assert t.network_gbps == 3200.0 and t.efa_supported
+        assert t.ondemand is not None and t.ondemand.usd_per_hour == 63.296
+        assert t.gpu is not None and t.gpu.model == "H200" and t.gpu.memory_bw_gbs == 4800.0
+    # zone spot prices from snapshot A; its Local Zone row is left out
+    zones = catalog.get("p5en.48xlarge", "us-east-1").spot_by_zone
+    assert sorted(zones) == ["use1-az2", "use1-az6"]
+    assert zones["use1-az6"].usd_per_hour == 26.8943
+    sources = (paths.SHIPPED_DATA_DIR / "SOURCES.md").read_text()
+    assert "p5en.48xlarge" in sources and "ITKB_H200" in sources
+
+
+def test_a_typo_of_a_type_is_one_line_naming_the_closest(catalog: Catalog) -> None:
+    with pytest.raises(UnknownNameError) as err:
+        catalog.get("p5en.48xlarg", "us-west-2")
+    assert err.value.suggestions[0] == "p5en.48xlarge"
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith("unknown instance type 'p5en.48xlarg'; did you mean")
 
 
 def test_market_aliases() -> None:

@@ -59,7 +59,7 @@ def test_refresh_writes_an_idempotent_report(data_dir: Path) -> None:
     first = (out / "report.json").read_text()
     s2 = refresh_catalog_report(regions=["us-west-2"], run_day=day)
     assert (out / "report.json").read_text() == first
-    assert s1 == s2 and s1["rows"] == 35 and s1["regions"] == ["us-west-2"]
+    assert s1 == s2 and s1["rows"] == 36 and s1["regions"] == ["us-west-2"]
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
     check_summary(s1)  # no errors: passes
     with pytest.raises(CatalogInvalidError, match=r"2 error\(s\)"):

@@ -1,5 +1,5 @@
 """The bus-bandwidth model: contract, size classes, positivity, unseen categories, caps,
-grouped CV, the noise floor, tuning budget, persistence, bad input."""
+grouped CV, the noise floor, seeded tuning, persistence, bad input."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from srifty_core.errors import ConfigError
 from srifty_core.predictors.bandwidth import (
     BUSBW_FLOOR,
     BandwidthCaps,
@@ -24,7 +25,7 @@ from srifty_core.predictors.bandwidth import (
     size_masks,
 )
 from srifty_core.predictors.base import FEATURE_COLUMNS, BandwidthPredictor
-from srifty_core.predictors.tuning import tune
+from srifty_core.predictors.tuning import DEFAULT_PARAMS, SearchSpace, tune
 from tests.predictors.bw_rows import make_probes, true_busbw
 
 FAST = {"n_estimators": 40, "max_depth": 4}
@@ -183,18 +184,44 @@ def test_sample_weights_decay_stale_probes(probes: pd.DataFrame) -> None:
     assert 1.7 < ratio < 2.1
 
 
-def test_tuning_is_grouped_seeded_and_budgeted(probes: pd.DataFrame) -> None:
+SMALL_SPACE = SearchSpace(max_depth=(2, 6), n_estimators=(20, 200))
+"""A search space that keeps the tests fast (it holds the default parameters)."""
+
+
+def test_tuning_twice_with_a_seed_gives_the_same_params_and_error(probes: pd.DataFrame) -> None:
     large = probes[probes["buffer_bytes"] > 9001].reset_index(drop=True)
-    a = tune(large, budget_s=60, max_trials=3, seed=3, n_splits=3)
-    b = tune(large, budget_s=60, max_trials=3, seed=3, n_splits=3)
+    a = tune(large, n_trials=4, seed=3, n_splits=3, space=SMALL_SPACE)
+    b = tune(large, n_trials=4, seed=3, n_splits=3, space=SMALL_SPACE)
+    assert len(a.trials) == 4  # a trial count, not a clock
     assert [t.params for t in a.trials] == [t.params for t in b.trials]
+    assert a.best_params == b.best_params and a.best_mape == b.best_mape
+    np.testing.assert_array_equal(a.oof, b.oof)
+    assert a.trials[0].params == DEFAULT_PARAMS  # the defaults are always tried first
     assert a.best_mape == min(t.mape for t in a.trials)
     assert a.best_mape == pytest.approx(mape(a.oof, large["busbw"]))
-    ticks = iter(range(1000))
-    c = tune(large, budget_s=3.5, seed=0, n_splits=3, clock=lambda: float(next(ticks)))
-    assert len(c.trials) == 2  # the clock says the budget is spent after two trials
-    objectives = {t.params["objective"] for t in tune(large, budget_s=60, max_trials=8).trials}
-    assert "reg:pseudohubererror" in objectives and len(objectives) >= 2
+    assert a.n_splits == 3
+    other = tune(large, n_trials=4, seed=4, n_splits=3, space=SMALL_SPACE)
+    assert [t.params for t in other.trials][1:] != [t.params for t in a.trials][1:]
+    with pytest.raises(ConfigError, match="n_trials"):
+        tune(large, n_trials=0)
+    with pytest.raises(BandwidthDataError, match="group column 'run'"):
+        tune(large, n_trials=1, group="run")
+
+
+def test_cross_validation_never_has_an_allocation_on_both_sides(probes: pd.DataFrame) -> None:
+    from sklearn.model_selection import GroupKFold
+
+    groups = probes["allocation_id"].to_numpy()  # 6 allocations (2 types x 3)
+    assert len(group_kfold(groups, 10)) == 6  # lowered to the number of allocations
+    folds = group_kfold(groups, 4)
+    assert len(folds) == 4
+    for (train, test), (sk_train, sk_test) in zip(
+        folds, GroupKFold(n_splits=4).split(probes, groups=groups), strict=True
+    ):
+        assert not set(groups[train]) & set(groups[test])
+        np.testing.assert_array_equal(test, sk_test)
+        np.testing.assert_array_equal(train, sk_train)
+    assert sorted(np.concatenate([test for _, test in folds])) == list(range(len(probes)))
 
 
 @pytest.mark.parametrize(

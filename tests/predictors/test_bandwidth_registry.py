@@ -23,9 +23,7 @@ from srifty_core.predictors.refresh import (
 from srifty_core.probing.schema import ProbeSchemaError
 from tests.predictors.bw_rows import T0, make_probes, write_store
 
-CONFIG = RefreshConfig(
-    since=None, budget_s=30, max_trials=1, n_splits=3, now=T0 + timedelta(days=1)
-)
+CONFIG = RefreshConfig(since=None, n_trials=1, n_splits=3, now=T0 + timedelta(days=1))
 
 
 def _client() -> Any:
@@ -79,13 +77,16 @@ def test_refresh_registers_promotes_and_loads(data_dir: Path) -> None:
     assert champion.bandwidth_cap("g4dn.xlarge", 2) > 0
     assert champion.mtu == 9001
 
-    # same data again: no worse -> promoted; a worse challenger is not
+    # same data again: the same fit as the champion's, and nothing is registered
     second = refresh_bandwidth_model(CONFIG)
-    assert second.promotion["promote"] and alias_version(CHAMPION) == "2"
     assert second.evaluation["champion_version"] == "1"
     assert second.evaluation["champion"]["all"] == pytest.approx(
         second.evaluation["challenger"]["all"]
     )
+    assert not second.promotion["registered"] and not second.promotion["promote"]
+    assert "same data" in second.promotion["reason"] and second.promotion["version"] is None
+    assert _versions() == ["1"] and alias_version(CHAMPION) == "1"
+    assert "no new version" in format_report(second)
 
 
 def test_worse_challenger_keeps_the_champion(
@@ -96,6 +97,7 @@ def test_worse_challenger_keeps_the_champion(
 
     write_store(allocations=4)
     refresh_bandwidth_model(CONFIG)
+    write_store(allocations=4, seed=1)  # new data: a new version
     real = refresh.holdout_metrics
 
     def worse(model: BandwidthModel, holdout: Any, mtu: int) -> dict[str, float]:
@@ -161,6 +163,7 @@ def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
     write_store(allocations=4)
     refresh_bandwidth_model(CONFIG)
     assert alias_version(CHAMPION) == "1"
+    write_store(allocations=4, seed=1)  # new data: register would add a version
 
     def boom(*a: Any, **k: Any) -> None:
         raise RuntimeError("worker lost")
@@ -183,6 +186,11 @@ def test_holdout_rule_is_stable_and_keeps_training_data() -> None:
         ids = set(df.loc[df["instance_type"] == itype, "allocation_id"])
         assert ids & set(held) and ids - set(held)
     assert holdout_allocations(make_probes(allocations=2), 0.0001) == []
+    # however many hashes fall below the fraction, two allocations per type stay in training
+    three = make_probes(allocations=3)
+    for itype in three["instance_type"].unique():
+        ids = set(three.loc[three["instance_type"] == itype, "allocation_id"])
+        assert len(ids - set(holdout_allocations(three, 0.99))) == 2
 
 
 def test_decide() -> None:

@@ -41,6 +41,11 @@ def test_probe_command_sweeps_and_summarizes(
         (["--sizes", "4B:1GB"], "sizes: 1073741824 bytes is out of range"),
         (["--backend", "mpi"], "unknown backend 'mpi'"),
         (["--provider", "aws"], "unknown provider 'aws'"),
+        (["--instance-type", "p5en.48xlarg"], "did you mean 'p5en.48xlarge'"),
+        (
+            ["--provider", "ec2-emulated", "--instance-type", "g5.xlarg"],
+            "unknown instance type 'g5.xlarg'; did you mean 'g5.xlarge'",
+        ),
         (["--world-sizes", "2,4", "--instances", "2"], "world_sizes: [4] exceed the 2 rank"),
         (["--concurrency", "1,x"], "concurrency:"),
     ],

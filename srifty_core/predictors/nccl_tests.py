@@ -1,0 +1,169 @@
+"""Public nccl-tests ``all_reduce_perf`` tables as bus-bandwidth rows the model can fit on.
+
+``nccl_tests_frame(path)`` reads a CSV laid out like the shipped
+``data/reference/nccl_tests_public.csv`` (its columns: ``data/SOURCES.md`` section 4) and
+returns probe-like rows: the model's features (``predictors.base.FEATURE_COLUMNS``), the label
+``busbw`` and the grouping columns. ``BandwidthModel.fit`` and ``tuning.tune`` take the frame
+as it is.
+
+Columns of the table:
+
+- **Needed**, because a feature or the label is derived from them (a missing one, or an empty
+  cell in one, raises ``BandwidthDataError`` naming it): ``instance_type`` (GPU model, GPUs
+  per VM, vCPUs and rated network come from the catalog; a type the catalog lacks raises
+  ``UnknownNameError`` with the closest names), ``world_size``, ``size_bytes``
+  (``buffer_bytes``) and ``time_us`` (the label, bus bandwidth ``2*s*(n-1)/(n*t)``,
+  recomputed from the time because ``busbw_GBps`` is rounded to 0.01 GB/s in the tables).
+- **Optional**, each with the rule used when it is absent:
+
+  - ``cloud``: read per row; absent (or an empty cell): ``"aws"``, the cloud of the catalog
+    every type was resolved in (the shipped catalog is EC2's; ``SimInstance.from_catalog``
+    labels its types the same way).
+  - ``table_id`` (one published table: one run on one set of VMs): absent, the ``source``
+    column; absent too, the file name (the whole file is then one table). ``allocation_id``
+    is a copy of it: a table is the unit the model must generalise across, as an
+    allocation is in the probe store.
+  - ``num_nodes`` (part of the configuration, not a feature: 2x1 and 2x8 GPUs differ):
+    absent or empty, ``world_size / gpus_per_node`` where ``gpus_per_node`` is given and
+    divides it, else null (``<NA>``).
+
+Rows with ``size_bytes <= 0`` or a non-positive ``time_us`` (nccl-tests prints size 0 rows)
+are dropped. The fixed features say what a public table does not: ``provider`` is
+``"public"``, ``region``/``zone`` ``"unknown"``, no placement group, one allreduce in flight
+(``concurrent`` 1; nccl-tests runs them one at a time), ``backend`` ``"nccl"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from srifty_core import paths
+from srifty_core.errors import UnknownNameError
+from srifty_core.predictors.bandwidth import GROUP, LABEL, BandwidthDataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from srifty_core.catalog import Catalog
+
+NCCL_TESTS_FILE = "nccl_tests_public.csv"
+NEEDED: tuple[str, ...] = ("instance_type", "world_size", "size_bytes", "time_us")
+"""Table columns the features or the label are derived from."""
+TABLE = "table_id"
+CATALOG_CLOUD = "aws"
+"""The cloud of the shipped catalog's types (EC2)."""
+CATALOG_REGION = "us-east-1"
+"""Where the catalog is read for a type's shape and rated network (the same in every region
+the catalog holds)."""
+
+
+def default_path() -> Path:
+    """The shipped table."""
+    return paths.REFERENCE_DIR / NCCL_TESTS_FILE
+
+
+def nccl_tests_frame(
+    path: Path | str | None = None,
+    *,
+    catalog: Catalog | None = None,
+    region: str = CATALOG_REGION,
+) -> pd.DataFrame:
+    """The rows of the nccl-tests table at ``path`` (default: the shipped one) as probe-like
+    records (rules: module docstring); ``catalog`` defaults to ``Catalog.load()``."""
+    import pandas as pd
+
+    from srifty_core.catalog import Catalog
+
+    path = Path(path) if path is not None else default_path()
+    if not path.is_file():
+        raise BandwidthDataError(f"nccl-tests table not found: {path}")
+    raw = pd.read_csv(path)
+    where = f"nccl-tests table {path.name}"
+    missing = [c for c in NEEDED if c not in raw.columns]
+    if missing:
+        raise BandwidthDataError(
+            f"{where}: missing column(s) {missing}, needed for the features and the label "
+            f"(has: {', '.join(map(str, raw.columns))})"
+        )
+    for c in ("world_size", "size_bytes", "time_us"):
+        raw[c] = pd.to_numeric(raw[c], errors="coerce")
+    raw = raw[~(raw["size_bytes"] <= 0) & ~(raw["time_us"] <= 0)].reset_index(drop=True)
+    for c in NEEDED:
+        empty = int(raw[c].isna().sum())
+        if empty:
+            raise BandwidthDataError(
+                f"{where}: column {c!r} has {empty} empty or non-numeric cell(s)"
+            )
+    if raw.empty:
+        raise BandwidthDataError(f"{where}: no rows with a positive size and time")
+
+    catalog = catalog or Catalog.load()
+    spec = {}
+    for name in raw["instance_type"].astype(str).unique():
+        if name not in catalog.names():
+            raise UnknownNameError("instance type", name, catalog.names(), context=f"in {where}")
+        t = catalog.get(name, region)
+        spec[name] = (t.gpu_model, t.gpus_per_vm, t.vcpus, t.network_gbps)
+    itype = raw["instance_type"].astype(str)
+    n = raw["world_size"].astype(np.int64)
+    s = raw["size_bytes"].astype(np.int64)
+    t_s = raw["time_us"].astype(float) * 1e-6
+    table = _table_ids(raw, path)
+    return pd.DataFrame(
+        {
+            "provider": "public",
+            "cloud": _cloud(raw),
+            "region": "unknown",
+            "zone": "unknown",
+            "instance_type": itype,
+            "gpu_model": [spec[x][0] for x in itype],
+            "gpus_per_vm": [spec[x][1] for x in itype],
+            "vcpus": [spec[x][2] for x in itype],
+            "network_gbps": [spec[x][3] for x in itype],
+            "placement_group": False,
+            "world_size": n,
+            "buffer_bytes": s,
+            "concurrent": 1,
+            "backend": "nccl",
+            LABEL: 2 * s * (n - 1) / (n * t_s),
+            TABLE: table,
+            GROUP: table,
+            "num_nodes": _num_nodes(raw),
+        }
+    )
+
+
+def _cloud(raw: pd.DataFrame) -> pd.Series:
+    import pandas as pd
+
+    if "cloud" not in raw.columns:
+        return pd.Series(CATALOG_CLOUD, index=raw.index, dtype=object)
+    return raw["cloud"].astype(object).where(raw["cloud"].notna(), CATALOG_CLOUD).astype(str)
+
+
+def _table_ids(raw: pd.DataFrame, path: Path) -> pd.Series:
+    import pandas as pd
+
+    ids = pd.Series(path.name, index=raw.index, dtype=object)
+    for c in ("source", TABLE):  # later columns win where they have a value
+        if c in raw.columns:
+            ids = raw[c].astype(object).where(raw[c].notna(), ids)
+    return ids.astype(str)
+
+
+def _num_nodes(raw: pd.DataFrame) -> pd.Series:
+    import pandas as pd
+
+    nodes = pd.Series(pd.NA, index=raw.index, dtype="Int64")
+    if "gpus_per_node" in raw.columns:
+        per = pd.to_numeric(raw["gpus_per_node"], errors="coerce")
+        world = raw["world_size"]
+        ok = (per > 0) & (world % per == 0)  # False where per is null or 0
+        nodes[ok] = (world[ok] // per[ok]).astype("int64")
+    if "num_nodes" in raw.columns:
+        given = pd.to_numeric(raw["num_nodes"], errors="coerce").astype("Int64")
+        nodes = given.where(given.notna(), nodes)
+    return nodes
