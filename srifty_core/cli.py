@@ -133,7 +133,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         sweep_timeout_s=SWEEP_TIMEOUT_S + args.sustained_s,
     )
     provider = get_provider(args.provider)
-    day = date.fromisoformat(args.day) if args.day else None
+    try:
+        day = date.fromisoformat(args.day) if args.day else None
+    except ValueError as exc:
+        raise ConfigError(f"--day: {args.day!r} is not a date YYYY-MM-DD ({exc})") from None
     bar = None
     if not args.no_progress:
         from tqdm import tqdm
@@ -283,11 +286,15 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     if not records:
         print(f"srifty: error: no progress records in {log}", file=sys.stderr)
         return 2
+    for name in ("time_limit", "budget"):
+        v = getattr(args, name)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"--{name.replace('_', '-')}: must be a positive number, got {v}")
     limits = Limits(
         iterations=args.iterations,
         global_batch=records[-1].samples,
-        time_limit_s=args.time_limit if args.time_limit else math.inf,
-        budget_usd=args.budget if args.budget else math.inf,
+        time_limit_s=args.time_limit if args.time_limit is not None else math.inf,
+        budget_usd=args.budget if args.budget is not None else math.inf,
         usd_per_hour=args.usd_per_hour,
     )
     started = records[0].wall_time - records[0].step_s

@@ -69,3 +69,23 @@ def test_console_script_is_installed() -> None:
         check=True,
     )
     assert "g4dn.metal" in proc.stdout
+
+
+def test_bad_values_are_one_line_errors_naming_the_option(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+
+    with ProgressLog(data_dir / "run" / "progress.jsonl") as log:
+        for i in range(1, 5):
+            log.append(ProgressRecord(i, float(i), 0.1, 8, "c0"))
+    cases = [
+        (["probe", "--day", "2026-13-45"], "--day"),
+        (["profile", "--model", "resnet18", "--size", "tiny", "--threads", "0"], "threads"),
+        (["monitor", str(data_dir / "run"), "--iterations", "10", "--budget", "0"], "--budget"),
+        (["monitor", str(data_dir / "run"), "--iterations", "10", "--time-limit", "-5"], "--time"),
+    ]
+    for argv, name in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("srifty: error:") and name in err and "\n" not in err, err

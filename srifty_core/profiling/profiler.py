@@ -107,6 +107,7 @@ class ProfilerConfig:
             "schedule_repeats",
             "colocated",
             "share_host",
+            "threads",
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
