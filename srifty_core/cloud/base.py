@@ -212,3 +212,21 @@ class Provider(abc.ABC):
                 continue  # not launched yet at ``until``
             total_s += max((end - start).total_seconds(), BILLING_MINIMUM_S)
         return usd_per_hour * total_s / 3600.0
+
+
+def release_all(provider: Provider, allocations: Sequence[Allocation | str]) -> None:
+    """Release every allocation, whatever happens to one of them: each is tried, and the
+    failures are reported together afterwards (``ProviderError`` naming each), so that a
+    failing first release never leaves the second one running."""
+    failures = []
+    for a in allocations:
+        try:
+            provider.release(a)
+        except Exception as exc:
+            name = a if isinstance(a, str) else a.id
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    if failures:
+        raise ProviderError(
+            f"{len(failures)} of {len(allocations)} allocation(s) could not be released "
+            f"(terminate them by their srifty tag): " + "; ".join(failures)
+        )

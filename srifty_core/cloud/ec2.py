@@ -313,10 +313,14 @@ class EC2Provider(Provider):
     def _cleanup(self, alloc_id: str, known: Sequence[str], placement_group: bool) -> None:
         """Terminate every instance of the allocation (known ids and any carrying its tag).
         Never raises: it runs while another error is on its way up."""
-        try:
-            ids = set(known) | {i["InstanceId"] for i in self._by_tag(alloc_id)}
-            self._terminate(sorted(ids))
-        except Exception as exc:  # pragma: no cover - reported, the original error wins
+        try:  # the ids run_instances returned first: describing may be what failed
+            self._terminate(sorted(known))
+        except Exception as exc:
+            log.error("cleanup of %s failed (%s); terminate by tag %s", alloc_id, exc, alloc_id)
+        try:  # then anything else carrying the allocation's tag
+            tagged = {i["InstanceId"] for i in self._by_tag(alloc_id)} - set(known)
+            self._terminate(sorted(tagged))
+        except Exception as exc:
             log.error("cleanup of %s failed (%s); terminate by tag %s", alloc_id, exc, alloc_id)
         if placement_group:
             self._delete_placement_group(alloc_id)

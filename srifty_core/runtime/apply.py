@@ -14,7 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, Provider
+from srifty_core.cloud.base import (
+    Allocation,
+    InstanceState,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+    release_all,
+)
 
 Key = tuple[str, Market]
 
@@ -59,8 +66,7 @@ def apply_change(
     """Release what goes, launch what is new (all at once where the provider can), and
     return the allocations of the new configuration with the change made."""
     change = plan_change(provider, current, target)
-    for a in change.release:
-        provider.release(a)
+    release_all(provider, change.release)
     new = launch_all(provider, change.launch)
     return [*change.keep, *new], change
 
@@ -75,8 +81,10 @@ def launch_all(provider: Provider, requests: Sequence[LaunchRequest]) -> list[Al
     try:
         for r in requests:
             out.append(provider.launch(r))
-    except BaseException:
-        for a in out:
-            provider.release(a)
+    except BaseException as exc:
+        try:
+            release_all(provider, out)
+        except ProviderError as leak:  # the launch error goes up; the leak is named on it
+            exc.add_note(str(leak))
         raise
     return out

@@ -47,7 +47,7 @@ from typing import Any
 from srifty_core import paths
 from srifty_core.atomic import open_for_append, write_text_atomic
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import LaunchRequest, Provider
+from srifty_core.cloud.base import LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.planner.request import DEFAULT_RISK_QUANTILE, offer_key
@@ -727,5 +727,4 @@ def release(allocation_ids: Sequence[str] | str, provider: Provider | None = Non
     ids = [allocation_ids] if isinstance(allocation_ids, str) else list(allocation_ids)
     if provider is None:
         provider = make_provider(JobPlan.load(job_path)) if job_path else LocalProvider()
-    for a in ids:
-        provider.release(a)
+    release_all(provider, ids)

@@ -148,3 +148,41 @@ def test_user_data_installs_and_starts_the_worker(
     finally:
         p.release(a)
     assert SECRET not in caplog.text
+
+
+def test_no_leaks_when_describe_instances_fails_during_launch(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = provider()
+
+    def no_describe(*args: Any, **kwargs: Any) -> Any:
+        raise ProviderError("injected: DescribeInstances throttled")
+
+    # waiting and the cleanup's tag lookup both describe: only run_instances' ids are left
+    monkeypatch.setattr(EC2Provider, "_raw", no_describe)
+    monkeypatch.setattr(EC2Provider, "_by_tag", no_describe)
+    with pytest.raises(ProviderError, match="throttled"):
+        p.launch(LaunchRequest("g4dn.xlarge", count=3))
+    assert live_instances(aws) == []
+
+
+def test_every_allocation_is_released_when_one_release_fails(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srifty_core.cloud.base import release_all
+
+    p = provider()
+    first = p.launch(LaunchRequest("g4dn.xlarge", count=1))
+    second = p.launch(LaunchRequest("g4dn.xlarge", count=2))
+    real = EC2Provider.release
+
+    def flaky(self: EC2Provider, allocation: Any) -> None:
+        name = allocation if isinstance(allocation, str) else allocation.id
+        if name == first.id:
+            raise ProviderError("injected: TerminateInstances failed")
+        real(self, allocation)
+
+    monkeypatch.setattr(EC2Provider, "release", flaky)
+    with pytest.raises(ProviderError, match=rf"1 of 2 .*{first.id}"):
+        release_all(p, [first, second])
+    assert sorted(live_instances(aws)) == sorted(first.instance_ids)  # the second is gone
