@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
+from srifty_core.cloud.base import Allocation, InstanceSpec, LaunchRequest, Provider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
 from srifty_core.probing.config import Point, SweepConfig
@@ -182,7 +182,7 @@ def labels(allocation: Allocation, day: date) -> dict[str, Any]:
 # ---------------------------------------------------------------------- the partition state
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The probe rows of a partial file; lines that are not a probe row (torn by a crash
-    mid-write, or garbage) are left out (``_bad_lines`` counts them)."""
+    mid-write, or garbage) are left out."""
     return [r for r in _parse_lines(path) if r is not None]
 
 
@@ -219,10 +219,6 @@ def _is_row(d: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return d["status"] in (STATUS_OK, STATUS_FAILED)
-
-
-def _bad_lines(path: Path) -> int:
-    return sum(r is None for r in _parse_lines(path))
 
 
 def _norm(r: dict[str, Any]) -> dict[str, Any]:
@@ -374,7 +370,8 @@ class _Partition:
             self.committed = self._read_committed()
             if not files:  # nothing new: leave the partition as it is
                 return self.folder / PARTITION_FILE, self.committed
-            rows = [*self.committed, *(r for f in files for r in _read_jsonl(f))]
+            parsed = {f: _parse_lines(f) for f in files}
+            rows = [*self.committed, *(r for lines in parsed.values() for r in lines if r)]
             merged = merge_records(rows, repeats)
             path = write_partition(
                 records_to_table(merged),
@@ -384,7 +381,7 @@ class _Partition:
                 root=self.root,
             )
             for f in files:  # only once the partition holds their rows
-                bad = _bad_lines(f)
+                bad = sum(r is None for r in parsed[f])
                 if bad:  # kept for a look, out of every later run's way
                     f.replace(f.with_name(f.name + ".bad"))
                     print(
@@ -597,17 +594,12 @@ class _Progress:
             self.fn(self.done, self.total)
 
 
-def launch_for_sweep(
-    config: SweepConfig,
-    provider: Provider,
-    instance_type: str,
-    *,
-    instances: int | None = None,
-    market: Market = Market.ON_DEMAND,
-    placement_group: bool = False,
-) -> Allocation:
-    """Launch an allocation big enough for ``config``'s largest world size, after checking
-    the config (so bad input fails before anything starts)."""
+def checked_size(
+    config: SweepConfig, provider: Provider, instance_type: str, instances: int | None
+) -> tuple[InstanceSpec, int]:
+    """(the type's spec, how many instances) for a sweep of ``config``, after checking
+    them: one instance type, ``instances`` (default: as many as the largest world size
+    needs) at least 1, the world sizes fit, the backend runs here."""
     check_single_type(instance_type, provider)
     spec = provider.instance_type(instance_type)
     count = (
@@ -619,6 +611,21 @@ def launch_for_sweep(
         raise ConfigError(f"instances: must be at least 1, got {count}")
     check_fits(config, count * spec.ranks_per_instance, f"{count} x {instance_type}")
     check_backend(config, count * spec.ranks_per_instance)
+    return spec, count
+
+
+def launch_for_sweep(
+    config: SweepConfig,
+    provider: Provider,
+    instance_type: str,
+    *,
+    instances: int | None = None,
+    market: Market = Market.ON_DEMAND,
+    placement_group: bool = False,
+) -> Allocation:
+    """Launch an allocation big enough for ``config``'s largest world size, after checking
+    the config (so bad input fails before anything starts)."""
+    _, count = checked_size(config, provider, instance_type, instances)
     return provider.launch(
         LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
     )
@@ -648,18 +655,7 @@ def probe_sweep(
         from srifty_core.cloud.local import LocalProvider
 
         provider = LocalProvider()
-    check_single_type(instance_type, provider)
-    spec = provider.instance_type(instance_type)
-    count = (
-        instances
-        if instances is not None
-        else math.ceil(config.max_world_size / spec.ranks_per_instance)
-    )
-    if count < 1:
-        raise ConfigError(f"instances: must be at least 1, got {count}")
-    ranks = count * spec.ranks_per_instance
-    check_fits(config, ranks, f"{count} x {instance_type}")
-    check_backend(config, ranks)
+    spec, count = checked_size(config, provider, instance_type, instances)
     day = day or datetime.now(UTC).date()
     part = _Partition(day, provider.name, spec.name, root, fresh)
     records = part.all_records()
