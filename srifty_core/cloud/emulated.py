@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -408,29 +408,14 @@ class EmulatedProvider(Provider):
         if n < 2:
             raise ConfigError(f"world_size: a sustained probe needs >= 2 ranks, got {n}")
         net = truth.NetSpec.of(self.catalog_type(allocation.spec.name))
-        s = np.asarray([float(size)])
-        if a.credit_s > 0:  # back-to-back transfers until the credits are gone, or max_s
-            one = float(
-                truth.allreduce_time(
-                    net, s, n, level_small=a.level.small, level_large=a.level.large, bursting=True
-                )[0]
-            )
-            spend = min(a.credit_s, max_s)
-            a.credit_s -= spend
-            self._clock += timedelta(seconds=spend + PROBE_GAP_S * spend / one)
-        base = truth.allreduce_time(
-            net,
-            s,
-            n,
-            level_small=a.level.small,
-            level_large=a.level.large,
-            bursting=a.credit_s > 0,
-        )
-        cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
-        for rep in range(repeats):
-            ts = float((base * truth.sample_noise(self._rng, s))[0])
-            self._sample(cols, n, int(size), 1, rep, ts)
-        self._apply_interruptions()
+
+        def took(s: NDArray[np.float64]) -> NDArray[np.float64]:
+            return truth.allreduce_time(
+                net, s, n, level_small=a.level.small, level_large=a.level.large,
+                bursting=a.credit_s > 0,
+            )  # fmt: skip
+
+        cols = self._sustained([a], took, n, size, repeats, max_s)
         return self._records(a, cols, allocation_slot, day, "sustained")
 
     def probe_mix(
@@ -477,22 +462,42 @@ class EmulatedProvider(Provider):
         no member has burst credits left (every NIC of a ring is busy the whole time) or
         ``max_s`` seconds have passed, then ``repeats`` samples (phase ``sustained``)."""
         group = self._mix_group(allocations)
+
+        def took(s: NDArray[np.float64]) -> NDArray[np.float64]:
+            return truth.cluster_allreduce_time(self._ring(group), s)
+
+        n = sum(a.allocation.ranks for a in group)
+        cols = self._sustained(group, took, n, size, repeats, max_s)
+        return self._mix_records(group, cols, allocation_slot, day, "sustained")
+
+    def _sustained(
+        self,
+        group: Sequence[_Alloc],
+        took: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+        n: int,
+        size: int,
+        repeats: int,
+        max_s: float,
+    ) -> dict[str, list[Any]]:
+        """The sustained probe over the NICs of ``group`` (one allocation, or a mixed
+        ring): back-to-back transfers of ``size`` bytes (each ``took`` seconds in the
+        current credit state) until no member has burst credits left or ``max_s`` seconds
+        have passed, then ``repeats`` samples as columns."""
         s = np.asarray([float(size)])
         left = max(a.credit_s for a in group)
         if left > 0:
-            one = float(truth.cluster_allreduce_time(self._ring(group), s)[0])
+            one = float(took(s)[0])
             spend = min(left, max_s)
             for a in group:
                 a.credit_s = max(0.0, a.credit_s - spend)
             self._clock += timedelta(seconds=spend + PROBE_GAP_S * spend / one)
-        base = truth.cluster_allreduce_time(self._ring(group), s)
-        n = sum(a.allocation.ranks for a in group)
+        base = took(s)
         cols: dict[str, list[Any]] = {k: [] for k in _VARYING}
         for rep in range(repeats):
             ts = float((base * truth.sample_noise(self._rng, s))[0])
             self._sample(cols, n, int(size), 1, rep, ts)
         self._apply_interruptions()
-        return self._mix_records(group, cols, allocation_slot, day, "sustained")
+        return cols
 
     def _mix_group(self, allocations: Sequence[Allocation]) -> list[_Alloc]:
         """The running allocations of a mix, one per type, in type-name order."""
