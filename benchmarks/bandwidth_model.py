@@ -7,10 +7,13 @@
     loaded by ``predictors.nccl_tests``, held out by table (``table_id``), features from the
     catalog (vCPUs, GPUs, rated network).
 
-For each size class: the per-class tuner runs ``--trials`` seeded trials (Optuna TPE, grouped
-CV; the same command gives the same numbers); the reported model MAPE is the out-of-fold
-MAPE of the default parameters and of the best tuned parameters (that one includes the
-selection, so it is slightly optimistic); the noise floor
+For each size class, out-of-fold MAPE of: the physics prior alone (``predictors.prior``,
+fitted on the training folds), XGBoost on the features without the prior (the model before
+the prior), the default model (prior x learned residual), and the best of ``--trials``
+seeded tuning trials (Optuna TPE, grouped CV; the same command gives the same numbers; it
+includes the selection, so it is slightly optimistic); beside them *nearest*: the other
+groups' measurement of the same instance type, VM count, ranks per VM and buffer size (a
+weighted median; rows with no such twin are not covered), and the noise floor
 is the MAPE of the best constant per configuration learned from the other groups (rows
 whose configuration no other group measured have no floor: ``coverage``), and the model's
 MAPE on those same covered rows is given beside it.
@@ -36,9 +39,12 @@ from srifty_core.predictors.bandwidth import (
     DEFAULT_MTU,
     LARGE,
     SMALL,
+    BusBandwidthRegressor,
+    group_kfold,
     mape,
     noise_floor_predictions,
     size_masks,
+    with_hardware,
 )
 from srifty_core.predictors.nccl_tests import nccl_tests_frame
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, DEFAULT_TRIALS, cross_val_predict, tune
@@ -47,29 +53,53 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def evaluate(
-    df: pd.DataFrame, group: str, n_trials: int, mtu: int, seed: int, config: list[str]
+    df: pd.DataFrame,
+    group: str,
+    n_trials: int,
+    mtu: int,
+    seed: int,
+    config: list[str],
+    n_splits: int = 5,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rows": len(df),
         "groups": int(df[group].nunique()),
         "group_column": group,
     }
+    df = with_hardware(df)
     groups = df[group].astype(str).to_numpy()
     for cls, mask in size_masks(df, mtu).items():
         part = df[mask].reset_index(drop=True)
         g = groups[mask]
         y = part["busbw"].to_numpy(float)
         t0 = time.monotonic()
-        default_oof = cross_val_predict(DEFAULT_PARAMS, part, groups=g, n_splits=5)
-        tuned = tune(part, n_trials=n_trials, group=group, n_splits=5, seed=seed)
+        prior_oof = prior_predict(part, g, n_splits)
+        plain_oof = cross_val_predict(
+            {**DEFAULT_PARAMS, "prior": False}, part, groups=g, n_splits=n_splits
+        )
+        default_oof = cross_val_predict(DEFAULT_PARAMS, part, groups=g, n_splits=n_splits)
+        tuned = tune(part, n_trials=n_trials, group=group, n_splits=n_splits, seed=seed)
         floor = noise_floor_predictions(part, group=group, config=config)
         covered = np.isfinite(floor)
+        twin = noise_floor_predictions(
+            part, group=group, config=["instance_type", "vms", "ranks_per_vm", "buffer_bytes"]
+        )
+        has_twin = np.isfinite(twin)
+        one_vm = part["vms"].to_numpy() == 1
         out[cls] = {
             "rows": len(part),
             "groups": len(set(g)),
+            "mape_prior": mape(prior_oof, y),
+            "mape_no_prior": mape(plain_oof, y),
             "mape_default": mape(default_oof, y),
             "mape_tuned": tuned.best_mape,
             "mape_tuned_covered": mape(tuned.oof[covered], y[covered]),
+            "mape_nearest": mape(twin[has_twin], y[has_twin]),
+            "mape_default_nearest_rows": mape(default_oof[has_twin], y[has_twin]),
+            "nearest_coverage": float(has_twin.mean()),
+            "single_vm_rows": int(one_vm.sum()),
+            "mape_default_single_vm": mape(default_oof[one_vm], y[one_vm]),
+            "mape_prior_single_vm": mape(prior_oof[one_vm], y[one_vm]),
             "noise_floor": mape(floor[covered], y[covered]),
             "floor_coverage": float(covered.mean()),
             "trials": len(tuned.trials),
@@ -81,21 +111,36 @@ def evaluate(
     return out
 
 
+def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.ndarray:
+    """Out-of-fold predictions of the physics prior alone (fitted on the training folds)."""
+    y = part["busbw"].to_numpy(float)
+    oof = np.full(len(part), np.nan)
+    for train, test in group_kfold(groups, n_splits):
+        reg = BusBandwidthRegressor(**DEFAULT_PARAMS).fit(part.iloc[train], y[train])
+        oof[test] = reg.prior_only(part.iloc[test])
+    return oof
+
+
 def table(name: str, res: dict[str, Any]) -> str:
     def pct(v: float) -> str:
         return "-" if v is None or not math.isfinite(v) else f"{v:.1f}%"
 
     lines = [
         f"{name}: {res['rows']} rows, {res['groups']} groups ({res['group_column']})",
-        "| size class | rows | MAPE default | MAPE tuned | tuned, covered rows | noise floor "
-        "| ratio | floor coverage | trials |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| size class | rows | prior alone | no prior | prior x residual | tuned "
+        "| nearest (its rows: model) | nearest coverage | single VM: rows, model, prior "
+        "| tuned, covered rows | noise floor | ratio | floor coverage | trials |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cls, label in ((SMALL, "<= MTU"), (LARGE, "> MTU")):
         r = res[cls]
         ratio = "-" if r["ratio_to_floor"] is None else f"{r['ratio_to_floor']:.2f}"
         lines.append(
-            f"| {label} | {r['rows']} | {pct(r['mape_default'])} | {pct(r['mape_tuned'])} | "
+            f"| {label} | {r['rows']} | {pct(r['mape_prior'])} | {pct(r['mape_no_prior'])} | "
+            f"{pct(r['mape_default'])} | {pct(r['mape_tuned'])} | "
+            f"{pct(r['mape_nearest'])} ({pct(r['mape_default_nearest_rows'])}) | "
+            f"{r['nearest_coverage']:.0%} | {r['single_vm_rows']}, "
+            f"{pct(r['mape_default_single_vm'])}, {pct(r['mape_prior_single_vm'])} | "
             f"{pct(r['mape_tuned_covered'])} | {pct(r['noise_floor'])} | {ratio} | "
             f"{r['floor_coverage']:.0%} | {r['trials']} |"
         )
@@ -163,7 +208,9 @@ def main() -> None:
     if not args.skip_public:
         df = nccl_tests_frame(args.table)
         config = [*FEATURE_COLUMNS, "num_nodes"]
-        res = evaluate(df, "table_id", args.trials, args.mtu, args.seed, config)
+        # one fold per table: leave-one-table-out
+        n_tables = int(df["table_id"].nunique())
+        res = evaluate(df, "table_id", args.trials, args.mtu, args.seed, config, n_tables)
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
     RESULTS.mkdir(exist_ok=True)

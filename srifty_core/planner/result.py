@@ -71,6 +71,7 @@ class Candidate:
             "cost_at_risk_usd": self.cost_at_risk_usd,
             "risk_quantile": request.risk_quantile,
             "missing_terms": list(self.estimate.missing),
+            "bandwidth_extrapolated": list(self.estimate.extrapolated),
             "bottleneck": self.estimate.bottleneck,
             "throughput": self.estimate.throughput,
             "time_s": self.time_s,
@@ -183,6 +184,12 @@ class PlanResult:
             lines.append(
                 f"Not in the estimate (the profiles did not measure them): "
                 f"{', '.join(e.missing)}; it is that much too fast."
+            )
+        if e.extrapolated:
+            lines.append(
+                f"Bandwidth extrapolated for {', '.join(e.extrapolated)}: never probed at this "
+                "shape (type, VMs, ranks per VM), so the bandwidth model's prior answered and "
+                "the p90 carries its wider held-out error; probe it to narrow the estimate."
             )
         lines.append(
             f"Iteration: forward {e.t_fw * 1e3:.1f} ms + max(backward {e.t_bw * 1e3:.1f} ms, "

@@ -9,6 +9,19 @@ How:
 - **Two regressors.** Buffers up to the MTU (``buffer_bytes <= mtu``; 9001 bytes on EC2) are
   latency-bound and noisy, larger ones bandwidth-bound; one XGBoost model each
   (``BusBandwidthRegressor``). ``BandwidthModel`` routes each row by its buffer size.
+- **Physics prior, learned residual.** Each regressor first fits the link prior
+  (``predictors.prior``: rated NVLink/PCIe/NIC bandwidth from the catalog and GPU specs,
+  with each link class's efficiency and per-hop latency learned from the rows), then
+  XGBoost fits ``log(busbw / prior)`` on the features plus ones that describe any type
+  (``DERIVED``: VMs, ranks per VM, rated intra and NIC bandwidth, the prior itself). A type
+  the rows never held (in the catalog, never probed) is answered by the prior alone: the
+  trees' type columns know nothing about it, and held out by table, the prior alone did
+  better on such types than the trees (BENCHMARKS.md).
+- **Knows what it does not know** (``Domain``, ``LogErrors``): a row is in domain when its
+  type was probed with that many ranks per VM over a VM count range holding its own;
+  ``predict_interval`` gives the band that held-out probes fell in (grouped
+  cross-validation inside the domain, the prior on held-out types outside it), and
+  ``level_sigma`` of an unprobed type is that wider spread, which the simulator's p90 uses.
 - **Never <= 0.** Each regressor fits ``log(busbw)`` (centred on its weighted median), so a
   prediction is ``exp(...)``, positive by construction; it is then clipped from below at
   ``BUSBW_FLOOR`` (1 byte/s) so that an underflow can never return 0. Fitting in log space
@@ -64,6 +77,7 @@ from srifty_core.predictors.network import (
     sustained_factors,
     sustained_mask,
 )
+from srifty_core.predictors.prior import LinkPrior, hardware_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -348,6 +362,7 @@ class BusBandwidthRegressor:
         reg_lambda: float = 1.0,
         random_state: int = 0,
         n_jobs: int = 1,
+        prior: bool = True,
     ) -> None:
         self.objective = objective
         self.max_depth = max_depth
@@ -359,6 +374,7 @@ class BusBandwidthRegressor:
         self.reg_lambda = reg_lambda
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.prior = prior
 
     _PARAMS = (
         "objective",
@@ -371,6 +387,7 @@ class BusBandwidthRegressor:
         "reg_lambda",
         "random_state",
         "n_jobs",
+        "prior",
     )
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -424,8 +441,16 @@ class BusBandwidthRegressor:
         # L2 penalty mean the same whatever the age of the data (old data: tiny weights).
         w = w / w.mean()
         params = self._xgb_params()
-        self.encoder_ = FeatureEncoder().fit(X)
+        X = with_hardware(X)
         log_y = np.log(target)
+        if self.prior:
+            self.prior_: LinkPrior | None = LinkPrior().fit(X, target, w)
+            X = X.assign(log_prior=np.log(self.prior_.predict(X)))
+            log_y = log_y - X["log_prior"].to_numpy()
+        else:
+            self.prior_ = None
+        self.encoder_ = FeatureEncoder(numeric=_numeric(self.prior_)).fit(X)
+        self.types_: list[str] = sorted(X["instance_type"].astype(str).unique().tolist())
         self.offset_ = _weighted_median(log_y, w)
         spread = float(np.sqrt(np.average((log_y - self.offset_) ** 2, weights=w)))
         self.scale_ = spread if spread > 1e-6 else 1.0
@@ -447,13 +472,28 @@ class BusBandwidthRegressor:
             raise ConfigError("this regressor is not fitted yet: call fit() first")
         if len(X) == 0:
             return np.zeros(0)
+        X = with_hardware(X)
+        log_prior = np.zeros(len(X))
+        if self.prior_ is not None:
+            log_prior = np.log(self.prior_.predict(X))
+            X = X.assign(log_prior=log_prior)
         matrix = xgb.DMatrix(
             self.encoder_.transform(X), feature_names=self.encoder_.feature_names_, missing=np.nan
         )
         raw = np.asarray(self.booster_.predict(matrix), dtype=np.float64)
-        raw = raw * self.scale_ + self.offset_
+        raw = raw * self.scale_ + self.offset_ + log_prior
+        if self.prior_ is not None:  # a type never probed: the prior alone
+            unseen = ~X["instance_type"].astype(str).isin(self.types_).to_numpy()
+            raw = np.where(unseen, log_prior, raw)
         out: NDArray[np.float64] = np.maximum(np.exp(np.minimum(raw, 700.0)), BUSBW_FLOOR)
         return out
+
+    def prior_only(self, X: pd.DataFrame) -> NDArray[np.float64]:
+        """The physics prior alone (``predictors.prior``) for each row, bytes/s."""
+        if getattr(self, "prior_", None) is None:
+            raise ConfigError("this regressor was fitted without the physics prior")
+        assert self.prior_ is not None
+        return np.maximum(self.prior_.predict(with_hardware(X)), BUSBW_FLOOR)
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -463,6 +503,8 @@ class BusBandwidthRegressor:
             "offset": self.offset_,
             "scale": self.scale_,
             "encoder": self.encoder_.to_dict(),
+            "prior": None if self.prior_ is None else self.prior_.to_dict(),
+            "types": self.types_,
         }
         (folder / "regressor.json").write_text(json.dumps(meta, indent=1))
 
@@ -471,7 +513,9 @@ class BusBandwidthRegressor:
         import xgboost as xgb
 
         meta = json.loads((folder / "regressor.json").read_text())
-        reg = cls(**meta["params"])
+        reg = cls(**{"prior": False, **meta["params"]})
+        reg.prior_ = LinkPrior.from_dict(meta["prior"]) if meta.get("prior") else None
+        reg.types_ = list(meta.get("types", []))
         reg.offset_ = float(meta["offset"])
         reg.scale_ = float(meta["scale"])
         reg.encoder_ = FeatureEncoder.from_dict(meta["encoder"])
@@ -480,6 +524,20 @@ class BusBandwidthRegressor:
         reg.booster_ = booster
         reg.n_features_in_ = len(reg.encoder_.feature_names_)
         return reg
+
+
+DERIVED: tuple[str, ...] = ("vms", "ranks_per_vm", "intra_gbs", "nic_gbs")
+"""Features derived from the hardware (``predictors.prior.hardware_columns``): they describe
+any type, probed or not."""
+
+
+def _numeric(prior: LinkPrior | None) -> tuple[str, ...]:
+    return (*NUMERIC, *DERIVED, *(("log_prior",) if prior is not None else ()))
+
+
+def with_hardware(X: pd.DataFrame) -> pd.DataFrame:
+    """``X`` with the hardware columns (``predictors.prior``), computed once."""
+    return X if "vms" in X.columns else hardware_columns(X)
 
 
 def _weighted_median(values: NDArray[np.float64], weights: NDArray[np.float64]) -> float:
@@ -597,6 +655,142 @@ def _catalog_rated_bytes(instance_type: str) -> float | None:
     return None
 
 
+# -- what the model knows, and how wrong it was on what it did not see ----------------------
+
+DEFAULT_INTERVAL_FOLDS = 3
+COVERAGES = (0.5, 0.8, 0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What the probes covered: per instance type and ranks per VM, the range of VM counts
+    probed (grid rows). A row is *in domain* when its type was probed with that many ranks
+    per VM and its VM count lies within the probed range; anything else is extrapolation
+    (an unprobed type is predicted by the prior alone)."""
+
+    shapes: Mapping[str, Mapping[int, tuple[int, int]]] = field(default_factory=dict)
+
+    @property
+    def types(self) -> list[str]:
+        return sorted(self.shapes)
+
+    @classmethod
+    def of(cls, probes: pd.DataFrame) -> Domain:
+        hw = with_hardware(probes)
+        out: dict[str, dict[int, tuple[int, int]]] = {}
+        agg = hw.groupby(["instance_type", "ranks_per_vm"])["vms"].agg(["min", "max"])
+        for key, lo, hi in zip(agg.index, agg["min"], agg["max"], strict=True):
+            itype, rpv = key
+            out.setdefault(str(itype), {})[int(rpv)] = (int(lo), int(hi))
+        return cls(out)
+
+    def contains(self, features: pd.DataFrame) -> NDArray[np.bool_]:
+        import pandas as pd
+
+        hw = with_hardware(features)
+        keys = pd.MultiIndex.from_arrays(
+            [hw["instance_type"].astype(str), hw["vms"], hw["ranks_per_vm"]]
+        )
+        codes, uniques = keys.factorize()
+        ok = np.zeros(len(uniques), dtype=bool)
+        for i, (t, v, r) in enumerate(uniques):
+            span = self.shapes.get(t, {}).get(int(r))
+            ok[i] = span is not None and span[0] <= int(v) <= span[1]
+        out: NDArray[np.bool_] = ok[codes]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {t: {str(r): list(s) for r, s in m.items()} for t, m in self.shapes.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Domain:
+        return cls(
+            {t: {int(r): (int(s[0]), int(s[1])) for r, s in m.items()} for t, m in d.items()}
+        )
+
+
+@dataclass(frozen=True)
+class LogErrors:
+    """How far held-out probes fell from the model, as quantiles of ``|log(measured /
+    predicted)|`` at ``COVERAGES``: ``inside`` from cross-validation grouped by allocation
+    (or table; every row predicted by a model that never saw its group), ``outside`` from
+    the prior alone on each instance type held out of the prior's fit (how an unprobed type
+    is predicted). Empty tuples: not measured (too few groups or types); ``outside`` then
+    falls back to ``inside``, and both to no width."""
+
+    inside: tuple[float, ...] = ()
+    outside: tuple[float, ...] = ()
+    rows_inside: int = 0
+    rows_outside: int = 0
+
+    def quantile(self, coverage: float, *, in_domain: bool) -> float:
+        if not 0 < coverage < 1:
+            raise ConfigError(f"coverage: must be within (0, 1), got {coverage}")
+        qs = self.inside
+        if not in_domain and self.outside:
+            qs = tuple(
+                max(a, b) for a, b in zip(self.inside or self.outside, self.outside, strict=True)
+            )
+        if not qs:
+            return 0.0
+        return float(np.interp(coverage, COVERAGES, qs))
+
+    def sigma(self, *, in_domain: bool) -> float:
+        """The normal sd whose two-sided 90% band is this one's 90% band."""
+        return self.quantile(0.9, in_domain=in_domain) / 1.6448536269514722
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> LogErrors:
+        if not d:
+            return cls()
+        return cls(
+            inside=tuple(float(v) for v in d.get("inside", ())),
+            outside=tuple(float(v) for v in d.get("outside", ())),
+            rows_inside=int(d.get("rows_inside", 0)),
+            rows_outside=int(d.get("rows_outside", 0)),
+        )
+
+
+def log_errors(
+    rows: pd.DataFrame,
+    busbw: NDArray[np.float64],
+    weight: NDArray[np.float64],
+    params: Mapping[str, Any],
+    *,
+    group: str,
+    folds: int,
+) -> LogErrors:
+    """``LogErrors`` of one size class (rules: ``LogErrors``); ``folds`` 0 measures nothing."""
+    if folds < 1 or len(rows) == 0:
+        return LogErrors()
+    inside: tuple[float, ...] = ()
+    n_in = 0
+    if rows[group].nunique() >= 2:
+        oof = np.full(len(rows), np.nan)
+        for train, test in group_kfold(rows[group].astype(str).to_numpy(), folds):
+            reg = BusBandwidthRegressor(**params).fit(rows.iloc[train], busbw[train], weight[train])
+            oof[test] = reg.predict(rows.iloc[test])
+        err = np.abs(np.log(busbw / oof))
+        inside = tuple(float(v) for v in np.quantile(err, COVERAGES))
+        n_in = len(err)
+    outside: tuple[float, ...] = ()
+    n_out = 0
+    types = rows["instance_type"].astype(str).to_numpy()
+    if len(np.unique(types)) >= 2 and params.get("prior", True):
+        errs = []
+        for t in np.unique(types):
+            held = types == t
+            prior = LinkPrior().fit(rows[~held], busbw[~held], weight[~held])
+            errs.append(np.abs(np.log(busbw[held] / prior.predict(rows[held]))))
+        err = np.concatenate(errs)
+        outside = tuple(float(v) for v in np.quantile(err, COVERAGES))
+        n_out = len(err)
+    return LogErrors(inside, outside, n_in, n_out)
+
+
 # -- the predictor -------------------------------------------------------------------------
 
 MODEL_FORMAT = 1
@@ -616,12 +810,14 @@ class BandwidthModel:
         large_params: Mapping[str, Any] | None = None,
         cap_quantile: float = DEFAULT_CAP_QUANTILE,
         cap_min_buffer: int = DEFAULT_CAP_MIN_BUFFER,
+        interval_folds: int = DEFAULT_INTERVAL_FOLDS,
     ) -> None:
         self.mtu = mtu
         self.small_params = dict(small_params or {})
         self.large_params = dict(large_params or {})
         self.cap_quantile = cap_quantile
         self.cap_min_buffer = cap_min_buffer
+        self.interval_folds = interval_folds
 
     def fit(
         self,
@@ -649,6 +845,7 @@ class BandwidthModel:
         probes, w = probes[~held], w[~held]
         if probes.empty:
             raise BandwidthDataError("no grid probe rows to fit on (only sustained ones)")
+        probes = with_hardware(probes)
         masks = size_masks(probes, self.mtu)
         y = probes[LABEL].to_numpy(dtype=float)
         self.small_ = BusBandwidthRegressor(**self.small_params).fit(
@@ -657,6 +854,14 @@ class BandwidthModel:
         self.large_ = BusBandwidthRegressor(**self.large_params).fit(
             probes[masks[LARGE]], y[masks[LARGE]], w[masks[LARGE]]
         )
+        self.domain_ = Domain.of(probes)
+        self.errors_ = {
+            name: log_errors(probes[m], y[m], w[m], params, group=group, folds=self.interval_folds)
+            for name, m, params in (
+                (SMALL, masks[SMALL], self.small_params),
+                (LARGE, masks[LARGE], self.large_params),
+            )
+        }
         caps = BandwidthCaps.from_probes(
             probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer, group=group
         )
@@ -682,8 +887,34 @@ class BandwidthModel:
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations of a type
-        (``predictors.network``); 0 for a type never probed."""
-        return float(self.caps_.sigmas.get(instance_type, 0.0))
+        (``predictors.network``). A type never probed is predicted by the prior alone: its
+        spread is that of the prior's errors on types held out of its fit (large buffers,
+        ``LogErrors``), as a normal sd; 0 where the fit could not measure it."""
+        if instance_type in self.caps_.sigmas or instance_type in self.domain_.types:
+            return float(self.caps_.sigmas.get(instance_type, 0.0))
+        return self.errors_[LARGE].sigma(in_domain=False)
+
+    def in_domain(self, features: pd.DataFrame) -> NDArray[np.bool_]:
+        """Whether each row is inside what the probes covered (``Domain``)."""
+        return self.domain_.contains(features)
+
+    def predict_interval(
+        self, features: pd.DataFrame, coverage: float = 0.9
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+        """(prediction, low, high, in domain) per row: the band that held ``coverage`` of
+        held-out probes (``LogErrors``: grouped cross-validation in domain, types held out
+        of the prior's fit outside it)."""
+        pred = self.predict(features)
+        inside = self.in_domain(features)
+        width = np.zeros(len(features))
+        for name, mask in size_masks(features, self.mtu).items():
+            errs = self.errors_[name]
+            width[mask] = np.where(
+                inside[mask],
+                errs.quantile(coverage, in_domain=True),
+                errs.quantile(coverage, in_domain=False),
+            )
+        return pred, pred * np.exp(-width), pred * np.exp(width), inside
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
@@ -700,12 +931,29 @@ class BandwidthModel:
             raise ConfigError("this bandwidth model is not fitted yet: call fit() first")
         features = null_numeric_as_nan(features)
         check_features(features)
+        self._check_known(features)
+        features = with_hardware(features)
         out = np.empty(len(features))
         for name, mask in size_masks(features, self.mtu).items():
             if mask.any():
                 reg = self.small_ if name == SMALL else self.large_
                 out[mask] = reg.predict(features[mask])
         return out
+
+    def _check_known(self, features: pd.DataFrame) -> None:
+        """A type neither probed nor in the catalog has no hardware to reason from: a
+        one-line error naming the closest known types."""
+        from srifty_core.errors import UnknownNameError
+        from srifty_core.predictors.prior import catalog_types, hardware_of
+
+        for name in features["instance_type"].astype(str).unique():
+            if name not in self.domain_.types and hardware_of(name) is None:
+                raise UnknownNameError(
+                    "instance type",
+                    name,
+                    [*catalog_types(), *self.domain_.types],
+                    context="(neither probed nor in the catalog)",
+                )
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
         """Total bus bandwidth (bytes/s) one VM of ``instance_type`` sustains across
@@ -728,6 +976,9 @@ class BandwidthModel:
             "large_params": self.large_.get_params(),
             "caps": self.caps_.to_dict(),
             "feature_columns": list(FEATURE_COLUMNS),
+            "interval_folds": self.interval_folds,
+            "domain": self.domain_.to_dict(),
+            "errors": {k: v.to_dict() for k, v in self.errors_.items()},
         }
         (folder / "model.json").write_text(json.dumps(meta, indent=1))
         return folder
@@ -751,6 +1002,11 @@ class BandwidthModel:
         model.small_ = BusBandwidthRegressor.load(folder / SMALL)
         model.large_ = BusBandwidthRegressor.load(folder / LARGE)
         model.caps_ = BandwidthCaps.from_dict(meta["caps"])
+        model.interval_folds = int(meta.get("interval_folds", DEFAULT_INTERVAL_FOLDS))
+        model.domain_ = Domain.from_dict(meta.get("domain", {}))
+        model.errors_ = {
+            k: LogErrors.from_dict(meta.get("errors", {}).get(k)) for k in (SMALL, LARGE)
+        }
         return model
 
 

@@ -115,6 +115,7 @@ class Simulator:
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._curve_cache: dict[tuple[str, int, tuple[int, ...]], NDArray[np.float64]] = {}
+        self._outside: set[tuple[str, int]] = set()
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
         self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
@@ -166,14 +167,19 @@ class Simulator:
                 for inst, n in missing
                 for s in sizes
             ]
-            pred = np.asarray(self.bandwidth.predict(pd.DataFrame(rows)), dtype=np.float64)
+            frame = pd.DataFrame(rows)
+            pred = np.asarray(self.bandwidth.predict(frame), dtype=np.float64)
             if pred.shape != (len(rows),) or not np.all(pred > 0):
                 raise ConfigError(
                     "the bandwidth predictor returned non-positive or misshapen output"
                 )
+            domain = getattr(self.bandwidth, "in_domain", None)
+            inside = np.asarray(domain(frame), dtype=bool) if domain else np.ones(len(rows), bool)
             factor = getattr(self.bandwidth, "sustained_factor", None)
             for k, (inst, n) in enumerate(missing):
                 curve = pred[k * len(sizes) : (k + 1) * len(sizes)]
+                if not inside[k * len(sizes) : (k + 1) * len(sizes)].all():
+                    self._outside.add((inst.name, n))
                 if self.schedule == "ddp" and factor is not None:  # a long job: sustained
                     curve = curve * float(factor(inst.name, n))
                 self._curve_cache[(inst.name, n, sizes)] = curve
@@ -194,6 +200,21 @@ class Simulator:
         for sizes in layouts:
             if sizes:
                 self._curves(pairs, sizes)
+
+    def _extrapolated(
+        self, instances: Sequence[SimInstance], vms: int, world: int
+    ) -> tuple[str, ...]:
+        """The types whose bus bandwidth in this ring came from outside what the probes
+        covered (the bandwidth model's ``in_domain``; its ``level_sigma`` widens their p90)."""
+        return tuple(
+            sorted(
+                {
+                    inst.name
+                    for inst in instances
+                    if (inst.name, _ring_world(inst, vms, world, len(instances))) in self._outside
+                }
+            )
+        )
 
     def _cap(self, instances: Sequence[SimInstance], vms: int, world: int) -> float:
         """The sustained bus bandwidth of the slowest type (what a long job's transfers
@@ -402,6 +423,7 @@ class Simulator:
         volumes: tuple[float, ...] = ()
         busbw = np.zeros(0)
         cap = overlap = 0.0
+        extrapolated: tuple[str, ...] = ()
         if world > 1:
             if copy > 0:  # into the buckets and scaled on the backward thread; back out after
                 bw = bw + 2.0 * copy
@@ -414,6 +436,7 @@ class Simulator:
             instances = [g.instance for g in groups]
             vms = config.vms
             busbw = self._busbw(instances, vms, world, sizes)
+            extrapolated = self._extrapolated(instances, vms, world)
             cap = self._cap(instances, vms, world)
             fractions = tuple(b.ready_fraction for b in buckets)
             volumes = tuple(bus_bytes(s, world) for s in sizes)
@@ -468,6 +491,7 @@ class Simulator:
             p90=float(p90),
             t_iter_p90=slow_it,
             net_sigma=sigma,
+            extrapolated=extrapolated,
             missing=tuple(
                 name
                 for name, lacks in (

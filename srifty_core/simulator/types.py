@@ -200,6 +200,11 @@ class IterationEstimate:
 
     ``missing`` names per-step terms the profiles did not measure (``optimizer_step``,
     ``ddp_copy``): the estimate leaves them out and is that much too fast.
+
+    ``extrapolated`` names the instance types whose bus bandwidth here came from outside
+    what the probes covered (a type never probed: the physics prior alone; or a VM count
+    or ranks per VM beyond the probed ones); their spread, and so ``t_iter_p90``, is the
+    wider one of the prior's errors on held-out types.
     """
 
     t_iter: float
@@ -217,6 +222,7 @@ class IterationEstimate:
     t_iter_p90: float | None = None
     net_sigma: float = 0.0
     missing: tuple[str, ...] = ()
+    extrapolated: tuple[str, ...] = ()
 
     @property
     def throughput(self) -> float:

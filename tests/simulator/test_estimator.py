@@ -529,3 +529,28 @@ def test_prefetch_asks_the_model_once_and_changes_no_estimate() -> None:
     assert [sim.estimate(w, c) for c in configs] == plain
     assert bw.calls == 1  # every curve was there
     assert plain_bw.calls > 1
+
+
+class DomainBandwidth(ConstantBandwidth):
+    """Constant busbw; only ``known`` types at up to ``max_world`` ranks are in domain."""
+
+    def __init__(self, known: set[str], max_world: int) -> None:
+        super().__init__(1e8)
+        self.known, self.max_world = known, max_world
+
+    def in_domain(self, features: pd.DataFrame) -> np.ndarray:
+        ok = features["instance_type"].isin(self.known) & (features["world_size"] <= self.max_world)
+        return ok.to_numpy()
+
+
+def test_an_estimate_names_the_types_whose_bandwidth_was_extrapolated() -> None:
+    w = Workload("m", {"cpu": steady(make_profile())})
+    bw = DomainBandwidth({"a"}, max_world=4)
+    sim = Simulator(bw)
+    assert sim.estimate(w, config((inst("a"), 4, 32))).extrapolated == ()
+    assert sim.estimate(w, config((inst("a"), 8, 32))).extrapolated == ("a",)
+    assert sim.estimate(w, config((inst("a"), 2, 32), (inst("b"), 2, 32))).extrapolated == ("b",)
+    # a predictor without a domain is taken at its word
+    assert (
+        Simulator(ConstantBandwidth(1e8)).estimate(w, config((inst("a"), 8, 32))).extrapolated == ()
+    )

@@ -1,0 +1,309 @@
+"""The physics prior of the bus-bandwidth model: rated links from the hardware, with the
+efficiency and latency of each link class learned from probes.
+
+What a row's hardware is (``hardware_columns``): the ranks sit on ``vms`` VMs of
+``ranks_per_vm`` each (a ``num_nodes`` column wins where it has a value; otherwise ranks
+are packed one per GPU, ``vms = ceil(world_size / gpus_per_vm)``, as the probe sweep and
+the simulator place them). From the catalog and ``gpu_specs.csv``:
+
+- **intra-VM link** per GPU and direction: NVLink/NVSwitch (``nvlink_bw_gbs`` is the total
+  of both directions, so half of it) where the GPU has it, else its PCIe host interface
+  (x16 per-direction rate of the PCIe generation named, ``PCIE_X16_GBS``); a type without a
+  GPU spec (``local.cpu``) has no rated intra link (class ``host``).
+- **inter-VM link** per VM: the rated NIC bandwidth (the "up to" burst rate where the type
+  has one: the probe grid runs while credits last; the sustained level is the caps' job),
+  class ``efa`` for types that support EFA, ``ena`` otherwise, ``host`` without a rating.
+
+The ring (``LinkPrior``): an allreduce of ``s`` bytes over ``n`` ranks moves
+``s_eff = 2 s (n-1)/n`` bytes through every rank, so with ``c`` allreduces sharing the links
+
+    t = 2(n-1)/n * (hops_net * alpha_net + hops_intra * alpha_intra)  +  c * s_eff / B
+    busbw = s_eff / t
+
+(a ring over ``v`` VMs crosses ``v`` NIC hops and ``n - v`` intra-VM hops per pass; on one
+VM all ``n`` hops are intra-VM; ``alpha`` is the latency per hop of the link class), where
+``B`` is the slowest link the ring crosses: the intra link on one VM; on several,
+``min(eta_intra * intra, eta_net * nic)`` (each VM's NIC carries ``s_eff`` however many
+ranks it holds, so the NIC bounds bus bandwidth directly; the intra link only matters when
+a VM holds more than one rank). A VM whose ranks use only some of its GPUs drives a share
+``(ranks_per_vm / gpus_per_vm) ** beta`` of its NIC (NCCL pins channels and NICs to GPUs:
+one GPU of eight does not fill a VM's network). Learned from the probes (robust least squares on log
+busbw): ``eta`` (the fraction of its rating a link class delivers) and ``alpha`` (latency
+per hop) per class, and ``beta``. Classes the probes
+never crossed take the geometric mean of the learned ones; a class with no rating
+(``host``) learns its bandwidth in absolute terms (rating 1 GB/s). A weak ridge towards
+``eta = 1``, ``alpha = 10 us`` and ``beta = 0`` keeps parameters that the data cannot see (the
+bandwidth of tiny buffers, the latency of huge ones) defined; data outweighs it at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PCIE_X16_GBS: Mapping[int, float] = {3: 15.75, 4: 31.5, 5: 63.0}
+"""Rated per-direction bandwidth of a PCIe x16 link, GB/s, by generation (PCI-SIG: 8, 16,
+32 GT/s per lane with 128b/130b encoding)."""
+INTRA_CLASSES = ("nvlink", "pcie", "host")
+NET_CLASSES = ("efa", "ena", "host-net")
+CLASSES = INTRA_CLASSES + NET_CLASSES
+NOMINAL_GBS = 1.0
+"""The rating given to a link without one (``host``): its eta is then its GB/s."""
+RIDGE = 1e-3
+"""Weight of the ridge (per parameter, against a sum over rows of squared log errors)."""
+ALPHA0_S = 1e-5
+HARDWARE_COLUMNS = ("vms", "ranks_per_vm", "intra_gbs", "nic_gbs", "intra_class", "net_class")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The rated links of one instance type (``None``: no rating)."""
+
+    intra_gbs: float | None
+    intra_class: str
+    nic_gbs: float | None
+    net_class: str
+
+
+def pcie_generation(text: str) -> int | None:
+    """The PCIe generation a host-interface text names (``"PCIe 3.0 x16"`` -> 3,
+    ``"PCIe Gen4"`` -> 4), else None."""
+    m = re.search(r"(?:gen\s*|pcie\s*)(\d)(?:\.\d)?", text or "", re.IGNORECASE)
+    return int(m.group(1)) if m and int(m.group(1)) in PCIE_X16_GBS else None
+
+
+@functools.cache
+def _catalog_hardware() -> dict[str, Hardware]:
+    from srifty_core.catalog import Catalog
+
+    out: dict[str, Hardware] = {}
+    for t in Catalog.load(use_overlays=False).types:
+        if t.name in out:
+            continue
+        gpu = t.gpu
+        if gpu is not None and gpu.nvlink and gpu.nvlink_bw_gbs:
+            intra: float | None = gpu.nvlink_bw_gbs / 2
+            intra_class = "nvlink"
+        else:
+            gen = pcie_generation(gpu.host_interface) if gpu is not None else None
+            # A GPU without a readable interface: PCIe 3, the oldest generation EC2 GPUs use.
+            intra = PCIE_X16_GBS[gen or 3] if gpu is not None else None
+            intra_class = "pcie" if gpu is not None else "host"
+        rated = max(t.network_gbps or 0.0, t.network_burst_gbps or 0.0)
+        out[t.name] = Hardware(
+            intra_gbs=intra,
+            intra_class=intra_class,
+            nic_gbs=rated / 8 if rated > 0 else None,
+            net_class=("efa" if t.efa_supported else "ena") if rated > 0 else "host-net",
+        )
+    return out
+
+
+def hardware_of(instance_type: str) -> Hardware | None:
+    """The rated links of a catalog type, or None for a type the catalog lacks."""
+    return _catalog_hardware().get(instance_type)
+
+
+def catalog_types() -> list[str]:
+    return sorted(_catalog_hardware())
+
+
+def hardware_columns(features: pd.DataFrame) -> pd.DataFrame:
+    """``features`` with ``HARDWARE_COLUMNS`` added (rules: module docstring). A type the
+    catalog lacks takes the row's ``network_gbps`` as its NIC and no intra rating."""
+    import pandas as pd
+
+    out = features.copy()
+    world = out["world_size"].to_numpy(dtype=np.int64)
+    gpus = np.maximum(out["gpus_per_vm"].to_numpy(dtype=np.int64), 1)
+    vms = -(-world // gpus)
+    if "num_nodes" in out.columns:
+        given = out["num_nodes"].to_numpy(dtype=np.float64, na_value=np.nan)
+        ok = np.isfinite(given) & (given >= 1)
+        vms = np.where(ok, given, vms).astype(np.int64)
+    vms = np.clip(vms, 1, np.maximum(world, 1))
+    out["vms"] = vms
+    out["ranks_per_vm"] = -(-world // vms)
+    rated = out["network_gbps"].to_numpy(dtype=np.float64, na_value=np.nan)
+    keys = pd.MultiIndex.from_arrays([out["instance_type"].astype(str), rated])
+    codes, uniques = keys.factorize()
+    found: list[Hardware] = []
+    for name, gbps in uniques:
+        hw = hardware_of(name)
+        if hw is None:
+            ok = math.isfinite(gbps) and gbps > 0
+            hw = Hardware(None, "host", gbps / 8 if ok else None, "ena" if ok else "host-net")
+        found.append(hw)
+    intra = np.asarray([np.nan if h.intra_gbs is None else h.intra_gbs for h in found])
+    nic = np.asarray([np.nan if h.nic_gbs is None else h.nic_gbs for h in found])
+    out["intra_gbs"] = intra[codes] if len(found) else np.zeros(0)
+    out["nic_gbs"] = nic[codes] if len(found) else np.zeros(0)
+    out["intra_class"] = np.asarray([h.intra_class for h in found] or [""], dtype=object)[codes]
+    out["net_class"] = np.asarray([h.net_class for h in found] or [""], dtype=object)[codes]
+    return out
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A frame reduced to what the ring formula needs."""
+
+    s_eff: NDArray[np.float64]
+    passes: NDArray[np.float64]  # 2(n-1)/n
+    hops_net: NDArray[np.float64]
+    hops_intra: NDArray[np.float64]
+    conc: NDArray[np.float64]
+    intra_rate: NDArray[np.float64]  # GB/s rating (nominal where none)
+    nic_rate: NDArray[np.float64]
+    share: NDArray[np.float64]  # ranks per VM / GPUs per VM
+    intra_k: NDArray[np.intp]  # class index
+    net_k: NDArray[np.intp]
+    multi: NDArray[np.bool_]  # several VMs
+    packed: NDArray[np.bool_]  # several ranks on a VM
+
+
+def _rows(frame: pd.DataFrame) -> _Rows:
+    hw = frame if set(HARDWARE_COLUMNS) <= set(frame.columns) else hardware_columns(frame)
+    n = hw["world_size"].to_numpy(dtype=np.float64)
+    s = hw["buffer_bytes"].to_numpy(dtype=np.float64)
+    vms = hw["vms"].to_numpy(dtype=np.float64)
+    index = {c: i for i, c in enumerate(CLASSES)}
+    intra = hw["intra_gbs"].to_numpy(dtype=np.float64, na_value=np.nan)
+    nic = hw["nic_gbs"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return _Rows(
+        s_eff=2 * s * np.maximum(n - 1, 1) / np.maximum(n, 1),
+        passes=2 * np.maximum(n - 1, 1) / np.maximum(n, 1),
+        hops_net=np.where(vms > 1, vms, 0.0),
+        hops_intra=np.where(vms > 1, n - vms, n),
+        conc=np.maximum(hw["concurrent"].to_numpy(dtype=np.float64), 1),
+        intra_rate=np.where(np.isfinite(intra) & (intra > 0), intra, NOMINAL_GBS),
+        nic_rate=np.where(np.isfinite(nic) & (nic > 0), nic, NOMINAL_GBS),
+        share=np.clip(
+            hw["ranks_per_vm"].to_numpy(dtype=np.float64)
+            / np.maximum(hw["gpus_per_vm"].to_numpy(dtype=np.float64), 1),
+            1e-3,
+            1.0,
+        ),
+        intra_k=np.asarray([index[c] for c in hw["intra_class"]], dtype=np.intp),
+        net_k=np.asarray([index[c] for c in hw["net_class"]], dtype=np.intp),
+        multi=hw["vms"].to_numpy(dtype=np.int64) > 1,
+        packed=hw["ranks_per_vm"].to_numpy(dtype=np.int64) > 1,
+    )
+
+
+def _log_busbw(
+    theta: NDArray[np.float64], r: _Rows
+) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+    """log busbw (bytes/s) of each row under parameters ``theta`` = (log eta per class,
+    log alpha per class, beta), and the bottleneck class of each row."""
+    k = len(CLASSES)
+    log_eta, log_alpha, beta = theta[:k], theta[k : 2 * k], theta[2 * k]
+    b_intra = np.exp(log_eta[r.intra_k]) * r.intra_rate * 1e9
+    b_net = np.exp(log_eta[r.net_k]) * r.nic_rate * 1e9 * r.share**beta
+    # several VMs: the NIC, and the intra link too where a VM holds several ranks
+    use_net = r.multi & (~r.packed | (b_net <= b_intra))
+    bw = np.where(use_net, b_net, b_intra)
+    cls = np.where(use_net, r.net_k, r.intra_k)
+    alpha_net, alpha_intra = np.exp(log_alpha[r.net_k]), np.exp(log_alpha[r.intra_k])
+    latency = r.passes * (r.hops_net * alpha_net + r.hops_intra * alpha_intra)
+    t = latency + r.conc * r.s_eff / bw
+    return np.log(r.s_eff) - np.log(t), cls
+
+
+class LinkPrior:
+    """Bus bandwidth from rated links with learned efficiency and latency (module
+    docstring). scikit-learn style: ``fit`` returns ``self``, fitted attributes end in
+    ``_``."""
+
+    def fit(
+        self, frame: pd.DataFrame, busbw: ArrayLike, weight: ArrayLike | None = None
+    ) -> LinkPrior:
+        from scipy.optimize import least_squares
+
+        r = _rows(frame)
+        y = np.log(np.asarray(busbw, dtype=np.float64))
+        w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+        w = np.sqrt(w / w.mean())
+        k = len(CLASSES)
+        centre = np.concatenate([np.zeros(k), np.full(k, math.log(ALPHA0_S)), [0.0]])
+        ridge = math.sqrt(RIDGE * len(y))
+
+        def residuals(theta: NDArray[np.float64]) -> NDArray[np.float64]:
+            pred, _ = _log_busbw(theta, r)
+            return np.concatenate([w * (pred - y), ridge * (theta - centre)])
+
+        lo = np.concatenate([np.full(k, -12.0), np.full(k, math.log(1e-9)), [0.0]])
+        hi = np.concatenate([np.full(k, 3.0), np.full(k, math.log(1e-1)), [1.0]])
+        fit = least_squares(
+            residuals, centre, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
+        )
+        theta = np.asarray(fit.x, dtype=np.float64)
+        _, used = _log_busbw(theta, r)
+        seen = sorted({CLASSES[i] for i in np.unique(used)})
+        # latency: every class a row hops over; bandwidth: the bottleneck classes
+        hopped = set(seen) | {CLASSES[i] for i in np.unique(r.net_k[r.hops_net > 0])}
+        hopped |= {CLASSES[i] for i in np.unique(r.intra_k[r.hops_intra > 0])}
+        self.classes_: list[str] = seen
+        # classes no row crossed: the geometric mean of the learned ones
+        idx = [CLASSES.index(c) for c in seen]
+        lat = [k + CLASSES.index(c) for c in sorted(hopped)]
+        for j, c in enumerate(CLASSES):
+            if c not in seen and idx:
+                theta[j] = float(np.mean(theta[idx]))
+            if c not in hopped and lat:
+                theta[k + j] = float(np.mean(theta[lat]))
+        self.theta_: NDArray[np.float64] = theta
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> NDArray[np.float64]:
+        """Bus bandwidth, bytes/s, of each row."""
+        if len(frame) == 0:
+            return np.zeros(0)
+        log_bw, _ = _log_busbw(self.theta_, _rows(frame))
+        out: NDArray[np.float64] = np.exp(log_bw)
+        return out
+
+    def params(self) -> dict[str, Any]:
+        """The learned parameters by name (eta per class, alpha in seconds)."""
+        k = len(CLASSES)
+        return {
+            "eta": {c: float(math.exp(self.theta_[i])) for i, c in enumerate(CLASSES)},
+            "alpha_s": {c: float(math.exp(self.theta_[k + i])) for i, c in enumerate(CLASSES)},
+            "beta": float(self.theta_[2 * k]),
+            "classes_seen": list(self.classes_),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"classes": list(CLASSES), "theta": [float(v) for v in self.theta_],
+                **self.params()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LinkPrior:
+        if list(d["classes"]) != list(CLASSES):
+            raise ValueError(f"link prior: classes {d['classes']} differ from {list(CLASSES)}")
+        prior = cls()
+        prior.theta_ = np.asarray(d["theta"], dtype=np.float64)
+        prior.classes_ = list(d.get("classes_seen", []))
+        return prior
+
+
+def shapes(frame: pd.DataFrame) -> Sequence[tuple[str, int, int]]:
+    """(instance type, VMs, ranks per VM) of each row."""
+    hw = frame if "vms" in frame.columns else hardware_columns(frame)
+    return list(
+        zip(
+            hw["instance_type"].astype(str),
+            hw["vms"].astype(int),
+            hw["ranks_per_vm"].astype(int),
+            strict=True,
+        )
+    )

@@ -1,0 +1,176 @@
+"""The physics prior under the bus-bandwidth model: hardware from the catalog, learned link
+efficiency and latency, prior-only answers for unprobed types, the domain flag, held-out
+error bands, and the error for a type nobody knows."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from srifty_core.errors import UnknownNameError
+from srifty_core.predictors.bandwidth import BandwidthModel, LogErrors, feature_frame
+from srifty_core.predictors.prior import (
+    PCIE_X16_GBS,
+    LinkPrior,
+    hardware_columns,
+    hardware_of,
+    pcie_generation,
+)
+from tests.predictors.bw_rows import make_probes
+
+FAST = {"n_estimators": 40, "max_depth": 4}
+
+
+def _row(itype: str, world: int, size: int, **extra: object) -> dict[str, object]:
+    from srifty_core.catalog import Catalog
+
+    t = Catalog.load().get(itype, "us-east-1")
+    return {
+        "provider": "ec2-emulated",
+        "cloud": "aws",
+        "region": "us-east-1",
+        "zone": "use1-az1",
+        "instance_type": itype,
+        "gpu_model": t.gpu_model,
+        "gpus_per_vm": t.gpus_per_vm,
+        "vcpus": t.vcpus,
+        "network_gbps": t.network_gbps,
+        "placement_group": False,
+        "world_size": world,
+        "buffer_bytes": size,
+        "concurrent": 1,
+        "backend": "nccl",
+        **extra,
+    }
+
+
+def test_hardware_comes_from_the_catalog_and_gpu_specs() -> None:
+    p4d = hardware_of("p4d.24xlarge")
+    assert p4d is not None and p4d.intra_class == "nvlink" and p4d.net_class == "efa"
+    assert p4d.intra_gbs == pytest.approx(300.0)  # 600 GB/s both directions, per GPU
+    assert p4d.nic_gbs == pytest.approx(400 / 8)
+    g4 = hardware_of("g4dn.xlarge")
+    assert g4 is not None and g4.intra_class == "pcie"
+    assert g4.intra_gbs == PCIE_X16_GBS[3]
+    assert g4.nic_gbs is not None and g4.nic_gbs >= 25 / 8  # "up to 25 Gbps": the burst rate
+    assert hardware_of("local.cpu") is None
+    assert pcie_generation("PCIe 3.0 x16") == 3
+    assert pcie_generation("PCIe Gen5 (128 GB/s)") == 5
+    assert pcie_generation("") is None
+
+
+def test_ranks_are_packed_one_per_gpu_unless_the_table_says_how_many_nodes() -> None:
+    rows = pd.DataFrame(
+        [_row("p3.8xlarge", 4, 1024), _row("p3.8xlarge", 8, 1024), _row("p3.8xlarge", 2, 1024)]
+    )
+    hw = hardware_columns(rows)
+    assert hw["vms"].tolist() == [1, 2, 1]
+    assert hw["ranks_per_vm"].tolist() == [4, 4, 2]
+    # a public table of 2 nodes x 1 GPU: two VMs of one rank each
+    nodes = hardware_columns(
+        rows.assign(num_nodes=[pd.NA, pd.NA, 2]).astype({"num_nodes": "Int64"})
+    )
+    assert nodes["vms"].tolist() == [1, 2, 2]
+    assert nodes["ranks_per_vm"].tolist() == [4, 4, 1]
+
+
+def _ring_rows(eta: float, alpha: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """Rows of g4dn.xlarge rings whose bus bandwidth follows the prior's own form."""
+    rows = pd.DataFrame(
+        [_row("g4dn.xlarge", n, s) for n in (2, 4, 8) for s in (8, 1024, 65536, 1 << 20, 1 << 26)]
+    )
+    hw = hardware_columns(rows)
+    n = hw["world_size"].to_numpy(float)
+    s = hw["buffer_bytes"].to_numpy(float)
+    s_eff = 2 * s * (n - 1) / n
+    bw = eta * hw["nic_gbs"].to_numpy() * 1e9
+    t = 2 * (n - 1) / n * n * alpha + s_eff / bw  # one rank per VM: n NIC hops a pass
+    return rows, s_eff / t
+
+
+def test_the_prior_learns_the_efficiency_and_latency_it_was_shown() -> None:
+    rows, busbw = _ring_rows(eta=0.6, alpha=30e-6)
+    prior = LinkPrior().fit(rows, busbw)
+    params = prior.params()
+    assert params["eta"]["ena"] == pytest.approx(0.6, rel=0.05)
+    assert params["alpha_s"]["ena"] == pytest.approx(30e-6, rel=0.1)
+    np.testing.assert_allclose(prior.predict(rows), busbw, rtol=0.05)
+    again = LinkPrior.from_dict(prior.to_dict())
+    np.testing.assert_allclose(again.predict(rows), prior.predict(rows))
+
+
+@pytest.fixture(scope="module")
+def model() -> BandwidthModel:
+    return BandwidthModel(small_params=FAST, large_params=FAST).fit(make_probes(allocations=3))
+
+
+def test_an_unprobed_catalog_type_gets_the_prior_alone_flagged_out_of_domain(
+    model: BandwidthModel,
+) -> None:
+    probed = feature_frame([_row("g4dn.xlarge", 2, 1 << 20), _row("g4dn.12xlarge", 4, 1 << 20)])
+    unprobed = feature_frame([_row("g5.xlarge", 2, 1 << 20), _row("p3.8xlarge", 8, 1 << 20)])
+    assert model.in_domain(probed).all()
+    assert not model.in_domain(unprobed).any()
+    np.testing.assert_allclose(model.predict(unprobed), model.large_.prior_only(unprobed))
+    # far beyond the probed VM counts of a probed type: predicted, but flagged
+    beyond = feature_frame([_row("g4dn.xlarge", 64, 1 << 20), _row("g4dn.12xlarge", 8, 1 << 20)])
+    assert not model.in_domain(beyond).any()
+    # an unprobed type's spread is the prior's held-out error: wider than a probed type's
+    assert model.level_sigma("g5.xlarge") > model.level_sigma("g4dn.xlarge")
+
+
+def test_the_error_band_widens_outside_the_domain(model: BandwidthModel) -> None:
+    rows = feature_frame([_row("g4dn.xlarge", 2, 1 << 20), _row("g5.xlarge", 2, 1 << 20)])
+    pred, lo, hi, inside = model.predict_interval(rows, coverage=0.9)
+    assert inside.tolist() == [True, False]
+    assert (lo < pred).all() and (pred < hi).all()
+    width = np.log(hi / pred)
+    assert width[1] >= width[0]
+    errors = model.errors_["large"]
+    assert errors.rows_inside > 0 and errors.rows_outside > 0
+    assert errors.quantile(0.5, in_domain=True) <= errors.quantile(0.95, in_domain=True)
+
+
+def test_the_band_holds_on_allocations_the_model_never_saw() -> None:
+    train = make_probes(allocations=4, seed=1)
+    held = make_probes(allocations=4, seed=2)
+    model = BandwidthModel(small_params=FAST, large_params=FAST).fit(train)
+    _, lo, hi, _ = model.predict_interval(held, coverage=0.9)
+    y = held["busbw"].to_numpy()
+    covered = float(np.mean((lo <= y) & (y <= hi)))
+    assert covered >= 0.75  # a 90% band from 4 allocations: loose, but not empty
+
+
+def test_no_folds_means_no_band_and_no_extra_fits() -> None:
+    model = BandwidthModel(small_params=FAST, large_params=FAST, interval_folds=0).fit(
+        make_probes(allocations=2)
+    )
+    assert model.errors_["large"] == LogErrors()
+    rows = feature_frame([_row("g4dn.xlarge", 2, 1 << 20)])
+    pred, lo, hi, _ = model.predict_interval(rows)
+    np.testing.assert_allclose([lo[0], hi[0]], [pred[0], pred[0]])
+
+
+def test_a_type_neither_probed_nor_in_the_catalog_is_a_one_line_error(
+    model: BandwidthModel,
+) -> None:
+    row = _row("g4dn.xlarge", 2, 1 << 20)
+    row["instance_type"] = "g4dn.xlarg"
+    with pytest.raises(UnknownNameError, match=r"g4dn\.xlarg.*did you mean 'g4dn\.xlarge'") as err:
+        model.predict(feature_frame([row]))
+    assert "\n" not in str(err.value)
+
+
+def test_the_prior_the_domain_and_the_band_survive_save_and_load(
+    model: BandwidthModel, tmp_path: Path
+) -> None:
+    again = BandwidthModel.load(model.save(tmp_path / "m"))
+    rows = feature_frame([_row("g4dn.xlarge", 4, 1 << 16), _row("g5.xlarge", 2, 1 << 24)])
+    for a, b in zip(model.predict_interval(rows), again.predict_interval(rows), strict=True):
+        np.testing.assert_allclose(a, b)
+    assert again.domain_ == model.domain_
+    assert math.isclose(again.level_sigma("g5.xlarge"), model.level_sigma("g5.xlarge"))
