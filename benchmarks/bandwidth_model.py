@@ -12,11 +12,11 @@ fitted on the training folds), XGBoost on the features without the prior (the mo
 the prior), the default model (prior x learned residual), and the best of ``--trials``
 seeded tuning trials (Optuna TPE, grouped CV; the same command gives the same numbers; it
 includes the selection, so it is slightly optimistic); beside them *nearest*: the other
-groups' measurement of the same instance type, VM count, ranks per VM and buffer size (a
-weighted median; rows with no such twin are not covered), and the noise floor
-is the MAPE of the best constant per configuration learned from the other groups (rows
-whose configuration no other group measured have no floor: ``coverage``), and the model's
-MAPE on those same covered rows is given beside it.
+groups' measurement of the same instance type, VM count, ranks per VM, buffer size and
+concurrency (and probe phase; a weighted median; rows with no such twin are not covered),
+and the noise floor is the MAPE of the best constant per configuration learned from the
+other groups (rows whose configuration no other group measured have no floor:
+``coverage``), with the model's MAPE on those same covered rows beside it.
 
     .venv/bin/python benchmarks/bandwidth_model.py [--probe-store DIR | --emulated] [--trials 30]
 
@@ -82,7 +82,16 @@ def evaluate(
         floor = noise_floor_predictions(part, group=group, config=config)
         covered = np.isfinite(floor)
         twin = noise_floor_predictions(
-            part, group=group, config=["instance_type", "vms", "ranks_per_vm", "buffer_bytes"]
+            part,
+            group=group,
+            config=[
+                "instance_type",
+                "vms",
+                "ranks_per_vm",
+                "buffer_bytes",
+                "concurrent",
+                *(["phase"] if "phase" in part.columns else []),
+            ],
         )
         has_twin = np.isfinite(twin)
         one_vm = part["vms"].to_numpy() == 1

@@ -454,9 +454,14 @@ class BusBandwidthRegressor:
         self.offset_ = _weighted_median(log_y, w)
         spread = float(np.sqrt(np.average((log_y - self.offset_) ** 2, weights=w)))
         self.scale_ = spread if spread > 1e-6 else 1.0
+        label = (log_y - self.offset_) / self.scale_
+        # Pseudo-Huber leaves are gradient / hessian, and the hessian vanishes on large
+        # residuals: a leaf can overshoot by orders of magnitude (seen: 360x on an
+        # allocation held out). Predictions are kept within the targets seen.
+        self.raw_range_: tuple[float, float] | None = (float(label.min()), float(label.max()))
         matrix = xgb.DMatrix(
             self.encoder_.transform(X),
-            label=(log_y - self.offset_) / self.scale_,
+            label=label,
             weight=w,
             feature_names=self.encoder_.feature_names_,
             missing=np.nan,
@@ -481,6 +486,8 @@ class BusBandwidthRegressor:
             self.encoder_.transform(X), feature_names=self.encoder_.feature_names_, missing=np.nan
         )
         raw = np.asarray(self.booster_.predict(matrix), dtype=np.float64)
+        if self.raw_range_ is not None:
+            raw = np.clip(raw, *self.raw_range_)
         raw = raw * self.scale_ + self.offset_ + log_prior
         if self.prior_ is not None:  # a type never probed: the prior alone
             unseen = ~X["instance_type"].astype(str).isin(self.types_).to_numpy()
@@ -504,6 +511,7 @@ class BusBandwidthRegressor:
             "scale": self.scale_,
             "encoder": self.encoder_.to_dict(),
             "prior": None if self.prior_ is None else self.prior_.to_dict(),
+            "raw_range": None if self.raw_range_ is None else list(self.raw_range_),
             "types": self.types_,
         }
         (folder / "regressor.json").write_text(json.dumps(meta, indent=1))
@@ -516,6 +524,8 @@ class BusBandwidthRegressor:
         reg = cls(**{"prior": False, **meta["params"]})
         reg.prior_ = LinkPrior.from_dict(meta["prior"]) if meta.get("prior") else None
         reg.types_ = list(meta.get("types", []))
+        span = meta.get("raw_range")
+        reg.raw_range_ = None if span is None else (float(span[0]), float(span[1]))
         reg.offset_ = float(meta["offset"])
         reg.scale_ = float(meta["scale"])
         reg.encoder_ = FeatureEncoder.from_dict(meta["encoder"])

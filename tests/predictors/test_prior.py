@@ -174,3 +174,18 @@ def test_the_prior_the_domain_and_the_band_survive_save_and_load(
         np.testing.assert_allclose(a, b)
     assert again.domain_ == model.domain_
     assert math.isclose(again.level_sigma("g5.xlarge"), model.level_sigma("g5.xlarge"))
+
+
+def test_predictions_stay_within_the_residuals_the_trees_were_shown() -> None:
+    """Pseudo-Huber leaves can overshoot wildly where the hessian vanishes; predictions are
+    clipped to the range of the training targets (relative to the prior)."""
+    from srifty_core.predictors.bandwidth import BusBandwidthRegressor
+
+    rows = make_probes(allocations=2)
+    big = rows[rows["buffer_bytes"] > 9001]
+    y = big["busbw"].to_numpy()
+    reg = BusBandwidthRegressor(**FAST).fit(big, y)
+    ratio = np.log(y / reg.prior_only(big))
+    far = big.assign(world_size=4096, concurrent=64)
+    got = np.log(reg.predict(far) / reg.prior_only(far))
+    assert got.min() >= ratio.min() - 1e-6 and got.max() <= ratio.max() + 1e-6
