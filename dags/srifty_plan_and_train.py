@@ -34,12 +34,13 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 # The monitor sensor and its trigger (plugins/): thin adapters over srifty_core.
 from srifty_monitor import TrainingProgressSensor
 
-# Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
-from srifty_core.profiling import MODEL_NAMES, SIZES
+# The conf's schema (pydantic, no torch): Params from it, and the plan task checks with it.
+from srifty_core.planner.schema import JobConf, param_schemas
 
 DAG_ID = "srifty_plan_and_train"
 
@@ -65,48 +66,28 @@ DEFAULT_ARGS = {
     "retry_delay": timedelta(seconds=30),
     "on_failure_callback": job_failed,
 }
-RESUME_SCHEMA = {
-    "type": "object",
-    "required": ["checkpoint", "iterations_done"],
-    "additionalProperties": False,
-    "properties": {
-        "checkpoint": {"type": "string", "minLength": 1},
-        "iterations_done": {"type": "integer", "minimum": 0},
-        "time_spent_s": {"type": "number", "minimum": 0},
-        "cost_spent_usd": {"type": "number", "minimum": 0},
-        "depleted": {"type": "array", "items": {"type": "string"}},
-        "parent_run_id": {"type": ["null", "string"]},
-        "job_run_id": {"type": ["null", "string"]},
-    },
-}
-OFFER_SCHEMA = {
-    "type": "object",
-    "required": ["type", "quota"],
-    "additionalProperties": False,
-    "properties": {
-        "type": {"type": "string", "minLength": 1},
-        "market": {"type": "string", "enum": ["on-demand", "spot"]},
-        "quota": {"type": "integer", "minimum": 0},
-        "price": {"type": ["null", "number"], "exclusiveMinimum": 0},
-        "zone": {"type": ["null", "string"]},
-    },
-}
-EC2_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "image_id": {"type": "string"},
-        "subnet_id": {"type": "string"},
-        "security_group_ids": {"type": "array", "items": {"type": "string"}},
-        "key_name": {"type": "string"},
-        "instance_profile_arn": {"type": "string"},
-        "aws_conn_id": {"type": "string"},
-        "package": {"type": "string"},
-        "poll_s": {"type": "number", "exclusiveMinimum": 0},
-        "wait_timeout_s": {"type": "number", "exclusiveMinimum": 0},
-    },
-}
 LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}
+DEFAULTS: dict[str, Any] = {
+    "model": "resnet18",
+    "size": "tiny",
+    "global_batch": 16,
+    "iterations": 40,
+    "offers": [LOCAL_OFFER],
+    "risk_quantile": 0.9,
+    "ec2": {},
+}
+"""The trigger form's values where they differ from ``JobConf``'s defaults (or it has none)."""
+
+
+def job_params() -> dict[str, Param]:
+    """One Param per field of ``JobConf``, its JSON schema made from the model, so the
+    trigger form and the API check types and ranges before a run starts. Airflow keeps an
+    unknown top-level key (a typo) as a new param: the plan task rejects it, naming it."""
+    out = {}
+    for name, p in param_schemas(JobConf).items():
+        default = DEFAULTS.get(name, p.get("default"))
+        out[name] = Param(default, description=p.get("description"), schema=p["schema"])
+    return out
 
 
 @dag(
@@ -117,69 +98,23 @@ LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 
     default_args=DEFAULT_ARGS,
     tags=["srifty", "training"],
     doc_md=__doc__,
-    params={
-        "model": Param("resnet18", type="string", enum=list(MODEL_NAMES)),
-        "size": Param("tiny", type="string", enum=list(SIZES)),
-        "global_batch": Param(16, type="integer", minimum=1),
-        "iterations": Param(
-            40, type="integer", minimum=1, description="Iterations this run should do."
-        ),
-        "time_limit_s": Param(None, type=["null", "number"], minimum=0),
-        "budget_usd": Param(None, type=["null", "number"], minimum=0),
-        "objective": Param("cost", type="string", enum=["cost", "time"]),
-        "risk_quantile": Param(
-            0.9,
-            type="number",
-            minimum=0.5,
-            exclusiveMaximum=1,
-            description="The limits hold for this quantile of predicted time and cost.",
-        ),
-        "provider": Param("local", type="string", enum=["local", "ec2"]),
-        "region": Param("us-east-1", type="string", description="Catalog region (ec2)."),
-        "offers": Param(
-            [LOCAL_OFFER],
-            type="array",
-            minItems=1,
-            items=OFFER_SCHEMA,
-            description=(
-                "What may be rented: {type, market, quota, price?, zone?}. local: type "
-                "local.cpu, quota = worker processes, price = the $/hour a worker counts for "
-                "(0.1 is a nominal demo value); ec2: catalog types, prices from the catalog "
-                "unless given."
-            ),
-        ),
-        "bandwidth": Param("champion", type="string", enum=["champion", "probes"]),
-        "launch_s": Param(
-            None,
-            type=["null", "number"],
-            minimum=0,
-            description="Launch overhead the planner charges (default: local 0, ec2 150 s).",
-        ),
-        "ec2": Param({}, type="object", **{k: v for k, v in EC2_SCHEMA.items() if k != "type"}),
-        "checkpoint_every": Param(10, type="integer", minimum=1),
-        "step_sleep_s": Param(
-            0.0,
-            type="number",
-            minimum=0,
-            description="Extra seconds per step (slows a demo job so it can be interrupted).",
-        ),
-        "seed": Param(0, type="integer", minimum=0),
-        "resume": Param(
-            None,
-            type=["null", "object"],
-            description="Set by a re-plan: where the earlier run stopped.",
-            **{k: v for k, v in RESUME_SCHEMA.items() if k != "type"},
-        ),
-    },
+    params=job_params(),
 )
 def srifty_plan_and_train() -> None:
     @task
     def plan() -> str:
+        from srifty_core.errors import ConfigError
+        from srifty_core.profiling.store import ProfileNotFoundError
         from srifty_core.runtime.orchestrate import JobSpec, plan_job
 
         ctx = get_current_context()
-        spec = JobSpec.from_params(ctx["params"])
-        return str(plan_job(spec, ctx["run_id"]))
+        try:
+            spec = JobSpec.from_params(ctx["params"])  # the conf checked first, field by field
+            return str(plan_job(spec, ctx["run_id"]))
+        except (ConfigError, ProfileNotFoundError) as exc:
+            # A bad conf field or a missing input (named with the DAG that makes it): a retry
+            # would fail alike, so fail now.
+            raise AirflowFailException(str(exc)) from exc
 
     @task
     def provision(job_path: str) -> list[str]:

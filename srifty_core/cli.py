@@ -175,14 +175,43 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _import_xgboost_without_sklearn() -> None:
+    """Import XGBoost without its scikit-learn wrapper when neither is loaded yet.
+
+    ``import xgboost`` imports scikit-learn whenever it is installed (for ``XGBRegressor``
+    and friends), and scikit-learn imports ``scipy.stats``: about 0.7 s of a 1-2 s ``srifty
+    plan``. Srifty uses XGBoost's own API only (``DMatrix``, ``train``, ``Booster``), which
+    does not need scikit-learn, so ``plan`` imports XGBoost with scikit-learn hidden for
+    that moment. In this process XGBoost's scikit-learn wrapper then says scikit-learn is
+    missing; nothing in ``srifty plan`` uses it. Only the ``plan`` command run as a program
+    does this (``main()`` without ``argv``), never a caller of ``main([...])`` in its own
+    process.
+    """
+    if "xgboost" in sys.modules or "sklearn" in sys.modules:
+        return
+    sys.modules["sklearn"] = None  # type: ignore[assignment]  # "import sklearn" fails
+    try:
+        import xgboost  # noqa: F401
+    except ImportError:  # XGBoost missing: the model's own load says so
+        pass
+    finally:
+        del sys.modules["sklearn"]
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from srifty_core.planner.job import load_bandwidth, load_request, read_request_file, render
+    from srifty_core.planner.job import (
+        load_bandwidth_with_source,
+        load_request,
+        read_request_file,
+        render,
+    )
     from srifty_core.planner.search import plan
 
     request = load_request(read_request_file(Path(args.request)))
+    bandwidth: dict[str, object] | None = None
     if args.estimator == "apm":
         from srifty_core.simulator.apm import ApmEstimator
 
@@ -190,12 +219,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         from srifty_core.simulator.estimator import Simulator
 
-        estimator = Simulator(load_bandwidth(args.bandwidth), seed=args.seed)
+        if args.bandwidth == "champion" and args.as_program:
+            _import_xgboost_without_sklearn()
+        model, bandwidth = load_bandwidth_with_source(
+            args.bandwidth, refresh_model=args.refresh_model
+        )
+        estimator = Simulator(model, seed=args.seed)
     result = plan(request, estimator, method=args.method)  # type: ignore[arg-type]
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        out = result.to_dict()
+        if bandwidth is not None:
+            out["bandwidth_model"] = bandwidth
+        print(json.dumps(out, indent=1))
     else:
-        print(render(result))
+        print(render(result, None if bandwidth is None else str(bandwidth["text"])))
     if args.frontier:
         from srifty_core.planner.plot import plot_frontier
 
@@ -474,6 +511,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("champion", "probes"),
         help="bus bandwidth from the MLflow champion model (default) or the probe table",
     )
+    pl.add_argument(
+        "--refresh-model",
+        action="store_true",
+        help="ask the MLflow store which version is champion now and copy it again, "
+        "instead of the local copy (trusted while the local store still names it champion, "
+        "or for $SRIFTY_CHAMPION_MAX_AGE, default 10m, with a tracking server)",
+    )
     pl.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     pl.set_defaults(func=_cmd_plan)
 
@@ -555,6 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.as_program = argv is None  # the `srifty` command, not a caller in its own process
     if args.data_dir:
         # One place decides where data lives: paths.data_dir() reads this variable, and
         # child processes (Airflow tasks, workers) inherit it.
@@ -562,7 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except SriftyError as exc:
-        print(f"srifty: error: {exc}", file=sys.stderr)
+        # A bad setting or field is one line (its message starts with the field's path).
+        text = " ".join(str(exc).split()) if isinstance(exc, ConfigError) else str(exc)
+        print(f"srifty: error: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `srifty catalog | head`
         return 0

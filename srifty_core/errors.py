@@ -14,6 +14,16 @@ class ConfigError(SriftyError, ValueError):
     """A setting or input field is invalid; the message names the field."""
 
 
+class FieldError(ConfigError):
+    """A field of a request or conf is invalid. ``path`` names it (``offers[1].quota``, the
+    first when several are); the message is ``<path>: <problem>`` on one line."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+
 class UnknownNameError(SriftyError, LookupError):
     """A name (instance type, region, market, zone, ...) is not known.
 

@@ -55,6 +55,12 @@ def mlflow_dir(root: Path | None = None) -> Path:
     return (root or data_dir()) / "mlflow"
 
 
+def model_cache_dir(root: Path | None = None) -> Path:
+    """Local copies of registered models, one folder per MLflow store (the champion
+    bandwidth model's: ``predictors.champion_cache``)."""
+    return (root or data_dir()) / "models" / "cache"
+
+
 def airflow_home(root: Path | None = None) -> Path:
     """Airflow's home for the demo (SQLite metadata DB, logs)."""
     return (root or data_dir()) / "airflow"

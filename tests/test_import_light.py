@@ -29,6 +29,7 @@ LIGHT_MODULES = (
     "srifty_core.profiling.profile",
     "srifty_core.profiling.store",
     "srifty_core.predictors.compute",
+    "srifty_core.predictors.champion_cache",
     "srifty_core.tracking",
     "srifty_core.cloud",
     "srifty_core.cloud.ec2",

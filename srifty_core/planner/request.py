@@ -9,7 +9,9 @@ from enum import StrEnum
 from typing import Any
 
 from srifty_core.catalog.types import Market
-from srifty_core.errors import ConfigError
+from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.planner import schema
+from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE, OfferSpec, RequestSpec
 from srifty_core.simulator.types import SimInstance, Workload
 
 
@@ -45,12 +47,10 @@ class Offer:
 
     def __post_init__(self) -> None:
         name = f"offers[{self.instance.name}/{self.market.value}]"
-        if not isinstance(self.quota, int) or self.quota < 0:
-            raise ConfigError(f"{name}.quota: must be a whole number >= 0, got {self.quota!r}")
-        if not _positive_number(self.usd_per_hour):
-            raise ConfigError(f"{name}.usd_per_hour: must be a positive number")
-        if self.min_batch is not None and self.min_batch < 1:
-            raise ConfigError(f"{name}.min_batch: must be >= 1")
+        schema.check(f"{name}.quota", schema.Quota, self.quota)
+        schema.check(f"{name}.usd_per_hour", schema.Price, self.usd_per_hour)
+        if self.min_batch is not None:
+            schema.check(f"{name}.min_batch", schema.MinBatch, self.min_batch)
 
     @property
     def key(self) -> str:
@@ -73,13 +73,13 @@ class Overheads:
     """Moving a checkpoint volume (EBS detach is about 5 s), when re-planning."""
     solve_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        for name in ("launch_s", "detach_s", "solve_s"):
+            schema.check(f"overheads.{name}", schema.Seconds, getattr(self, name))
+
     @property
     def total_s(self) -> float:
         return self.launch_s + self.detach_s + self.solve_s
-
-
-DEFAULT_RISK_QUANTILE = 0.9
-"""Limits are checked against the 90th percentile of predicted job time and cost."""
 
 
 @dataclass(frozen=True)
@@ -105,16 +105,13 @@ class PlanRequest:
     typical allocation. Configurations are still ranked by their typical time and cost."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.global_batch, int) or self.global_batch < 1:
-            raise ConfigError(
-                f"global_batch: must be a whole number >= 1, got {self.global_batch!r}"
-            )
-        if not isinstance(self.iterations, int) or self.iterations < 1:
-            raise ConfigError(f"iterations: must be a whole number >= 1, got {self.iterations!r}")
-        if not _positive_number(self.time_limit_s):
-            raise ConfigError(f"time_limit_s: must be a positive number, got {self.time_limit_s!r}")
-        if not _positive_number(self.budget_usd):
-            raise ConfigError(f"budget_usd: must be a positive number, got {self.budget_usd!r}")
+        # The scalar rules are the request schema's (planner.schema); inf means no limit.
+        schema.check("global_batch", schema.GlobalBatch, self.global_batch)
+        schema.check("iterations", schema.Iterations, self.iterations)
+        for name in ("time_limit_s", "budget_usd"):
+            limit = getattr(self, name)
+            if not (isinstance(limit, float) and limit == math.inf):
+                schema.check(name, schema.Limit, limit)
         object.__setattr__(self, "objective", Objective.parse(self.objective))
         if not self.offers:
             raise ConfigError("offers: at least one instance type offer is needed")
@@ -122,11 +119,8 @@ class PlanRequest:
         dupes = sorted({k for k in keys if keys.count(k) > 1})
         if dupes:
             raise ConfigError(f"offers: listed twice: {', '.join(dupes)}")
-        q = self.risk_quantile
-        if not (_positive_number(q) and 0.5 <= q < 1.0):
-            raise ConfigError(f"risk_quantile: must be a number in [0.5, 1), got {q!r}")
-        if self.batch_granularity not in ("pow2", "any"):
-            raise ConfigError("batch_granularity: must be 'pow2' or 'any'")
+        schema.check("risk_quantile", schema.RiskQuantile, self.risk_quantile)
+        schema.check("batch_granularity", schema.Granularity, self.batch_granularity)
         for o in self.offers:
             self.workload.profile(o.instance.device_type)  # raises naming the device
         if all(o.quota == 0 for o in self.offers):
@@ -142,52 +136,57 @@ class PlanRequest:
             )
 
 
-def _positive_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and x > 0 and not math.isnan(x)
-
-
 def offers_from_catalog(
     catalog: Any,
-    spec: Sequence[Mapping[str, Any]],
+    spec: Sequence[Mapping[str, Any] | OfferSpec],
     region: str,
     *,
     provider: str = "ec2",
 ) -> tuple[Offer, ...]:
     """Offers from ``[{"type": "g4dn.xlarge", "market": "spot", "quota": 8, "price": 0.3?,
-    "zone": ...}]``, with features and (unless given) prices from the catalog."""
+    "zone": ...}]`` (each checked by ``OfferSpec``), with features and (unless given) prices
+    from the catalog. Errors name the offer's field: ``offers[1].type: unknown ...``."""
     out = []
     for i, item in enumerate(spec):
         where = f"offers[{i}]"
-        if "type" not in item:
-            raise ConfigError(f"{where}.type: missing")
-        t = catalog.get(str(item["type"]), region)
-        market = Market.parse(str(item.get("market", "on-demand")))
-        zone = item.get("zone")
-        price = item.get("price")
+        o = item if isinstance(item, OfferSpec) else OfferSpec.parse(item, where)
+        t = _named(f"{where}.type", catalog.get, o.type, region)
+        market = Market.parse(o.market)
+        zone, price = o.zone, o.price
         if price is None:
             if market is Market.SPOT and zone is None:
-                zone, p = catalog.cheapest_spot(t.name, region)
+                zone, p = _named(f"{where}.price", catalog.cheapest_spot, t.name, region)
             else:
-                p = catalog.price(t.name, market, region, zone)
+                at = f"{where}.zone" if market is Market.SPOT else f"{where}.price"
+                p = _named(at, catalog.price, t.name, market, region, zone)
             price = p.usd_per_hour
         inst = SimInstance.from_catalog(t, provider=provider, zone=str(zone or ""))
         out.append(
             Offer(
                 instance=inst,
                 market=market,
-                quota=item.get("quota", 0),
+                quota=o.quota,
                 usd_per_hour=float(price),
                 zone=zone,
-                min_batch=item.get("min_batch"),
+                min_batch=o.min_batch,
             )
         )
     return tuple(out)
 
 
-REQUEST_FIELDS = {
-    "model", "size", "region", "provider", "global_batch", "iterations", "time_limit_s",
-    "budget_usd", "objective", "overheads", "offers", "batch_granularity", "risk_quantile",
-}  # fmt: skip
+def _named(path: str, lookup: Any, *args: Any) -> Any:
+    """``lookup(*args)``, with a lookup error (unknown name, missing price) as a
+    ``ConfigError`` naming the request field it came from."""
+    try:
+        return lookup(*args)
+    except ConfigError:
+        raise
+    except (SriftyError, LookupError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+REQUEST_FIELDS = frozenset(RequestSpec.model_fields)
+"""The keys a request may have (``planner.schema.RequestSpec``)."""
 
 
 def request_from_dict(
@@ -196,7 +195,8 @@ def request_from_dict(
     catalog: Any,
     load_profile: Any,
 ) -> PlanRequest:
-    """A request from its YAML/JSON form (see ``docs`` in the README)::
+    """A request from its YAML/JSON form (see ``docs`` in the README), checked by
+    ``planner.schema.RequestSpec`` before anything is looked up::
 
         model: resnet50          # zoo name; profiles are looked up per GPU of the offers
         size: full               # profile size preset (default full)
@@ -212,43 +212,26 @@ def request_from_dict(
           - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
           - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
 
-    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``.
+    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``. Every problem
+    with a field is a ``ConfigError`` whose message starts with the field's path.
     """
-    unknown = sorted(set(d) - REQUEST_FIELDS)
-    if unknown:
-        from srifty_core.errors import UnknownNameError
-
-        raise UnknownNameError("request field", unknown[0], REQUEST_FIELDS)
-    for key in ("model", "global_batch", "iterations", "offers"):
-        if key not in d:
-            raise ConfigError(f"{key}: missing")
-    if not isinstance(d["offers"], list):
-        raise ConfigError("offers: must be a list of {type, market, quota[, price, zone]}")
-    region = str(d.get("region", "us-east-1"))
-    catalog.check_region(region)
-    offers = offers_from_catalog(
-        catalog, d["offers"], region, provider=str(d.get("provider", "ec2"))
-    )
-    model, size = str(d["model"]), str(d.get("size", "full"))
+    spec = RequestSpec.parse(d)
+    region = _named("region", catalog.check_region, spec.region)
+    offers = offers_from_catalog(catalog, spec.offers, region, provider=spec.provider)
     profiles = {
-        o.instance.device_type: load_profile(model, size, o.instance.device_type) for o in offers
+        o.instance.device_type: load_profile(spec.model, spec.size, o.instance.device_type)
+        for o in offers
     }
-    oh = d.get("overheads") or {}
-    if not isinstance(oh, Mapping):
-        raise ConfigError("overheads: must be a mapping like {launch_s: 150}")
-    try:
-        overheads = Overheads(**{k: float(v) for k, v in oh.items()})
-    except TypeError as exc:
-        raise ConfigError(f"overheads: {exc}") from exc
+    oh = spec.overheads or schema.OverheadsSpec()
     return PlanRequest(
-        workload=Workload(model, profiles),
-        global_batch=d["global_batch"],
-        iterations=d["iterations"],
+        workload=Workload(spec.model, profiles),
+        global_batch=spec.global_batch,
+        iterations=spec.iterations,
         offers=offers,
-        time_limit_s=d.get("time_limit_s", math.inf),
-        budget_usd=d.get("budget_usd", math.inf),
-        objective=Objective.parse(str(d.get("objective", "time"))),
-        overheads=overheads,
-        batch_granularity=str(d.get("batch_granularity", "pow2")),
-        risk_quantile=d.get("risk_quantile", DEFAULT_RISK_QUANTILE),
+        time_limit_s=math.inf if spec.time_limit_s is None else spec.time_limit_s,
+        budget_usd=math.inf if spec.budget_usd is None else spec.budget_usd,
+        objective=Objective.parse(spec.objective),
+        overheads=Overheads(launch_s=oh.launch_s, detach_s=oh.detach_s, solve_s=oh.solve_s),
+        batch_granularity=spec.batch_granularity,
+        risk_quantile=spec.risk_quantile,
     )

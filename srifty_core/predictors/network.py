@@ -162,10 +162,11 @@ def predictive_spread(k: int, q: float = 0.9, dof: int | None = None) -> float:
     below two draws. A pooled sd passes its pooled ``dof``."""
     if k < 2:
         return 0.0
-    from scipy.special import ndtri
-    from scipy.stats import t
+    from scipy.special import ndtri, stdtrit
 
-    return float(np.sqrt(1.0 + 1.0 / k) * t.ppf(q, dof or k - 1) / ndtri(q))
+    # stdtrit(dof, q) is what scipy.stats.t.ppf(q, dof) returns, without importing
+    # scipy.stats (about half a second, on the planning path)
+    return float(np.sqrt(1.0 + 1.0 / k) * stdtrit(dof or k - 1, q) / ndtri(q))
 
 
 def nearest_world(table: Mapping[int, float], world_size: int) -> float:

@@ -17,6 +17,13 @@
   code have one) or any other file beside it is never opened. Without ``mlflow.pyfunc`` (and
   its requirement checks) a load costs the ``mlflow`` and ``xgboost`` imports, two store
   queries and a few small files.
+- The champion is also kept as a local copy (``champion_cache``: the version's predictor
+  folder and a ``champion.json`` pointer with its checksums), written by ``promote`` (the
+  code that moves the alias) and by any ``load_champion`` that had to ask the store.
+  ``load_champion`` reads the copy without importing MLflow when it is still the champion's
+  (the rules, per kind of store, are in ``champion_cache``), and otherwise asks the store
+  as above (``refresh=True``: always). ``load_champion_with_source`` also says which
+  version it used and from where.
 - Metrics are logged on the run before the model: ``log_model`` links the run's metrics to
   the logged model, so the model view lists them too. The decision's metrics
   (``record_decision``) come later and stay on the run.
@@ -32,6 +39,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -42,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import SriftyError
 from srifty_core.predictors.bandwidth import BandwidthModel
+from srifty_core.predictors.champion_cache import ChampionSource
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -140,61 +149,131 @@ def load_version(version: str, tracking_uri: str | None = None) -> BandwidthMode
     return _load(c, str(version), uri)
 
 
-def load_champion(tracking_uri: str | None = None) -> BandwidthModel:
+def load_champion(tracking_uri: str | None = None, *, refresh: bool = False) -> BandwidthModel:
     """The champion bandwidth predictor (implements ``predictors.base.BandwidthPredictor``):
     ``predict(features) -> busbw bytes/s`` and ``bandwidth_cap(instance_type, world_size)``.
+    From the local copy when it is still the champion's (``champion_cache``), else from the
+    store (``refresh``: always from the store), which writes the copy again.
 
     Raises ``NoChampionError`` when no version is champion yet (run ``srifty fit-bandwidth``).
     """
-    c, uri = _reader(tracking_uri)
+    return load_champion_with_source(tracking_uri, refresh=refresh)[0]
+
+
+def load_champion_with_source(
+    tracking_uri: str | None = None, *, refresh: bool = False
+) -> tuple[BandwidthModel, ChampionSource]:
+    """``load_champion``, and which version it used and from where (local copy or store,
+    and why the copy was not used)."""
+    from srifty_core.predictors import champion_cache
+    from srifty_core.tracking import resolve_tracking_uri
+
+    uri, _ = resolve_tracking_uri(tracking_uri)
+    why = "refresh asked for"
+    if not refresh:
+        hit = champion_cache.lookup(uri, MODEL_NAME, CHAMPION)
+        if isinstance(hit, champion_cache.Hit):
+            try:
+                return _read(hit.folder, f"local copy of version {hit.pointer.version}"), hit.source
+            except SriftyError as exc:
+                why = str(exc)
+        else:
+            why = hit
+    c, _ = _reader(uri)
     mv = _by_alias(c, CHAMPION)
     if mv is None:
         raise NoChampionError(
             f"no {CHAMPION!r} version of model {MODEL_NAME!r} in the MLflow store; "
             "fit one with `srifty fit-bandwidth`"
         )
-    return _load(c, str(mv.version), uri)
+    version = str(mv.version)
+    run_id, data_version = _meta(mv)
+    with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
+        folder = _download(c, version, uri, Path(tmp))
+        model = _read(folder, f"version {version} of model {MODEL_NAME!r}")
+        try:
+            champion_cache.store(
+                uri,
+                MODEL_NAME,
+                version,
+                folder,
+                written_by="load",
+                run_id=run_id,
+                data_version=data_version,
+            )
+            note = "local copy written"
+        except OSError as exc:
+            note = f"local copy not written: {exc}"
+    source = ChampionSource(
+        model=MODEL_NAME,
+        version=version,
+        store=champion_cache.public_uri(uri),
+        origin="MLflow store",
+        checked=f"asked just now ({why}; {note})",
+        run_id=run_id,
+        data_version=data_version,
+    )
+    return model, source
+
+
+def _meta(mv: Any) -> tuple[str | None, str | None]:
+    """(run id, data version) of a ``ModelVersion``, for the local copy's pointer."""
+    data_version = (mv.tags or {}).get(DATA_VERSION_TAG)
+    run_id = str(mv.run_id) if mv.run_id else None
+    return run_id, None if data_version is None else str(data_version)
 
 
 def _load(c: Any, version: str, tracking_uri: str) -> BandwidthModel:
     """Download version ``version``'s predictor folder (and nothing else) and read it."""
+    with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
+        folder = _download(c, version, tracking_uri, Path(tmp))
+        return _read(folder, f"version {version} of model {MODEL_NAME!r}")
+
+
+def _read(folder: Path, what: str) -> BandwidthModel:
+    """``BandwidthModel.load`` of a predictor folder, its errors as ``SriftyError``."""
+    from srifty_core.errors import ConfigError
+
+    try:
+        return BandwidthModel.load(folder)
+    except (ConfigError, OSError, KeyError, ValueError, TypeError) as exc:
+        raise SriftyError(f"{what}: its bandwidth predictor cannot be read ({exc})") from None
+
+
+def _download(c: Any, version: str, tracking_uri: str, tmp: Path) -> Path:
+    """Download version ``version``'s predictor folder (and nothing else) under ``tmp``;
+    returns the folder."""
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
-
-    from srifty_core.errors import ConfigError
 
     what = f"version {version} of model {MODEL_NAME!r}"
     try:
         root = str(c.get_model_version_download_uri(MODEL_NAME, version)).rstrip("/")
     except MlflowException as exc:
         raise SriftyError(f"{what}: not in the MLflow store ({exc.message})") from None
-    with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
-        try:
-            mlmodel = download_artifacts(
-                artifact_uri=f"{root}/MLmodel", dst_path=tmp, tracking_uri=tracking_uri
-            )
-        except (MlflowException, OSError):
-            raise SriftyError(
-                f"{what} has no MLmodel at {root}: not a bandwidth model logged by srifty"
-            ) from None
-        sub = _predictor_path(Path(mlmodel), what)
-        try:
-            folder = download_artifacts(
-                artifact_uri=f"{root}/{sub}",
-                dst_path=str(Path(tmp) / PREDICTOR_ARTIFACT),
-                tracking_uri=tracking_uri,
-            )
-        except (MlflowException, OSError):
-            folder = ""
-        if not folder or not (Path(folder) / "model.json").is_file():
-            raise SriftyError(
-                f"{what} has no bandwidth predictor files (model.json, boosters) at "
-                f"{root}/{sub}; register it again with `srifty fit-bandwidth`"
-            )
-        try:
-            return BandwidthModel.load(Path(folder))
-        except (ConfigError, OSError, KeyError, ValueError, TypeError) as exc:
-            raise SriftyError(f"{what}: its bandwidth predictor cannot be read ({exc})") from None
+    try:
+        mlmodel = download_artifacts(
+            artifact_uri=f"{root}/MLmodel", dst_path=str(tmp), tracking_uri=tracking_uri
+        )
+    except (MlflowException, OSError):
+        raise SriftyError(
+            f"{what} has no MLmodel at {root}: not a bandwidth model logged by srifty"
+        ) from None
+    sub = _predictor_path(Path(mlmodel), what)
+    try:
+        folder = download_artifacts(
+            artifact_uri=f"{root}/{sub}",
+            dst_path=str(tmp / PREDICTOR_ARTIFACT),
+            tracking_uri=tracking_uri,
+        )
+    except (MlflowException, OSError):
+        folder = ""
+    if not folder or not (Path(folder) / "model.json").is_file():
+        raise SriftyError(
+            f"{what} has no bandwidth predictor files (model.json, boosters) at "
+            f"{root}/{sub}; register it again with `srifty fit-bandwidth`"
+        )
+    return Path(folder)
 
 
 def _predictor_path(mlmodel: Path, what: str) -> str:
@@ -282,8 +361,36 @@ def log_fit(
 
 
 def promote(version: str, tracking_uri: str | None = None) -> None:
-    """Give ``version`` the ``champion`` alias."""
-    client(tracking_uri).set_registered_model_alias(MODEL_NAME, CHAMPION, version)
+    """Give ``version`` the ``champion`` alias, and point this machine's local copy at it
+    (``champion_cache``): the pointer is removed before the alias moves and written again
+    once the version's predictor is copied, so the pointer left behind never names the
+    previous champion. Copying is best effort: without a pointer the next load asks the
+    store and writes it."""
+    from mlflow.exceptions import MlflowException
+
+    from srifty_core.predictors import champion_cache
+    from srifty_core.tracking import resolve_tracking_uri
+
+    uri, _ = resolve_tracking_uri(tracking_uri)
+    c = client(tracking_uri)
+    with contextlib.suppress(OSError):
+        champion_cache.forget(uri, MODEL_NAME)
+    c.set_registered_model_alias(MODEL_NAME, CHAMPION, version)
+    with (
+        contextlib.suppress(SriftyError, OSError, MlflowException),
+        tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp,
+    ):
+        run_id, data_version = _meta(c.get_model_version(MODEL_NAME, str(version)))
+        folder = _download(c, str(version), uri, Path(tmp))
+        champion_cache.store(
+            uri,
+            MODEL_NAME,
+            str(version),
+            folder,
+            written_by="promote",
+            run_id=run_id,
+            data_version=data_version,
+        )
 
 
 def record_decision(

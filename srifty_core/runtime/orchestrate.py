@@ -50,14 +50,13 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.planner.request import DEFAULT_RISK_QUANTILE, offer_key
+from srifty_core.planner.request import offer_key
+from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from srifty_core.runtime.monitor import Limits, decide
 from srifty_core.runtime.progress import iter_jsonl, read_progress
 from srifty_core.runtime.worker import TrainPlan
 
-PROVIDERS = ("local", "ec2")
-BANDWIDTH_SOURCES = ("champion", "probes")
 RUNNING = "running"
 FINISHED = "finished"
 REPLAN = "replan"
@@ -93,23 +92,24 @@ class Resume:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resume:
-        try:
-            return cls(
-                checkpoint=str(d["checkpoint"]),
-                iterations_done=int(d["iterations_done"]),
-                time_spent_s=float(d.get("time_spent_s", 0.0)),
-                cost_spent_usd=float(d.get("cost_spent_usd", 0.0)),
-                depleted=tuple(str(t) for t in d.get("depleted", ())),
-                parent_run_id=d.get("parent_run_id"),
-                job_run_id=d.get("job_run_id"),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"resume: field {exc.args[0]!r} missing") from exc
+        """From the conf's ``resume`` block (checked by ``planner.schema.ResumeSpec``)."""
+        from srifty_core.planner.schema import ResumeSpec
+
+        r = ResumeSpec.parse(d, "resume")
+        return cls(
+            checkpoint=r.checkpoint,
+            iterations_done=r.iterations_done,
+            time_spent_s=r.time_spent_s,
+            cost_spent_usd=r.cost_spent_usd,
+            depleted=tuple(r.depleted),
+            parent_run_id=r.parent_run_id,
+            job_run_id=r.job_run_id,
+        )
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """The trigger's parameters, validated."""
+    """The trigger's parameters, validated: made by ``from_params``."""
 
     model: str
     size: str
@@ -138,51 +138,33 @@ class JobSpec:
     seed: int = 0
     resume: Resume | None = None
 
-    def __post_init__(self) -> None:
-        if self.provider not in PROVIDERS:
-            raise ConfigError(f"provider: {self.provider!r} is not one of {list(PROVIDERS)}")
-        if self.bandwidth not in BANDWIDTH_SOURCES:
-            raise ConfigError(
-                f"bandwidth: {self.bandwidth!r} is not one of {list(BANDWIDTH_SOURCES)}"
-            )
-        if self.iterations < 1 or self.global_batch < 1:
-            raise ConfigError("iterations and global_batch: must be >= 1")
-        if not self.offers:
-            raise ConfigError("offers: at least one {type, market, quota} is needed")
-        q = self.risk_quantile
-        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.5 <= q < 1.0:
-            raise ConfigError(f"risk_quantile: must be a number in [0.5, 1), got {q!r}")
-        if self.provider == "ec2" and not self.ec2.get("image_id"):
-            raise ConfigError("ec2.image_id: the ec2 provider needs an AMI to launch")
-
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> JobSpec:
-        resume = p.get("resume")
-        try:
-            return cls(
-                model=str(p["model"]),
-                size=str(p["size"]),
-                global_batch=int(p["global_batch"]),
-                iterations=int(p["iterations"]),
-                offers=tuple(dict(o) for o in p["offers"]),
-                provider=str(p.get("provider", "local")),
-                region=str(p.get("region") or "us-east-1"),
-                bandwidth=str(p.get("bandwidth", "champion")),
-                time_limit_s=_limit(p.get("time_limit_s")),
-                budget_usd=_limit(p.get("budget_usd")),
-                objective=str(p.get("objective", "cost")),
-                risk_quantile=(
-                    DEFAULT_RISK_QUANTILE if p.get("risk_quantile") is None else p["risk_quantile"]
-                ),
-                launch_s=None if p.get("launch_s") is None else float(p["launch_s"]),
-                ec2=dict(p.get("ec2") or {}),
-                checkpoint_every=int(p.get("checkpoint_every", 10)),
-                step_sleep_s=float(p.get("step_sleep_s", 0.0)),
-                seed=int(p.get("seed", 0)),
-                resume=Resume.from_dict(resume) if resume else None,
-            )
-        except KeyError as exc:
-            raise ConfigError(f"{exc.args[0]}: missing") from exc
+        """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
+        unknown keys): every problem is a ``ConfigError`` naming the field."""
+        from srifty_core.planner.schema import JobConf
+
+        c = JobConf.parse(p)
+        return cls(
+            model=c.model,
+            size=c.size,
+            global_batch=c.global_batch,
+            iterations=c.iterations,
+            offers=tuple(o.model_dump(exclude_unset=True) for o in c.offers),
+            provider=c.provider,
+            region=c.region or "us-east-1",
+            bandwidth=c.bandwidth,
+            time_limit_s=_limit(c.time_limit_s),
+            budget_usd=_limit(c.budget_usd),
+            objective=c.objective,
+            risk_quantile=DEFAULT_RISK_QUANTILE if c.risk_quantile is None else c.risk_quantile,
+            launch_s=c.launch_s,
+            ec2=c.ec2.model_dump(exclude_unset=True) if c.ec2 is not None else {},
+            checkpoint_every=c.checkpoint_every,
+            step_sleep_s=c.step_sleep_s,
+            seed=c.seed,
+            resume=Resume.from_dict(c.resume.model_dump()) if c.resume is not None else None,
+        )
 
     @property
     def target_iterations(self) -> int:
@@ -190,7 +172,7 @@ class JobSpec:
         return self.iterations + (self.resume.iterations_done if self.resume else 0)
 
 
-def _limit(v: Any) -> float:
+def _limit(v: float | None) -> float:
     return math.inf if v is None else float(v)
 
 
@@ -282,7 +264,8 @@ def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
                 "should count for in the budget"
             )
         market = Market.parse(str(item.get("market", "on-demand")))
-        out.append(Offer(SimInstance.local_cpu(), market, quota, float(item["price"])))
+        price, min_batch = float(item["price"]), item.get("min_batch")
+        out.append(Offer(SimInstance.local_cpu(), market, quota, price, min_batch=min_batch))
     return tuple(out)
 
 

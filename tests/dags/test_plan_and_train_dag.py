@@ -87,6 +87,42 @@ def test_missing_profiles_fail_the_plan_naming_the_dag(dagbag: Any, data_dir: Pa
     assert states["plan"] == "failed" and states["provision"] == "upstream_failed"
 
 
+def test_the_trigger_checks_types_and_ranges_with_the_models_schema(dagbag: Any) -> None:
+    """The Params' JSON schemas come from ``planner.schema.JobConf``: the trigger form and
+    the API refuse a wrong type or range before a run is created."""
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = dagbag.get_dag(DAG_ID).params
+    copy.deepcopy(params).update(CONF)
+    for bad in (
+        {"global_batch": True},
+        {"iterations": 0},
+        {"time_limit_s": -1},
+        {"model": "vgg17"},
+        {"offers": [{"type": "local.cpu", "qouta": 2}]},
+    ):
+        with pytest.raises(ParamValidationError):
+            copy.deepcopy(params).update(bad)
+
+
+def test_a_bad_conf_fails_the_plan_at_once_naming_the_field(
+    dagbag: Any, data_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Airflow keeps a top-level typo as a new param; the plan task rejects it (the conf is
+    checked before anything is looked up) and fails without a retry."""
+    dag = fresh(dagbag, DAG_ID)
+    assert dag.task_dict["plan"].retries == 1
+    t0 = time.monotonic()
+    run = dag.test(run_conf={**CONF, "gloabl_batch": 16})
+    assert run.state == "failed" and time.monotonic() - t0 < 30  # no 30 s retry delay
+    ti = run.get_task_instance("plan")
+    assert ti.state == "failed" and ti.try_number == 1
+    logged = "".join(capfd.readouterr())
+    assert "gloabl_batch: unknown conf field 'gloabl_batch'; did you mean 'global_batch'?" in logged
+
+
 @pytest.mark.slow
 def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: Path) -> None:
     data_dir = ready_to_plan

@@ -137,6 +137,8 @@ def test_a_pickle_beside_the_artifacts_is_never_unpickled(
     (root / "artifacts" / "model" / "model.pkl").write_bytes(blob)
     _as_pickled_pyfunc(root / "MLmodel")
     queries = make_probes(allocations=1, seed=3)
+    # from the store (refresh), and from the local copy promote wrote
+    assert np.array_equal(load_champion(refresh=True).predict(queries), saved.predict(queries))
     assert np.array_equal(load_champion().predict(queries), saved.predict(queries))
     assert not marker.exists()
 
@@ -156,7 +158,7 @@ def test_a_version_without_its_predictor_is_a_clear_error(tmp_path: Path) -> Non
     version = _register(tmp_path / "model", df)
     shutil.rmtree(_model_root(version) / "artifacts" / "model")
     with pytest.raises(SriftyError, match=rf"version {version} of model .*no bandwidth predictor"):
-        load_champion()
+        load_champion(refresh=True)  # the store (the local copy promote wrote still loads)
     with pytest.raises(SriftyError, match=r"version 9 of model .*not in the MLflow store"):
         load_version("9")
 

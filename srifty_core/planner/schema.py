@@ -1,0 +1,575 @@
+"""What a user may send to the planner, checked field by field in one place.
+
+``RequestSpec`` is a ``srifty plan`` request file; ``JobConf`` is the conf of the
+``srifty_plan_and_train`` DAG (the same planning fields plus the run's settings). Both are
+strict pydantic models: numbers are numbers (no booleans, no strings, no NaN or infinity),
+whole numbers are whole, every value is in its range, and an unknown key is an error that
+names it and the closest known one. ``parse`` turns every problem into a ``FieldError`` (a
+``ConfigError``) whose one-line message starts with the field's path::
+
+    offers[1].quota: must be a whole number from 0 to 100000, got -2
+
+The dataclasses the planner works on (``planner.request``) check their scalar fields with the
+same types (``check``), so the rules are written once. The DAG's trigger form takes its
+per-field JSON schemas from ``JobConf`` (``param_schemas``).
+
+Light to import: pydantic and the names of the zoo, no planner or simulator.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+
+from srifty_core.errors import FieldError, UnknownNameError
+from srifty_core.profiling import MODEL_NAMES, SIZES
+
+DEFAULT_RISK_QUANTILE = 0.9
+"""Limits are checked against the 90th percentile of predicted job time and cost."""
+
+MAX_BATCH = 10**9
+"""Samples per iteration (or per GPU) a request may ask for."""
+MAX_ITERATIONS = 10**12
+MAX_QUOTA = 100_000
+"""VMs of one type and market an offer may allow."""
+MAX_OFFERS = 1000
+MAX_SEED = 2**32 - 1
+MAX_TEXT = 200
+"""Characters of a name (model, type, region, zone, ...)."""
+
+
+class Rule:
+    """What a field must be, in words (``a number in [0.5, 1)``): every error on the field
+    says ``must be <rule>, got <value>``."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Rule({self.text!r})"
+
+
+def _canonical(parse: Any) -> Any:
+    """A before-validator: the canonical spelling of a string ``parse`` accepts; anything
+    else unchanged (so the error shows what was given)."""
+
+    def normalize(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse(value)
+            except (LookupError, ValueError):
+                return value
+        return value
+
+    return BeforeValidator(normalize)
+
+
+def _market(value: str) -> str:
+    from srifty_core.catalog.types import Market
+
+    return Market.parse(value).value
+
+
+def _objective(value: str) -> str:
+    key = value.strip().lower().removeprefix("min_").removeprefix("minimize_")
+    if key not in ("time", "cost"):
+        raise ValueError(value)
+    return key
+
+
+def _one_of(names: tuple[str, ...]) -> Any:
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(value)
+        return value
+
+    return AfterValidator(check)
+
+
+# ---------------------------------------------------------------------- field types
+Text = Annotated[
+    str, Field(strict=True, min_length=1, max_length=MAX_TEXT), Rule("a non-empty string")
+]
+LongText = Annotated[
+    str, Field(strict=True, min_length=1, max_length=4096), Rule("a non-empty string")
+]
+"""A path."""
+RunId = Annotated[str, Field(strict=True, max_length=4096), Rule("a string")]
+GlobalBatch = Annotated[
+    int, Field(strict=True, ge=1, le=MAX_BATCH), Rule(f"a whole number from 1 to {MAX_BATCH}")
+]
+MinBatch = GlobalBatch
+Iterations = Annotated[
+    int,
+    Field(strict=True, ge=1, le=MAX_ITERATIONS),
+    Rule(f"a whole number from 1 to {MAX_ITERATIONS}"),
+]
+IterationsDone = Annotated[
+    int,
+    Field(strict=True, ge=0, le=MAX_ITERATIONS),
+    Rule(f"a whole number from 0 to {MAX_ITERATIONS}"),
+]
+Quota = Annotated[
+    int, Field(strict=True, ge=0, le=MAX_QUOTA), Rule(f"a whole number from 0 to {MAX_QUOTA}")
+]
+Seed = Annotated[
+    int, Field(strict=True, ge=0, le=MAX_SEED), Rule(f"a whole number from 0 to {MAX_SEED}")
+]
+Limit = Annotated[
+    float,
+    Field(strict=True, gt=0, allow_inf_nan=False),
+    Rule("a positive number (leave it out for no limit)"),
+]
+Price = Annotated[
+    float, Field(strict=True, gt=0, allow_inf_nan=False), Rule("a positive number ($/hour)")
+]
+Seconds = Annotated[
+    float, Field(strict=True, ge=0, allow_inf_nan=False), Rule("a number of seconds >= 0")
+]
+PositiveSeconds = Annotated[
+    float, Field(strict=True, gt=0, allow_inf_nan=False), Rule("a number of seconds > 0")
+]
+Spent = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False), Rule("a number >= 0")]
+RiskQuantile = Annotated[
+    float,
+    Field(strict=True, ge=0.5, lt=1.0, allow_inf_nan=False),
+    Rule("a number in [0.5, 1)"),
+]
+MarketName = Annotated[
+    Literal["on-demand", "spot"], _canonical(_market), Rule("'on-demand' or 'spot'")
+]
+ObjectiveName = Annotated[Literal["time", "cost"], _canonical(_objective), Rule("'time' or 'cost'")]
+Granularity = Annotated[Literal["pow2", "any"], Rule("'pow2' or 'any'")]
+JobProvider = Annotated[Literal["local", "ec2"], Rule("'local' or 'ec2'")]
+BandwidthSource = Annotated[Literal["champion", "probes"], Rule("'champion' or 'probes'")]
+SizeName = Annotated[
+    str,
+    Field(strict=True),
+    _one_of(SIZES),
+    WithJsonSchema({"type": "string", "enum": list(SIZES)}),
+    Rule(f"one of {', '.join(SIZES)}"),
+]
+ZooModel = Annotated[
+    str,
+    Field(strict=True),
+    _one_of(MODEL_NAMES),
+    WithJsonSchema({"type": "string", "enum": list(MODEL_NAMES)}),
+    Rule(f"one of {', '.join(MODEL_NAMES)}"),
+]
+
+
+# ---------------------------------------------------------------------- the models
+_M = TypeVar("_M", bound="Strict")
+
+
+class _PathError(ValueError):
+    """Raised by a model validator about one field (pydantic gives such errors no path)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(problem)
+        self.path = path
+        self.problem = problem
+
+
+class Strict(BaseModel):
+    """Strict types, finite floats, no unknown keys; ``parse`` raises ``FieldError``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+    kind: ClassVar[str] = "field"
+    """What an unknown key is called in errors (``unknown offer field 'qouta'``)."""
+    rule: ClassVar[str] = "a mapping"
+
+    @classmethod
+    def parse(cls: type[_M], data: Any, where: str = "") -> _M:
+        """``data`` checked; ``where`` is the path of ``data`` in a larger document
+        (``offers[2]``), put before the fields named in errors."""
+        if isinstance(data, Mapping) and not isinstance(data, dict):
+            data = dict(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise field_error(exc, cls, where) from None
+
+
+class OfferSpec(Strict):
+    """Up to ``quota`` VMs of ``type`` on ``market``; ``price`` ($/hour) from the catalog
+    unless given."""
+
+    kind = "offer"
+    rule = "a mapping like {type: g4dn.xlarge, market: spot, quota: 8}"
+    type: Text
+    market: MarketName = "on-demand"
+    quota: Quota = 0
+    price: Price | None = None
+    zone: Text | None = None
+    min_batch: MinBatch | None = None
+
+
+class OverheadsSpec(Strict):
+    kind = "overheads"
+    rule = "a mapping like {launch_s: 150, detach_s: 5}"
+    launch_s: Seconds = 150.0
+    detach_s: Seconds = 0.0
+    solve_s: Seconds = 0.0
+
+
+class RequestSpec(Strict):
+    """A ``srifty plan`` request (README, "srifty plan")."""
+
+    kind = "request"
+    rule = "a mapping of request fields (model, global_batch, iterations, offers, ...)"
+    model: Text
+    size: SizeName = "full"
+    region: Text = "us-east-1"
+    provider: Text = "ec2"
+    global_batch: GlobalBatch
+    iterations: Iterations
+    time_limit_s: Limit | None = None
+    budget_usd: Limit | None = None
+    objective: ObjectiveName = "time"
+    risk_quantile: RiskQuantile = DEFAULT_RISK_QUANTILE
+    overheads: OverheadsSpec | None = None
+    batch_granularity: Granularity = "pow2"
+    offers: Annotated[
+        list[OfferSpec],
+        Field(min_length=1, max_length=MAX_OFFERS),
+        Rule(f"a list of 1 to {MAX_OFFERS} offers {{type, market, quota[, price, zone]}}"),
+    ]
+
+
+class JobOffer(OfferSpec):
+    quota: Quota
+
+
+class Ec2Settings(Strict):
+    """EC2 launch settings: image_id (required for the ec2 provider), subnet_id,
+    security_group_ids, key_name, instance_profile_arn, aws_conn_id, package, poll_s,
+    wait_timeout_s."""
+
+    kind = "ec2"
+    rule = "a mapping like {image_id: ami-...}"
+    image_id: Text | None = None
+    subnet_id: Text | None = None
+    security_group_ids: Annotated[list[Text], Field(max_length=50)] = []
+    key_name: Text | None = None
+    instance_profile_arn: Text | None = None
+    aws_conn_id: Text | None = None
+    package: Text | None = None
+    poll_s: PositiveSeconds | None = None
+    wait_timeout_s: PositiveSeconds | None = None
+
+
+class ResumeSpec(Strict):
+    """Where an earlier run of the job stopped (set by a re-plan)."""
+
+    kind = "resume"
+    rule = "a mapping like {checkpoint: ..., iterations_done: 40}"
+    checkpoint: LongText
+    iterations_done: IterationsDone
+    time_spent_s: Seconds = 0.0
+    cost_spent_usd: Spent = 0.0
+    depleted: Annotated[list[Text], Field(max_length=MAX_OFFERS)] = []
+    parent_run_id: RunId | None = None
+    job_run_id: RunId | None = None
+
+
+class JobConf(Strict):
+    """The conf of the ``srifty_plan_and_train`` DAG: the planning request plus the run's
+    settings (``runtime.orchestrate.JobSpec``)."""
+
+    kind = "conf"
+    rule = "a mapping of conf fields (model, size, global_batch, iterations, offers, ...)"
+    model: ZooModel
+    size: SizeName
+    global_batch: GlobalBatch
+    iterations: Iterations = Field(description="Iterations this run should do.")
+    offers: Annotated[
+        list[JobOffer],
+        Field(min_length=1, max_length=MAX_OFFERS),
+        Rule(f"a list of 1 to {MAX_OFFERS} offers {{type, market, quota[, price, zone]}}"),
+    ] = Field(
+        description=(
+            "What may be rented: {type, market, quota, price?, zone?}. local: type local.cpu, "
+            "quota = worker processes, price = the $/hour a worker counts for (0.1 is a "
+            "nominal demo value); ec2: catalog types, prices from the catalog unless given."
+        )
+    )
+    time_limit_s: Limit | None = None
+    budget_usd: Limit | None = None
+    objective: ObjectiveName = "cost"
+    risk_quantile: RiskQuantile | None = Field(
+        None, description="The limits hold for this quantile of predicted time and cost."
+    )
+    provider: JobProvider = "local"
+    region: Text | None = Field(None, description="Catalog region (ec2).")
+    bandwidth: BandwidthSource = "champion"
+    launch_s: Seconds | None = Field(
+        None, description="Launch overhead the planner charges (default: local 0, ec2 150 s)."
+    )
+    ec2: Ec2Settings | None = None
+    checkpoint_every: Iterations = 10
+    step_sleep_s: Seconds = Field(
+        0.0, description="Extra seconds per step (slows a demo job so it can be interrupted)."
+    )
+    seed: Seed = 0
+    resume: ResumeSpec | None = Field(
+        None, description="Set by a re-plan: where the earlier run stopped."
+    )
+
+    @model_validator(mode="after")
+    def _ec2_needs_an_image(self) -> JobConf:
+        if self.provider == "ec2" and (self.ec2 is None or not self.ec2.image_id):
+            raise _PathError("ec2.image_id", "the ec2 provider needs an AMI to launch")
+        return self
+
+
+# ---------------------------------------------------------------------- errors
+class HugeInt:
+    """An integer literal too long to convert (Python refuses over 4300 digits), as the
+    request file readers keep it: no field type accepts it, so the error names the field
+    instead of the parser crashing."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def field_error(exc: ValidationError, root: Any, where: str = "") -> FieldError:
+    """One ``FieldError`` for a pydantic ``ValidationError`` of ``root`` (a model class or
+    an annotated type): the first problem, then the paths of the others."""
+    problems = []
+    errors = exc.errors(include_url=False)
+    # An unknown key first: it is most often a typo of the field also reported missing.
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
+    for err in errors:
+        path, text = _describe(err, root)
+        problems.append((_join(where, path), text, err["type"] == "missing"))
+    if not problems:  # pragma: no cover - pydantic always reports one
+        return FieldError(where or "value", "is invalid")
+    whole = where or str(getattr(root, "kind", "value"))
+    (path, text, _), rest = problems[0], problems[1:]
+    path = path or whole
+    if rest:
+        others = [f"{p or whole}{' (missing)' if gone else ''}" for p, _, gone in rest[:5]]
+        more = f", {len(rest) - 5} more" if len(rest) > 5 else ""
+        text += f" (also wrong: {', '.join(others)}{more})"
+    return FieldError(path, text)
+
+
+def _describe(err: Mapping[str, Any], root: Any) -> tuple[str, str]:
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "missing":
+        return _path(loc), "missing"
+    if kind == "invalid_key":
+        return _path(loc[:-1]), f"field names must be strings, got {_show(loc[-1])}"
+    if kind == "extra_forbidden":
+        node = _node_at(root, loc[:-1])
+        valid = list(node.model_fields) if _is_model(node) else []
+        what = f"{getattr(node, 'kind', 'field')} field"
+        return _path(loc), str(UnknownNameError(what, _clip(str(loc[-1])), valid))
+    error = (err.get("ctx") or {}).get("error")
+    if isinstance(error, _PathError):
+        return _join(_path(loc), error.path), error.problem
+    rule = _rule_at(root, loc)
+    value = err.get("input")
+    if rule is None:
+        return _path(loc), f"{err['msg'][:1].lower()}{err['msg'][1:]}, got {_show(value)}"
+    return _path(loc), f"must be {rule}, got {_show(value)}"
+
+
+def _join(where: str, path: str) -> str:
+    if not where:
+        return path
+    if not path:
+        return where
+    return where + path if path.startswith("[") else f"{where}.{path}"
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            out += f".{part}" if out else part
+        else:
+            out += f"[{_clip(repr(part))}]"
+    return out
+
+
+def _clip(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A short, safe rendering of a bad value (never the whole of a huge one)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        digits = len(str(abs(value))) if value.bit_length() < 64 else _digits(value)
+        return str(value) if digits <= 20 else f"a {digits}-digit integer"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _clip(repr(value))
+    if isinstance(value, bytes | bytearray):
+        return f"{len(value)} bytes"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)}" if value else "an empty list"
+    if isinstance(value, HugeInt):
+        return repr(value)
+    if isinstance(value, datetime.date):  # YAML reads 2026-01-01 as a date
+        return f"the date {value.isoformat()}"
+    return f"a value of type {type(value).__name__}"
+
+
+def _digits(value: int) -> int:
+    """Decimal digits of ``value`` without ``str`` (which refuses over 4300 digits)."""
+    v = abs(value)
+    d = max(1, math.floor((v.bit_length() - 1) * math.log10(2)) + 1)  # d or d + 1
+    return d + 1 if v >= 10**d else d
+
+
+def _is_model(node: Any) -> bool:
+    return isinstance(node, type) and issubclass(node, BaseModel)
+
+
+def _strip(ann: Any) -> tuple[Any, list[Any]]:
+    """``ann`` without ``Optional`` and ``Annotated``, and the metadata they carried."""
+    meta: list[Any] = []
+    while True:
+        origin = typing.get_origin(ann)
+        if origin is Annotated:
+            ann, *extra = typing.get_args(ann)
+            meta.extend(extra)
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            if len(args) != 1:
+                return ann, meta
+            ann = args[0]
+        else:
+            return ann, meta
+
+
+def _node_at(root: Any, loc: tuple[Any, ...]) -> Any:
+    """The type at ``loc`` under ``root`` (a model class or an annotated type)."""
+    return _walk(root, loc)[0]
+
+
+def _walk(root: Any, loc: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    ann, meta = _strip(root)
+    for part in loc:
+        if _is_model(ann) and isinstance(part, str) and part in ann.model_fields:
+            f = ann.model_fields[part]
+            ann, meta = _strip(f.annotation)
+            meta = [*f.metadata, *meta]
+        elif isinstance(part, int) and typing.get_origin(ann) in (list, tuple):
+            ann, meta = _strip(typing.get_args(ann)[0])
+        else:
+            return None, []
+    return ann, meta
+
+
+def _rule_at(root: Any, loc: tuple[Any, ...]) -> str | None:
+    ann, meta = _walk(root, loc)
+    for m in meta:
+        if isinstance(m, Rule):
+            return m.text
+    if _is_model(ann):
+        return str(ann.rule)
+    return None
+
+
+# ---------------------------------------------------------------------- checks of values
+_ADAPTERS: dict[int, TypeAdapter[Any]] = {}
+
+
+def check(path: str, kind: Any, value: Any) -> None:
+    """Raise ``FieldError`` naming ``path`` unless ``value`` is a valid ``kind`` (one of the
+    field types above): how the planner's dataclasses check what they are given."""
+    adapter = _ADAPTERS.get(id(kind))
+    if adapter is None:
+        adapter = _ADAPTERS[id(kind)] = TypeAdapter(kind)
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError as exc:
+        raise field_error(exc, kind, path) from None
+
+
+# ---------------------------------------------------------------------- JSON schemas
+def param_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """Per top-level field of ``model``: ``{"schema": ..., "description": ..., "default":
+    ...}`` for an Airflow ``Param`` (self-contained JSON schemas: references inlined,
+    ``anyOf [X, null]`` written as ``type: [.., "null"]`` for the trigger form).
+    ``default`` is absent for a required field."""
+    full = model.model_json_schema()
+    defs = full.get("$defs", {})
+    out: dict[str, dict[str, Any]] = {}
+    for name, prop in full["properties"].items():
+        schema = _simplify(_inline(prop, defs))
+        entry: dict[str, Any] = {}
+        if "description" in schema:
+            entry["description"] = schema.pop("description")
+        if "default" in schema:
+            entry["default"] = schema.pop("default")
+        entry["schema"] = schema
+        out[name] = entry
+    return out
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return _inline({**copy.deepcopy(target), **rest}, defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+def _simplify(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_simplify(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _simplify(v) for k, v in node.items() if k != "title"}
+    options = node.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        other = next(o for o in options if o != {"type": "null"})
+        if isinstance(other.get("type"), str):
+            del node["anyOf"]
+            merged = {**other, **node, "type": [other["type"], "null"]}
+            if "enum" in merged:
+                merged["enum"] = [*merged["enum"], None]
+            return merged
+    return node
