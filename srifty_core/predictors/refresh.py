@@ -529,6 +529,8 @@ def register(staging: Path, tracking_uri: str | None = None) -> dict[str, Any]:
         },
         run_name=f"busbw-{fit['data_version']}",
         input_example=input_example(df),
+        training_data=df,
+        data_source=f"probe store {', '.join(config.providers or ['all providers'])}",
         tracking_uri=tracking_uri,
     )
     out = {"run_id": run_id, "version": version}

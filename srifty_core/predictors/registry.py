@@ -49,7 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import SriftyError
-from srifty_core.predictors.bandwidth import BandwidthModel
+from srifty_core.predictors.bandwidth import LABEL, BandwidthModel
 from srifty_core.predictors.champion_cache import ChampionSource
 
 if TYPE_CHECKING:
@@ -304,12 +304,17 @@ def log_fit(
     json_artifacts: Mapping[str, Any],
     run_name: str,
     input_example: pd.DataFrame | None = None,
+    training_data: pd.DataFrame | None = None,
+    data_source: str | None = None,
     tracking_uri: str | None = None,
 ) -> tuple[str, str]:
     """Log one fit as a run (params, metrics, tags, files), log its predictor as a model
     from code (module docstring; signature and ``input_example``: a few feature rows),
     register it as a new version of ``MODEL_NAME`` carrying ``tags``, and give it the
-    ``challenger`` alias. Returns (run id, version)."""
+    ``challenger`` alias. ``training_data`` (the probe rows it was fitted on) is logged as
+    the run's MLflow dataset input (context ``training``; schema, row count and a digest,
+    the ``data_version`` tag when given; not the rows themselves), named after
+    ``data_source``. Returns (run id, version)."""
     from srifty_core.tracking import setup_experiment
 
     experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
@@ -327,7 +332,20 @@ def log_fit(
             signature = infer_signature(example, BandwidthModel.load(model_dir).predict(example))
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
         mlflow.set_tags({"kind": "bandwidth-model", **tags})
-        mlflow.log_params({k: _param(v) for k, v in params.items()})
+        mlflow.log_params({k: _param(v) for k, v in params.items()})  # one batch
+        if training_data is not None:
+            from mlflow.data.pandas_dataset import from_pandas
+
+            with warnings.catch_warnings():  # MLflow's hint about integer columns
+                warnings.simplefilter("ignore", UserWarning)
+                dataset = from_pandas(
+                    training_data,
+                    source=data_source or "probe store",
+                    targets=LABEL,
+                    name="probes",
+                    digest=tags.get("data_version"),
+                )
+            mlflow.log_input(dataset, context="training")
         # before the model: log_model links the run's metrics to the logged model
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v == v})  # no NaN
         for path in artifacts.values():

@@ -69,6 +69,11 @@ def test_refresh_registers_promotes_and_loads(data_dir: Path) -> None:
     assert run.data.tags["promoted"] == "true"
     names = {a.path for a in _client().list_artifacts(run.info.run_id)}
     assert {"busbw_vs_size.png", "error_table.json", "caps.json"} <= names
+    # the training rows are the run's dataset input, named by their data version
+    (inp,) = run.inputs.dataset_inputs
+    assert inp.dataset.digest == first.fit["data_version"]
+    assert {t.key: t.value for t in inp.tags}.get("mlflow.data.context") == "training"
+    assert '"busbw"' in inp.dataset.profile or "busbw" in inp.dataset.schema
 
     champion = load_champion()
     assert isinstance(champion, BandwidthModel) and isinstance(champion, BandwidthPredictor)
