@@ -225,6 +225,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             args.bandwidth, refresh_model=args.refresh_model
         )
         estimator = Simulator(model, seed=args.seed)
+    if args.what_if or args.one_more_vm:
+        return _what_if(args, estimator, bandwidth)
     result = plan(request, estimator, method=args.method)  # type: ignore[arg-type]
     if args.json:
         out = result.to_dict()
@@ -240,6 +242,40 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"frontier plot: {path}")
     return 0 if result.feasible else 1
+
+
+def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> int:
+    """``srifty plan --what-if ... --one-more-vm``: the base plan and each scenario's
+    (``planner.whatif``), simulations shared."""
+    import json
+    from pathlib import Path
+
+    from srifty_core.catalog import Catalog
+    from srifty_core.planner import whatif
+    from srifty_core.planner.job import read_request_file
+    from srifty_core.planner.request import request_from_dict
+    from srifty_core.profiling.store import ProfileStore
+
+    catalog = Catalog.load()
+    load = whatif.profile_loader(ProfileStore().load)
+    scenarios = [whatif.parse_scenario(t) for t in args.what_if]  # bad input fails first
+    what = whatif.WhatIf(
+        read_request_file(Path(args.request)),
+        estimator,  # type: ignore[arg-type]
+        lambda d: request_from_dict(d, catalog=catalog, load_profile=load),
+        {"method": args.method},
+    )
+    answers = [what.ask(s) for s in scenarios]
+    marginal = what.marginal_values() if args.one_more_vm else []
+    if args.json:
+        out = whatif.to_dict(what, answers, marginal)
+        if bandwidth is not None:
+            out["bandwidth_model"] = bandwidth
+        print(json.dumps(out, indent=1))
+    else:
+        print(whatif.render(what, answers, marginal))
+        print(f"simulations: {what.memo.misses} run, {what.memo.hits} reused from earlier searches")
+    return 0 if what.base.feasible else 1
 
 
 def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
@@ -503,6 +539,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("request", help="request file (.yaml or .json)")
     pl.add_argument("--json", action="store_true", help="machine-readable answer")
     pl.add_argument("--frontier", metavar="PNG", help="also draw the cost/time frontier")
+    pl.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also plan with this change to the request and show the difference, e.g. "
+        "'quota[g4dn.xlarge]=16', 'budget_usd=20', 'offers[1].market=spot'; "
+        "'a=1; b=2' changes both; repeat for more scenarios",
+    )
+    pl.add_argument(
+        "--one-more-vm",
+        action="store_true",
+        help="also show, per offered type, what one VM more than its quota would change",
+    )
     pl.add_argument("--method", default="auto", choices=("auto", "exhaustive", "ilp"))
     pl.add_argument("--estimator", default="srifty", choices=("srifty", "apm"))
     pl.add_argument(
