@@ -9,11 +9,21 @@ replaces the whole file atomically: the table goes to a hidden temporary file be
 is fsynced, then renamed over ``data.parquet``. A rerun therefore never duplicates rows,
 and a crash leaves either the old file or the new one, never half of one. Folders whose
 names start with ``_`` or ``.`` (the sweep's uncommitted partial files) are not data.
+
+**Checksums.** Beside each file, ``data.parquet.sha256`` holds the file's SHA-256, its row
+count and size (and the previous file's, see below), and every Parquet page carries a
+CRC. Reading checks both, so a flipped bit anywhere in the file is a ``ProbeStoreError``
+naming the partition instead of silently different numbers. The sidecar is replaced
+(atomically) *before* the data file, and keeps the file it replaces as ``previous``: a
+crash between the two renames leaves the old file with a sidecar that still vouches for
+it. A partition written before checksums existed (no sidecar) is read unchecked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import uuid
@@ -42,6 +52,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PARTITION_FILE = "data.parquet"
+CHECKSUM_FILE = f"{PARTITION_FILE}.sha256"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -105,22 +116,67 @@ def write_partition(
             stale.unlink()
     final = folder / PARTITION_FILE
     tmp = folder / f".{PARTITION_FILE}.{uuid.uuid4().hex}.tmp"
+    side_tmp = folder / f".{CHECKSUM_FILE}.{uuid.uuid4().hex}.tmp"
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, write_page_checksum=True)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        entry = _checksum_entry(tmp, table.num_rows)
+        previous = _sidecar(folder).get("current") if final.exists() else None
+        side_tmp.write_text(json.dumps({"current": entry, "previous": previous}))
+        with open(side_tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(side_tmp, folder / CHECKSUM_FILE)  # first: it vouches for old and new
         os.replace(tmp, final)
         _fsync_dir(folder)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        for t in (tmp, side_tmp):
+            with contextlib.suppress(FileNotFoundError):
+                t.unlink()
     return final
 
 
-def read_partition_table(path: Path) -> pa.Table:
-    """One partition file, its schema and values checked."""
+def _checksum_entry(path: Path, rows: int) -> dict[str, Any]:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"sha256": digest, "rows": int(rows), "bytes": path.stat().st_size}
+
+
+def _sidecar(folder: Path) -> dict[str, Any]:
+    """The partition's checksum sidecar ({} when there is none)."""
+    path = folder / CHECKSUM_FILE
     try:
-        table = pq.read_table(path)
+        out = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ProbeStoreError(f"probe partition checksum {path} is unreadable: {exc}") from exc
+    if not isinstance(out, dict):
+        raise ProbeStoreError(f"probe partition checksum {path} is not a JSON object")
+    return out
+
+
+def verify_partition(path: Path) -> None:
+    """Raise ``ProbeStoreError`` unless ``path`` matches its sidecar's checksum (the
+    current file's or, after a crash between the renames, the previous one's)."""
+    side = _sidecar(path.parent)
+    if not side:
+        return
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    vouched = [e for e in (side.get("current"), side.get("previous")) if isinstance(e, dict)]
+    if not any(e.get("sha256") == digest and e.get("bytes") == len(data) for e in vouched):
+        raise ProbeStoreError(
+            f"probe partition {path} does not match its checksum ({CHECKSUM_FILE}): the file "
+            "was damaged or changed outside srifty; rerun that day's sweep for this type "
+            "(srifty probe ... --day), or delete the partition folder to drop it"
+        )
+
+
+def read_partition_table(path: Path) -> pa.Table:
+    """One partition file, its checksum, schema and values checked."""
+    verify_partition(path)
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ProbeStoreError(f"cannot read probe partition {path}: {exc}") from exc
     table = with_phase(table)
