@@ -10,7 +10,7 @@ from typing import Any
 
 from srifty_core.catalog.types import Market
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.planner import schema
+from srifty_core.planner import schema, spot
 from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE, OfferSpec, RequestSpec
 from srifty_core.simulator.types import SimInstance, Workload
 
@@ -44,11 +44,18 @@ class Offer:
     min_batch: int | None = None
     """Smallest local batch per GPU worth running (saturation threshold); default: the
     profile's first breakpoint, where training turns throughput-bound."""
+    interrupt_per_hour: float = 0.0
+    """Interruptions per VM-hour (``planner.spot``): 0 on demand."""
 
     def __post_init__(self) -> None:
         name = f"offers[{self.instance.name}/{self.market.value}]"
         schema.check(f"{name}.quota", schema.Quota, self.quota)
         schema.check(f"{name}.usd_per_hour", schema.Price, self.usd_per_hour)
+        if not (math.isfinite(self.interrupt_per_hour) and self.interrupt_per_hour >= 0):
+            raise ConfigError(
+                f"{name}.interrupt_per_hour: must be a finite number >= 0, "
+                f"got {self.interrupt_per_hour!r}"
+            )
         if self.min_batch is not None:
             schema.check(f"{name}.min_batch", schema.MinBatch, self.min_batch)
 
@@ -103,6 +110,10 @@ class PlanRequest:
     """The limits hold for this quantile of the predicted job time and cost over the
     allocations the job may land on (``IterationEstimate.t_iter_quantile``); 0.5 checks the
     typical allocation. Configurations are still ranked by their typical time and cost."""
+    checkpoint_every: int = 10
+    """Iterations between checkpoints (what a spot interruption loses)."""
+    spot_interruptions: str = "priced"
+    """``priced`` (``planner.spot``) or ``ignored`` (spot planned as never interrupted)."""
 
     def __post_init__(self) -> None:
         # The scalar rules are the request schema's (planner.schema); inf means no limit.
@@ -121,6 +132,8 @@ class PlanRequest:
             raise ConfigError(f"offers: listed twice: {', '.join(dupes)}")
         schema.check("risk_quantile", schema.RiskQuantile, self.risk_quantile)
         schema.check("batch_granularity", schema.Granularity, self.batch_granularity)
+        schema.check("checkpoint_every", schema.Iterations, self.checkpoint_every)
+        schema.check("spot_interruptions", schema.SpotPricing, self.spot_interruptions)
         for o in self.offers:
             self.workload.profile(o.instance.device_type)  # raises naming the device
         if all(o.quota == 0 for o in self.offers):
@@ -161,6 +174,12 @@ def offers_from_catalog(
                 p = _named(at, catalog.price, t.name, market, region, zone)
             price = p.usd_per_hour
         inst = SimInstance.from_catalog(t, provider=provider, zone=str(zone or ""))
+        hazard = 0.0
+        if market is Market.SPOT:
+            share = o.interruptions_per_month
+            if share is None:  # the catalog's band; a type without one: the top band
+                share = spot.monthly_share(t.spot_interrupt_freq) or spot.BAND_MONTHLY[">20%"]
+            hazard = spot.hazard_per_hour(share)
         out.append(
             Offer(
                 instance=inst,
@@ -169,6 +188,7 @@ def offers_from_catalog(
                 usd_per_hour=float(price),
                 zone=zone,
                 min_batch=o.min_batch,
+                interrupt_per_hour=hazard,
             )
         )
     return tuple(out)
@@ -234,4 +254,6 @@ def request_from_dict(
         overheads=Overheads(launch_s=oh.launch_s, detach_s=oh.detach_s, solve_s=oh.solve_s),
         batch_granularity=spec.batch_granularity,
         risk_quantile=spec.risk_quantile,
+        checkpoint_every=spec.checkpoint_every,
+        spot_interruptions=spec.spot_interruptions,
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from srifty_core.planner import spot as spot_model
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.space import Choice
+from srifty_core.planner.spot import SpotRisk
 from srifty_core.simulator.types import IterationEstimate
 
 
@@ -26,6 +28,8 @@ class Candidate:
     """Job time at the request's risk quantile (what the time limit is checked against)."""
     cost_q_usd: float | None = None
     """Cost at the request's risk quantile (what the budget is checked against)."""
+    spot: SpotRisk = spot_model.NONE
+    """What spot interruptions add (already in the times and costs above)."""
 
     @property
     def time_at_risk_s(self) -> float:
@@ -70,6 +74,12 @@ class Candidate:
             "time_at_risk_s": self.time_at_risk_s,
             "cost_at_risk_usd": self.cost_at_risk_usd,
             "risk_quantile": request.risk_quantile,
+            "spot_interruptions": {
+                "expected": self.spot.expected,
+                "at_risk_quantile": self.spot.at_quantile,
+                "expected_extra_s": self.spot.extra_s,
+                "extra_at_risk_quantile_s": self.spot.extra_q_s,
+            },
             "missing_terms": list(self.estimate.missing),
             "bandwidth_extrapolated": list(self.estimate.extrapolated),
             "bottleneck": self.estimate.bottleneck,
@@ -88,9 +98,21 @@ def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) 
     offers = request.offers
     time_s = request.overheads.total_s + request.iterations * estimate.t_iter
     rate = sum(offers[i].usd_per_hour * c for i, c, _ in choice)
-    cost = rate * time_s / 3600.0
     t_q = estimate.t_iter_quantile(request.risk_quantile)
     time_q = request.overheads.total_s + request.iterations * t_q
+    risk = spot_model.NONE
+    hazard = sum(offers[i].interrupt_per_hour * c for i, c, _ in choice)
+    if request.spot_interruptions == "priced" and hazard > 0:
+        risk = spot_model.interruption_risk(
+            hazard,
+            time_s=time_s,
+            time_q_s=time_q,
+            checkpoint_s=request.checkpoint_every * estimate.t_iter,
+            restart_s=request.overheads.launch_s + request.overheads.detach_s,
+            quantile=request.risk_quantile,
+        )
+        time_s, time_q = time_s + risk.extra_s, time_q + risk.extra_q_s
+    cost = rate * time_s / 3600.0
     cost_q = rate * time_q / 3600.0
     violations = []
     if time_q > request.time_limit_s:
@@ -98,7 +120,7 @@ def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) 
     if cost_q > request.budget_usd:
         violations.append(f"cost +{100 * (cost_q / request.budget_usd - 1):.1f}%")
     label = "+".join(f"{c}x{offers[i].key}@{b}" for i, c, b in choice)
-    return Candidate(choice, label, estimate, time_s, cost, tuple(violations), time_q, cost_q)
+    return Candidate(choice, label, estimate, time_s, cost, tuple(violations), time_q, cost_q, risk)
 
 
 def rank_key(objective: Objective, c: Candidate) -> tuple[float, float, int, str]:
@@ -180,6 +202,19 @@ class PlanResult:
             f"${b.cost_at_risk_usd:.2f} ({e.t_iter_quantile(q) * 1e3:.1f} ms/iteration; "
             f"the limits are checked at p{100 * q:g}, configurations ranked by the typical)."
         )
+        if b.spot.rate_per_hour > 0:
+            rate = sum(r.offers[i].usd_per_hour * c for i, c, _ in b.choice)
+            lines.append(
+                f"Spot interruptions (in the figures above): {b.spot.expected:.2f} expected "
+                f"({b.spot.at_quantile} at p{100 * q:g}), costing {b.spot.extra_s:.0f} s and "
+                f"${rate * b.spot.extra_s / 3600:.2f} in expectation "
+                f"(checkpoint every {r.checkpoint_every} iterations, relaunch "
+                f"{r.overheads.launch_s + r.overheads.detach_s:.0f} s)."
+            )
+        elif r.spot_interruptions == "ignored" and any(
+            r.offers[i].interrupt_per_hour > 0 for i, _, _ in b.choice
+        ):
+            lines.append("Spot interruptions ignored (spot_interruptions: ignored).")
         if e.missing:
             lines.append(
                 f"Not in the estimate (the profiles did not measure them): "

@@ -154,6 +154,12 @@ RiskQuantile = Annotated[
     Field(strict=True, ge=0.5, lt=1.0, allow_inf_nan=False),
     Rule("a number in [0.5, 1)"),
 ]
+MonthlyShare = Annotated[
+    float,
+    Field(strict=True, ge=0.0, lt=1.0, allow_inf_nan=False),
+    Rule("a share in [0, 1), e.g. 0.12 for 12% of VMs a month"),
+]
+SpotPricing = Annotated[Literal["priced", "ignored"], Rule("'priced' or 'ignored'")]
 MarketName = Annotated[
     Literal["on-demand", "spot"], _canonical(_market), Rule("'on-demand' or 'spot'")
 ]
@@ -222,6 +228,9 @@ class OfferSpec(Strict):
     price: Price | None = None
     zone: Text | None = None
     min_batch: MinBatch | None = None
+    interruptions_per_month: MonthlyShare | None = None
+    """Share of spot VMs interrupted per month (``planner.spot``); default: the catalog's
+    band for the type."""
 
 
 class OverheadsSpec(Strict):
@@ -249,6 +258,11 @@ class RequestSpec(Strict):
     risk_quantile: RiskQuantile = DEFAULT_RISK_QUANTILE
     overheads: OverheadsSpec | None = None
     batch_granularity: Granularity = "pow2"
+    checkpoint_every: Iterations = 10
+    """Iterations between checkpoints: the work a spot interruption loses."""
+    spot_interruptions: SpotPricing = "priced"
+    """``priced``: spot offers carry their interruption risk (``planner.spot``);
+    ``ignored``: planned as if spot VMs were never interrupted."""
     offers: Annotated[
         list[OfferSpec],
         Field(min_length=1, max_length=MAX_OFFERS),

@@ -92,8 +92,8 @@ def test_a_scenario_answers_what_planning_it_from_scratch_answers_and_reuses_sim
     assert answer.result.best is not None and fresh.best is not None
     assert answer.result.best.choice == fresh.best.choice
     assert answer.result.best.cost_usd == pytest.approx(fresh.best.cost_usd)
-    # every configuration of the base space was simulated once, by the base search
-    assert what.memo.hits >= run_before
+    # configurations the base search simulated were not simulated again
+    assert what.memo.hits > 0 and what.memo.misses >= run_before
     # a limit that nothing meets: no plan, and the change says so
     none = what.ask("budget_usd=0.001")
     assert none.result.best is None and none.delta(what.base) == (None, None)
