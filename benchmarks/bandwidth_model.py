@@ -3,9 +3,9 @@
 (a) a probe store (``--probe-store DIR``: the folder holding ``date=...`` partitions), held
     out by allocation: folds of ``group_kfold`` (scikit-learn's ``GroupKFold``) on
     ``allocation_id``;
-(b) the public nccl-tests tables in ``data/reference/nccl_tests_public.csv`` (or ``--table``),
-    loaded by ``predictors.nccl_tests``, held out by table (``table_id``), features from the
-    catalog (vCPUs, GPUs, rated network).
+(b) the public nccl-tests tables in ``srifty_core/shipped/reference/nccl_tests_public.csv``
+    (or ``--table``), loaded by ``predictors.nccl_tests``, held out by table (``table_id``),
+    features from the catalog (vCPUs, GPUs, rated network).
 
 For each size class, out-of-fold MAPE of: the physics prior alone (``predictors.prior``,
 fitted on the training folds), XGBoost on the features without the prior (the model before

@@ -4,13 +4,14 @@ the pruned space (every configuration run on the emulator).
 
 Pipeline (one command, a few minutes; reference profiles are cached):
 
-1. Reference compute profiles, one per model, shipped in ``data/reference_profiles/``
-   (re-made there when missing or with ``--reprofile``): the model's ``small`` preset
-   profiled on this CPU with the real profiler (1 thread, 4 budgeted probes), its latencies
-   scaled by the FLOP ratio of the ``full`` network to the small one (counted with torch's FLOP
-   counter at batch 1; DLRM, whose time is embedding-bound, by the measured time ratio at
-   batch 64), and the ``full`` network's memory footprint (batch 1 and 2) and DDP gradient
-   buckets (one backward at batch 1). So communication volume and memory are the real
+1. Reference compute profiles, one per model, shipped in
+   ``srifty_core/shipped/reference_profiles/`` (re-made there when missing or with
+   ``--reprofile``): the model's ``small`` preset profiled on this CPU with the real
+   profiler (1 thread, 4 budgeted probes), its latencies scaled by the FLOP ratio of the
+   ``full`` network to the small one (counted with torch's FLOP counter at batch 1; DLRM,
+   whose time is embedding-bound, by the measured time ratio at batch 64), and the ``full``
+   network's memory footprint (batch 1 and 2) and DDP gradient buckets (one backward at
+   batch 1). So communication volume and memory are the real
    network's; the latency curve's shape is the small model's.
 2. Per GPU type, ``EmulatedProvider.profile``: what the profiler would measure there.
 3. An emulated probe sweep of the offered types (world sizes up to each quota's ranks) ->
@@ -69,8 +70,8 @@ CPU_MAX_BATCH = {"bert_base": 32, "xlm": 32}
 
 # ---------------------------------------------------------------------------- profiles
 def reference_profile(model: str, reprofile: bool = False) -> tuple[Any, dict[str, Any]]:
-    """The shipped reference profile (``data/reference_profiles/``), made (and written
-    there) when missing or asked to."""
+    """The shipped reference profile (``srifty_core/shipped/reference_profiles/``), made (and
+    written there) when missing or asked to."""
     path, meta_path = reference_profile_paths(model)
     if path.is_file() and meta_path.is_file() and not reprofile:
         return load_reference_profile(model)

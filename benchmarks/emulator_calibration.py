@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/emulator_calibration.py      # a few seconds
 
-For every table in data/reference/nccl_tests_public.csv, the emulated busbw at each size is
+For every table in srifty_core/shipped/reference/nccl_tests_public.csv, the emulated busbw at each size is
 the median over 30 allocations x 5 samples (allocation levels and sample noise included),
 with the table's ranks per node. The reference busbw is recomputed from the table's time
 (2 s (n-1) / (n t)), since its printed busbw rounds small values to 0.00. Prints Markdown

@@ -53,8 +53,7 @@ def run(limit_s: float) -> None:
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.predictors.table import ProbeTableBandwidth
-    from srifty_core.runtime.apply import plan_change
-    from srifty_core.runtime.replan import replan
+    from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
 
@@ -140,16 +139,14 @@ def run(limit_s: float) -> None:
     log("preempted", instance=victim.instance_ids[0], type=victim.spec.name, detected=bool(seen))
     spent = sum(cloud.cost(a) for a in allocs)
     t_solve = time.perf_counter()
-    second = replan(
-        req, sim, iterations_done=run1.completed, elapsed_s=at(), spent_usd=spent,
-        depleted=[victim.spec.name], overheads=Overheads(launch_s=150.0, detach_s=5.0, solve_s=1.0),
-    )  # fmt: skip
+    replanner = Replanner(sim, overheads=Overheads(launch_s=150.0, detach_s=5.0, solve_s=1.0))
+    done = Progress(run1.completed, at(), spent, depleted=(victim.spec.name,))
+    second = replanner.plan(req, done)
     solve_s = time.perf_counter() - t_solve
-    chosen = second.best
-    if chosen is None:
-        # nothing meets the limit any more: go on with the nearest miss (finish as close to
-        # the limit as possible) and say so
-        chosen = second.nearest_misses[0]
+    # nothing meets the limit any more: go on with the nearest miss (finish as close to the
+    # limit as possible) and say so
+    chosen, missed = replanner.choose(second)
+    if missed:
         log("re-plan: nothing meets the rest of the limit; nearest miss", choice=chosen.label)
     log(
         "re-planned",
@@ -159,13 +156,9 @@ def run(limit_s: float) -> None:
         predicted_cost_rest=round(chosen.cost_usd, 2),
     )
     # change only what differs: keep allocations the new configuration still wants
-    target: dict[tuple[str, Any], int] = {}
-    batches2 = {}
-    for i, c, b in chosen.choice:
-        o = second.request.offers[i]
-        target[(o.instance.name, o.market)] = target.get((o.instance.name, o.market), 0) + c
-        batches2[o.instance.name] = b
-    change = plan_change(cloud, allocs, target)
+    target = replanner.target(second.request, chosen.choice)
+    batches2 = {second.request.offers[i].instance.name: b for i, _, b in chosen.choice}
+    change = replanner.change(cloud, allocs, target)
     for a in change.release:
         cloud.release(a)
     cloud.advance(5.0 + 1.0)  # detach the checkpoint volume; solve

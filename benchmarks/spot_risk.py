@@ -174,9 +174,8 @@ def main() -> None:
                 f"(predicted {r['predicted_time_s'] / 3600:5.2f} h)"
             )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "spot_risk.json").write_text(
-        json.dumps({"args": vars(args), "rows": rows}, indent=1)
-    )
+    out_file = RESULTS / f"spot_risk_x{args.hazard_scale:g}.json"
+    out_file.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
     ok = [
         r for r in rows
         if r["priced"] and r["on-demand"]

@@ -6,18 +6,21 @@ fails the run if the catalog has errors a planner would trip on (``fail_on_error
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+# Shared policy (plugins/): the probe-store Asset, start date, task defaults.
+from srifty_policy import START_DATE, default_args, fails_fast
+
+DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1))
 
 
 @dag(
     dag_id="srifty_catalog_refresh",
     schedule="@weekly",
-    start_date=datetime(2026, 1, 1),
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
@@ -36,7 +39,8 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minute
     },
 )
 def srifty_catalog_refresh() -> None:
-    @task
+    @task(multiple_outputs=True)
+    @fails_fast
     def validate_catalog() -> dict[str, Any]:
         from srifty_core.catalog.refresh import refresh_catalog_report
 
@@ -45,6 +49,7 @@ def srifty_catalog_refresh() -> None:
         return refresh_catalog_report(regions=ctx["params"]["regions"], run_day=run_day)
 
     @task
+    @fails_fast
     def gate(summary: dict[str, Any]) -> None:
         from srifty_core.catalog.refresh import check_summary
 

@@ -1,7 +1,8 @@
-"""Refresh the allreduce bus-bandwidth model: on new probes and nightly.
+"""Refresh the allreduce bus-bandwidth model: once per new probes.
 
-Runs when ``srifty_probe_sweep`` updates the probe-store Asset, and every night at 03:00
-UTC. Tasks, each handing a staging folder (``<data dir>/models/bandwidth/<stamp>/``) to the
+Runs when ``srifty_probe_sweep`` (nightly) updates the probe-store Asset, so the model is
+fitted once per new data (a time schedule on top would fit it again on the same rows).
+Tasks, each handing a staging folder (``<data dir>/models/bandwidth/<stamp>/``) to the
 next, never data in XCom:
 
 1. ``load_data``: probe records from the store (``since``, ``providers``, ``instance_types``),
@@ -22,21 +23,21 @@ next, never data in XCom:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
+from airflow.sdk import Param, dag, task
 
-PROBE_STORE = Asset(name="srifty_probe_store", uri="srifty://probe-store/")
-DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+# Shared policy (plugins/): the probe-store Asset, start date, task defaults.
+from srifty_policy import PROBE_STORE, START_DATE, default_args, fails_fast
+
+DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1))
 
 
 @dag(
     dag_id="srifty_model_refresh",
-    schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=PROBE_STORE
-    ),
-    start_date=datetime(2026, 1, 1),
+    schedule=PROBE_STORE,  # once per new data: the nightly sweep's update, never twice
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
@@ -66,7 +67,8 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minute
     },
 )
 def srifty_model_refresh() -> None:
-    @task
+    @task(multiple_outputs=True)
+    @fails_fast
     def load_data() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
@@ -97,6 +99,7 @@ def srifty_model_refresh() -> None:
         return info
 
     @task
+    @fails_fast
     def tune_and_fit(info: dict[str, Any]) -> str:
         from pathlib import Path
 
@@ -110,6 +113,7 @@ def srifty_model_refresh() -> None:
         return str(out["staging"])
 
     @task
+    @fails_fast
     def evaluate(staging: str) -> str:
         from pathlib import Path
 
@@ -124,6 +128,7 @@ def srifty_model_refresh() -> None:
         return staging
 
     @task
+    @fails_fast
     def register(staging: str) -> str:
         from pathlib import Path
 
@@ -136,7 +141,8 @@ def srifty_model_refresh() -> None:
             print(f"MLflow run {out['run_id']}; model version {out['version']} is challenger")
         return staging
 
-    @task
+    @task(multiple_outputs=True)
+    @fails_fast
     def promote(staging: str) -> dict[str, Any]:
         from pathlib import Path
 
@@ -151,6 +157,7 @@ def srifty_model_refresh() -> None:
         return out
 
     @task
+    @fails_fast
     def remove_staging(info: dict[str, Any]) -> None:
         from pathlib import Path
 

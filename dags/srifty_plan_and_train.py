@@ -21,23 +21,34 @@ Manual trigger; also triggered by itself when a run re-plans. Tasks:
 5. On re-plan, **child_conf** stops the workers (they checkpoint) and **trigger_replan**
    starts a new run of this DAG with the remaining iterations, time and budget, the
    offers less what was taken back, and a ``resume`` block: the checkpoint, what was done
-   and spent, the depleted offers, this run's id (the parent) and the job's MLflow run.
+   and spent, the depleted offers, this run's id (the parent), the job's MLflow run and
+   the allocations whose VMs still run (``allocations``). This run's teardown leaves
+   those running; the child's **provision** keeps those its plan wants and launches or
+   releases only the difference (one ``Replanner`` for every re-plan).
    When training finished, **finish** logs the outcome and the timeline plot to MLflow.
 
-All logic lives in ``srifty_core.runtime.orchestrate``; the tasks pass paths and ids.
+Task policy: deterministic errors (a bad conf, a missing input, no feasible plan, workers
+that died) fail at once without a retry; every task has an ``execution_timeout`` and the
+run a ``dagrun_timeout``; the monitor's deferral times out after the job's
+``time_limit_s`` plus a margin. MLflow shows the configuration's window metrics live.
+
+All logic lives in ``srifty_core.runtime`` (``orchestrate`` names the steps); the tasks
+pass paths and ids.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
 
 # The monitor sensor and its trigger (plugins/): thin adapters over srifty_core.
 from srifty_monitor import TrainingProgressSensor
+
+# Shared policy (plugins/): deterministic errors fail at once, the start date.
+from srifty_policy import START_DATE, fail_fast
 
 # The conf's schema (pydantic, no torch): Params from it, and the plan task checks with it.
 from srifty_core.planner.schema import JobConf, param_schemas
@@ -62,10 +73,17 @@ def job_failed(context: Any) -> None:
 
 DEFAULT_ARGS = {
     "owner": "srifty",
-    "retries": 1,
+    "retries": 1,  # for transient errors; deterministic ones raise AirflowFailException
     "retry_delay": timedelta(seconds=30),
+    "execution_timeout": timedelta(minutes=30),
     "on_failure_callback": job_failed,
 }
+MONITOR_TIMEOUT = timedelta(hours=6)
+"""The monitor's deferral limit for a job without a time limit."""
+RUN_TIMEOUT = timedelta(days=3)
+"""A backstop for the whole run (no run hangs forever); the job's own ``time_limit_s`` is
+enforced sooner, by the monitor's deferral timeout."""
+
 LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}
 DEFAULTS: dict[str, Any] = {
     "model": "resnet18",
@@ -93,8 +111,9 @@ def job_params() -> dict[str, Param]:
 @dag(
     dag_id=DAG_ID,
     schedule=None,
-    start_date=datetime(2026, 1, 1),
+    start_date=START_DATE,
     catchup=False,
+    dagrun_timeout=RUN_TIMEOUT,
     default_args=DEFAULT_ARGS,
     tags=["srifty", "training"],
     doc_md=__doc__,
@@ -103,36 +122,46 @@ def job_params() -> dict[str, Param]:
 def srifty_plan_and_train() -> None:
     @task
     def plan() -> str:
-        from srifty_core.errors import ConfigError
-        from srifty_core.profiling.store import ProfileNotFoundError
-        from srifty_core.runtime.orchestrate import JobSpec, plan_job
+        from srifty_core.runtime.orchestrate import JobSpec, handed_over, plan_job, release
 
         ctx = get_current_context()
+        spec = None
         try:
             spec = JobSpec.from_params(ctx["params"])  # the conf checked first, field by field
             return str(plan_job(spec, ctx["run_id"]))
-        except (ConfigError, ProfileNotFoundError) as exc:
+        except Exception as exc:
+            # Nothing will provision: give back what the re-planning parent handed over.
+            if spec is not None and handed_over(spec):
+                release(handed_over(spec), job_path=None)
             # A bad conf field or a missing input (named with the DAG that makes it): a retry
             # would fail alike, so fail now.
-            raise AirflowFailException(str(exc)) from exc
+            raise fail_fast(exc) from exc
 
     @task
     def provision(job_path: str) -> list[str]:
+        from srifty_core.runtime.orchestrate import JobSpec, handed_over
         from srifty_core.runtime.orchestrate import provision as launch
 
-        return launch(job_path)
+        keep = handed_over(JobSpec.from_params(get_current_context()["params"]))
+        try:
+            return launch(job_path, keep=keep)
+        except Exception as exc:  # a launch setting missing fails at once; capacity retries
+            raise fail_fast(exc) from exc
 
     @task
     def start_training(job_path: str, allocation_ids: list[str]) -> float:
         from srifty_core.runtime.orchestrate import start_training as start
 
-        return start(job_path, allocation_ids)
+        try:
+            return start(job_path, allocation_ids)
+        except Exception as exc:
+            raise fail_fast(exc) from exc
 
     @task.branch
     def finished_or_replan(result: dict[str, Any]) -> str:
         return "child_conf" if result["status"] == "replan" else "finished"
 
-    @task
+    @task(multiple_outputs=True)
     def finished(job_path: str, result: dict[str, Any]) -> dict[str, Any]:
         from srifty_core.runtime.orchestrate import finish
 
@@ -143,20 +172,26 @@ def srifty_plan_and_train() -> None:
         from srifty_core.runtime.orchestrate import child_conf as build
 
         ctx = get_current_context()
-        return build(dict(ctx["params"]), job_path, allocation_ids, result, ctx["run_id"])
+        try:
+            return build(dict(ctx["params"]), job_path, allocation_ids, result, ctx["run_id"])
+        except Exception as exc:
+            raise fail_fast(exc) from exc
 
     @task
     def release(job_path: str, allocation_ids: list[str]) -> None:
         from srifty_core.runtime.orchestrate import release as give_back
 
-        give_back(allocation_ids, job_path=job_path)
+        # What the re-plan handed over to the child run stays up (the child releases it).
+        conf = get_current_context()["ti"].xcom_pull(task_ids="child_conf")
+        kept = (conf or {}).get("resume", {}).get("allocations", [])
+        give_back(allocation_ids, job_path=job_path, except_ids=kept)
 
     job_path = plan()
     alloc = provision(job_path)
     started = start_training(job_path, alloc)
     monitor = TrainingProgressSensor(
         task_id="monitor", job_path=job_path, allocation_ids=alloc, started_at=started,
-        poll_s=5.0, timeout=6 * 3600,
+        poll_s=5.0, timeout=MONITOR_TIMEOUT, execution_timeout=None,
     )  # fmt: skip
     result = monitor.output
     branch = finished_or_replan(result)

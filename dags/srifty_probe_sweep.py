@@ -14,20 +14,22 @@ XCom carries allocation ids and partition paths, never measurements.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, Param, dag, get_current_context, task
+from airflow.sdk import Param, dag, get_current_context, task
 
-PROBE_STORE = Asset(name="srifty_probe_store", uri="srifty://probe-store/")
-DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(minutes=1)}
+# Shared policy (plugins/): the probe-store Asset, start date, task defaults.
+from srifty_policy import PROBE_STORE, START_DATE, default_args, fails_fast
+
+DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2))
 SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
 
 
 @dag(
     dag_id="srifty_probe_sweep",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1),
+    start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
@@ -93,6 +95,7 @@ SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
 )
 def srifty_probe_sweep() -> None:
     @task
+    @fails_fast
     def plan() -> list[dict[str, Any]]:
         """Check the whole config before anything is launched; one entry per allocation."""
         from srifty_core.cloud import get_provider
@@ -105,6 +108,7 @@ def srifty_probe_sweep() -> None:
         return [{"instance_type": t, "slot": k} for t in types for k in range(config.allocations)]
 
     @task
+    @fails_fast
     def allocate(item: dict[str, Any]) -> str:
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
@@ -116,6 +120,7 @@ def srifty_probe_sweep() -> None:
         return f"{item['slot']}:{alloc.id}"
 
     @task
+    @fails_fast
     def sweep(slot_and_allocation: str) -> str:
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
@@ -136,6 +141,7 @@ def srifty_probe_sweep() -> None:
         return str(result.raise_for_failures().partition)
 
     @task
+    @fails_fast
     def release(slot_and_allocation: str) -> None:
         from srifty_core.cloud import get_provider
 
@@ -143,6 +149,7 @@ def srifty_probe_sweep() -> None:
         get_provider(get_current_context()["params"]["provider"]).release(allocation_id)
 
     @task(outlets=[PROBE_STORE])
+    @fails_fast
     def publish(partitions: list[str]) -> list[str]:
         ctx: Any = get_current_context()
         ctx["outlet_events"][PROBE_STORE].extra = {"partitions": list(partitions)}

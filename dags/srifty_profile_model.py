@@ -8,21 +8,24 @@ type>.json`` atomically, and logs the profile, its fit and its plot to MLflow (e
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+# Shared policy (plugins/): the probe-store Asset, start date, task defaults.
+from srifty_policy import START_DATE, default_args, fails_fast
+
 # Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
 from srifty_core.profiling import MODEL_NAMES, SIZES
 
-DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(seconds=30)}
+DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
 
 
 @dag(
     dag_id="srifty_profile_model",
     schedule=None,
-    start_date=datetime(2026, 1, 1),
+    start_date=START_DATE,
     catchup=False,
     default_args=DEFAULT_ARGS,
     tags=["srifty", "profiling"],
@@ -77,10 +80,14 @@ DEFAULT_ARGS = {"owner": "srifty", "retries": 1, "retry_delay": timedelta(second
 )
 def srifty_profile_model() -> None:
     @task
+    @fails_fast
     def device_types() -> list[str]:
         return list(get_current_context()["params"]["device_types"])
 
-    @task(max_active_tis_per_dag=1)  # profiles time the machine: never two at once on it
+    @task(
+        multiple_outputs=True, max_active_tis_per_dag=1
+    )  # profiles time the machine: never two at once on it
+    @fails_fast
     def profile_on(device: str) -> dict[str, Any]:
         from srifty_core.profiling.job import run_profile_job
         from srifty_core.profiling.profiler import ProfilerConfig
@@ -105,6 +112,7 @@ def srifty_profile_model() -> None:
         }
 
     @task
+    @fails_fast
     def summarize(results: list[dict[str, Any]]) -> list[str]:
         # Index by length: iterating a lazy XCom sequence probes one past its end.
         rows = [results[i] for i in range(len(results))]

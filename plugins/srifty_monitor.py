@@ -1,34 +1,58 @@
 """The training-progress monitor as a deferrable sensor and its trigger.
 
-Thin adapters: the decision is ``srifty_core.runtime.orchestrate.poll`` (the monitor's
-step); the trigger calls it every ``poll_s`` in a thread of the triggerer and fires when
-the job finished or must re-plan, and the sensor hands that result on as its XCom value.
+Thin adapters over ``srifty_core.runtime.monitor_step.Monitor`` (the monitor's step). The
+trigger makes one ``Monitor`` for the configuration (the provider and its client, the
+allocations and the progress log's read position are kept between steps) and steps it
+every ``poll_s`` in a thread of the triggerer. A step reads only what is new: the steps
+logged since the last one and the small state file rank 0 replaces each step (never the
+checkpoint, never torch), and logs the window's metrics to the job's MLflow run. A step
+that fails with a transient error (a file system or network hiccup, the provider's API
+throttling) is retried with exponential backoff; ``max_failures`` failures in a row, or a
+deterministic error (the workers died, a bad plan), end the monitor with an error event.
+The sensor defers with a timeout from the job's time limit (plus ``margin_s``), so a job
+that never ends fails the sensor instead of holding it forever.
+
 Nothing here imports ``srifty_core`` at parse time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 TRIGGER_PATH = "srifty_monitor.TrainingProgressTrigger"
+MAX_BACKOFF_S = 300.0
 
 
-def poll_once(
+def make_monitor(
     job_path: str, allocation_ids: list[str], params: dict[str, Any], started_at: float
-) -> dict[str, Any]:
-    """One monitor step as a JSON-able dict (``status``: running, finished or replan)."""
-    from srifty_core.runtime.orchestrate import JobSpec, poll
+) -> Any:
+    """The configuration's ``Monitor``, logging live metrics to its MLflow run."""
+    from srifty_core.runtime import job_log
+    from srifty_core.runtime.job import JobPlan, JobSpec
+    from srifty_core.runtime.monitor_step import Monitor
 
-    return poll(job_path, allocation_ids, JobSpec.from_params(params), started_at).to_dict()
+    live = job_log.live_metrics(JobPlan.load(job_path))
+    spec = JobSpec.from_params(params)
+    return Monitor(job_path, allocation_ids, spec, started_at, live=live)
+
+
+def is_deterministic(exc: BaseException) -> bool:
+    """Errors a retry would meet again: the workers failed, or the job's files are wrong."""
+    from srifty_core.errors import ConfigError
+    from srifty_core.runtime.job import TrainingFailed
+
+    return isinstance(exc, (TrainingFailed, ConfigError, KeyError, TypeError, ValueError))
 
 
 class TrainingProgressTrigger(BaseTrigger):
-    """Fires once the job is no longer running (or the monitor failed)."""
+    """Fires once the job is no longer running, or the monitor failed for good."""
 
     def __init__(
         self,
@@ -37,6 +61,7 @@ class TrainingProgressTrigger(BaseTrigger):
         params: dict[str, Any],
         started_at: float,
         poll_s: float = 5.0,
+        max_failures: int = 6,
     ) -> None:
         super().__init__()
         self.job_path = job_path
@@ -44,6 +69,7 @@ class TrainingProgressTrigger(BaseTrigger):
         self.params = params
         self.started_at = started_at
         self.poll_s = poll_s
+        self.max_failures = max_failures
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return TRIGGER_PATH, {
@@ -52,25 +78,54 @@ class TrainingProgressTrigger(BaseTrigger):
             "params": self.params,
             "started_at": self.started_at,
             "poll_s": self.poll_s,
+            "max_failures": self.max_failures,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        monitor: Any = None
+        failures = 0
         while True:
             try:
-                result = await asyncio.to_thread(
-                    poll_once, self.job_path, self.allocation_ids, self.params, self.started_at
-                )
-            except Exception as exc:  # the sensor re-raises it in a worker
-                yield TriggerEvent({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
-                return
+                if monitor is None:
+                    monitor = await asyncio.to_thread(
+                        make_monitor, self.job_path, self.allocation_ids, self.params,
+                        self.started_at,
+                    )  # fmt: skip
+                result = (await asyncio.to_thread(monitor.step)).to_dict()
+            except Exception as exc:
+                failures += 1
+                error = f"{type(exc).__name__}: {exc}"
+                if is_deterministic(exc) or failures >= self.max_failures:
+                    if failures > 1:
+                        error += f" (after {failures} failed steps in a row)"
+                    yield TriggerEvent({"status": "error", "error": error})
+                    return
+                delay = min(self.poll_s * 2**failures, MAX_BACKOFF_S)
+                self.log.warning("monitor step failed (%s); retrying in %.1f s", error, delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
             if result["status"] != "running":
                 yield TriggerEvent(result)
                 return
             await asyncio.sleep(self.poll_s)
 
 
+def deferral_timeout(params: dict[str, Any], default_s: float, margin_s: float) -> timedelta:
+    """How long the monitor may wait: the job's time limit (what is left of it, for a
+    re-plan) plus ``margin_s``; ``default_s`` when the job has no time limit."""
+    limit = params.get("time_limit_s")
+    if isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0:
+        return timedelta(seconds=float(limit) + margin_s)
+    return timedelta(seconds=default_s)
+
+
 class TrainingProgressSensor(BaseSensorOperator):
-    """Defers to ``TrainingProgressTrigger``; returns the monitor's final result."""
+    """Defers to ``TrainingProgressTrigger``; returns the monitor's final result.
+
+    The deferral times out after the job's ``time_limit_s`` plus ``margin_s`` (``timeout``
+    when the job has none): the sensor then fails with ``AirflowSensorTimeout`` and the
+    teardown releases the VMs."""
 
     template_fields = ("job_path", "allocation_ids", "started_at")
 
@@ -81,6 +136,7 @@ class TrainingProgressSensor(BaseSensorOperator):
         allocation_ids: Any,
         started_at: Any,
         poll_s: float = 5.0,
+        margin_s: float = 600.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -88,27 +144,21 @@ class TrainingProgressSensor(BaseSensorOperator):
         self.allocation_ids = allocation_ids
         self.started_at = started_at
         self.poll_s = poll_s
+        self.margin_s = margin_s
 
     def execute(self, context: Any) -> None:
+        params = dict(context["params"])
         self.defer(
             trigger=TrainingProgressTrigger(
                 str(self.job_path),
                 [str(a) for a in self.allocation_ids],
-                dict(context["params"]),
+                params,
                 float(self.started_at),
                 self.poll_s,
             ),
             method_name="execute_complete",
+            timeout=deferral_timeout(params, float(self.timeout), self.margin_s),
         )
-
-    def poke(self, context: Any) -> bool:  # only used if someone runs it without deferring
-        result = poll_once(
-            str(self.job_path),
-            [str(a) for a in self.allocation_ids],
-            dict(context["params"]),
-            float(self.started_at),
-        )
-        return bool(result["status"] != "running")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "error":

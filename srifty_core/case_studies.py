@@ -3,8 +3,9 @@
 Every case is a training job (model, global batch, per-type quotas, objective, limits). For
 each one, ``case_setup`` builds the planner's inputs as on the emulated cloud:
 
-1. the model's reference compute profile, shipped in ``data/reference_profiles/`` (made on
-   a CPU by ``benchmarks/case_studies.py --reprofile``; its README says how);
+1. the model's reference compute profile, shipped in
+   ``srifty_core/shipped/reference_profiles/`` (made on a CPU by
+   ``benchmarks/case_studies.py --reprofile``; its README says how);
 2. per offered GPU, what the profiler would measure there (``emulated_profiles``; a GPU
    the network does not fit is dropped with its offers);
 3. an emulated probe sweep of the offered types (world sizes up to each quota's ranks),
@@ -103,7 +104,7 @@ def get_case(name: str) -> Case:
 # ---------------------------------------------------------------------------- inputs
 def reference_profile_paths(model: str, directory: Path | None = None) -> tuple[Path, Path]:
     """``(<model>.json, <model>.meta.json)`` under ``directory`` (default the shipped
-    ``data/reference_profiles/``)."""
+    ``srifty_core/shipped/reference_profiles/``)."""
     d = directory or paths.REFERENCE_PROFILES_DIR
     return d / f"{model}.json", d / f"{model}.meta.json"
 

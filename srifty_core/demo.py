@@ -125,20 +125,28 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
     taken: list[str] = []
 
     def watch() -> None:
+        from srifty_core.cloud.local import pid_alive
+
         while not stop.is_set():
             for log in (paths.data_dir(root) / "runs").glob(f"*/{PROGRESS_FILE}"):
                 if len(read_progress(log)) >= PREEMPT_AT:
-                    for f in provider.state_dir.glob("local-*.json"):
+                    # The training job's workers: one allocation per worker, each running.
+                    live = []
+                    for f in sorted(provider.state_dir.glob("local-*.json")):
                         alloc = provider.get_allocation(f.stem)
-                        live = [
-                            i.id
-                            for i in provider.describe(alloc)
+                        state = json.loads(f.read_text())
+                        running = [
+                            i.id for i in provider.describe(alloc)
                             if i.state is InstanceState.RUNNING
-                        ]
-                        if len(live) > 1 and provider.worker_pids(alloc):  # the training job
-                            provider.interrupt(live[1])
-                            taken.append(live[1])
-                            return
+                        ]  # fmt: skip
+                        if running and any(
+                            pid_alive(p["pid"], p["start_ticks"]) for p in state["processes"]
+                        ):
+                            live += running
+                    if len(live) > 1:
+                        provider.interrupt(live[-1])
+                        taken.append(live[-1])
+                        return
             time.sleep(0.05)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -173,15 +181,17 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
         if not queued:
             raise SriftyError("the re-plan run that plan-and-train triggered is not queued")
         when = str(max(queued, key=lambda r: str(r.get("logical_date")))["logical_date"])
+        kept = ", ".join(conf["resume"].get("allocations", [])) or "none"
         print(f"  re-planning run (triggered by the monitor) for {conf['iterations']} "
-              "iterations left ...", flush=True)  # fmt: skip
+              f"iterations left; allocations handed over: {kept} ...", flush=True)  # fmt: skip
         state = run_dag("srifty_plan_and_train", env, conf, logical_date=when)
         _require(state, "srifty_plan_and_train (re-plan)", home)
     return run_dir
 
 
 def _print_job(run_dir: Path) -> None:
-    from srifty_core.runtime.orchestrate import JobPlan, read_decisions
+    from srifty_core.runtime.job import JobPlan
+    from srifty_core.runtime.monitor_step import read_decisions
     from srifty_core.runtime.progress import PROGRESS_FILE, median_step_s, read_progress
 
     records = read_progress(run_dir / PROGRESS_FILE)

@@ -1,24 +1,32 @@
 """The one place that decides where Srifty keeps its data.
 
 The data folder is, in order of precedence: the ``data_dir`` argument (the CLI's
-``--data-dir``), the environment variable ``SRIFTY_DATA_DIR``, or ``data/`` at the
-repository root. Everything Srifty writes lives under it (probe store, compute profiles,
-MLflow store, Airflow's home for the demo, reports, price overlays). The shipped catalog,
-reference tables and reference profiles are read from the repository's ``data/`` whatever
-the data folder.
+``--data-dir``), the environment variable ``SRIFTY_DATA_DIR``, or the default: ``data/`` at
+the repository root when running from a source tree (a checkout, an editable install),
+else ``$XDG_DATA_HOME/srifty`` (``~/.local/share/srifty``) for an installed wheel.
+Everything Srifty writes lives under it (probe store, compute profiles, MLflow store,
+Airflow's home for the demo, reports, price overlays).
+
+The shipped catalog, reference tables and reference profiles are package data
+(``srifty_core/shipped/``, found through ``importlib.resources``), read whatever the data
+folder and however the package was installed.
 """
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
 ENV_VAR = "SRIFTY_DATA_DIR"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-"""The repository (or source tree) this package was installed from in editable mode."""
+"""The repository (or source tree) this package was installed from in editable mode (for
+an installed wheel: the folder it was installed into)."""
 
-SHIPPED_DATA_DIR = REPO_ROOT / "data"
+SHIPPED_DATA_DIR = Path(str(files("srifty_core") / "shipped"))
+"""The data that ships inside the package (read-only; ``pyproject.toml``'s package data
+lists it, ``tests/test_packaging.py`` checks that the wheel carries all of it)."""
 CATALOG_DIR = SHIPPED_DATA_DIR / "catalog"
 """Shipped instance catalog: EC2 GPU types, zone spot prices, GPU specs (read-only)."""
 REFERENCE_DIR = SHIPPED_DATA_DIR / "reference"
@@ -30,14 +38,31 @@ DAGS_DIR = REPO_ROOT / "dags"
 PLUGINS_DIR = REPO_ROOT / "plugins"
 
 
+def in_source_tree() -> bool:
+    """Whether this package runs from a source tree (a checkout or an editable install)
+    rather than from an installed wheel."""
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "srifty_core").is_dir()
+
+
+def default_data_dir() -> Path:
+    """``<repo>/data`` in a source tree, else ``$XDG_DATA_HOME/srifty`` (default
+    ``~/.local/share/srifty``): never inside an installed package."""
+    if in_source_tree():
+        return REPO_ROOT / "data"
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return (base / "srifty").resolve()
+
+
 def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The data folder: ``override``, else ``$SRIFTY_DATA_DIR``, else ``<repo>/data``."""
+    """The data folder: ``override``, else ``$SRIFTY_DATA_DIR``, else
+    ``default_data_dir()``."""
     if override is not None and str(override) != "":
         return Path(override).expanduser().resolve()
     env = os.environ.get(ENV_VAR, "")
     if env:
         return Path(env).expanduser().resolve()
-    return SHIPPED_DATA_DIR
+    return default_data_dir()
 
 
 def probe_store_dir(root: Path | None = None) -> Path:

@@ -9,7 +9,9 @@ lands in ``./mlruns`` of the current directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from srifty_core import paths
 
@@ -58,3 +60,46 @@ def setup_experiment(name: str, tracking_uri: str | None = None) -> str:
     artifacts = (paths.mlflow_dir() / "artifacts").resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
     return str(mlflow.create_experiment(name, artifact_location=artifacts.as_uri()))
+
+
+TAG_PREFIX = "srifty."
+"""Every tag Srifty sets on a run is ``srifty.<name>`` (``srifty.kind`` says which job made
+the run: ``job``, ``replan``, ``compute-profile``, ``bandwidth-model``), so one filter
+(``tags.`srifty.kind` = 'job'``) finds a kind of run and nothing collides with MLflow's
+own ``mlflow.*`` tags."""
+
+
+def srifty_tags(**values: object) -> dict[str, str]:
+    """``{"srifty.<name>": str(value)}`` for each given value."""
+    return {f"{TAG_PREFIX}{k}": str(v) for k, v in values.items()}
+
+
+def log_batch(
+    client: Any,
+    run_id: str,
+    *,
+    metrics: Mapping[str, float] | None = None,
+    params: Mapping[str, object] | None = None,
+    tags: Mapping[str, str] | None = None,
+    step: int = 0,
+    timestamp_ms: int | None = None,
+) -> None:
+    """One ``MlflowClient.log_batch`` call for the run's metrics, params and tags (MLflow
+    takes at most 1000 metrics, 100 params and 100 tags per call: larger sets are sent in
+    chunks). Non-finite metrics are left out."""
+    import math
+    import time
+
+    from mlflow.entities import Metric, Param, RunTag
+
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    ms = [
+        Metric(k, float(v), ts, step)
+        for k, v in (metrics or {}).items()
+        if v is not None and math.isfinite(float(v))
+    ]
+    ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+    ts_ = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
+    while ms or ps or ts_:
+        client.log_batch(run_id, metrics=ms[:1000], params=ps[:100], tags=ts_[:100])
+        ms, ps, ts_ = ms[1000:], ps[100:], ts_[100:]

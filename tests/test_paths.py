@@ -29,7 +29,7 @@ def test_everything_lives_under_the_data_dir(data_dir: Path) -> None:
         assert sub.parent == root
 
 
-def test_shipped_data_is_in_the_repository() -> None:
+def test_shipped_data_is_in_the_package() -> None:
     assert (paths.CATALOG_DIR / "ec2_gpu_catalog.csv").is_file()
     assert (paths.REFERENCE_DIR / "nccl_tests_public.csv").is_file()
     assert (paths.REFERENCE_PROFILES_DIR / "resnet50.json").is_file()

@@ -1,7 +1,7 @@
 """The instance catalog: EC2 GPU instance types, GPU specs, on-demand and spot prices.
 
-``Catalog.load()`` reads the shipped files in ``data/catalog/`` (provenance in
-``data/SOURCES.md``) and merges any price overlays found in ``<data dir>/prices/``.
+``Catalog.load()`` reads the shipped files in ``srifty_core/shipped/catalog/`` (provenance in
+``srifty_core/shipped/SOURCES.md``) and merges any price overlays found in ``<data dir>/prices/``.
 """
 
 from srifty_core.catalog.catalog import Catalog, MissingPriceError

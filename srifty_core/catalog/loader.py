@@ -8,7 +8,7 @@ catalog must stay light). The rules, one place each:
   not where training fleets are placed). An empty price is *missing*, never 0. Duplicate
   rows for one zone (the older snapshot lists p4de twice) keep the lowest price.
 - **Dates**: every price carries the observation date of its source from
-  ``price_sources.csv`` (an upper bound; ``data/SOURCES.md`` explains each).
+  ``price_sources.csv`` (an upper bound; ``srifty_core/shipped/SOURCES.md`` explains each).
 - **Rated network**: Karpenter's baseline Gbps where present, else the number in AWS's rating
   text; "up to" ratings also keep their burst figure.
 - **GPU memory per GPU**: AWS's usable GiB where present, else Vantage's total / GPU count.

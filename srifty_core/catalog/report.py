@@ -76,7 +76,7 @@ def price_age_line(catalog: Catalog, today: date | None = None) -> str:
     newest_age, oldest_age = catalog.price_age_days(today)
     return (
         f"prices observed {oldest} .. {newest} (upper bounds; {newest_age}-{oldest_age} days old "
-        f"on {today}); sources: data/SOURCES.md"
+        f"on {today}); sources: srifty_core/shipped/SOURCES.md"
     )
 
 

@@ -139,6 +139,9 @@ class Provider(abc.ABC):
     name: str
     cloud: str
     region: str
+    reruns_workers: bool = False
+    """Can ``run`` start new workers on an allocation whose workers were stopped? Only then
+    can a re-plan keep the allocation for the next configuration."""
 
     @abc.abstractmethod
     def instance_type(self, name: str) -> InstanceSpec:

@@ -17,10 +17,14 @@
 * **Prices** come from the catalog; ``refresh_spot_prices`` reads
   ``describe_spot_price_history`` and writes the newest price per zone into the catalog's
   price overlay folder.
-* **Workers** start from the user data (``bootstrap_user_data``): it installs the package
-  in a venv and starts ``srifty probe|profile|train ...`` with its arguments. ``run`` on
-  an already running allocation is not supported (there is no remote shell here): pass the
-  worker when launching (``EC2Provider(worker=[...])``).
+* **Workers** start from the user data (``bootstrap_user_data``): it downloads the Srifty
+  wheel named by the deployment (``WorkerWheel``: ``SRIFTY_WORKER_WHEEL_URI``, an https://
+  or s3:// URI, and ``SRIFTY_WORKER_WHEEL_SHA256``), checks its sha256, installs it with the
+  ``worker`` extra in a venv and starts ``srifty probe|profile|train ...`` with its
+  arguments. Never ``pip install srifty`` from a package index (anyone can publish that
+  name there), and never a wheel a trigger conf names. ``run`` on an already running
+  allocation is not supported (there is no remote shell here): pass the worker when
+  launching (``EC2Provider(worker=[...])``).
 
 Airflow and boto3 are imported inside methods, so importing this module stays light. The
 tests run it against a moto server on loopback; moto is a test stand-in only and is never
@@ -31,11 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import shlex
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,15 +84,86 @@ SPOT_INTERRUPTION_CODES = (
 _GMT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 
 
+WHEEL_URI_ENV = "SRIFTY_WORKER_WHEEL_URI"
+WHEEL_SHA256_ENV = "SRIFTY_WORKER_WHEEL_SHA256"
+_WHEEL_NAME = re.compile(r"srifty-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+WHEEL_DIR = "/opt/srifty/wheel"
+
+
+@dataclass(frozen=True)
+class WorkerWheel:
+    """The Srifty wheel the workers install: where it is (``https://`` or ``s3://``; the
+    VM reads s3 with its instance profile) and its sha256, which the VM checks before
+    installing. A deployment setting: ``from_env`` reads ``SRIFTY_WORKER_WHEEL_URI`` and
+    ``SRIFTY_WORKER_WHEEL_SHA256``, never a trigger conf."""
+
+    uri: str
+    sha256: str
+    extra: str = "worker"
+
+    def __post_init__(self) -> None:
+        scheme, sep, rest = self.uri.partition("://")
+        if not sep or scheme not in ("https", "s3") or not rest:
+            raise ConfigError(
+                f"{WHEEL_URI_ENV}: an https:// or s3:// URI of a Srifty wheel, got {self.uri!r}"
+            )
+        if not _WHEEL_NAME.fullmatch(self.filename):
+            raise ConfigError(
+                f"{WHEEL_URI_ENV}: must end in a Srifty wheel's file name "
+                f"(srifty-<version>-py3-none-any.whl), got {self.filename!r}"
+            )
+        if not _SHA256.fullmatch(self.sha256):
+            raise ConfigError(
+                f"{WHEEL_SHA256_ENV}: 64 lower-case hex digits (sha256sum's output), "
+                f"got {self.sha256!r}"
+            )
+        if self.extra not in ("worker", "all"):
+            raise ConfigError(f"extra: worker or all, got {self.extra!r}")
+
+    @property
+    def filename(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerWheel | None:
+        """The deployment's wheel, or ``None`` when neither variable is set."""
+        env = os.environ if env is None else env
+        uri, sha = env.get(WHEEL_URI_ENV, ""), env.get(WHEEL_SHA256_ENV, "")
+        if not uri and not sha:
+            return None
+        if not uri or not sha:
+            raise ConfigError(f"set both {WHEEL_URI_ENV} and {WHEEL_SHA256_ENV}, or neither")
+        return cls(uri, sha.lower())
+
+    def install_lines(self, venv: str = "/opt/srifty") -> list[str]:
+        """Shell lines: download, check the sha256 (the script stops on a mismatch), install."""
+        local = f"{WHEEL_DIR}/{self.filename}"
+        if self.uri.startswith("s3://"):
+            fetch = f"aws s3 cp --only-show-errors {shlex.quote(self.uri)} {shlex.quote(local)}"
+        else:
+            fetch = (
+                "curl --fail --silent --show-error --location --proto =https --retry 3 "
+                f"-o {shlex.quote(local)} {shlex.quote(self.uri)}"
+            )
+        return [
+            f"mkdir -p {WHEEL_DIR}",
+            fetch,
+            f"echo {shlex.quote(f'{self.sha256}  {local}')} | sha256sum --check --strict -",
+            f"{venv}/bin/pip install {shlex.quote(f'{local}[{self.extra}]')}",
+        ]
+
+
 def bootstrap_user_data(
     worker: Sequence[str],
     *,
-    package: str = "srifty",
+    wheel: WorkerWheel,
     allocation_id: str = "",
     env: Mapping[str, str] | None = None,
 ) -> str:
-    """A cloud-init shell script: install ``package`` in ``/opt/srifty`` and start
-    ``srifty <worker...>`` in the background, logging to ``/var/log/srifty-worker.log``.
+    """A cloud-init shell script: install ``wheel`` (checked against its sha256) with its
+    extra in ``/opt/srifty`` and start ``srifty <worker...>`` in the background, logging to
+    ``/var/log/srifty-worker.log``.
 
     ``worker[0]`` is ``probe``, ``profile`` or ``train``; every argument is shell-quoted.
     Put no secret in ``env``: user data is readable from inside the VM.
@@ -100,7 +177,7 @@ def bootstrap_user_data(
         "exec >>/var/log/srifty-bootstrap.log 2>&1",
         "python3 -m venv /opt/srifty",
         "/opt/srifty/bin/pip install --upgrade pip",
-        f"/opt/srifty/bin/pip install {shlex.quote(package)}",
+        *wheel.install_lines(),
         *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
         "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
         "nohup /opt/srifty/bin/srifty "
@@ -125,7 +202,8 @@ class EC2Provider(Provider):
         key_name: str | None = None,
         instance_profile_arn: str | None = None,
         worker: Sequence[str] | None = None,
-        package: str = "srifty",
+        package: str | None = None,
+        wheel: WorkerWheel | None = None,
         wait_timeout_s: float = 900.0,
         poll_s: float = 5.0,
         catalog: Catalog | None = None,
@@ -138,12 +216,29 @@ class EC2Provider(Provider):
         self.key_name = key_name
         self.instance_profile_arn = instance_profile_arn
         self.worker = tuple(worker) if worker else None
-        self.package = package
+        if package not in (None, "", "srifty"):
+            # What the VMs install is a deployment setting, never a request's or conf's.
+            raise ConfigError(
+                f"ec2.package: {package!r} is not accepted; the workers install the wheel "
+                f"of the deployment settings {WHEEL_URI_ENV} and {WHEEL_SHA256_ENV}"
+            )
+        self._wheel = wheel
         self.wait_timeout_s = wait_timeout_s
         self.poll_s = poll_s
         self._catalog = catalog
         self._client_cache: Any = None
         self._zone_ids: dict[str, str] | None = None
+
+    def wheel(self) -> WorkerWheel:
+        """The wheel the workers install: the one given, else the deployment's
+        (``WorkerWheel.from_env``); a ``ConfigError`` when there is none."""
+        wheel = self._wheel or WorkerWheel.from_env()
+        if wheel is None:
+            raise ConfigError(
+                f"EC2 workers install Srifty from a wheel: set {WHEEL_URI_ENV} (https:// or "
+                f"s3://) and {WHEEL_SHA256_ENV} in the deployment's environment"
+            )
+        return wheel
 
     # ------------------------------------------------------------------ AWS access
     def client(self) -> Any:
@@ -255,7 +350,7 @@ class EC2Provider(Provider):
         }
         if self.worker:
             kwargs["UserData"] = bootstrap_user_data(
-                self.worker, package=self.package, allocation_id=alloc_id
+                self.worker, wheel=self.wheel(), allocation_id=alloc_id
             )
         if self.subnet_id:
             kwargs["SubnetId"] = self.subnet_id

@@ -32,7 +32,8 @@ which a learned model has to capture (the method notes the same about real NCCL)
   (NCCL picks trees for small messages at scale; tree bandwidth is 0.6 of ring's), plus
   ``2 (n - k)`` intra-VM hops.
 
-Calibration against the public nccl-tests tables (``data/reference/nccl_tests_public.csv``,
+Calibration against the public nccl-tests tables
+(``srifty_core/shipped/reference/nccl_tests_public.csv``,
 ``all_reduce_perf``, out-of-place): ``L0`` is the median time of the 8 B..1 KB rows (the
 latency floor) minus the intra-VM hops, and ``eff`` the busbw of the largest rows divided by
 the rated NIC bandwidth. Per family (``FAMILY_NET``):

@@ -49,6 +49,7 @@ from srifty_core.cloud.base import (
     ProviderError,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
+from srifty_core.worker_env import scrubbed
 
 LOCAL_CPU = "local.cpu"
 LOOPBACK = "127.0.0.1"
@@ -90,6 +91,7 @@ def pid_alive(pid: int, start_ticks: int | None = None) -> bool:
 class LocalProvider(Provider):
     name = "local"
     cloud = "local"
+    reruns_workers = True
 
     def __init__(
         self,
@@ -213,54 +215,72 @@ class LocalProvider(Provider):
         *,
         log_dir: Path | None = None,
     ) -> None:
-        state = self._load(allocation.id)
-        not_running = [i for i, s in state["instances"].items() if s != InstanceState.RUNNING]
-        if not_running:
-            raise ProviderError(
-                f"allocation {allocation.id}: instance(s) {not_running} are not running"
-            )
-        if any(pid_alive(p["pid"], p["start_ticks"]) for p in state["processes"]):
-            raise ProviderError(f"allocation {allocation.id} still runs workers; wait or release")
+        self.run_group([allocation], argv, env, log_dir=log_dir)
+
+    def run_group(
+        self,
+        allocations: Sequence[Allocation],
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        log_dir: Path | None = None,
+    ) -> None:
+        """Start one process group over several allocations: ranks are numbered across
+        them in order (an allocation kept from an earlier configuration and one launched
+        for the new one train together)."""
+        states = [self._load(a.id) for a in allocations]
+        for a, state in zip(allocations, states, strict=True):
+            not_running = [i for i, s in state["instances"].items() if s != InstanceState.RUNNING]
+            if not_running:
+                raise ProviderError(f"allocation {a.id}: instance(s) {not_running} are not running")
+            if any(pid_alive(p["pid"], p["start_ticks"]) for p in state["processes"]):
+                raise ProviderError(f"allocation {a.id} still runs workers; wait or release")
         port = free_port()
-        logs = log_dir or self.state_dir / allocation.id / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        procs: dict[int, subprocess.Popen[bytes]] = {}
-        records: list[dict[str, Any]] = []
-        per = allocation.spec.ranks_per_instance
-        base_env = {**os.environ, **(env or {})}
-        try:
-            for rank in range(allocation.ranks):
-                rank_env = {
-                    **base_env,
-                    "RANK": str(rank),
-                    "LOCAL_RANK": str(rank % per),
-                    "WORLD_SIZE": str(allocation.ranks),
-                    "MASTER_ADDR": LOOPBACK,
-                    "MASTER_PORT": str(port),
-                    "SRIFTY_INSTANCE_ID": allocation.instance_ids[rank // per],
-                    "SRIFTY_ALLOCATION_ID": allocation.id,
-                    "OMP_NUM_THREADS": base_env.get("OMP_NUM_THREADS", "1"),
-                }
-                with open(logs / f"rank-{rank}.log", "ab") as log:
-                    p = subprocess.Popen(
-                        list(argv),
-                        env=rank_env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
+        world = sum(a.ranks for a in allocations)
+        # the caller's environment without its secrets (worker_env), plus what it passes
+        base_env = {**scrubbed(), **(env or {})}
+        first = 0
+        for a, state in zip(allocations, states, strict=True):
+            logs = log_dir or self.state_dir / a.id / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            procs: dict[int, subprocess.Popen[bytes]] = {}
+            records: list[dict[str, Any]] = []
+            per = a.spec.ranks_per_instance
+            try:
+                for local in range(a.ranks):
+                    rank = first + local
+                    rank_env = {
+                        **base_env,
+                        "RANK": str(rank),
+                        "LOCAL_RANK": str(local % per),
+                        "WORLD_SIZE": str(world),
+                        "MASTER_ADDR": LOOPBACK,
+                        "MASTER_PORT": str(port),
+                        "SRIFTY_INSTANCE_ID": a.instance_ids[local // per],
+                        "SRIFTY_ALLOCATION_ID": a.id,
+                        "OMP_NUM_THREADS": base_env.get("OMP_NUM_THREADS", "1"),
+                    }
+                    with open(logs / f"rank-{rank}.log", "ab") as log:
+                        p = subprocess.Popen(
+                            list(argv),
+                            env=rank_env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
+                    procs[rank] = p
+                    records.append(
+                        {"rank": rank, "pid": p.pid, "start_ticks": process_start_ticks(p.pid)}
                     )
-                procs[rank] = p
-                records.append(
-                    {"rank": rank, "pid": p.pid, "start_ticks": process_start_ticks(p.pid)}
-                )
-        finally:
-            # Record whatever started, even if a later rank failed to, so release finds it.
-            self._procs[allocation.id] = procs
-            state["processes"] = records
-            state["master_port"] = port
-            state["log_dir"] = str(logs)
-            self._save(allocation.id, state)
+            finally:
+                # Record whatever started, even if a later rank failed to, so release finds it.
+                self._procs[a.id] = procs
+                state["processes"] = records
+                state["master_port"] = port
+                state["log_dir"] = str(logs)
+                self._save(a.id, state)
+            first += a.ranks
 
     def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
         procs = self._procs.get(allocation.id)

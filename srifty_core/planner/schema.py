@@ -304,11 +304,14 @@ class ResumeSpec(Strict):
     depleted: Annotated[list[Text], Field(max_length=MAX_OFFERS)] = []
     parent_run_id: RunId | None = None
     job_run_id: RunId | None = None
+    allocations: Annotated[list[RunId], Field(max_length=MAX_OFFERS)] = []
+    """Allocations the parent run handed over (still running): the re-plan keeps those its
+    configuration wants and releases the rest."""
 
 
 class JobConf(Strict):
     """The conf of the ``srifty_plan_and_train`` DAG: the planning request plus the run's
-    settings (``runtime.orchestrate.JobSpec``)."""
+    settings (``runtime.job.JobSpec``)."""
 
     kind = "conf"
     rule = "a mapping of conf fields (model, size, global_batch, iterations, offers, ...)"

@@ -1,7 +1,8 @@
 """Public nccl-tests ``all_reduce_perf`` tables as bus-bandwidth rows the model can fit on.
 
 ``nccl_tests_frame(path)`` reads a CSV laid out like the shipped
-``data/reference/nccl_tests_public.csv`` (its columns: ``data/SOURCES.md`` section 4) and
+``srifty_core/shipped/reference/nccl_tests_public.csv`` (its columns:
+``srifty_core/shipped/SOURCES.md`` section 4) and
 returns probe-like rows: the model's features (``predictors.base.FEATURE_COLUMNS``), the label
 ``busbw`` and the grouping columns. ``BandwidthModel.fit`` and ``tuning.tune`` take the frame
 as it is.

@@ -315,7 +315,7 @@ def log_fit(
     the run's MLflow dataset input (context ``training``; schema, row count and a digest,
     the ``data_version`` tag when given; not the rows themselves), named after
     ``data_source``. Returns (run id, version)."""
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking import setup_experiment, srifty_tags
 
     experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -331,7 +331,7 @@ def log_fit(
             warnings.simplefilter("ignore", UserWarning)
             signature = infer_signature(example, BandwidthModel.load(model_dir).predict(example))
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
-        mlflow.set_tags({"kind": "bandwidth-model", **tags})
+        mlflow.set_tags({**srifty_tags(kind="bandwidth-model"), **tags})
         mlflow.log_params({k: _param(v) for k, v in params.items()})  # one batch
         if training_data is not None:
             from mlflow.data.pandas_dataset import from_pandas
@@ -418,15 +418,19 @@ def record_decision(
     tracking_uri: str | None = None,
 ) -> None:
     """Put the promotion decision on the run (tags, metrics) and on the model version."""
+    from srifty_core.tracking import log_batch, srifty_tags
+
     c = client(tracking_uri)
-    c.set_tag(run_id, "promoted", str(bool(decision["promote"])).lower())
-    c.set_tag(run_id, "decision", str(decision["reason"]))
+    promoted = str(bool(decision["promote"])).lower()
     c.set_model_version_tag(MODEL_NAME, version, "promoted", str(bool(decision["promote"])))
     c.set_model_version_tag(MODEL_NAME, version, "decision", str(decision["reason"]))
-    for key in ("challenger_holdout_mape", "champion_holdout_mape"):
-        value = decision.get(key)
-        if value is not None and value == value:
-            c.log_metric(run_id, key, float(value))
+    metrics = {
+        key: float(value)
+        for key in ("challenger_holdout_mape", "champion_holdout_mape")
+        if (value := decision.get(key)) is not None and value == value
+    }
+    tags = srifty_tags(promoted=promoted, decision=decision["reason"])
+    log_batch(c, run_id, metrics=metrics, tags=tags)
 
 
 def _param(v: Any) -> str:

@@ -105,7 +105,7 @@ def plot_profile(p: ComputeProfile, path: Path) -> Path:
 def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
     """Log the profile to MLflow: parameters, fit metrics, the JSON and the plot. Returns the
     run id."""
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking import setup_experiment, srifty_tags
 
     experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
     import mlflow
@@ -115,7 +115,8 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
     with mlflow.start_run(
         experiment_id=experiment_id, run_name=f"{p.model}-{p.size}-{p.device_type}"
     ) as run:
-        mlflow.set_tags({"model": p.model, "device_type": p.device_type, "kind": "compute-profile"})
+        tags = srifty_tags(kind="compute-profile", model=p.model, device_type=p.device_type)
+        mlflow.set_tags(tags)
         mlflow.log_params(
             {
                 "model": p.model,

@@ -1,19 +1,24 @@
 """The MLflow record of an orchestrated training job (experiment ``srifty-jobs``).
 
 One run per job, created by its first plan: the request (params), the first plan
-(predicted iteration time, total time and cost, the explanation, the frontier plot) and,
-once that configuration ends, the monitor's decisions and the measured iteration time.
+(predicted iteration time, total time and cost, the explanation). While a configuration
+trains, the monitor's step logs the window's metrics to its run (``LiveMetrics``:
+throughput, iteration time measured against predicted, loss, projection), so the run
+updates live; once it ends, the monitor's decisions and the measured iteration time.
 Each re-plan is a run nested under it (tag ``mlflow.parentRunId``) with the same content
 for its configuration and the reason it was needed. When the job finishes, its run gets
 the outcome (iterations, time, cost, configurations) and the timeline plot, and ends.
 
-The steps of a job run in different processes (Airflow tasks), so runs are addressed by
-id through ``MlflowClient`` rather than through an active-run stack.
+Every write is one ``log_batch`` (``tracking.log_batch``), never a call per value; tags
+follow ``tracking.srifty_tags`` (``srifty.kind`` = ``job`` or ``replan``). The steps of a job
+run in different processes (Airflow tasks), so runs are addressed by id through
+``MlflowClient`` rather than through an active-run stack.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
 from collections.abc import Mapping
@@ -21,12 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srifty_core.tracking import setup_experiment
+from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
 
 if TYPE_CHECKING:
-    from srifty_core.runtime.orchestrate import JobPlan, JobSpec
+    from srifty_core.runtime.job import JobPlan, JobSpec
 
 EXPERIMENT = "srifty-jobs"
+log = logging.getLogger(__name__)
 
 
 def _client() -> tuple[Any, str]:
@@ -53,10 +59,10 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
         run = client.create_run(
             exp,
             run_name=f"job {run_key}",
-            tags={"srifty.kind": "job", "srifty.model": spec.model, "srifty.airflow_run": run_key},
+            tags=srifty_tags(kind="job", model=spec.model, airflow_run=run_key),
         )
         job_run_id = config_run_id = run.info.run_id
-        params = {
+        params: dict[str, object] = {
             "model": spec.model,
             "size": spec.size,
             "global_batch": spec.global_batch,
@@ -67,10 +73,8 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
             "time_limit_s": spec.time_limit_s,
             "budget_usd": spec.budget_usd,
             "bandwidth": spec.bandwidth,
-            "offers": json.dumps(list(spec.offers))[:6000],
+            "offers": json.dumps(list(spec.offers)),
         }
-        for k, v in params.items():
-            client.log_param(job_run_id, k, v)
     else:
         job_run_id = resume.job_run_id
         run = client.create_run(
@@ -78,29 +82,36 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
             run_name=f"re-plan {job.config_id} at iteration {resume.iterations_done}",
             tags={
                 "mlflow.parentRunId": job_run_id,
-                "srifty.kind": "replan",
-                "srifty.airflow_run": run_key,
-                "srifty.parent_airflow_run": str(resume.parent_run_id),
+                **srifty_tags(
+                    kind="replan", model=spec.model, airflow_run=run_key,
+                    parent_airflow_run=resume.parent_run_id,
+                ),
             },
-        )
+        )  # fmt: skip
         config_run_id = run.info.run_id
-        for k, v in {
+        params = {
             "iterations_done": resume.iterations_done,
             "iterations_left": spec.iterations,
             "time_left_s": spec.time_limit_s,
             "budget_left_usd": spec.budget_usd,
             "depleted": ",".join(resume.depleted) or "-",
-        }.items():
-            client.log_param(config_run_id, k, v)
+            "kept_allocations": ",".join(resume.allocations) or "-",
+        }
     p = job.predicted
-    client.set_tag(config_run_id, "srifty.config_id", job.config_id)
-    client.set_tag(config_run_id, "srifty.configuration", str(p.get("label", "")))
-    client.set_tag(config_run_id, "srifty.feasible", str(p.get("feasible")))
+    metrics = {"usd_per_hour": job.usd_per_hour}
     for key in ("t_iter_s", "time_s", "cost_usd", "throughput", "exposed_comm_s"):
         x = _num(p.get(key))
         if x is not None:
-            client.log_metric(config_run_id, f"predicted_{key}", x)
-    client.log_metric(config_run_id, "usd_per_hour", job.usd_per_hour)
+            metrics[f"predicted_{key}"] = x
+    log_batch(
+        client,
+        config_run_id,
+        params=params,
+        metrics=metrics,
+        tags=srifty_tags(
+            config_id=job.config_id, configuration=p.get("label", ""), feasible=p.get("feasible")
+        ),
+    )
     plan_json = json.dumps(result, indent=2, default=str)
     client.log_text(config_run_id, plan_json, f"{job.config_id}/plan.json")
     explanation = "\n".join(job.explanation) + "\n"
@@ -108,34 +119,65 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
     return replace(job, job_run_id=job_run_id, config_run_id=config_run_id)
 
 
+class LiveMetrics:
+    """The monitor's per-step window metrics to the configuration's run, as it trains (one
+    ``log_batch`` per step that saw new training steps). A failure to log is logged and
+    never ends the monitor."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._client: Any = None
+
+    def __call__(self, metrics: Mapping[str, float], step: int, at: float) -> None:
+        try:
+            if self._client is None:
+                self._client, _ = _client()
+            log_batch(self._client, self.run_id, metrics=metrics, step=step,
+                      timestamp_ms=int(at * 1000))  # fmt: skip
+        except Exception:  # MLflow down: the job goes on, the next step tries again
+            self._client = None
+            log.warning("could not log live metrics to MLflow run %s", self.run_id, exc_info=True)
+
+
+def live_metrics(job: JobPlan) -> LiveMetrics | None:
+    """The live sink for a configuration's monitor, or ``None`` when it is not tracked."""
+    return LiveMetrics(job.config_run_id) if job.config_run_id else None
+
+
 def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: str) -> None:
     """The configuration ended (``finished`` or ``replan``): the monitor's decisions, the
     measured iteration time beside the prediction, and why it ended."""
     if not job.config_run_id:
         return
-    from srifty_core.runtime.orchestrate import DECISIONS_FILE, read_decisions
+    from mlflow.entities import Metric
+
+    from srifty_core.runtime.monitor_step import DECISIONS_FILE, read_decisions
     from srifty_core.runtime.progress import median_step_s, read_progress
 
     client, _ = _client()
     rid = job.config_run_id
-    plan = job.train
-    decisions = read_decisions(plan.run_dir, job.config_id)
+    facts = job.facts
+    decisions = read_decisions(facts.run_dir, job.config_id)
+    history = []
     for k, d in enumerate(decisions):
         step = int(d.get("iterations_done", k))
-        ts = int(float(d.get("at") or 0) * 1000) or None
+        ts = int(float(d.get("at") or 0) * 1000)
         for key in ("iterations_done", "elapsed_s", "spent_usd", "optimistic_throughput",
                     "projected_time_s"):  # fmt: skip
             x = _num(d.get(key))
             if x is not None:
-                client.log_metric(rid, f"monitor_{key}", x, timestamp=ts, step=step)
-    measured = median_step_s(read_progress(plan.progress_path), job.config_id)
+                history.append(Metric(f"monitor_{key}", x, ts, step))
+    for k in range(0, len(history), 1000):  # a 6-hour job: a few dozen calls, not 20,000
+        client.log_batch(rid, metrics=history[k : k + 1000])
+    metrics: dict[str, float] = {}
+    measured = median_step_s(read_progress(facts.progress_path), job.config_id)
     if measured is not None:
-        client.log_metric(rid, "measured_t_iter_s", measured)
+        metrics["measured_t_iter_s"] = measured
         predicted = _num(job.predicted.get("t_iter_s"))
         if predicted:
-            client.log_metric(rid, "t_iter_error_pct", 100.0 * (predicted / measured - 1.0))
-    client.set_tag(rid, "srifty.outcome", outcome)
-    client.set_tag(rid, "srifty.reason", str(result.get("reason", ""))[:5000])
+            metrics["t_iter_error_pct"] = 100.0 * (predicted / measured - 1.0)
+    tags = srifty_tags(outcome=outcome, reason=str(result.get("reason", "")))
+    log_batch(client, rid, metrics=metrics, tags=tags)
     if decisions:
         lines = "".join(json.dumps(d, default=str) + "\n" for d in decisions)
         client.log_text(rid, lines, f"{job.config_id}/{DECISIONS_FILE}")
@@ -145,15 +187,15 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
 
 def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
     """The job finished: its totals and timeline go to the job's run, which ends."""
-    from srifty_core.runtime.orchestrate import read_decisions
+    from srifty_core.runtime.monitor_step import read_decisions
     from srifty_core.runtime.progress import read_progress
     from srifty_core.runtime.timeline import plot_timeline
 
-    plan = job.train
-    records = read_progress(plan.progress_path)
+    facts = job.facts
+    records = read_progress(facts.progress_path)
     outcome = {
         "iterations": max((r.iteration for r in records), default=0),
-        "target_iterations": plan.iterations,
+        "target_iterations": facts.iterations,
         "elapsed_s": float(result.get("elapsed_s", 0.0)),
         "cost_usd": float(result.get("spent_usd", 0.0)),
         "configurations": len({r.config_id for r in records}),
@@ -162,13 +204,14 @@ def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
         return outcome
     client, _ = _client()
     rid = job.job_run_id
-    for k, v in outcome.items():
-        client.log_metric(rid, f"outcome_{k}", float(v))
-    client.set_tag(rid, "srifty.outcome", "finished")
+    log_batch(
+        client, rid, metrics={f"outcome_{k}": float(v) for k, v in outcome.items()},
+        tags=srifty_tags(outcome="finished"),
+    )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         png = plot_timeline(
-            records, Path(tmp) / "timeline.png", target=plan.iterations,
-            decisions=read_decisions(plan.run_dir),
+            records, Path(tmp) / "timeline.png", target=facts.iterations,
+            decisions=read_decisions(facts.run_dir),
         )  # fmt: skip
         client.log_artifact(rid, str(png))
     client.set_terminated(rid, "FINISHED")
@@ -179,6 +222,5 @@ def log_failure(job: JobPlan, reason: str) -> None:
     """The job failed (a task gave up): its runs say why and end as FAILED."""
     client, _ = _client()
     for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
-        client.set_tag(rid, "srifty.outcome", "failed")
-        client.set_tag(rid, "srifty.reason", reason[:5000])
+        log_batch(client, rid, tags=srifty_tags(outcome="failed", reason=reason))
         client.set_terminated(rid, "FAILED")

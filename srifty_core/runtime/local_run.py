@@ -4,11 +4,13 @@
 (``python -m srifty_core.runtime.worker PLAN.json``), then polls the provider and the
 progress log every ``poll_s``. When the provider reports an interruption the monitor marks
 the type depleted and asks for a re-plan; on this machine there is one instance type, so
-the re-plan continues on the surviving capacity: the survivors are stopped (they
-checkpoint on SIGTERM), the allocation is released, and a new one with one rank per
-surviving instance resumes from the checkpoint with the global batch re-split over it.
-(On a cloud, ``runtime.replan.replan`` picks the next configuration from the remaining
-offers.) The job ends when every worker of the latest configuration exits with 0.
+the re-plan continues on the surviving capacity through the ``Replanner`` (the same one
+the DAG and the preemption benchmark use): the survivors are stopped (they checkpoint on
+SIGTERM), the change to the survivors' count is applied (the allocation that lost a worker
+is released, one with a rank per survivor launched), and training resumes from the
+checkpoint with the global batch split over the survivors (a plan file carries no model
+of the hardware, so ``Replanner.survivors`` splits it evenly). The job ends when every
+worker of the latest configuration exits with 0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import SriftyError
@@ -27,7 +30,8 @@ from srifty_core.lifetime import caller_env
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
-from srifty_core.runtime.worker import TrainPlan, split_batch
+from srifty_core.runtime.replanner import Replanner
+from srifty_core.runtime.worker import TrainPlan
 
 
 class TrainingError(SriftyError):
@@ -86,12 +90,12 @@ def train_local(
     config = plan
     segments: list[Segment] = []
     decisions: list[Decision] = []
-    while True:
-        ck = load_checkpoint(config.checkpoint_path)
-        start_iter = ck.iteration if ck else 0
-        alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
-        plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
-        try:
+    alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
+    try:
+        while True:
+            ck = load_checkpoint(config.checkpoint_path)
+            start_iter = ck.iteration if ck else 0
+            plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
             provider.run(  # this loop waits for them: they end with it
                 alloc,
                 [sys.executable, "-m", "srifty_core.runtime.worker", str(plan_path)],
@@ -124,9 +128,12 @@ def train_local(
                     )  # fmt: skip
                     if alive < 1:
                         raise TrainingError("every instance was preempted; nothing to resume on")
+                    (alloc,), _ = Replanner.apply(
+                        provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive}
+                    )
                     config = dataclasses.replace(
                         config,
-                        local_batches=split_batch(config.global_batch, alive),
+                        local_batches=Replanner.survivors(config.global_batch, alive),
                         config_id=_next_id(plan.config_id, len(segments)),
                     )
                     break
@@ -157,5 +164,5 @@ def train_local(
                     if not decisions or decisions[-1].action != d.action:
                         decisions.append(d)
                 time.sleep(poll_s)
-        finally:
-            provider.release(alloc)
+    finally:
+        provider.release(alloc)

@@ -1,8 +1,12 @@
-"""The progress log: one JSON line per finished training step, appended by rank 0.
+"""The progress log: one JSON line per finished training step, appended by rank 0, and the
+state file: rank 0's latest step in one small JSON object, replaced atomically each step.
 
 Each line is written, flushed and ``fsync``-ed before the next step starts, so the log is
 readable while the job runs and survives a killed worker (at worst the last line is cut
-short; readers skip a partial last line). Light: no torch import.
+short; readers skip a partial last line). The monitor reads the log incrementally
+(``ProgressTail``: only the bytes added since its last look) and the state file for the
+iteration the last checkpoint holds, so it never loads the checkpoint. Light: no torch
+import.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from srifty_core.atomic import open_for_append
+from srifty_core.atomic import open_for_append, write_text_atomic
 from srifty_core.errors import ConfigError
 
 PROGRESS_FILE = "progress.jsonl"
+STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +118,69 @@ def median_step_s(records: Iterable[ProgressRecord], config_id: str) -> float | 
     its first (which warms up); ``None`` with fewer than 3 steps."""
     steps = [r.step_s for r in records if r.config_id == config_id]
     return statistics.median(steps[1:]) if len(steps) > 2 else None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainState:
+    """Rank 0's latest step (the state file)."""
+
+    iteration: int
+    wall_time: float
+    config_id: str
+    checkpoint_iteration: int
+    """The iteration the checkpoint on disk holds (written before this state)."""
+    loss: float | None = None
+    """The global batch's mean loss at this step."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainState:
+        loss = d.get("loss")
+        return cls(
+            int(d["iteration"]), float(d["wall_time"]), str(d["config_id"]),
+            int(d["checkpoint_iteration"]), None if loss is None else float(loss),
+        )  # fmt: skip
+
+
+def write_state(path: Path | str, state: TrainState) -> None:
+    """Replace the state file atomically (a reader sees the old or the new one, whole)."""
+    write_text_atomic(Path(path), json.dumps(asdict(state), separators=(",", ":")))
+
+
+def read_state(path: Path | str) -> TrainState | None:
+    """The state file, or ``None`` while the workers have written none."""
+    try:
+        return TrainState.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a training state ({exc})") from exc
+
+
+class ProgressTail:
+    """Reads a growing progress log incrementally: each ``read`` parses only the complete
+    lines added since the last one (a line being written waits for the next read)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.offset = 0
+
+    def read(self) -> list[ProgressRecord]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            return []
+        self.offset += end
+        out = []
+        for line in data[:end].decode("utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                out.append(ProgressRecord.from_dict(json.loads(line)))
+            except json.JSONDecodeError:
+                raise ConfigError(f"{self.path}: a line is not JSON") from None
+        return out

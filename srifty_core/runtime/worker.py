@@ -1,9 +1,21 @@
 """The heterogeneous DDP training worker (torchrun-compatible).
 
 ``python -m srifty_core.runtime.worker PLAN.json`` reads ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR`` and ``MASTER_PORT`` from the environment, joins a gloo process group and
-trains the plan's zoo model with rank ``r`` on a local batch of ``local_batches[r]``
-samples.
+``MASTER_ADDR`` and ``MASTER_PORT`` (and ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun
+sets them) from the environment, joins a process group and trains the plan's zoo model
+with rank ``r`` on a local batch of ``local_batches[r]`` samples.
+
+Device (``choose_device``, a pure function of the environment and what CUDA reports): on
+a VM with GPUs each rank takes one GPU (``cuda:LOCAL_RANK``) and the group uses NCCL; on
+a VM without (or with fewer GPUs than ranks on it, when the plan's ``device`` is
+``auto``) every rank runs on the CPU and the group uses gloo. Under torchrun
+``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` place the rank on its VM; a plain launcher (the
+local provider, ``run_spawned``) puts every rank on one host, so the local rank is the
+global one. On GPUs the plan's ``precision`` applies: ``fp16`` runs the forward pass
+under ``torch.autocast`` with a ``GradScaler``, ``bf16`` under ``torch.autocast`` in
+bfloat16 where every rank's GPU supports it (else fp16 with the scaler, agreed by all
+ranks), ``fp32`` (the default) none. The CPU path always computes in the plan's
+``dtype``. Data, loss reweighting and iteration count are the same on both.
 
 Unequal local batches: DDP averages gradients over ranks, so with a mean-reduced loss a
 sample on a small-batch rank would weigh more than one on a large-batch rank. Each rank
@@ -15,9 +27,10 @@ synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting 
 ``sum(local_batches[:r])``. A checkpoint therefore resumes on any world size and mix of
 local batches (same global batch), and gives the same parameters as a straight run.
 
-Rank 0 appends a progress record per step and writes a checkpoint every
-``checkpoint_every`` steps, at the end, and when any rank got SIGTERM (the ranks agree on
-stopping through a one-element allreduce each step, then exit with ``EXIT_STOPPED``).
+Rank 0 appends a progress record per step, writes a checkpoint every ``checkpoint_every``
+steps, at the end, and when any rank got SIGTERM (the ranks agree on stopping through a
+one-element allreduce each step, then exit with ``EXIT_STOPPED``); then it replaces the
+small state file (iteration, time, its loss, the checkpoint's iteration) the monitor reads.
 """
 
 from __future__ import annotations
@@ -28,7 +41,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -43,11 +57,23 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
-from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
+from srifty_core.runtime.progress import (
+    PROGRESS_FILE,
+    STATE_FILE,
+    ProgressLog,
+    ProgressRecord,
+    TrainState,
+    write_state,
+)
 
 EXIT_STOPPED = 3
 """Exit code of a worker that stopped on SIGTERM after a checkpoint."""
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DEVICES = ("auto", "cpu", "cuda")
+"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
+``cpu``, or ``cuda`` (an error without one GPU per rank)."""
+PRECISIONS = ("fp32", "fp16", "bf16")
+"""A plan's ``precision`` on GPUs (the CPU path computes in ``dtype``)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,10 @@ class TrainPlan:
     """Extra seconds per step (to slow a test job down so that it can be interrupted)."""
     timeout_s: float = 60.0
     """Collective timeout: how long a rank waits for a dead peer before failing."""
+    device: str = "auto"
+    """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``choose_device``)."""
+    precision: str = "fp32"
+    """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -113,6 +143,17 @@ class TrainPlan:
             raise ConfigError("checkpoint_every: must be >= 1")
         if self.dtype not in _DTYPES:
             raise ConfigError(f"dtype: must be one of {sorted(_DTYPES)}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device: must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.precision != "fp32" and self.dtype != "float32":
+            raise ConfigError(
+                f"precision: {self.precision} mixed precision keeps float32 parameters; "
+                f"the plan's dtype is {self.dtype}"
+            )
 
     @property
     def world_size(self) -> int:
@@ -178,22 +219,180 @@ def loss_scale(local_batches: Sequence[int], rank: int) -> float:
     return len(local_batches) * local_batches[rank] / sum(local_batches)
 
 
-def local_batch(workload: Any, plan: TrainPlan, iteration: int, rank: int) -> tuple[Tensor, ...]:
-    """Rank ``rank``'s slice of iteration ``iteration``'s global batch."""
+@dataclass(frozen=True)
+class Placement:
+    """Where one rank runs (``choose_device``)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    """This rank's index on its host (its GPU, on CUDA)."""
+    local_world_size: int
+    """Ranks on this host."""
+    device: str
+    """``cpu`` or ``cuda:<local rank>``."""
+    backend: str
+    """``gloo`` (CPU) or ``nccl`` (CUDA)."""
+    note: str = ""
+    """Why ``auto`` fell back to the CPU on a host with GPUs (empty otherwise)."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise ConfigError(f"environment variable {name} is not set")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}: a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"environment variable {name}: must be >= 0, got {value}")
+    return value
+
+
+def choose_device(
+    env: Mapping[str, str],
+    want: str = "auto",
+    *,
+    cuda_available: bool,
+    cuda_devices: int,
+) -> Placement:
+    """Where this rank runs, from the launcher's environment and what CUDA reports.
+
+    ``RANK`` and ``WORLD_SIZE`` are required. ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``
+    (torchrun sets both) place the rank on its host; when either is missing (a plain
+    launcher: the local provider, ``run_spawned``) every rank is on this host, so the
+    local rank is ``RANK`` and ``WORLD_SIZE`` ranks share it.
+
+    ``want`` is the plan's ``device``: ``cuda`` needs one GPU per rank on this host (else a
+    ``ConfigError``) and gives ``cuda:<local rank>`` with NCCL; ``cpu`` gives the CPU with
+    gloo; ``auto`` is ``cuda`` when CUDA is available with at least one GPU per local
+    rank, else ``cpu`` (every rank of a host decides alike, so a host never mixes
+    backends; a job whose hosts differ should say ``cpu`` or ``cuda``)."""
+    if want not in DEVICES:
+        raise ConfigError(f"device: must be one of {list(DEVICES)}, got {want!r}")
+    rank = _env_int(env, "RANK")
+    world = _env_int(env, "WORLD_SIZE")
+    if world < 1 or rank >= world:
+        raise ConfigError(f"RANK {rank} is not in a world of WORLD_SIZE {world}")
+    if env.get("LOCAL_RANK", "") != "" and env.get("LOCAL_WORLD_SIZE", "") != "":
+        local_rank = _env_int(env, "LOCAL_RANK")
+        local_world = _env_int(env, "LOCAL_WORLD_SIZE")
+    else:
+        local_rank, local_world = rank, world
+    if local_world < 1 or local_rank >= local_world or local_world > world:
+        raise ConfigError(
+            f"LOCAL_RANK {local_rank} of LOCAL_WORLD_SIZE {local_world} does not fit a "
+            f"world of {world}"
+        )
+    gpus = cuda_devices if cuda_available else 0
+    fits = gpus >= local_world
+    note = ""
+    if want == "cuda" and not fits:
+        raise ConfigError(
+            f"device: cuda needs one GPU per rank: {local_world} rank(s) on this host, "
+            f"{gpus} GPU(s) available"
+        )
+    if want == "auto" and gpus > 0 and not fits:
+        note = (
+            f"{local_world} ranks on this host but {gpus} GPU(s): running on the CPU "
+            "(one rank per GPU; set the plan's device to cuda to make this an error)"
+        )
+    if want != "cpu" and fits:
+        return Placement(rank, world, local_rank, local_world, f"cuda:{local_rank}", "nccl")
+    return Placement(rank, world, local_rank, local_world, "cpu", "gloo", note)
+
+
+def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) -> str:
+    """The precision a rank computes in: ``fp32`` on the CPU and when the plan says so;
+    on CUDA ``fp16``, or ``bf16`` when every rank's GPU supports it (else ``fp16``).
+    ``bf16_everywhere`` must be the same on every rank (``train`` agrees on it with an
+    allreduce), so that all ranks scale their gradients alike."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32" or device_type != "cuda":
+        return "fp32"
+    if precision == "bf16" and not bf16_everywhere:
+        return "fp16"
+    return precision
+
+
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _autocast(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_AUTOCAST[precision])
+
+
+def train_step(
+    workload: Any,
+    batch: tuple[Tensor, ...],
+    opt: torch.optim.Optimizer,
+    scale: float,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
+) -> Tensor:
+    """One optimizer step on ``batch`` with the loss scaled by ``scale`` (returned, detached,
+    without a device sync): in the
+    parameters' dtype for ``fp32``, else under ``torch.autocast`` of ``precision`` (on the
+    batch's device); with ``scaler`` (fp16) the backward pass runs on the scaled loss and
+    the scaler skips a step whose gradients overflowed (under DDP every rank sees the same
+    averaged gradients, so every rank skips alike)."""
+    opt.zero_grad(set_to_none=True)
+    with _autocast(precision, batch[0].device):
+        loss = workload.loss(batch) * scale
+    if scaler is None:
+        loss.backward()
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    return loss.detach()
+
+
+def local_batch(
+    workload: Any,
+    plan: TrainPlan,
+    iteration: int,
+    rank: int,
+    device: torch.device | None = None,
+) -> tuple[Tensor, ...]:
+    """Rank ``rank``'s slice of iteration ``iteration``'s global batch (made on the CPU,
+    so every device sees the same samples, then moved to ``device``)."""
     full = workload.make_batch(
         plan.global_batch, torch.device("cpu"), seed=plan.seed * 1_000_003 + iteration
     )
     lo = sum(plan.local_batches[:rank])
     hi = lo + plan.local_batches[rank]
     dtype = _DTYPES[plan.dtype]
-    return tuple((t[lo:hi].to(dtype) if t.is_floating_point() else t[lo:hi]) for t in full)
+    out = tuple((t[lo:hi].to(dtype) if t.is_floating_point() else t[lo:hi]) for t in full)
+    if device is None or device.type == "cpu":
+        return out
+    return tuple(t.to(device, non_blocking=True) for t in out)
 
 
-def _build(plan: TrainPlan) -> tuple[Any, torch.optim.Optimizer]:
+def _build(
+    plan: TrainPlan, device: torch.device | None = None
+) -> tuple[Any, torch.optim.Optimizer]:
     from srifty_core.profiling.zoo import build
 
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])
+    if device is not None and device.type != "cpu":
+        workload.module.to(device)
     workload.module.train()
     opt = torch.optim.SGD(workload.module.parameters(), lr=plan.lr, momentum=plan.momentum)
     return workload, opt
@@ -207,15 +406,30 @@ class _StopFlag:
         self.set = True
 
 
-def train(plan: TrainPlan, rank: int, world: int) -> int:
-    """Run the plan's remaining iterations on this rank of an initialised process group.
-    Returns 0 when the plan finished, ``EXIT_STOPPED`` when stopped by SIGTERM."""
+def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = None) -> int:
+    """Run the plan's remaining iterations on this rank of an initialised process group,
+    on ``device`` (default: the CPU). Returns 0 when the plan finished, ``EXIT_STOPPED``
+    when stopped by SIGTERM."""
     if world != plan.world_size:
         raise ConfigError(f"WORLD_SIZE is {world} but the plan has {plan.world_size} local batches")
+    device = device or torch.device("cpu")
+    cuda = device.type == "cuda"
     torch.set_num_threads(plan.threads)
+    bf16_everywhere = True
+    if plan.precision == "bf16":  # every rank asks, so every rank picks the same precision
+        ok = torch.tensor([1.0 if cuda and torch.cuda.is_bf16_supported() else 0.0])
+        ok = ok.to(device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        bf16_everywhere = bool(ok.item() > 0)
+    precision = choose_precision(plan.precision, device.type, bf16_everywhere)
+    if precision != plan.precision and rank == 0:
+        print(
+            f"worker: precision {plan.precision} runs as {precision} on {device.type}",
+            file=sys.stderr,
+        )
     stop = _StopFlag()
     previous = signal.signal(signal.SIGTERM, stop)
-    workload, opt = _build(plan)
+    workload, opt = _build(plan, device)
     start = 0
     ckpt = load_checkpoint(plan.checkpoint_path)
     if ckpt is not None:
@@ -228,21 +442,26 @@ def train(plan: TrainPlan, rank: int, world: int) -> int:
         opt.load_state_dict(ckpt.optimizer)
         start = ckpt.iteration
     module: nn.Module = workload.module
-    ddp = nn.parallel.DistributedDataParallel(module)
+    if cuda:
+        ddp = nn.parallel.DistributedDataParallel(module, device_ids=[device.index])
+    else:
+        ddp = nn.parallel.DistributedDataParallel(module)
     workload.module = ddp
     scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     log = ProgressLog(plan.progress_path) if rank == 0 else None
     code = 0
+    saved = start
     try:
         for i in range(start, plan.iterations):
             t0 = time.perf_counter()
-            batch = local_batch(workload, plan, i, rank)
-            opt.zero_grad(set_to_none=True)
-            (workload.loss(batch) * scale).backward()
-            opt.step()
+            batch = local_batch(workload, plan, i, rank, device)
+            loss = train_step(workload, batch, opt, scale, precision, scaler)
             if plan.step_sleep_s:
                 time.sleep(plan.step_sleep_s)
             flag = torch.tensor([1.0 if stop.set else 0.0])
+            if cuda:
+                flag = flag.to(device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             done = i + 1
             stopping = bool(flag.item() > 0)
@@ -265,10 +484,17 @@ def train(plan: TrainPlan, rank: int, world: int) -> int:
                         global_batch=plan.global_batch,
                         config_id=plan.config_id,
                     )
+                    saved = done
+                local_loss = loss.item() / scale if scale else None  # rank 0's samples
+                state = TrainState(done, time.time(), plan.config_id, saved, local_loss)
+                write_state(Path(plan.run_dir) / STATE_FILE, state)
             if stopping:
                 code = EXIT_STOPPED
                 break
-        dist.barrier()
+        if cuda:
+            dist.barrier(device_ids=[device.index])
+        else:
+            dist.barrier()
     finally:
         signal.signal(signal.SIGTERM, previous)
         if log is not None:
@@ -288,17 +514,47 @@ def train_single(plan: TrainPlan, iterations: int | None = None) -> dict[str, Te
     return {k: v.detach().clone() for k, v in workload.module.state_dict().items()}
 
 
+def place(
+    plan: TrainPlan, rank: int, world: int, env: Mapping[str, str] | None = None
+) -> Placement:
+    """``choose_device`` for this process: ``rank`` and ``world`` as given, ``LOCAL_RANK``
+    and ``LOCAL_WORLD_SIZE`` from ``env`` (default: the environment), CUDA as torch
+    sees it."""
+    env = os.environ if env is None else env
+    merged = {k: env[k] for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if k in env}
+    merged.update(RANK=str(rank), WORLD_SIZE=str(world))
+    available = torch.cuda.is_available()
+    return choose_device(
+        merged,
+        plan.device,
+        cuda_available=available,
+        cuda_devices=torch.cuda.device_count() if available else 0,
+    )
+
+
 def run_rank(plan: TrainPlan, rank: int, world: int, addr: str, port: int) -> int:
-    """Join the gloo group at ``addr:port`` as ``rank`` of ``world`` and train."""
+    """Join the group at ``addr:port`` as ``rank`` of ``world`` (gloo on the CPU, NCCL on
+    this rank's GPU: ``place``) and train."""
+    where = place(plan, rank, world)
+    if where.note:
+        print(f"worker rank {rank}: {where.note}", file=sys.stderr)
+    if where.is_cuda:
+        torch.cuda.set_device(where.local_rank)
+        if rank == 0:
+            print(
+                f"worker: {world} rank(s) on CUDA (NCCL), this one on {where.device}, "
+                f"precision {plan.precision}",
+                file=sys.stderr,
+            )
     dist.init_process_group(
-        "gloo",
+        where.backend,
         init_method=f"tcp://{addr}:{port}",
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=plan.timeout_s),
     )
     try:
-        return train(plan, rank, world)
+        return train(plan, rank, world, where.torch_device)
     finally:
         dist.destroy_process_group()
 

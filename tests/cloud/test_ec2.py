@@ -12,7 +12,14 @@ import pytest
 from srifty_core.catalog import Catalog, read_overlay
 from srifty_core.catalog.types import Market
 from srifty_core.cloud import InstanceState, LaunchRequest, Provider, ProviderError
-from srifty_core.cloud.ec2 import TAG_ALLOCATION, EC2Provider, bootstrap_user_data
+from srifty_core.cloud.ec2 import (
+    TAG_ALLOCATION,
+    WHEEL_SHA256_ENV,
+    WHEEL_URI_ENV,
+    EC2Provider,
+    WorkerWheel,
+    bootstrap_user_data,
+)
 from srifty_core.errors import ConfigError
 from tests.cloud.moto_aws import AMI, SECRET, live_instances
 from tests.cloud.provider_contract import ProviderContract
@@ -123,18 +130,36 @@ def test_spot_prices_refresh_into_the_overlay(aws: Any, data_dir: Path) -> None:
     assert merged == (mine.price if newer else shipped)
 
 
+WHEEL = WorkerWheel("https://artifacts.example.com/srifty/srifty-0.1.0-py3-none-any.whl", "ab" * 32)
+
+
 def test_user_data_installs_and_starts_the_worker(
-    aws: Any, caplog: pytest.LogCaptureFixture
+    aws: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = bootstrap_user_data(
-        ["probe", "--world-sizes", "2,4", "--sizes", "4B:64MB"], allocation_id="a1"
+        ["probe", "--world-sizes", "2,4", "--sizes", "4B:64MB"], wheel=WHEEL, allocation_id="a1"
     )
-    assert "pip install srifty" in script
+    lines = script.splitlines()
+    local = "/opt/srifty/wheel/srifty-0.1.0-py3-none-any.whl"
+    fetch = next(i for i, x in enumerate(lines) if x.startswith("curl "))
+    check = lines.index(f"echo '{'ab' * 32}  {local}' | sha256sum --check --strict -")
+    install = lines.index(f"/opt/srifty/bin/pip install '{local}[worker]'")
+    assert lines[1] == "set -euo pipefail" and fetch < check < install  # no install unchecked
+    assert "--proto =https" in lines[fetch] and WHEEL.uri in lines[fetch]
+    assert not any("pip install srifty" in x for x in lines)  # never the public index's
     assert "nohup /opt/srifty/bin/srifty probe --world-sizes 2,4 --sizes 4B:64MB" in script
+    s3 = WorkerWheel("s3://deploy-bucket/w/srifty-0.1.0-py3-none-any.whl", "cd" * 32)
+    assert "aws s3 cp --only-show-errors s3://deploy-bucket/w/srifty-0.1.0" in "\n".join(
+        s3.install_lines()
+    )
     with pytest.raises(ConfigError, match="worker"):
-        bootstrap_user_data(["rm", "-rf", "/"])
+        bootstrap_user_data(["rm", "-rf", "/"], wheel=WHEEL)
     caplog.set_level("DEBUG")
+    # The wheel is a deployment setting (the environment), not the request's or conf's.
+    monkeypatch.setenv(WHEEL_URI_ENV, WHEEL.uri)
+    monkeypatch.setenv(WHEEL_SHA256_ENV, WHEEL.sha256.upper())
     p = provider(worker=["train", "--plan", "plan.json"])
+    assert p.wheel() == WHEEL
     a = p.launch(LaunchRequest("g4dn.xlarge", count=1))
     try:
         attr = aws.describe_instance_attribute(InstanceId=a.instance_ids[0], Attribute="userData")
@@ -142,12 +167,45 @@ def test_user_data_installs_and_starts_the_worker(
 
         sent = base64.b64decode(attr["UserData"]["Value"]).decode()
         assert "srifty train --plan plan.json" in sent and a.id in sent
+        assert WHEEL.sha256 in sent
         assert SECRET not in sent
         with pytest.raises(ProviderError, match="user data"):
             p.run(a, ["srifty", "probe"])
     finally:
         p.release(a)
     assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("uri", "sha", "match"),
+    [
+        ("http://h/srifty-0.1.0-py3-none-any.whl", "ab" * 32, "https:// or s3://"),
+        ("https://h/srifty-0.1.0.tar.gz", "ab" * 32, "wheel's file name"),
+        ("https://h/evil-0.1.0-py3-none-any.whl", "ab" * 32, "wheel's file name"),
+        ("https://h/srifty-0.1.0-py3-none-any.whl", "ab" * 31, WHEEL_SHA256_ENV),
+        ("https://h/srifty-0.1.0-py3-none-any.whl", "xy" * 32, WHEEL_SHA256_ENV),
+    ],
+)
+def test_a_bad_worker_wheel_is_refused(uri: str, sha: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        WorkerWheel(uri, sha)
+
+
+def test_workers_need_the_deployments_wheel_and_a_conf_cannot_name_one(
+    aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(WHEEL_URI_ENV, raising=False)
+    monkeypatch.delenv(WHEEL_SHA256_ENV, raising=False)
+    p = provider(worker=["train", "plan.json"])
+    with pytest.raises(ConfigError, match=WHEEL_URI_ENV):
+        p.launch(LaunchRequest("g4dn.xlarge", count=1))
+    assert live_instances(aws) == []  # refused before anything was launched
+    monkeypatch.setenv(WHEEL_URI_ENV, WHEEL.uri)
+    with pytest.raises(ConfigError, match="both"):
+        WorkerWheel.from_env()
+    with pytest.raises(ConfigError, match=r"ec2\.package"):
+        provider(package="srifty==0.1.0 --index-url https://elsewhere.example/simple")
+    provider(package="srifty")  # what an older conf sends by default: ignored
 
 
 def test_no_leaks_when_describe_instances_fails_during_launch(

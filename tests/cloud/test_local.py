@@ -84,7 +84,13 @@ def test_launch_describe_release(data_dir: Path) -> None:
         LaunchRequest(LOCAL_CPU, count=0)
 
 
-def test_run_gives_each_rank_its_environment(tmp_path: Path) -> None:
+def test_run_gives_each_rank_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the launcher's secrets stay with it (srifty_core.worker_env)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", "aws://key:secret@")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("SRIFTY_PLAIN_SETTING", "kept")
     p = LocalProvider()
     a = p.launch(LaunchRequest(LOCAL_CPU, count=3))
     out = tmp_path / "env"
@@ -92,8 +98,10 @@ def test_run_gives_each_rank_its_environment(tmp_path: Path) -> None:
     code = (
         "import json, os, sys; keys = ('RANK','LOCAL_RANK','WORLD_SIZE','MASTER_ADDR',"
         "'MASTER_PORT','SRIFTY_INSTANCE_ID'); "
-        "json.dump({k: os.environ[k] for k in keys}, open(sys.argv[1] + '/' + "
-        "os.environ['RANK'], 'w'))"
+        "env = {k: os.environ[k] for k in keys}; "
+        "env['leaked'] = [k for k in ('AIRFLOW_CONN_AWS_DEFAULT', 'AWS_SECRET_ACCESS_KEY') "
+        "if k in os.environ]; env['kept'] = os.environ.get('SRIFTY_PLAIN_SETTING'); "
+        "json.dump(env, open(sys.argv[1] + '/' + os.environ['RANK'], 'w'))"
     )
     try:
         p.run(a, [sys.executable, "-c", code, str(out)])
@@ -107,6 +115,7 @@ def test_run_gives_each_rank_its_environment(tmp_path: Path) -> None:
     assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
     assert len({e["MASTER_PORT"] for e in envs}) == 1
     assert [e["SRIFTY_INSTANCE_ID"] for e in envs] == list(a.instance_ids)
+    assert all(e["leaked"] == [] and e["kept"] == "kept" for e in envs)
 
 
 SPAWNER = (

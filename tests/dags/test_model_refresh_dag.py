@@ -24,7 +24,7 @@ def test_model_refresh_schedule(dagbag: Any) -> None:
         "remove_staging",
     ]
     assert dag.get_task("load_data").is_setup and dag.get_task("remove_staging").is_teardown
-    assert type(dag.timetable).__name__ == "AssetOrTimeSchedule"
+    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"  # once per new data
 
 
 def test_model_refresh_registers_and_promotes(dagbag: Any, data_dir: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,13 @@ def _allocations(provider: LocalProvider) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(provider.state_dir.glob("local-*.json"))]
 
 
-def _nothing_left_running(provider: LocalProvider) -> None:
+def _nothing_left_running(provider: LocalProvider, handed_over: Sequence[str] = ()) -> None:
+    """No worker runs, and no instance but those of allocations handed to a child run."""
     states = _allocations(provider)
     assert states, "nothing was provisioned"
     for s in states:
-        assert all(v != "running" for v in s["instances"].values()), s["instances"]
+        if s["allocation"]["id"] not in handed_over:
+            assert all(v != "running" for v in s["instances"].values()), s["instances"]
         assert not any(pid_alive(p["pid"], p["start_ticks"]) for p in s["processes"])
 
 
@@ -134,8 +137,8 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
         while time.monotonic() < end:
             runs = (data_dir / "runs").glob("*/progress.jsonl")
             if any(len(read_progress(p)) >= 5 for p in runs):
-                (state,) = _allocations(provider)
-                iid = state["allocation"]["instance_ids"][1]
+                _, second = _allocations(provider)  # one allocation per local worker
+                iid = second["allocation"]["instance_ids"][0]
                 provider.interrupt(iid)
                 seen.append(iid)
                 return
@@ -151,7 +154,6 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["trigger_replan"] == "success" and states["finished"] == "skipped"
     assert states["release"] == "success"
-    _nothing_left_running(provider)
 
     from airflow.models.dagrun import DagRun
 
@@ -168,12 +170,22 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
     assert conf["resume"]["depleted"] == []
     (job,) = _job_runs()
     assert conf["resume"]["job_run_id"] == job.info.run_id
+    # The worker that was not taken back keeps its allocation: handed over, left running.
+    survivor = [a["allocation"]["id"] for a in _allocations(provider)
+                if seen[0] not in a["allocation"]["instance_ids"]]  # fmt: skip
+    assert conf["resume"]["allocations"] == survivor
+    _nothing_left_running(provider, handed_over=survivor)
+    (kept,) = [a for a in _allocations(provider) if a["allocation"]["id"] == survivor[0]]
+    assert set(kept["instances"].values()) == {"running"}
 
     # Run the triggered child (dag.test replaces the queued run of that logical date with
     # one it runs in this process): it plans again on the survivor and finishes the job.
     assert child.logical_date is not None
     second = dag.test(logical_date=child.logical_date, run_conf=conf)
     assert second.state == "success"
+    # The child trained on the kept allocation and launched nothing new.
+    assert second.get_task_instance("provision").xcom_pull(task_ids="provision") == survivor
+    assert len(_allocations(provider)) == 2
     recs = read_progress(run_dir / "progress.jsonl")
     assert sorted({r.iteration for r in recs}) == list(range(1, N + 1))
     assert {r.config_id for r in recs} == {"c0", "c1"}

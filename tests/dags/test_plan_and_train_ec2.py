@@ -34,10 +34,18 @@ CONF: dict[str, Any] = {
 }
 
 
+WHEEL_URI = "s3://srifty-deploy/wheels/srifty-0.1.0-py3-none-any.whl"
+WHEEL_SHA = "ab" * 32
+
+
 def test_ec2_plan_provision_preempt_replan_and_release(
-    dagbag: Any, ready_to_plan: Path, aws: Any
+    dagbag: Any, ready_to_plan: Path, aws: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # what VMs install is a deployment setting, not a trigger-conf field
+    monkeypatch.setenv("SRIFTY_WORKER_WHEEL_URI", WHEEL_URI)
+    monkeypatch.setenv("SRIFTY_WORKER_WHEEL_SHA256", WHEEL_SHA)
     taken: list[str] = []
+    user_data: list[str] = []
 
     def take_back_a_spot_vm() -> None:
         end = time.monotonic() + 120
@@ -50,6 +58,10 @@ def test_ec2_plan_provision_preempt_replan_and_release(
             )
             ids = [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
             if ids:
+                import base64
+
+                attr = aws.describe_instance_attribute(InstanceId=ids[0], Attribute="userData")
+                user_data.append(base64.b64decode(attr["UserData"]["Value"]).decode())
                 time.sleep(1.0)  # let training "start" first
                 aws.terminate_instances(InstanceIds=[ids[0]])  # EC2 takes it back
                 taken.append(ids[0])
@@ -62,6 +74,12 @@ def test_ec2_plan_provision_preempt_replan_and_release(
     run = dag.test(run_conf=CONF)
     reaper.join(timeout=5)
     assert taken, "the plan launched no spot VM"
+    (script,) = user_data
+    assert WHEEL_URI in script and WHEEL_SHA in script  # the artifact and its hash
+    assert "pip install srifty" not in script  # never a package name from an index
+    lowered = script.lower()
+    for secret in ("aws_secret_access_key", "aws_session_token", "airflow_conn", "password"):
+        assert secret not in lowered, secret
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["trigger_replan"] == "success" and states["release"] == "success"

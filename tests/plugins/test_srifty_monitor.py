@@ -1,4 +1,5 @@
-"""The monitor trigger serializes, deserializes, and fires on the job's outcome."""
+"""The monitor trigger serializes, deserializes, fires on the job's outcome, rides out
+transient errors, and the sensor gives up at its timeout."""
 
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ PARAMS: dict[str, Any] = {
 
 
 def test_trigger_round_trips_through_its_classpath(plugin: Any) -> None:
-    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["local-1"], PARAMS, 12.5, 0.5)
+    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["local-1"], PARAMS, 12.5, 0.5, 3)
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**kwargs)
     assert again.serialize() == (classpath, kwargs)
     assert kwargs["params"] == PARAMS and kwargs["started_at"] == 12.5
+    assert kwargs["max_failures"] == 3
 
 
 async def _first_event(trigger: Any) -> Any:
@@ -62,17 +64,86 @@ def test_trigger_fires_when_the_job_finished(plugin: Any, ready_to_plan: Path) -
     assert event.payload["iterations_done"] == 3
 
 
-def test_trigger_reports_a_failed_poll_and_the_sensor_raises(plugin: Any, data_dir: Path) -> None:
-    missing = "/missing/job-c0.json"
-    trigger = plugin.TrainingProgressTrigger(missing, ["local-x"], PARAMS, time.time())
+def test_a_persistent_failure_ends_the_monitor_and_the_sensor_raises(
+    plugin: Any, data_dir: Path
+) -> None:
+    missing = "/missing/job-c0.json"  # FileNotFoundError: transient, retried, then given up
+    trigger = plugin.TrainingProgressTrigger(
+        missing, ["local-x"], PARAMS, time.time(), poll_s=0.01, max_failures=3
+    )
     event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
     assert event.payload["status"] == "error" and "job-c0.json" in event.payload["error"]
+    assert "after 3 failed steps in a row" in event.payload["error"]
     sensor = plugin.TrainingProgressSensor(
         task_id="m", job_path="p", allocation_ids=["a"], started_at=0.0
     )
     with pytest.raises(RuntimeError, match="training monitor failed"):
         sensor.execute_complete({}, event.payload)
     assert sensor.execute_complete({}, {"status": "finished"}) == {"status": "finished"}
+
+
+class _Flaky:
+    """A monitor whose first steps fail as a shared file system or a cloud API may."""
+
+    def __init__(self, errors: list[BaseException], final: dict[str, Any]) -> None:
+        self.errors, self.final, self.steps = errors, final, 0
+
+    def step(self) -> Any:
+        self.steps += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        final = self.final
+
+        class _Result:
+            def to_dict(self) -> dict[str, Any]:
+                return dict(final)
+
+        return _Result()
+
+
+def test_a_transient_error_in_a_step_does_not_end_the_monitor(
+    plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flaky = _Flaky([OSError("stale file handle"), TimeoutError("EC2 API")], {"status": "finished"})
+    monkeypatch.setattr(plugin, "make_monitor", lambda *a: flaky)
+    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["a"], PARAMS, 0.0, poll_s=0.01)
+    event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
+    assert event.payload == {"status": "finished"} and flaky.steps == 3
+
+
+def test_a_deterministic_error_ends_the_monitor_at_once(
+    plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = orc.TrainingFailed("workers exited at iteration 2 of 3 without a preemption")
+    flaky = _Flaky([dead], {"status": "finished"})
+    monkeypatch.setattr(plugin, "make_monitor", lambda *a: flaky)
+    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["a"], PARAMS, 0.0, poll_s=0.01)
+    event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
+    assert event.payload["status"] == "error" and "TrainingFailed" in event.payload["error"]
+    assert flaky.steps == 1
+
+
+def test_the_sensor_defers_with_the_jobs_time_limit_and_gives_up_at_it(plugin: Any) -> None:
+    from datetime import timedelta
+
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+    from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
+
+    sensor = plugin.TrainingProgressSensor(
+        task_id="m", job_path="/p/job-c0.json", allocation_ids=["a"], started_at=1.0,
+        timeout=3600, margin_s=60,
+    )  # fmt: skip
+    with pytest.raises(TaskDeferred) as limited:
+        sensor.execute({"params": {**PARAMS, "time_limit_s": 900.0}})
+    assert limited.value.timeout == timedelta(seconds=960)  # the job's limit plus the margin
+    with pytest.raises(TaskDeferred) as unlimited:
+        sensor.execute({"params": PARAMS})
+    assert unlimited.value.timeout == timedelta(seconds=3600)  # the sensor's own timeout
+    # The scheduler ends a deferral that outlived its timeout with this; the sensor fails.
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.resume_execution(
+            TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, {}
+        )
 
 
 def test_plugin_module_imports_no_srifty_runtime_at_parse() -> None:
@@ -84,3 +155,45 @@ def test_plugin_module_imports_no_srifty_runtime_at_parse() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_trigger_and_its_monitor_step_never_import_torch(tmp_path: Path) -> None:
+    """What the triggerer loads (the plugin, the monitor's step, the live MLflow sink) and a
+    step on a running job (a plan, a progress log, a state file) stay free of torch."""
+    import subprocess
+
+    code = f"""
+import json, sys, time
+sys.path.insert(0, {str(paths.PLUGINS_DIR)!r})
+import srifty_monitor
+from srifty_core.runtime import job_log, monitor_step, orchestrate
+from srifty_core.cloud.base import LaunchRequest
+from srifty_core.cloud.local import LocalProvider
+from srifty_core.runtime.job import JobPlan, JobSpec, Launch
+from srifty_core.runtime.progress import ProgressLog, ProgressRecord, TrainState, write_state
+run = {str(tmp_path)!r}
+json.dump({{"iterations": 3, "global_batch": 4, "run_dir": run, "config_id": "c0"}},
+          open(run + "/plan-c0.json", "w"))
+job = JobPlan("c0", "local", "local", run + "/plan-c0.json",
+              (Launch("local.cpu", "on-demand", 1, 1, 4),), 0.1, {{"t_iter_s": 0.01}}, ("x",))
+job.save(__import__("pathlib").Path(run) / "job-c0.json")
+provider = LocalProvider(__import__("pathlib").Path(run) / "cloud")
+alloc = provider.launch(LaunchRequest("local.cpu", count=1))
+t0 = time.time() - 1
+with ProgressLog(run + "/progress.jsonl") as log:
+    for i in range(1, 4):
+        log.append(ProgressRecord(i, t0 + 0.1 * i, 0.01, 4, "c0"))
+write_state(run + "/state.json", TrainState(3, time.time(), "c0", 3, 0.5))
+spec = JobSpec.from_params({PARAMS!r})
+seen = []
+m = monitor_step.Monitor(run + "/job-c0.json", [alloc.id], spec, t0, provider=provider,
+                         live=lambda metrics, step, at: seen.append(metrics))
+r = m.step()
+print(r.status, r.iterations_done, sorted(seen[0]) if seen else None, "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    status, done, *rest = out.stdout.split(maxsplit=2)
+    assert (status, done) == ("running", "3")  # no worker ran, so none has exited yet
+    assert "live_loss" in rest[0] and "live_t_iter_error_pct" in rest[0]
+    assert out.stdout.split()[-1] == "False"

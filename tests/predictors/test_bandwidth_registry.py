@@ -66,7 +66,7 @@ def test_refresh_registers_promotes_and_loads(data_dir: Path) -> None:
         assert np.isfinite(m[key]), key
     assert "cv_mape_large/g4dn.xlarge" in m and "holdout_mape_all" in m
     assert run.data.params["data_version"] == first.fit["data_version"]
-    assert run.data.tags["promoted"] == "true"
+    assert run.data.tags["srifty.promoted"] == "true"
     names = {a.path for a in _client().list_artifacts(run.info.run_id)}
     assert {"busbw_vs_size.png", "error_table.json", "caps.json"} <= names
     # the training rows are the run's dataset input, named by their data version
@@ -125,7 +125,7 @@ def test_worse_challenger_keeps_the_champion(
     assert "keep champion" in out.promotion["reason"]
     assert alias_version(CHAMPION) == "1" and alias_version(CHALLENGER) == "2"
     run = _client().get_run(out.promotion["run_id"])
-    assert run.data.tags["promoted"] == "false"
+    assert run.data.tags["srifty.promoted"] == "false"
     assert run.data.metrics["champion_holdout_mape"] < run.data.metrics["challenger_holdout_mape"]
 
 

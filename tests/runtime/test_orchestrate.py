@@ -94,21 +94,26 @@ def test_train_then_preempt_then_resume(ready_to_plan: Path) -> None:
     plan = orc.JobPlan.load(plan_path).train
     assert plan.local_batches == (8, 8)
     alloc = orc.provision(plan_path, provider)
+    kept: list[str] = []
     try:
         t0 = orc.start_training(plan_path, alloc, provider)
         end = time.monotonic() + 60
         while time.monotonic() < end and len(read_progress(plan.progress_path)) < 6:
             time.sleep(0.02)
-        instance = provider.get_allocation(alloc[0]).instance_ids[1]
+        assert len(alloc) == 2  # one allocation per local worker
+        instance = provider.get_allocation(alloc[1]).instance_ids[0]
         provider.interrupt(instance)
         result = _wait(plan_path, alloc, spec, t0, provider)
         assert result.status == orc.REPLAN and result.depleted == ()
         assert result.interrupted == (instance,) and result.lost == {"local.cpu/on-demand": 1}
         conf = orc.child_conf(params, plan_path, alloc, result.to_dict(), "parent-1")
+        kept = conf["resume"]["allocations"]
     finally:
-        orc.release(alloc, provider)
-    pids = provider.worker_pids(provider.get_allocation(alloc[0]))
-    assert not any(pid_alive(p) for p in pids)
+        orc.release(alloc, provider, except_ids=kept)
+    pids = [p for a in alloc for p in provider.worker_pids(provider.get_allocation(a))]
+    assert not any(pid_alive(p) for p in pids)  # stopped (they checkpointed)
+    # The survivor's allocation is handed over; the one that lost its worker is released.
+    assert conf["resume"]["allocations"] == [alloc[0]]
     ck = load_checkpoint(plan.checkpoint_path)
     assert ck is not None
     done = ck.iteration
@@ -126,7 +131,10 @@ def test_train_then_preempt_then_resume(ready_to_plan: Path) -> None:
     child_path = orc.plan_job(child, "ignored-when-resuming")
     child_plan = orc.JobPlan.load(child_path).train
     assert child_plan.run_dir == plan.run_dir and child_plan.local_batches == (16,)
-    alloc2 = orc.provision(child_path, provider)
+    launched = set(provider.state_dir.glob("local-*.json"))
+    alloc2 = orc.provision(child_path, provider, keep=orc.handed_over(child))
+    assert alloc2 == [alloc[0]]  # kept across the re-plan: nothing launched
+    assert set(provider.state_dir.glob("local-*.json")) == launched
     try:
         t1 = orc.start_training(child_path, alloc2, provider)
         result = _wait(child_path, alloc2, child, t1, provider)
@@ -144,10 +152,12 @@ def test_workers_that_die_without_a_preemption_fail_the_poll(ready_to_plan: Path
     plan_path = orc.plan_job(spec, "broken", track=False)
     alloc = orc.provision(plan_path, provider)
     try:
-        a = provider.get_allocation(alloc[0])
-        provider.run(a, ["python3", "-c", "raise SystemExit(1)"])
+        allocs = [provider.get_allocation(a) for a in alloc]
+        provider.run_group(allocs, ["python3", "-c", "raise SystemExit(1)"])
         end = time.monotonic() + 30
-        while time.monotonic() < end and any(c is None for c in provider.exit_codes(a).values()):
+        while time.monotonic() < end and any(
+            c is None for a in allocs for c in provider.exit_codes(a).values()
+        ):
             time.sleep(0.05)
         with pytest.raises(orc.TrainingFailed, match="without a preemption"):
             orc.poll(plan_path, alloc, spec, time.time(), provider=orc.LocalProvider())

@@ -1,0 +1,249 @@
+"""What a plan-and-train job is: the trigger's parameters (``JobSpec``) and one configuration
+of it (``JobPlan``: what to launch and what the planner predicted).
+
+Light: no torch (the workers' ``TrainPlan`` is loaded only by ``JobPlan.train``; the monitor
+reads what it needs through ``JobPlan.facts``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srifty_core import paths
+from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog.types import Market
+from srifty_core.cloud.base import LaunchRequest
+from srifty_core.errors import SriftyError
+from srifty_core.planner.request import offer_key
+from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
+from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
+
+if TYPE_CHECKING:
+    from srifty_core.runtime.worker import TrainPlan
+
+RUNNING = "running"
+FINISHED = "finished"
+REPLAN = "replan"
+DEFAULT_LAUNCH_S = {"local": 0.0, "ec2": 150.0}
+"""Seconds from the request to running VMs, charged by the planner (EC2: about 150 s)."""
+DETACH_S = {"local": 0.0, "ec2": 5.0}
+"""Moving the checkpoint volume when a re-plan switches VMs (EBS detach: about 5 s)."""
+
+
+class TrainingFailed(SriftyError):
+    """Workers exited without finishing and without a preemption; the message names the logs."""
+
+
+class NoFeasiblePlan(SriftyError):
+    """No configuration of the offers meets the limits; the message has the nearest misses."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where an earlier run of the job stopped."""
+
+    checkpoint: str
+    iterations_done: int
+    time_spent_s: float = 0.0
+    cost_spent_usd: float = 0.0
+    depleted: tuple[str, ...] = ()
+    """Offers (``type/market``) taken back by the cloud: left out of every later plan."""
+    parent_run_id: str | None = None
+    """The Airflow run that re-planned."""
+    job_run_id: str | None = None
+    """The job's MLflow run (each re-plan is a run nested under it)."""
+    allocations: tuple[str, ...] = ()
+    """Allocations the parent handed over (their VMs still run): the re-plan keeps those its
+    configuration wants and releases the rest."""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Resume:
+        """From the conf's ``resume`` block (checked by ``planner.schema.ResumeSpec``)."""
+        from srifty_core.planner.schema import ResumeSpec
+
+        r = ResumeSpec.parse(d, "resume")
+        return cls(
+            checkpoint=r.checkpoint,
+            iterations_done=r.iterations_done,
+            time_spent_s=r.time_spent_s,
+            cost_spent_usd=r.cost_spent_usd,
+            depleted=tuple(r.depleted),
+            parent_run_id=r.parent_run_id,
+            job_run_id=r.job_run_id,
+            allocations=tuple(r.allocations),
+        )
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The trigger's parameters, validated: made by ``from_params``."""
+
+    model: str
+    size: str
+    global_batch: int
+    iterations: int
+    """Iterations this run should do (after ``resume.iterations_done``, if resuming)."""
+    offers: tuple[Mapping[str, Any], ...]
+    """``[{type, market, quota, price?, zone?}]``: what may be rented."""
+    provider: str = "local"
+    region: str = "us-east-1"
+    bandwidth: str = "champion"
+    """``champion`` (the registered XGBoost model) or ``probes`` (the probe-table model)."""
+    time_limit_s: float = math.inf
+    budget_usd: float = math.inf
+    objective: str = "cost"
+    risk_quantile: float = DEFAULT_RISK_QUANTILE
+    """The limits hold for this quantile of predicted time and cost (``PlanRequest``)."""
+    launch_s: float | None = None
+    """Launch overhead the planner charges; default per provider (``DEFAULT_LAUNCH_S``)."""
+    ec2: Mapping[str, Any] = field(default_factory=dict)
+    """EC2 launch settings: ``image_id`` (required for ``ec2``), ``subnet_id``,
+    ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``aws_conn_id``,
+    ``package``."""
+    checkpoint_every: int = 10
+    step_sleep_s: float = 0.0
+    seed: int = 0
+    resume: Resume | None = None
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, Any]) -> JobSpec:
+        """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
+        unknown keys): every problem is a ``ConfigError`` naming the field."""
+        from srifty_core.planner.schema import JobConf
+
+        c = JobConf.parse(p)
+        return cls(
+            model=c.model,
+            size=c.size,
+            global_batch=c.global_batch,
+            iterations=c.iterations,
+            offers=tuple(o.model_dump(exclude_unset=True) for o in c.offers),
+            provider=c.provider,
+            region=c.region or "us-east-1",
+            bandwidth=c.bandwidth,
+            time_limit_s=_limit(c.time_limit_s),
+            budget_usd=_limit(c.budget_usd),
+            objective=c.objective,
+            risk_quantile=DEFAULT_RISK_QUANTILE if c.risk_quantile is None else c.risk_quantile,
+            launch_s=c.launch_s,
+            ec2=c.ec2.model_dump(exclude_unset=True) if c.ec2 is not None else {},
+            checkpoint_every=c.checkpoint_every,
+            step_sleep_s=c.step_sleep_s,
+            seed=c.seed,
+            resume=Resume.from_dict(c.resume.model_dump()) if c.resume is not None else None,
+        )
+
+    @property
+    def target_iterations(self) -> int:
+        """The absolute iteration the job ends at (the checkpoint counts from the start)."""
+        return self.iterations + (self.resume.iterations_done if self.resume else 0)
+
+
+def _limit(v: float | None) -> float:
+    return math.inf if v is None else float(v)
+
+
+def runs_dir(root: Path | None = None) -> Path:
+    """Run folders of orchestrated jobs (checkpoint, progress log, plans)."""
+    return (root or paths.data_dir()) / "runs"
+
+
+def item_key(offer: Mapping[str, Any]) -> str:
+    """The key of a trigger's offer item (``{type, market?, ...}``)."""
+    return offer_key(str(offer["type"]), str(offer.get("market", "on-demand")))
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """``count`` VMs of ``instance_type`` on ``market``, each running ``ranks_per_vm``
+    ranks with ``batch_per_rank`` samples."""
+
+    instance_type: str
+    market: str
+    count: int
+    ranks_per_vm: int
+    batch_per_rank: int
+    zone: str | None = None
+
+    @property
+    def key(self) -> str:
+        return offer_key(self.instance_type, self.market)
+
+    def request(self, count: int | None = None) -> LaunchRequest:
+        market = Market.parse(self.market)
+        n = self.count if count is None else count
+        return LaunchRequest(self.instance_type, count=n, market=market, zone=self.zone)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainFacts:
+    """What the monitor needs of the workers' plan, read from its JSON without torch."""
+
+    iterations: int
+    global_batch: int
+    run_dir: str
+    config_id: str
+
+    @property
+    def progress_path(self) -> Path:
+        return Path(self.run_dir) / PROGRESS_FILE
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.run_dir) / STATE_FILE
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One configuration of the job: what to launch and what the planner predicted."""
+
+    config_id: str
+    provider: str
+    region: str
+    train_plan: str
+    """Path of the workers' ``TrainPlan`` JSON."""
+    launches: tuple[Launch, ...]
+    usd_per_hour: float
+    predicted: Mapping[str, Any]
+    """The chosen candidate (``Candidate.to_dict``): t_iter, time, cost, feasibility."""
+    explanation: tuple[str, ...]
+    job_run_id: str | None = None
+    config_run_id: str | None = None
+    ec2: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["launches"] = [asdict(x) for x in self.launches]
+        return json.dumps(d, indent=2, default=str)
+
+    @classmethod
+    def load(cls, path: Path | str) -> JobPlan:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        d["launches"] = tuple(Launch(**x) for x in d["launches"])
+        d["explanation"] = tuple(d["explanation"])
+        return cls(**d)
+
+    def save(self, path: Path) -> Path:
+        write_text_atomic(path, self.to_json())
+        return path
+
+    @property
+    def train(self) -> TrainPlan:
+        """The workers' plan (imports torch)."""
+        from srifty_core.runtime.worker import TrainPlan
+
+        return TrainPlan.load(self.train_plan)
+
+    @property
+    def facts(self) -> TrainFacts:
+        """The workers' plan as far as the monitor needs it (no torch)."""
+        d = json.loads(Path(self.train_plan).read_text(encoding="utf-8"))
+        return TrainFacts(
+            int(d["iterations"]), int(d["global_batch"]), str(d["run_dir"]),
+            str(d.get("config_id", self.config_id)),
+        )  # fmt: skip

@@ -1,0 +1,257 @@
+"""The monitor's step: one look at a running configuration, ``running``, ``finished`` or
+``replan``.
+
+A ``Monitor`` is made once per configuration and stepped every few seconds (by the Airflow
+trigger, in the triggerer): it keeps the provider, the allocations and the progress log's
+read position, so a step reads only the steps logged since the last one, the small state
+file rank 0 replaces each step (the iteration the checkpoint holds: never the checkpoint
+itself) and the provider's interruptions and exit codes. Workers that died without a
+preemption raise ``TrainingFailed``. Every step is appended to the run folder's
+``decisions.jsonl``; with ``live`` set, each step that saw new training steps reports the
+window's metrics (throughput, iteration time measured against predicted, loss) to it, which
+``job_log.LiveMetrics`` logs to the configuration's MLflow run while it trains.
+
+Light: no torch import (importing this module, or stepping a monitor, never loads it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srifty_core.atomic import open_for_append
+from srifty_core.cloud.base import Provider
+from srifty_core.cloud.local import LocalProvider
+from srifty_core.planner.request import offer_key
+from srifty_core.runtime.job import (
+    FINISHED,
+    REPLAN,
+    RUNNING,
+    JobPlan,
+    JobSpec,
+    TrainingFailed,
+    item_key,
+)
+from srifty_core.runtime.monitor import Limits, decide
+from srifty_core.runtime.progress import ProgressRecord, ProgressTail, iter_jsonl, read_state
+
+DECISIONS_FILE = "decisions.jsonl"
+WINDOW_S = 300.0
+LiveSink = Callable[[Mapping[str, float], int, float], None]
+"""``(metrics, step, at)``: where a step's window metrics go (``job_log.LiveMetrics``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    status: str
+    """``running``, ``finished`` or ``replan``."""
+    reason: str
+    iterations_done: int
+    elapsed_s: float
+    """Since the job's start (earlier configurations included)."""
+    spent_usd: float
+    depleted: tuple[str, ...] = ()
+    interrupted: tuple[str, ...] = ()
+    """Instance ids the provider took back."""
+    lost: Mapping[str, int] = field(default_factory=dict)
+    """Instances taken back per offer (``type/market``)."""
+    optimistic_throughput: float | None = None
+    projected_time_s: float | None = None
+    config_id: str = ""
+    at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["depleted"], d["interrupted"], d["lost"] = (
+            list(self.depleted), list(self.interrupted), dict(self.lost),
+        )  # fmt: skip
+        return d
+
+
+class Monitor:
+    """The monitor of one configuration (see the module's doc)."""
+
+    def __init__(
+        self,
+        job_path: Path | str,
+        allocation_ids: Sequence[str],
+        spec: JobSpec,
+        started_at: float,
+        *,
+        provider: Provider | None = None,
+        live: LiveSink | None = None,
+        window_s: float = WINDOW_S,
+    ) -> None:
+        from srifty_core.runtime.provisioning import make_provider
+
+        self.job = JobPlan.load(job_path)
+        self.facts = self.job.facts
+        self.spec = spec
+        self.started_at = started_at
+        self.provider = provider or make_provider(self.job)
+        self.allocations = [self.provider.get_allocation(a) for a in allocation_ids]
+        self.live = live
+        self.window_s = window_s
+        self._tail = ProgressTail(self.facts.progress_path)
+        self._recent: list[ProgressRecord] = []
+        self._last: ProgressRecord | None = None
+
+    def _read(self, now: float) -> tuple[list[ProgressRecord], bool]:
+        """The steps of this configuration in the window (and the latest), and whether any
+        arrived since the last step."""
+        new = [r for r in self._tail.read() if r.wall_time >= self.started_at]
+        if new:
+            self._last = new[-1]
+        self._recent = [r for r in (*self._recent, *new) if r.wall_time > now - self.window_s]
+        if not self._recent and self._last is not None:
+            return [self._last], bool(new)
+        return list(self._recent), bool(new)
+
+    def step(self, now: float | None = None) -> PollResult:
+        """One look: the provider's interruptions, the workers, the monitor's decision."""
+        job, facts, spec, provider = self.job, self.facts, self.spec, self.provider
+        now = time.time() if now is None else now
+        prior_s = spec.resume.time_spent_s if spec.resume else 0.0
+        prior_usd = spec.resume.cost_spent_usd if spec.resume else 0.0
+        # A resumed run's conf carries what is left of the time and the budget.
+        limits = Limits(
+            iterations=facts.iterations,
+            global_batch=facts.global_batch,
+            time_limit_s=spec.time_limit_s,
+            budget_usd=spec.budget_usd,
+            usd_per_hour=job.usd_per_hour,
+        )
+        records, fresh = self._read(now)
+        lost: dict[str, int] = {}
+        interrupted: list[str] = []
+        for a in self.allocations:
+            gone = provider.interruptions(a)
+            if gone:
+                key = offer_key(a.spec.name, a.market)
+                lost[key] = lost.get(key, 0) + len(gone)
+                interrupted += [i.instance_id for i in gone]
+        # Spot capacity taken back is depleted for the rest of the job (the method); a local
+        # worker taken back only lowers the quota (the next plan runs on the survivors).
+        preempted = [k for k in lost if job.provider != "local" and k.endswith("/spot")]
+        decision = decide(
+            records, limits, now=now, started_at=self.started_at, preempted=preempted,
+            window_s=self.window_s,
+        )  # fmt: skip
+        codes = [c for a in self.allocations for c in provider.exit_codes(a).values()]
+        all_exited = bool(codes) and all(c is not None for c in codes)
+        state = read_state(facts.state_path)
+        checkpointed = state is not None and state.checkpoint_iteration >= facts.iterations
+        finished = checkpointed and (all_exited or job.provider != "local")
+        done = max(decision.iterations_done, spec.resume.iterations_done if spec.resume else 0)
+
+        def result(status: str, reason: str) -> PollResult:
+            return PollResult(
+                status,
+                reason,
+                done,
+                prior_s + decision.elapsed_s,
+                prior_usd + decision.spent_usd,
+                tuple(sorted({*(spec.resume.depleted if spec.resume else ()), *decision.depleted})),
+                tuple(interrupted),
+                lost,
+                decision.optimistic_throughput,
+                None if decision.projected_time_s is None else prior_s + decision.projected_time_s,
+                job.config_id,
+                now,
+            )
+
+        if finished:
+            out = result(FINISHED, f"finished {facts.iterations} iterations")
+        elif lost:
+            taken = ", ".join(sorted(interrupted))
+            why = decision.reason if decision.depleted else "the next plan runs on what is left"
+            out = result(REPLAN, f"taken back by the provider: {taken}; {why}")
+        elif decision.replan and alternatives(spec, job):
+            out = result(REPLAN, decision.reason)
+        elif decision.replan:
+            out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
+        elif all_exited and isinstance(provider, LocalProvider):
+            logs = ", ".join(str(provider.log_dir(a)) for a in self.allocations)
+            raise TrainingFailed(
+                f"workers exited at iteration {done} of {facts.iterations} without a "
+                f"preemption; see the logs in {logs}"
+            )
+        else:
+            out = result(RUNNING, decision.reason)
+        append_decision(Path(facts.run_dir), out)
+        if fresh and self.live is not None:
+            mine = [r for r in records if r.config_id == facts.config_id]
+            metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
+            self.live(metrics, done, now)
+        return out
+
+
+def window_metrics(
+    records: Sequence[ProgressRecord],
+    result: PollResult,
+    predicted: Mapping[str, Any],
+    loss: float | None,
+) -> dict[str, float]:
+    """What the job's MLflow run shows live: the window's throughput and iteration time
+    against the prediction, the loss, and the monitor's projection."""
+    out: dict[str, float] = {
+        "live_iterations_done": float(result.iterations_done),
+        "live_elapsed_s": result.elapsed_s,
+        "live_spent_usd": result.spent_usd,
+    }
+    timed = [r for r in records if r.step_s > 0]
+    if timed:
+        t_iter = statistics.median(r.step_s for r in timed)
+        out["live_t_iter_s"] = t_iter
+        out["live_throughput"] = statistics.fmean(r.samples / r.step_s for r in timed)
+        p = predicted.get("t_iter_s")
+        if isinstance(p, (int, float)) and p > 0:
+            out["live_t_iter_error_pct"] = 100.0 * (float(p) / t_iter - 1.0)
+    if loss is not None:
+        out["live_loss"] = loss
+    if result.projected_time_s is not None:
+        out["live_projected_time_s"] = result.projected_time_s
+    return out
+
+
+def poll(
+    job_path: Path | str,
+    allocation_ids: Sequence[str],
+    spec: JobSpec,
+    started_at: float,
+    *,
+    provider: Provider | None = None,
+    now: float | None = None,
+) -> PollResult:
+    """One step of a fresh ``Monitor`` (it reads the progress log from its start)."""
+    return Monitor(job_path, allocation_ids, spec, started_at, provider=provider).step(now)
+
+
+def alternatives(spec: JobSpec, job: JobPlan) -> bool:
+    """Is there capacity this configuration does not use (another offer, or quota left)?
+    Without any, a re-plan for falling behind could only choose the same VMs again."""
+    used = Counter[str]()
+    for x in job.launches:
+        used[x.key] += x.count
+    gone = set(spec.resume.depleted) if spec.resume else set()
+    for o in spec.offers:
+        key = item_key(o)
+        if key not in gone and int(o.get("quota", 0)) > used[key]:
+            return True
+    return False
+
+
+def append_decision(run_dir: Path, result: PollResult) -> None:
+    with open_for_append(run_dir / DECISIONS_FILE) as f:
+        f.write(json.dumps(result.to_dict(), default=str) + "\n")
+
+
+def read_decisions(run_dir: Path | str, config_id: str | None = None) -> list[dict[str, Any]]:
+    records = iter_jsonl(Path(run_dir) / DECISIONS_FILE)
+    return [d for d in records if config_id is None or d.get("config_id") == config_id]

@@ -1,0 +1,229 @@
+"""Planning a run of the job: the trigger's parameters to a saved ``JobPlan``.
+
+The real planner: the compute profiles of the model (``srifty_profile_model`` makes them),
+the bus-bandwidth model (``srifty_model_refresh`` makes the champion), the simulator and
+the search over the offers. A re-plan (the conf has a ``resume`` block) plans what is left
+through the ``Replanner`` and continues on the nearest miss when nothing meets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from srifty_core.catalog.types import Market
+from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.job import (
+    DEFAULT_LAUNCH_S,
+    DETACH_S,
+    JobPlan,
+    JobSpec,
+    Launch,
+    NoFeasiblePlan,
+    Resume,
+    runs_dir,
+)
+from srifty_core.runtime.replanner import Progress, Replanner
+
+
+def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """Offers of the local provider: ``local.cpu`` only, priced by the trigger."""
+    from srifty_core.planner.request import Offer
+    from srifty_core.simulator.types import SimInstance
+
+    out = []
+    for i, item in enumerate(items):
+        where = f"offers[{i}]"
+        if item.get("type") != LOCAL_CPU:
+            raise ConfigError(
+                f"{where}.type: the local provider offers only {LOCAL_CPU!r}, "
+                f"got {item.get('type')!r}"
+            )
+        quota = item.get("quota", 0)
+        if not isinstance(quota, int) or not 0 <= quota <= DEFAULT_MAX_RANKS:
+            raise ConfigError(f"{where}.quota: need 0..{DEFAULT_MAX_RANKS} workers, got {quota!r}")
+        if item.get("price") is None:
+            raise ConfigError(
+                f"{where}.price: {LOCAL_CPU} has no market price; give the $/hour a worker "
+                "should count for in the budget"
+            )
+        market = Market.parse(str(item.get("market", "on-demand")))
+        price, min_batch = float(item["price"]), item.get("min_batch")
+        out.append(Offer(SimInstance.local_cpu(), market, quota, price, min_batch=min_batch))
+    return tuple(out)
+
+
+def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
+    """The ``PlanRequest`` of this run as its conf states it: the offers, the profiles and
+    the limits (a re-plan's conf already holds what is left of them)."""
+    from srifty_core.planner.request import (
+        Objective,
+        Overheads,
+        PlanRequest,
+        offers_from_catalog,
+    )
+    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.runtime.replanner import without_depleted
+    from srifty_core.simulator.types import Workload
+
+    if spec.provider == "local":
+        offers = local_offers(spec.offers)
+    else:
+        from srifty_core.catalog import Catalog
+
+        catalog = Catalog.load()
+        catalog.check_region(spec.region)
+        offers = offers_from_catalog(catalog, spec.offers, spec.region, provider=spec.provider)
+    gone = spec.resume.depleted if spec.resume else ()
+    if not without_depleted(offers, gone):
+        raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
+    store = ProfileStore(profiles_root)
+    profiles = {
+        o.instance.device_type: store.load(spec.model, spec.size, o.instance.device_type)
+        for o in offers
+    }
+    launch_s = DEFAULT_LAUNCH_S[spec.provider] if spec.launch_s is None else spec.launch_s
+    return PlanRequest(
+        workload=Workload(spec.model, profiles),
+        global_batch=spec.global_batch,
+        iterations=spec.iterations,
+        offers=offers,
+        time_limit_s=spec.time_limit_s,
+        budget_usd=spec.budget_usd,
+        objective=Objective.parse(spec.objective),
+        overheads=Overheads(launch_s=launch_s),
+        risk_quantile=spec.risk_quantile,
+    )
+
+
+def load_bandwidth_model(source: str) -> Any:
+    """The bandwidth predictor, with the DAG that makes it named when it is missing."""
+    from srifty_core.planner.job import load_bandwidth
+    from srifty_core.predictors.registry import NoChampionError
+
+    try:
+        return load_bandwidth(source)
+    except NoChampionError as exc:
+        raise ConfigError(
+            f"bandwidth: {exc}; or run the srifty_model_refresh DAG (after srifty_probe_sweep)"
+        ) from exc
+
+
+def _config_id(run_dir: Path, resume: Resume | None) -> str:
+    if resume is None:
+        return "c0"
+    used = {p.stem.removeprefix("job-") for p in run_dir.glob("job-c*.json")}
+    k = 1
+    while f"c{k}" in used:
+        k += 1
+    return f"c{k}"
+
+
+def _safe(key: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    if not out.strip("._"):
+        raise ConfigError(f"run key {key!r} gives no usable folder name")
+    return out
+
+
+def _run_dir(spec: JobSpec, run_key: str) -> Path:
+    if spec.resume is None:
+        return runs_dir() / _safe(run_key)
+    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
+
+    ck = Path(spec.resume.checkpoint)
+    if ck.name != CHECKPOINT_FILE:
+        raise ConfigError(f"resume.checkpoint: expected a path ending in {CHECKPOINT_FILE}")
+    if spec.resume.iterations_done > 0 and load_checkpoint(ck) is None:
+        raise ConfigError(f"resume.checkpoint: no checkpoint at {ck}")
+    return ck.parent
+
+
+def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path:
+    """Plan this run of the job and save it; returns the ``JobPlan`` JSON's path.
+
+    A fresh job gets the run folder ``runs/<run_key>``; a resumed one keeps the folder of
+    its checkpoint, so every configuration of the job shares one checkpoint and log.
+    The first plan must meet the limits (else ``NoFeasiblePlan`` with the nearest misses);
+    a re-plan goes through the ``Replanner`` (depleted offers dropped, the switch charged),
+    and one that cannot meet what is left continues on the nearest miss and says so.
+    """
+    from srifty_core.planner.request import Overheads
+    from srifty_core.planner.search import plan
+    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.simulator.estimator import Simulator
+
+    run_dir = _run_dir(spec, run_key)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    request = build_request(spec)
+    simulator = Simulator(load_bandwidth_model(spec.bandwidth))
+    if spec.resume is None:
+        result = plan(request, simulator)
+    else:
+        # The conf holds what is left already: nothing done yet of *this* request.
+        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
+        done = Progress(0, depleted=spec.resume.depleted)
+        result = Replanner(simulator, overheads=overheads).plan(request, done)
+        request = result.request
+    if result.space_size == 0:
+        raise NoFeasiblePlan(
+            f"global_batch: {spec.global_batch} cannot be split over these offers into "
+            "power-of-two local batches (one batch per instance type, each within the "
+            "model's B_max); try a power-of-two multiple or more quota"
+        )
+    if result.best is None and spec.resume is None:
+        raise NoFeasiblePlan("\n".join(result.explanation()))
+    try:
+        chosen, note = Replanner.choose(result)
+    except ConfigError as exc:
+        raise NoFeasiblePlan(str(exc)) from None
+    config_id = _config_id(run_dir, spec.resume)
+    launches = tuple(
+        Launch(
+            instance_type=request.offers[i].instance.name,
+            market=request.offers[i].market.value,
+            count=count,
+            ranks_per_vm=request.offers[i].instance.ranks_per_vm,
+            batch_per_rank=batch // request.offers[i].instance.ranks_per_vm,
+            zone=request.offers[i].zone,
+        )
+        for i, count, batch in chosen.choice
+    )
+    local_batches = tuple(
+        x.batch_per_rank for x in launches for _ in range(x.count * x.ranks_per_vm)
+    )
+    train = TrainPlan(
+        model=spec.model,
+        size=spec.size,
+        global_batch=spec.global_batch,
+        iterations=spec.target_iterations,
+        local_batches=local_batches,
+        run_dir=str(run_dir),
+        config_id=config_id,
+        seed=spec.seed,
+        checkpoint_every=spec.checkpoint_every,
+        step_sleep_s=spec.step_sleep_s,
+    )
+    train_path = train.save(run_dir / f"plan-{config_id}.json")
+    usd_per_hour = sum(request.offers[i].usd_per_hour * c for i, c, _ in chosen.choice)
+    explanation = tuple(result.explanation())
+    if note is not None:
+        explanation = (note, *explanation)
+    job = JobPlan(
+        config_id=config_id,
+        provider=spec.provider,
+        region=spec.region,
+        train_plan=str(train_path),
+        launches=launches,
+        usd_per_hour=usd_per_hour,
+        predicted=chosen.to_dict(request),
+        explanation=explanation,
+        ec2=dict(spec.ec2),
+    )
+    if track:
+        from srifty_core.runtime import job_log
+
+        job = job_log.log_plan(spec, job, result.to_dict(), run_key)
+    return job.save(run_dir / f"job-{config_id}.json")

@@ -1,0 +1,134 @@
+"""Provisioning a run of the job: the provider, launching (or keeping) its allocations,
+starting the workers, and giving everything back.
+
+Providers: ``local`` (worker processes on this machine; one allocation per worker, so a
+worker taken back leaves its peers' allocations whole and keepable) and ``ec2`` (the
+catalog's types through the Airflow AWS connection; the workers start from the VMs' user
+data, so a stopped EC2 worker cannot be restarted and nothing is handed over).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from srifty_core.catalog.types import Market
+from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
+from srifty_core.cloud.local import LocalProvider
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.job import JobPlan, JobSpec
+from srifty_core.runtime.replanner import Key, Replanner, launch_all
+
+
+def make_provider(job: JobPlan, *, worker: Sequence[str] | None = None) -> Provider:
+    if job.provider == "local":
+        return LocalProvider()
+    from srifty_core.cloud.ec2 import EC2Provider
+
+    e = dict(job.ec2)
+    return EC2Provider(
+        aws_conn_id=str(e.get("aws_conn_id", "aws_default")),
+        region=job.region,
+        image_id=e.get("image_id"),
+        subnet_id=e.get("subnet_id"),
+        security_group_ids=tuple(e.get("security_group_ids", ())),
+        key_name=e.get("key_name"),
+        instance_profile_arn=e.get("instance_profile_arn"),
+        worker=worker,
+        package=str(e.get("package", "srifty")),
+        poll_s=float(e.get("poll_s", 5.0)),
+        wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
+    )
+
+
+def worker_command(job: JobPlan) -> list[str]:
+    return [sys.executable, "-m", "srifty_core.runtime.worker", job.train_plan]
+
+
+def _split(provider_name: str, requests: Sequence[LaunchRequest]) -> list[LaunchRequest]:
+    """Local: one allocation per worker (see the module's doc); clouds: as asked."""
+    if provider_name != "local":
+        return list(requests)
+    return [
+        LaunchRequest(r.instance_type, count=1, market=r.market, zone=r.zone)
+        for r in requests
+        for _ in range(r.count)
+    ]
+
+
+def provision(
+    job_path: Path | str, provider: Provider | None = None, *, keep: Sequence[str] = ()
+) -> list[str]:
+    """Launch the plan's VMs; returns the allocation ids in the plan's rank order.
+
+    ``keep``: allocations handed over by the run that re-planned; the ``Replanner`` keeps
+    those this configuration wants, releases the others and launches only the difference.
+    On a failure, everything (handed over or launched) is released before the error goes
+    up.
+    """
+    job = JobPlan.load(job_path)
+    if provider is None:
+        # On EC2 the workers start from the user data: `srifty train` on the plan.
+        worker = None if job.provider == "local" else ["train", job.train_plan]
+        provider = make_provider(job, worker=worker)
+    if not keep:
+        requests = _split(job.provider, [x.request() for x in job.launches])
+        return [a.id for a in launch_all(provider, requests)]
+    try:
+        current = [provider.get_allocation(a) for a in keep]
+        target: dict[Key, int] = {}
+        for x in job.launches:
+            key = (x.instance_type, Market.parse(x.market))
+            target[key] = target.get(key, 0) + x.count
+        change = Replanner.change(provider, current, target)
+        release_all(provider, change.release)
+        new = launch_all(provider, _split(job.provider, change.launch))
+    except BaseException:
+        release_all(provider, list(keep))
+        raise
+    order = {x.key: k for k, x in enumerate(job.launches)}
+    allocs: list[Allocation] = [*change.keep, *new]
+    allocs.sort(key=lambda a: order.get(f"{a.spec.name}/{a.market.value}", len(order)))
+    return [a.id for a in allocs]
+
+
+def start_training(
+    job_path: Path | str, allocation_ids: Sequence[str], provider: Provider | None = None
+) -> float:
+    """Start the workers on the allocations; returns the start time (Unix seconds).
+
+    Local: one process per rank, one process group over the allocations (ranks in their
+    order). EC2: the workers started from the user data at launch; this only notes the
+    time.
+    """
+    job = JobPlan.load(job_path)
+    if job.provider == "local":
+        local = provider or make_provider(job)
+        if not isinstance(local, LocalProvider):
+            raise ConfigError(f"provider: a local plan needs the local provider, got {local.name}")
+        allocs = [local.get_allocation(a) for a in allocation_ids]
+        local.run_group(allocs, worker_command(job))
+    return time.time()
+
+
+def handed_over(spec: JobSpec) -> tuple[str, ...]:
+    """Allocations a re-planning parent handed to this run."""
+    return spec.resume.allocations if spec.resume else ()
+
+
+def release(
+    allocation_ids: Sequence[str] | str,
+    provider: Provider | None = None,
+    job_path: Path | str | None = None,
+    *,
+    except_ids: Sequence[str] = (),
+) -> None:
+    """Give back the allocations and stop anything still running on them (idempotent);
+    ``except_ids`` were handed over to the run that continues the job."""
+    ids = [allocation_ids] if isinstance(allocation_ids, str) else list(allocation_ids)
+    ids = [a for a in ids if a not in set(except_ids)]
+    if provider is None:
+        provider = make_provider(JobPlan.load(job_path)) if job_path else LocalProvider()
+    release_all(provider, ids)
