@@ -136,6 +136,14 @@ def _run_dir(spec: JobSpec, run_key: str) -> Path:
     ck = Path(spec.resume.checkpoint)
     if ck.name != CHECKPOINT_FILE:
         raise ConfigError(f"resume.checkpoint: expected a path ending in {CHECKPOINT_FILE}")
+    # A trigger conf names the checkpoint: it may only point into a run folder of this
+    # data folder, never elsewhere (plans, logs and checkpoints are written beside it).
+    runs = runs_dir().resolve()
+    if not ck.resolve().is_relative_to(runs) or ck.resolve().parent == runs:
+        raise ConfigError(
+            f"resume.checkpoint: must be in a run folder under {runs} (<run>/{CHECKPOINT_FILE}), "
+            f"got {ck}"
+        )
     if spec.resume.iterations_done > 0 and load_checkpoint(ck) is None:
         raise ConfigError(f"resume.checkpoint: no checkpoint at {ck}")
     return ck.parent

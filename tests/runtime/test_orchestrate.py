@@ -70,6 +70,25 @@ def test_resume_without_a_checkpoint_names_the_field(tmp_path: Path) -> None:
         orc.plan_job(orc.JobSpec.from_params({**PARAMS, "resume": resume}), "r")
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        "/etc/checkpoint.pt",  # anywhere on the host
+        "{runs}/../elsewhere/checkpoint.pt",  # out of the run folders by ..
+        "{runs}/checkpoint.pt",  # the run folders' root, not a run folder
+    ],
+)
+def test_a_resume_checkpoint_outside_the_run_folders_is_refused(
+    ready_to_plan: Path, where: str
+) -> None:
+    """A trigger conf names the checkpoint; the run wrote plans, logs and a checkpoint beside
+    it wherever it pointed. Now only a run folder under the data folder is accepted."""
+    ck = where.format(runs=ready_to_plan / "runs")
+    resume = {"checkpoint": ck, "iterations_done": 0}
+    with pytest.raises(ConfigError, match=r"resume\.checkpoint: must be in a run folder"):
+        orc.plan_job(orc.JobSpec.from_params({**PARAMS, "resume": resume}), "r", track=False)
+
+
 def test_a_batch_the_offers_cannot_split_is_explained(ready_to_plan: Path) -> None:
     with pytest.raises(orc.NoFeasiblePlan, match="global_batch: 12 cannot be split"):
         orc.plan_job(orc.JobSpec.from_params({**PARAMS, "global_batch": 12}), "r", track=False)
