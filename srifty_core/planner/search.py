@@ -1,12 +1,26 @@
-"""The searches behind ``plan()``: exhaustive over the pruned space, or an integer program
-(PuLP) over anchor compute times when the space is too large to simulate every point.
+"""The searches behind ``plan()``, chosen by the exact size of the pruned space
+(``Space.size``: counted exactly, capped at a limit + 1, never a partial count).
 
-**Exhaustive**: simulate every configuration of the pruned space.
+**Exact** (``planner.bnb``): branch and bound over the pruned space, every branch bounded
+from below by compute floors over the simulator's own draws, a communication floor and
+what the offers left must still hold, cut when it breaks a limit or cannot beat the best
+found; only configurations that pass simulated. It gives the best plan of simulating
+every configuration, at sizes that never could be; ``auto`` runs it to the end up to
+``DEFAULT_EXACT_LIMIT`` configurations.
 
-**Anchored ILP** (the method's approximation). Every candidate (offer i, VM batch b) has a
-compute time c_ib = t_fw(b) + t_bw(b) from its profile. Sweep an anchor time T over the
-distinct c_ib: a configuration whose every VM computes within T is balanced at T. For each
-anchor, with integer VM counts n_ib and binaries y_ib (one batch per offer)::
+**Approximation** (``planner.approx``): every single-offer configuration, anchored seeds
+over network tiers, local search, all simulated (a few hundred); then the branch and
+bound within ``DEFAULT_BUDGET`` work units from the best of them where its bandwidth
+tables are cheap (``exact`` if it finishes). Beyond ``DEFAULT_EXACT_LIMIT``.
+
+**Exhaustive** (``method="exhaustive"``): simulate every configuration (the reference).
+
+**Anchored ILP** (``method="ilp"``, the method's original approximation, and ``auto``
+for estimators without floors beyond ``DEFAULT_EXHAUSTIVE_LIMIT``). Every candidate
+(offer i, VM batch b) has a compute time c_ib = t_fw(b) + t_bw(b) from its profile. Sweep
+an anchor time T over the distinct c_ib: a configuration whose every VM computes within T
+is balanced at T. For each anchor, with integer VM counts n_ib and binaries y_ib (one
+batch per offer)::
 
     minimize     sum n_ib              (objective time: fewest VMs, least straggling
                                         and communication at this compute time)
@@ -18,7 +32,9 @@ anchor, with integer VM counts n_ib and binaries y_ib (one batch per offer)::
 
 Each anchor's optimum is then simulated, and the best simulated configuration wins. CBC
 solves it by default (bundled with PuLP), HiGHS when ``highspy`` is installed and asked
-for. A status other than Optimal or Infeasible raises: PuLP does not.
+for. A status other than Optimal or Infeasible raises: PuLP does not. Blind to the
+network, it can miss the optimum by a quarter and call a feasible request infeasible
+(BENCHMARKS.md, "Planner at scale").
 """
 
 from __future__ import annotations
@@ -28,8 +44,11 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from srifty_core.errors import SriftyError
+from srifty_core.planner.approx import DEFAULT_SIMULATIONS, approximate
+from srifty_core.planner.bnb import BranchAndBound, Keeper, has_floors
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import (
     Candidate,
@@ -43,7 +62,27 @@ from srifty_core.planner.space import Choice, Space, saturation_threshold
 from srifty_core.simulator.estimator import Estimator
 
 DEFAULT_EXHAUSTIVE_LIMIT = 10_000
-"""Configurations the exhaustive search may simulate before the ILP takes over."""
+"""Configurations the plain exhaustive search may simulate before the ILP takes over
+(``auto`` with an estimator without floors)."""
+DEFAULT_EXACT_LIMIT = 20_000
+"""Configurations up to which ``auto`` runs the branch and bound to the end whatever it
+costs (spaces this small take a fraction of a second); beyond, the approximation, then
+the branch and bound within ``DEFAULT_BUDGET``."""
+DEFAULT_BUDGET = 12_000
+"""Work units of the branch and bound after the approximation (``bnb.BranchAndBound``;
+under 0.1 s on a loaded 2-core machine)."""
+TABLE_ROWS = 4_000
+"""Bandwidth-model rows (types x VM counts x buckets) the branch and bound may ask for its
+ring ceilings after the approximation; beyond, the approximation answers alone."""
+FEASIBILITY_BUDGETS = 10
+"""Budgets the branch and bound may spend looking for a feasible configuration the
+approximation did not find (beyond ``DEFAULT_EXACT_LIMIT``)."""
+TINY = 2_000
+"""Spaces the exact search enters without the approximation's seeds first."""
+METHODS = ("auto", "exact", "approx", "exhaustive", "ilp")
+SIZE_LIMIT = 10**12
+"""Spaces are counted exactly up to this many configurations (``space_size``; one more
+means more than that): the count costs the same at any limit in machine integers."""
 
 
 class PlannerError(SriftyError):
@@ -167,37 +206,103 @@ def plan(
     *,
     method: str = "auto",
     exhaustive_limit: int = DEFAULT_EXHAUSTIVE_LIMIT,
+    exact_limit: int = DEFAULT_EXACT_LIMIT,
+    budget: int = DEFAULT_BUDGET,
     solver: str = "auto",
     runners_up: int = 3,
+    exact_runners_up: bool = False,
 ) -> PlanResult:
     """The best configuration for ``request`` under ``estimator`` (see the module doc).
 
-    ``method``: ``auto`` (exhaustive when the pruned space has at most ``exhaustive_limit``
-    configurations, else the ILP), ``exhaustive`` or ``ilp``. Inputs are never modified.
+    ``method``:
+
+    - ``auto``: the exact search (branch and bound) when the pruned space has at most
+      ``exact_limit`` configurations, else the approximation followed by the branch and
+      bound within ``budget`` work units where its bandwidth tables are cheap enough
+      (``exact`` when that finishes, ``approx`` otherwise). With an estimator that has
+      no floors (``bnb.has_floors``, e.g. APM): the plain exhaustive search up to
+      ``exhaustive_limit`` configurations, else the ILP, as before;
+    - ``exact``: the branch and bound, whatever the size;
+    - ``approx``: the approximation, then the branch and bound within ``budget`` (none
+      with ``budget=0``). Where the approximation found nothing feasible, the branch and
+      bound looks for a feasible configuration: to the end within ``exact_limit``, so
+      the approximation never says "infeasible" where the exact search finds a plan;
+    - ``exhaustive``: simulate every configuration (the reference);
+    - ``ilp``: the anchored integer programs (the method's original approximation).
+
+    ``result.method`` says which search answered: ``exact`` only when the best plan is
+    proven. The runners-up are the best of what the search simulated; with
+    ``exact_runners_up`` the branch and bound proves them too (it then cuts only what
+    cannot beat the last of them: up to a hundred times the work). Inputs are never
+    modified.
     """
-    if method not in ("auto", "exhaustive", "ilp"):
-        raise PlannerError(f"method: {method!r} is not one of auto, exhaustive, ilp")
+    if method not in METHODS:
+        raise PlannerError(f"method: {method!r} is not one of {', '.join(METHODS)}")
     t0 = time.perf_counter()
     space = Space.build(request)
-    size = space.size(limit=exhaustive_limit)
+    floors = has_floors(estimator)
+    size = space.size(limit=max(SIZE_LIMIT, exact_limit, exhaustive_limit))
     use = method
     if method == "auto":
-        use = "exhaustive" if size <= exhaustive_limit else "ilp"
+        if floors:
+            use = "exact" if size <= exact_limit else "approx"
+        else:
+            use = "exhaustive" if size <= exhaustive_limit else "ilp"
+    elif method == "exact" and not floors:
+        use = "exhaustive"
     below = False
-    if use == "exhaustive":
+    if use in ("exhaustive", "exact"):
         # the saturation threshold is a preference: search below it too when affordable
+        limit = exhaustive_limit if use == "exhaustive" else exact_limit
         wide = Space.build(request, saturate=False)
         if wide.vm_batches != space.vm_batches:
-            wide_size = wide.size(limit=exhaustive_limit)
-            if wide_size <= exhaustive_limit:
+            wide_size = wide.size(limit=limit)
+            if wide_size <= limit:
                 space, size, below = wide, wide_size, True
-        prefetch = getattr(estimator, "prefetch", None)
-        if prefetch is not None:  # every bandwidth curve the search needs, in one call
-            offered = [o for o in request.offers if o.quota > 0]
-            prefetch(request.workload, [o.instance for o in offered], sum(o.quota for o in offered))
-        candidates = exhaustive_search(request, estimator, space)
+    if use in ("exhaustive", "ilp"):
+        if use == "exhaustive":
+            _prefetch_all(request, estimator, space)
+            candidates = exhaustive_search(request, estimator, space)
+        else:
+            candidates = ilp_search(request, estimator, space, solver)
+        return _result(request, use, candidates, size, t0, runners_up, below)
+    keeper = Keeper(request, 1 + runners_up, exact=None if exact_runners_up else 1)
+    if use == "exact":
+        exact = _exact(request, estimator, space, keeper, size, budget=None)
     else:
-        candidates = ilp_search(request, estimator, space, solver)
+        exact = _approximate(request, estimator, space, keeper, size, exact_limit, budget)
+    top = keeper.top()
+    misses: tuple[Candidate, ...] = ()
+    if not top:
+        misses = _nearest_misses(request, estimator, space, keeper, budget)
+    best = top[0] if top else None
+    candidates = keeper.candidates()
+    return PlanResult(
+        request=request,
+        method="exact" if exact else "approx",
+        best=best,
+        evaluated=keeper.simulated,
+        space_size=size,
+        solve_s=time.perf_counter() - t0,
+        frontier=tuple(frontier(candidates)),
+        runners_up=tuple(top[1 : 1 + runners_up]),
+        nearest_misses=misses,
+        candidates=tuple(candidates),
+        below_threshold=_below_threshold(request, best) if below else (),
+        searched_below_threshold=below,
+    )
+
+
+def _result(
+    request: PlanRequest,
+    use: str,
+    candidates: list[Candidate],
+    size: int,
+    t0: float,
+    runners_up: int,
+    below: bool,
+) -> PlanResult:
+    """The answer of a search that simulated every candidate it returns."""
     feasible = sorted(
         (c for c in candidates if c.feasible), key=lambda c: rank_key(request.objective, c)
     )
@@ -219,6 +324,94 @@ def plan(
         below_threshold=_below_threshold(request, best) if below else (),
         searched_below_threshold=below,
     )
+
+
+def _prefetch_all(request: PlanRequest, estimator: Estimator, space: Space) -> None:
+    """Every bandwidth curve a search over the whole space can touch, in one call."""
+    prefetch = getattr(estimator, "prefetch", None)
+    if prefetch is not None:
+        offered = [o for o in request.offers if o.quota > 0]
+        prefetch(request.workload, [o.instance for o in offered], _max_vms(request, space))
+
+
+def _max_vms(request: PlanRequest, space: Space) -> int:
+    """The most VMs a configuration of ``space`` can have (each holds a unit at least)."""
+    return max(1, min(sum(o.quota for o in request.offers), request.global_batch // space.unit))
+
+
+def _exact(
+    request: PlanRequest,
+    estimator: Estimator,
+    space: Space,
+    keeper: Keeper,
+    size: int,
+    *,
+    budget: int | None,
+) -> bool:
+    """The branch and bound (within ``budget`` work units, ``None`` for none), after the
+    approximation's seeds where the space is not tiny (a good first answer cuts more);
+    True when it finished."""
+    _prefetch_all(request, estimator, space)
+    sims = 0 if size <= TINY else min(DEFAULT_SIMULATIONS, size // 8)
+    if not keeper.seen:
+        approximate(request, estimator, space, keeper, simulations=sims)
+    floors: Any = estimator
+    return BranchAndBound(request, floors, space, keeper, budget=budget).run()
+
+
+def _approximate(
+    request: PlanRequest,
+    estimator: Estimator,
+    space: Space,
+    keeper: Keeper,
+    size: int,
+    exact_limit: int,
+    budget: int,
+) -> bool:
+    """The approximation, then the branch and bound within ``budget`` where its
+    bandwidth tables are cheap enough to build; True when that finished. With nothing
+    feasible found, the branch and bound looks for a feasible configuration whatever its
+    tables cost: to the end on a space within ``exact_limit``, else within ten budgets
+    (the limits cut most of such a space)."""
+    approximate(request, estimator, space, keeper)
+    if not has_floors(estimator):
+        return False
+    if not keeper.top():
+        rescue = None if size <= exact_limit else FEASIBILITY_BUDGETS * budget
+        return _exact(request, estimator, space, keeper, size, budget=rescue)
+    if budget > 0 and _table_rows(request, space) <= TABLE_ROWS:
+        return _exact(request, estimator, space, keeper, size, budget=budget)
+    return False
+
+
+def _table_rows(request: PlanRequest, space: Space) -> int:
+    """Bandwidth-model rows the branch and bound's ring ceilings need (every offered
+    type at every VM count, every bucket)."""
+    offered = [o for o in request.offers if o.quota > 0]
+    vms = _max_vms(request, space)
+    buckets = {len(request.workload.profile(o.instance.device_type).buckets) for o in offered}
+    return len(offered) * vms * max(buckets, default=0)
+
+
+def _nearest_misses(
+    request: PlanRequest, estimator: Estimator, space: Space, keeper: Keeper, budget: int
+) -> tuple[Candidate, ...]:
+    """Nothing meets the limits: the configurations nearest to meeting them (``miss_ratio``),
+    by the branch and bound on that measure (within ``budget``) from the nearest
+    simulated so far."""
+    near = Keeper(request, 3, misses_only=True)
+    for c in keeper.nearest_misses():
+        near.add(c)
+    near.seen |= keeper.seen
+    if has_floors(estimator) and _table_rows(request, space) <= TABLE_ROWS:
+        _prefetch_all(request, estimator, space)
+        floors: Any = estimator
+        BranchAndBound(request, floors, space, near, budget=budget, limits=False).run()
+    keeper.seen |= near.seen
+    keeper.simulated += near.simulated - len(keeper.nearest_misses())
+    for c in near.nearest_misses():
+        keeper.notable.setdefault(c.choice, c)
+    return tuple(near.nearest_misses())
 
 
 def _below_threshold(request: PlanRequest, best: Candidate | None) -> tuple[str, ...]:

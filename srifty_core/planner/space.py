@@ -13,6 +13,7 @@ configuration (a global batch smaller than the thresholds).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -81,58 +82,104 @@ class Space:
             ),
         )
 
-    def size(self, limit: int | None = None) -> int:
-        """Number of configurations (local batches summing exactly to the global batch),
-        counted exactly by dynamic programming over offers (numpy, one shifted add per
-        (batch, count)). With ``limit``, counts saturate at ``limit + 1``: the answer is
-        exact up to ``limit`` and ``limit + 1`` means "more than ``limit``", never a
-        partial count."""
+    @property
+    def unit(self) -> int:
+        """The greatest common divisor of every VM batch and the global batch: every
+        count of samples the configurations can reach is a multiple of it (the counting
+        tables run in these units)."""
+        return math.gcd(self.request.global_batch, *(b for bs in self.vm_batches for b in bs))
+
+    def completions(self, limit: int | None = None) -> list[Any]:
+        """Per offer index ``i`` (0 to the number of offers), an array over ``r`` (in
+        ``unit``s, 0 to the global batch): the number of ways the offers from ``i`` on
+        can hold exactly ``r`` units (an offer unused, or a count up to its quota at one
+        of its batches). ``completions()[0][-1]`` is the size of the space; a zero marks
+        a remainder nothing after ``i`` can make up (the searches skip such branches).
+
+        Dynamic programming over the offers from the last, one windowed sum per (offer,
+        batch): the counts 1..quota of a batch ``b`` add the ways ``b``, ``2b``, ...
+        ``quota * b`` units back, a sliding window along each residue modulo ``b``.
+        With ``limit``, counts saturate at ``limit + 1``: exact up to ``limit``, and
+        ``limit + 1`` means "more than ``limit``", never a partial count."""
         import numpy as np
 
-        target = self.request.global_batch
+        unit = self.unit
+        n = self.request.global_batch // unit + 1
         cap = None if limit is None else int(limit) + 1
-        dtype: type = object if cap is None else np.int64
-        ways: np.ndarray[Any, Any] = np.zeros(target + 1, dtype=dtype)
+        # int64 holds the window sums of capped counts; beyond that, exact integers
+        small = cap is not None and cap * (n + 1) < 2**62
+        dtype: type = np.int64 if small else object
+        ways: Any = np.zeros(n, dtype=dtype)
         ways[0] = 1
-        for o, batches in zip(self.request.offers, self.vm_batches, strict=True):
+        out = [ways]
+        for o, batches in zip(
+            reversed(self.request.offers), reversed(self.vm_batches), strict=True
+        ):
             nxt = ways.copy()
-            for b in batches:
-                for c in range(1, o.quota + 1):
-                    k = c * b
-                    if k > target:
-                        break
-                    nxt[k:] += ways[: target + 1 - k]
-                    if cap is not None:
-                        np.minimum(nxt, cap, out=nxt)
+            if o.quota > 0:
+                for b in batches:
+                    nxt += _window_sums(ways, b // unit, o.quota)
+                if cap is not None:
+                    np.minimum(nxt, cap, out=nxt)
             ways = nxt
-        return int(ways[target])
+            out.append(ways)
+        out.reverse()
+        return out
+
+    def size(self, limit: int | None = None) -> int:
+        """Number of configurations (local batches summing exactly to the global batch),
+        counted exactly (``completions``). With ``limit``, counts saturate at ``limit +
+        1``: the answer is exact up to ``limit`` and ``limit + 1`` means "more than
+        ``limit``", never a partial count."""
+        return int(self.completions(limit)[0][-1])
 
     def enumerate(self) -> Iterator[Choice]:
-        """Every configuration, depth first over offers."""
+        """Every configuration, depth first over offers (an offer unused first, then its
+        batches and counts in increasing order), never entering a branch whose remainder
+        the offers after it cannot make up exactly."""
         offers = self.request.offers
-        target = self.request.global_batch
-        # most samples the offers from i on can still take
-        reach = [0] * (len(offers) + 1)
-        for i in range(len(offers) - 1, -1, -1):
-            reach[i] = reach[i + 1] + offers[i].quota * max(self.vm_batches[i], default=0)
+        unit = self.unit
+        target = self.request.global_batch // unit
+        reach = [w > 0 for w in self.completions(limit=1)]
 
         def dfs(i: int, remaining: int, chosen: list[tuple[int, int, int]]) -> Iterator[Choice]:
             if remaining == 0:
                 yield tuple(chosen)
                 return
-            if i == len(offers) or reach[i] < remaining:
+            if i == len(offers):
                 return
-            yield from dfs(i + 1, remaining, chosen)
+            if reach[i + 1][remaining]:
+                yield from dfs(i + 1, remaining, chosen)
             for b in self.vm_batches[i]:
+                u = b // unit
                 for c in range(1, offers[i].quota + 1):
-                    if c * b > remaining:
+                    if c * u > remaining:
                         break
-                    chosen.append((i, c, b))
-                    yield from dfs(i + 1, remaining - c * b, chosen)
-                    chosen.pop()
+                    if reach[i + 1][remaining - c * u]:
+                        chosen.append((i, c, b))
+                        yield from dfs(i + 1, remaining - c * u, chosen)
+                        chosen.pop()
 
-        yield from dfs(0, target, [])
+        if reach[0][target]:
+            yield from dfs(0, target, [])
 
     def config(self, choice: Choice) -> ClusterConfig:
         offers = self.request.offers
         return ClusterConfig(tuple(Group(offers[i].instance, c, b) for i, c, b in choice))
+
+
+def _window_sums(ways: Any, step: int, count: int) -> Any:
+    """``out[r] = ways[r - step] + ways[r - 2 step] + ... + ways[r - count * step]`` (terms
+    below 0 left out): cumulative sums along each residue modulo ``step``."""
+    import numpy as np
+
+    n = len(ways)
+    rows = -(-n // step)
+    grid = np.zeros(rows * step, dtype=ways.dtype)
+    grid[:n] = ways
+    grid = grid.reshape(rows, step)
+    cum = np.zeros((rows + 1, step), dtype=ways.dtype)
+    np.cumsum(grid, axis=0, out=cum[1:])
+    lo = np.maximum(np.arange(rows) - count, 0)
+    out = cum[np.arange(rows)] - cum[lo]
+    return out.reshape(-1)[:n]

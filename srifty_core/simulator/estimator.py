@@ -123,6 +123,8 @@ class Simulator:
             tuple[int, int], tuple[Any, float, float, float, float, float, float, float, int]
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
+        self._zbar_cache: dict[tuple[int, int], tuple[float, float]] = {}
+        self._zbar_tables: dict[int, tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._exchange = lru_cache(maxsize=65536)(self._exchange_uncached)
 
     # ------------------------------------------------------------------ bandwidth
@@ -200,6 +202,25 @@ class Simulator:
         for sizes in layouts:
             if sizes:
                 self._curves(pairs, sizes)
+
+    def prefetch_configs(self, workload: Workload, configs: Sequence[ClusterConfig]) -> None:
+        """Ask the bandwidth model, in one call per bucket layout, about every (type,
+        ring world size) that estimating ``configs`` needs and is not cached yet (a
+        search that simulates a few hundred chosen configurations, where ``prefetch``'s
+        every world size would cost more than it saves)."""
+        layouts = {tuple(b.size_bytes for b in p.buckets) for p in workload.profiles.values()}
+        pairs: dict[tuple[str, int], tuple[SimInstance, int]] = {}
+        for config in configs:
+            world = config.world_size
+            if world <= 1:
+                continue
+            instances = [g.instance for g in config.groups]
+            for inst in instances:
+                n = _ring_world(inst, config.vms, world, len(instances))
+                pairs.setdefault((inst.name, n), (inst, n))
+        for sizes in layouts:
+            if sizes and pairs:
+                self._curves(list(pairs.values()), sizes)
 
     def _extrapolated(
         self, instances: Sequence[SimInstance], vms: int, world: int
@@ -359,6 +380,139 @@ class Simulator:
         extra = [np.random.default_rng((self.seed, col)) for col in range(have, types)]
         self._u_fw = np.column_stack([self._u_fw, *(g.random(self.iters) for g in extra)])
         self._u_bw = np.column_stack([self._u_bw, *(g.random(self.iters) for g in extra)])
+
+    # ------------------------------------------------------------------ floors
+    # Lower bounds of what ``estimate`` answers, for the planner's branch and bound: from
+    # the same draws, curves and caps, so they hold for this simulator's estimates (not
+    # just in expectation). Nothing here changes an estimate.
+
+    def pass_floor(self, workload: Workload, group: Group, column: int) -> tuple[float, float]:
+        """(forward, backward) no more than the ``t_fw`` and ``t_bw`` that ``estimate``
+        gives any configuration holding ``group`` as its ``column``-th group: the means,
+        over this simulator's draws, of this group's own slowest VM (an iteration waits
+        for the slowest VM of every group; DDP's copies only add). With ``mean="exact"``,
+        its mean passes (a maximum of VMs is no faster than any of them). Local workers
+        slow each other down by an amount known only with all of them: (0, 0)."""
+        if _local(group.instance):
+            return 0.0, 0.0
+        m_f, s_f, m_b, s_b, _, _, cv, _ = self._compute(
+            workload, group.instance.device_type, group.batch_per_rank
+        )
+        if self.mean == "exact":  # the integration's own error is far below this margin
+            return m_f * (1.0 - 1e-6), m_b * (1.0 - 1e-6)
+        if column >= self._u_fw.shape[1]:
+            self._more_types(column + 1)
+        t_f, t_b = s_f, s_b
+        if cv > 0:
+            t_f, t_b = float(np.hypot(s_f, m_f * cv)), float(np.hypot(s_b, m_b * cv))
+        key = (column, group.count)
+        zbar = self._zbar_cache.get(key)
+        if zbar is None:
+            z_f, z_b = self._z(column, group.count)
+            zbar = (float(z_f.mean()), float(z_b.mean()))
+            self._zbar_cache[key] = zbar
+        return m_f + t_f * zbar[0], m_b + t_b * zbar[1]
+
+    def pass_floors(
+        self, workload: Workload, instance: SimInstance, batch: int, column: int, counts: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``pass_floor`` of a group of ``instance`` at ``batch`` per VM in slot ``column``
+        for every count from 1 to ``counts`` (two arrays), at once."""
+        if _local(instance):
+            return np.zeros(counts), np.zeros(counts)
+        m_f, s_f, m_b, s_b, _, _, cv, _ = self._compute(
+            workload, instance.device_type, batch // instance.ranks_per_vm
+        )
+        if self.mean == "exact":
+            return np.full(counts, m_f * (1.0 - 1e-6)), np.full(counts, m_b * (1.0 - 1e-6))
+        if column >= self._u_fw.shape[1]:
+            self._more_types(column + 1)
+        t_f, t_b = s_f, s_b
+        if cv > 0:
+            t_f, t_b = float(np.hypot(s_f, m_f * cv)), float(np.hypot(s_b, m_b * cv))
+        z_f, z_b = self._zbar_table(column, counts)
+        return m_f + t_f * z_f[:counts], m_b + t_b * z_b[:counts]
+
+    def _zbar_table(
+        self, column: int, counts: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per count 1..``counts`` (at least), the mean over this simulator's draws of the
+        largest of that many standard normals in slot ``column`` (forward, backward)."""
+        have = self._zbar_tables.get(column)
+        if have is not None and len(have[0]) >= counts:
+            return have
+        start = 0 if have is None else len(have[0])
+        parts: tuple[list[NDArray[np.float64]], list[NDArray[np.float64]]] = (
+            [] if have is None else [have[0]],
+            [] if have is None else [have[1]],
+        )
+        for lo in range(start, counts, 256):  # 256 counts at a time: bounded memory
+            k = 1.0 / np.arange(lo + 1, min(counts, lo + 256) + 1, dtype=np.float64)
+            for out, u in zip(parts, (self._u_fw, self._u_bw), strict=True):
+                out.append(ndtri(u[:, column][:, None] ** k[None, :]).mean(axis=0))
+        table = (np.concatenate(parts[0]), np.concatenate(parts[1]))
+        self._zbar_tables[column] = table
+        return table
+
+    def exchange_floor(self, workload: Workload, config: ClusterConfig, t_bw: float) -> float:
+        """No more than the ``t_pe`` that ``estimate`` gives ``config`` when ``t_bw`` is no
+        more than its mean backward pass (e.g. ``pass_floor``'s): the same exchange, with
+        the buckets ready by ``t_bw`` (DDP's schedule: the end only moves later with the
+        starts; the concurrent one: each bucket's own transfer at its bus bandwidth
+        within the cap). 0 for one rank, and for local workers (host sharing)."""
+        groups = config.groups
+        world = config.world_size
+        if world <= 1 or any(_local(g.instance) for g in groups):
+            return 0.0
+        slow = max(groups, key=lambda g: self._compute(workload, g.instance.device_type,
+                                                       g.batch_per_rank)[2])  # fmt: skip
+        buckets = workload.profile(slow.instance.device_type).buckets
+        sizes = tuple(b.size_bytes for b in buckets)
+        if not sizes:
+            return 0.0
+        instances = [g.instance for g in groups]
+        busbw = self._busbw(instances, config.vms, world, sizes)
+        cap = self._cap(instances, config.vms, world)
+        fractions = tuple(b.ready_fraction for b in buckets)
+        volumes = tuple(bus_bytes(s, world) for s in sizes)
+        if self.schedule == "ddp":
+            overlap = self._overlap(workload, groups)
+            return float(
+                self._exchange(
+                    fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw, overlap
+                )
+            )
+        return max(
+            f * t_bw + v / min(float(b), cap)
+            for f, v, b in zip(fractions, volumes, busbw, strict=True)
+        )
+
+    def ring_ceiling(
+        self, workload: Workload, instance: SimInstance, vms: Sequence[int]
+    ) -> dict[tuple[int, ...], NDArray[np.float64]]:
+        """Per bucket layout of the workload's profiles, an array (``len(vms)`` x buckets):
+        at least the bus bandwidth (bytes/s, within the cap) each bucket's transfer gets
+        in ``estimate`` of any configuration holding ``instance`` among ``v`` VMs in all,
+        for each ``v`` of ``vms``. A ring runs at its slowest type's curve at that type's
+        ring world size (``_ring_world``: ``v`` VMs of it, or the job's world with one
+        type) and within its cap there, times the mixed-ring factor with several types:
+        so this type's own curve and cap at ``max(2, v x ranks per VM)``, times the
+        mixed-ring factor where it is above 1."""
+        layouts = {tuple(b.size_bytes for b in p.buckets) for p in workload.profiles.values()}
+        out: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        worlds = [max(2, v * instance.ranks_per_vm) for v in vms]
+        for sizes in layouts:
+            if not sizes:
+                out[sizes] = np.full((len(worlds), 0), np.inf)
+                continue
+            boost = np.maximum(_mixed_factors(self.bandwidth, sizes), 1.0)
+            curves = self._curves([(instance, w) for w in worlds], sizes)
+            rows = []
+            for w, curve in zip(worlds, curves, strict=True):
+                cap = self._cap([instance], 1, w)  # one type: its cap at world size w
+                rows.append(np.minimum(curve * boost, cap))
+            out[sizes] = np.array(rows, dtype=np.float64).reshape(len(worlds), len(sizes))
+        return out
 
     def _z_slow(self, count: int) -> float:
         """The 90th percentile of the largest of ``count`` standard normals."""
