@@ -553,7 +553,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also show, per offered type, what one VM more than its quota would change",
     )
-    pl.add_argument("--method", default="auto", choices=("auto", "exhaustive", "ilp"))
+    pl.add_argument(
+        "--method",
+        default="auto",
+        choices=("auto", "exact", "approx", "exhaustive", "ilp"),
+        help="search: auto (exact branch and bound up to 20,000 configurations, else the "
+        "communication-aware approximation), or one of them; exhaustive and ilp are the "
+        "method's plain searches",
+    )
     pl.add_argument("--estimator", default="srifty", choices=("srifty", "apm"))
     pl.add_argument(
         "--bandwidth",

@@ -171,9 +171,14 @@ def render(result: PlanResult, bandwidth: str | None = None) -> str:
     lines = list(result.explanation())
     if bandwidth:
         lines.append(f"bandwidth model: {bandwidth}")
+    from srifty_core.planner.search import SIZE_LIMIT
+
+    space = (
+        f"more than {SIZE_LIMIT:.0e}" if result.space_size > SIZE_LIMIT else f"{result.space_size}"
+    )
     lines.append(
         f"({result.method} search: {result.evaluated} configurations evaluated of "
-        f"{result.space_size}{'+' if result.method == 'ilp' else ''}, {result.solve_s:.2f} s)"
+        f"{space}, {result.solve_s:.2f} s)"
     )
     if result.frontier:
         lines.append("")
