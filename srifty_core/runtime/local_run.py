@@ -15,10 +15,12 @@ worker of the latest configuration exits with 0.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,7 +83,56 @@ def train_local(
     """Train ``plan`` to its last iteration on local workers, re-planning on preemption.
 
     Resumes from the run folder's checkpoint; refuses a folder whose log shows progress
-    without a checkpoint, unless ``restart`` (``checkpoint.check_resumable``)."""
+    without a checkpoint, unless ``restart`` (``checkpoint.check_resumable``). One live job
+    per run folder (``run_folder_lock``)."""
+    with run_folder_lock(Path(plan.run_dir)):
+        return _train_local(plan, provider, limits, poll_s, timeout_s, on_poll, restart)
+
+
+RUN_LOCK = ".srifty-run.lock"
+RUN_OWNER = ".srifty-run.owner"
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder for this process: a second job on the same folder (a rerun
+    beside a live one) fails at once, naming the holder, instead of training beside it.
+    An OS file lock (``filelock``): released when the holder exits, however it exits, so a
+    killed job never leaves a stale lock. The holder's pid and start time are written
+    beside it for the message."""
+    from filelock import FileLock, Timeout
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(run_dir / RUN_LOCK)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        try:
+            owner = (run_dir / RUN_OWNER).read_text().strip()
+        except OSError:
+            owner = "another process"
+        raise TrainingError(
+            f"run folder {run_dir} is in use by {owner}: wait for that job, or stop it "
+            "(one job per run folder)"
+        ) from None
+    try:
+        (run_dir / RUN_OWNER).write_text(
+            f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
+        )
+        yield
+    finally:
+        lock.release()
+
+
+def _train_local(
+    plan: TrainPlan,
+    provider: LocalProvider,
+    limits: Limits | None,
+    poll_s: float,
+    timeout_s: float,
+    on_poll: Callable[[Allocation], None] | None,
+    restart: bool,
+) -> RunReport:
     check_resumable(plan.checkpoint_path, plan.progress_path, restart)
     limits = limits or Limits(iterations=plan.iterations, global_batch=plan.global_batch)
     run_dir = Path(plan.run_dir)
