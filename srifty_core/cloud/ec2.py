@@ -84,6 +84,9 @@ SPOT_INTERRUPTION_CODES = (
 _GMT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 
 
+EC2_MAX_ATTEMPTS = 10
+"""Attempts per EC2 API call (boto's adaptive retry mode) before a throttling or transient
+error reaches the caller."""
 WHEEL_URI_ENV = "SRIFTY_WORKER_WHEEL_URI"
 WHEEL_SHA256_ENV = "SRIFTY_WORKER_WHEEL_SHA256"
 _WHEEL_NAME = re.compile(r"srifty-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl")
@@ -245,9 +248,15 @@ class EC2Provider(Provider):
         """The boto3 EC2 client of the Airflow connection (created once)."""
         if self._client_cache is None:
             from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+            from botocore.config import Config
 
             hook = EC2Hook(
-                aws_conn_id=self.aws_conn_id, region_name=self.region, api_type="client_type"
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region,
+                api_type="client_type",
+                # throttling (RequestLimitExceeded) and transient errors: boto's adaptive
+                # retry mode, exponential backoff with jitter and client-side rate limiting
+                config=Config(retries={"mode": "adaptive", "max_attempts": EC2_MAX_ATTEMPTS}),
             )
             self._client_cache = hook.conn
         return self._client_cache

@@ -244,3 +244,38 @@ def test_every_allocation_is_released_when_one_release_fails(
     with pytest.raises(ProviderError, match=rf"1 of 2 .*{first.id}"):
         release_all(p, [first, second])
     assert sorted(live_instances(aws)) == sorted(first.instance_ids)  # the second is gone
+
+
+def test_throttling_is_retried_with_backoff(aws: Any) -> None:
+    """EC2 throttles bursts of API calls (RequestLimitExceeded): the provider's client
+    retries them (boto's adaptive mode) instead of failing the launch or the cleanup. The
+    first two calls are answered by a throttling error before they leave the client (a
+    botocore before-send hook), the third reaches moto."""
+    from botocore.awsrequest import AWSResponse
+
+    class Raw:
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        def stream(self, **_: Any) -> Any:
+            yield self.body
+
+    body = (
+        b"<Response><Errors><Error><Code>RequestLimitExceeded</Code>"
+        b"<Message>Request limit exceeded.</Message></Error></Errors>"
+        b"<RequestID>throttled</RequestID></Response>"
+    )
+    calls: list[int] = []
+
+    def throttle(request: Any, **_: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= 2:
+            return AWSResponse(request.url, 503, {}, Raw(body))
+        return None
+
+    p = provider()
+    client = p.client()
+    assert client.meta.config.retries["mode"] == "adaptive"
+    client.meta.events.register("before-send.ec2.DescribeAvailabilityZones", throttle)
+    zones = p._zone_maps()
+    assert len(calls) == 3 and zones and all(z.startswith("use1-") for z in zones.values())
