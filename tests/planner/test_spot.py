@@ -144,3 +144,29 @@ def test_a_bad_override_names_the_field(planning_data: Path) -> None:  # noqa: F
     req["spot_interruptions"] = "sometimes"
     with pytest.raises(FieldError, match="spot_interruptions"):
         request_from_dict(req, catalog=Catalog.load(), load_profile=ProfileStore().load)
+
+
+def test_the_explanation_says_which_types_bandwidth_was_extrapolated(
+    planning_data: Path,  # noqa: F811
+) -> None:
+    """A plan whose ring crosses a type the bandwidth model never probed at that shape
+    says so (the p90 then carries the prior's wider held-out error)."""
+    import numpy as np
+    import pandas as pd
+
+    class NoRingProbed(ProbeTableBandwidth):
+        def in_domain(self, features: pd.DataFrame) -> np.ndarray:
+            return (features["world_size"] < 2).to_numpy()  # every ring is outside
+
+    req = yaml.safe_load(planning_data.read_text())
+    request = request_from_dict(req, catalog=Catalog.load(), load_profile=ProfileStore().load)
+    result = plan(request, Simulator(NoRingProbed().fit(read_probes())))
+    best = result.best
+    assert best is not None
+    text = render(result)
+    assert best.vms > 1  # a ring: its bandwidth is outside the domain
+    assert best.estimate.extrapolated
+    assert "Bandwidth extrapolated for " + best.estimate.extrapolated[0] in text
+    assert best.to_dict(request)["bandwidth_extrapolated"] == list(best.estimate.extrapolated)
+    for c in result.candidates:  # one VM of one GPU: no ring, nothing extrapolated
+        assert bool(c.estimate.extrapolated) == (c.estimate.world_size > 1)
