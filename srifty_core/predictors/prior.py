@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -294,16 +294,3 @@ class LinkPrior:
         prior.theta_ = np.asarray(d["theta"], dtype=np.float64)
         prior.classes_ = list(d.get("classes_seen", []))
         return prior
-
-
-def shapes(frame: pd.DataFrame) -> Sequence[tuple[str, int, int]]:
-    """(instance type, VMs, ranks per VM) of each row."""
-    hw = frame if "vms" in frame.columns else hardware_columns(frame)
-    return list(
-        zip(
-            hw["instance_type"].astype(str),
-            hw["vms"].astype(int),
-            hw["ranks_per_vm"].astype(int),
-            strict=True,
-        )
-    )
