@@ -95,6 +95,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         objective=Objective.parse(spec.objective),
         overheads=Overheads(launch_s=launch_s),
         risk_quantile=spec.risk_quantile,
+        checkpoint_every=spec.checkpoint_every,
     )
 
 
