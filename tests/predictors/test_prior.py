@@ -189,3 +189,26 @@ def test_predictions_stay_within_the_residuals_the_trees_were_shown() -> None:
     far = big.assign(world_size=4096, concurrent=64)
     got = np.log(reg.predict(far) / reg.prior_only(far))
     assert got.min() >= ratio.min() - 1e-6 and got.max() <= ratio.max() + 1e-6
+
+
+@pytest.mark.parametrize("link", ["nic_gbs", "intra_gbs", "network_gbps"])
+def test_a_faster_rated_link_never_lowers_the_prediction(link: str) -> None:
+    """Monotone constraints where physics is certain: with every other feature fixed, a
+    faster rated link (NIC, NVLink/PCIe, or the catalog's network rating) never predicts
+    less bus bandwidth, through the residual or through the prior's feature."""
+    from srifty_core.predictors.bandwidth import BusBandwidthRegressor, with_hardware
+    from srifty_core.predictors.nccl_tests import nccl_tests_frame
+
+    rows = with_hardware(nccl_tests_frame())
+    y = rows["busbw"].to_numpy(float)
+    factors = np.geomspace(0.1, 10.0, 13)
+
+    def worst_drop(reg: BusBandwidthRegressor) -> float:
+        preds = np.stack(
+            [reg.predict(rows.assign(**{link: rows[link] * f})) for f in factors], axis=1
+        )
+        return float(np.max(np.log(preds[:, :-1] / preds[:, 1:])))
+
+    assert worst_drop(BusBandwidthRegressor(**FAST).fit(rows, y)) <= 1e-9
+    # the same trees unconstrained do lower it somewhere: the check can fail
+    assert worst_drop(BusBandwidthRegressor(**FAST, monotone=False).fit(rows, y)) > 1e-3
