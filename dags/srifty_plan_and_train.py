@@ -30,7 +30,9 @@ Manual trigger; also triggered by itself when a run re-plans. Tasks:
 Task policy: deterministic errors (a bad conf, a missing input, no feasible plan, workers
 that died) fail at once without a retry; every task has an ``execution_timeout`` and the
 run a ``dagrun_timeout``; the monitor's deferral times out after the job's
-``time_limit_s`` plus a margin. MLflow shows the configuration's window metrics live.
+``time_limit_s`` plus a margin, and a deadline alert (``JobTimeLimitDeadline``, from the
+run's queue time) tags the job's MLflow runs if the run is still going then. MLflow
+shows the configuration's window metrics live.
 
 All logic lives in ``srifty_core.runtime`` (``orchestrate`` names the steps); the tasks
 pass paths and ids.
@@ -43,6 +45,9 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag, get_current_context, task
+
+# The job's deadline alert (plugins/): the run's queue time plus the conf's time_limit_s.
+from srifty_deadline import job_deadline_alert
 
 # The monitor sensor and its trigger (plugins/): thin adapters over srifty_core.
 from srifty_monitor import TrainingProgressSensor
@@ -83,6 +88,8 @@ MONITOR_TIMEOUT = timedelta(hours=6)
 RUN_TIMEOUT = timedelta(days=3)
 """A backstop for the whole run (no run hangs forever); the job's own ``time_limit_s`` is
 enforced sooner, by the monitor's deferral timeout."""
+DEADLINE_MARGIN = timedelta(minutes=10)
+"""The deadline alert fires this long after the job's time limit (the monitor's margin)."""
 
 LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}
 DEFAULTS: dict[str, Any] = {
@@ -114,6 +121,7 @@ def job_params() -> dict[str, Param]:
     start_date=START_DATE,
     catchup=False,
     dagrun_timeout=RUN_TIMEOUT,
+    deadline=job_deadline_alert(DEADLINE_MARGIN),
     default_args=DEFAULT_ARGS,
     tags=["srifty", "training"],
     doc_md=__doc__,
@@ -191,7 +199,8 @@ def srifty_plan_and_train() -> None:
     started = start_training(job_path, alloc)
     monitor = TrainingProgressSensor(
         task_id="monitor", job_path=job_path, allocation_ids=alloc, started_at=started,
-        poll_s=5.0, timeout=MONITOR_TIMEOUT, execution_timeout=None,
+        poll_s=5.0, margin_s=DEADLINE_MARGIN.total_seconds(), timeout=MONITOR_TIMEOUT,
+        execution_timeout=None,
     )  # fmt: skip
     result = monitor.output
     branch = finished_or_replan(result)

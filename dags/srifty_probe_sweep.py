@@ -1,13 +1,15 @@
 """Nightly allreduce probe sweep: one mapped task group per instance type and allocation.
 
 For each instance type in ``instance_types`` and each of its ``allocations`` (fresh ones,
-to capture placement variance; slot 0, 1, ...): launch an allocation on ``provider`` big
-enough for the largest world size (setup), sweep buffer sizes x world sizes x concurrency
-with ``repeats`` samples and write that type's partition of the probe store
+to capture placement variance; slot 0, 1, ...), one instance of the mapped task group
+``on_allocation``: launch an allocation on ``provider`` big enough for the largest world
+size (setup), sweep buffer sizes x world sizes x concurrency with ``repeats`` samples and
+write that type's partition of the probe store
 (``<data dir>/probes/date=<run day>/provider=<p>/instance_type=<t>/``), then release the
-allocation (teardown: it runs even when the sweep fails). A retry of the sweep task measures
-only the points its partition still misses. When every sweep succeeded, ``publish``
-updates the Asset ``srifty_probe_store`` so the bandwidth model refresh runs on fresh data.
+allocation (teardown: it runs even when the sweep fails). The local provider's sweeps take
+the one slot of the ``srifty_local_host`` pool. A retry of the sweep task measures only
+the points its partition still misses. When every sweep succeeded, ``publish`` updates
+the Asset ``srifty_probe_store`` so the bandwidth model refresh runs on fresh data.
 
 XCom carries allocation ids and partition paths, never measurements.
 """
@@ -17,10 +19,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag, get_current_context, task, task_group
 
 # Shared policy (plugins/): the probe-store Asset, start date, task defaults.
-from srifty_policy import PROBE_STORE, START_DATE, default_args, fails_fast
+from srifty_policy import LOCAL_HOST_POOL, PROBE_STORE, START_DATE, default_args, fails_fast
 
 DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2))
 SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
@@ -116,12 +118,13 @@ def srifty_probe_sweep() -> None:
 
         params = get_current_context()["params"]
         provider = get_provider(params["provider"])
-        alloc = launch_for_sweep(config_from_params(params), provider, item["instance_type"])
-        return f"{item['slot']}:{alloc.id}"
+        return launch_for_sweep(config_from_params(params), provider, item["instance_type"]).id
 
-    @task
+    # The local provider's workers share this host: one sweep at a time on it (the pool),
+    # never beside a profile or a local training job that would skew the timings.
+    @task(pool=LOCAL_HOST_POOL)
     @fails_fast
-    def sweep(slot_and_allocation: str) -> str:
+    def sweep(item: dict[str, Any], allocation_id: str) -> str:
         from srifty_core.cloud import get_provider
         from srifty_core.probing.config import config_from_params
         from srifty_core.probing.sweep import sweep_on_allocation
@@ -130,10 +133,9 @@ def srifty_probe_sweep() -> None:
         params = ctx["params"]
         provider = get_provider(params["provider"])
         day = ctx["logical_date"].date() if ctx.get("logical_date") else None
-        slot, allocation_id = slot_and_allocation.split(":", 1)
         alloc = provider.get_allocation(allocation_id)
         config = config_from_params(params)
-        result = sweep_on_allocation(config, provider, alloc, day=day, slot=int(slot))
+        result = sweep_on_allocation(config, provider, alloc, day=day, slot=int(item["slot"]))
         print(
             f"{result.measured} points measured, {result.skipped} already stored, "
             f"{len(result.failed)} failed; {result.rows} rows in {result.partition}"
@@ -142,23 +144,33 @@ def srifty_probe_sweep() -> None:
 
     @task
     @fails_fast
-    def release(slot_and_allocation: str) -> None:
+    def release(allocation_id: str) -> None:
         from srifty_core.cloud import get_provider
 
-        allocation_id = slot_and_allocation.split(":", 1)[1]
         get_provider(get_current_context()["params"]["provider"]).release(allocation_id)
+
+    @task_group
+    def on_allocation(item: dict[str, Any]) -> Any:
+        """One allocation: launch it (setup), sweep it, release it (teardown, always)."""
+        allocation_id = allocate(item)
+        partition = sweep(item, allocation_id)
+        partition >> release(allocation_id).as_teardown(setups=allocation_id)
+        return partition
 
     @task(outlets=[PROBE_STORE])
     @fails_fast
-    def publish(partitions: list[str]) -> list[str]:
+    def publish(partitions: str | list[str]) -> list[str]:
         ctx: Any = get_current_context()
-        ctx["outlet_events"][PROBE_STORE].extra = {"partitions": list(partitions)}
-        return list(partitions)
+        # What a mapped task group's task returned: one value when the group expanded once,
+        # else a sequence (indexed by length: iterating a lazy one probes one past its end).
+        if isinstance(partitions, str):
+            rows = [partitions]
+        else:
+            rows = [str(partitions[i]) for i in range(len(partitions))]
+        ctx["outlet_events"][PROBE_STORE].extra = {"partitions": rows}
+        return rows
 
-    allocations = allocate.expand(item=plan())
-    partitions = sweep.expand(slot_and_allocation=allocations)
-    partitions >> release.expand(slot_and_allocation=allocations).as_teardown(setups=allocations)
-    publish(partitions)
+    publish(on_allocation.expand(item=plan()))
 
 
 srifty_probe_sweep()

@@ -1,9 +1,10 @@
 """Profile one zoo model on each requested device type and store the compute profiles.
 
 Manual trigger. One mapped task per device type runs the profiler where that device is
-(``cpu`` here; ``cuda`` on a GPU worker), writes ``<data dir>/profiles/<model>/<size>/<device
-type>.json`` atomically, and logs the profile, its fit and its plot to MLflow (experiment
-``srifty-compute-profiles``). The summary task lists what was written.
+(``cpu`` here; ``cuda`` on a GPU worker), in the ``srifty_local_host`` pool, writes
+``<data dir>/profiles/<model>/<size>/<device type>.json`` atomically, and logs the profile,
+its fit and its plot to MLflow (experiment ``srifty-compute-profiles``). The summary task
+lists what was written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 
 # Shared policy (plugins/): the probe-store Asset, start date, task defaults.
-from srifty_policy import START_DATE, default_args, fails_fast
+from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 
 # Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
 from srifty_core.profiling import MODEL_NAMES, SIZES
@@ -84,9 +85,9 @@ def srifty_profile_model() -> None:
     def device_types() -> list[str]:
         return list(get_current_context()["params"]["device_types"])
 
-    @task(
-        multiple_outputs=True, max_active_tis_per_dag=1
-    )  # profiles time the machine: never two at once on it
+    # Profiles time the machine they run on: never two at once, and never beside a local
+    # sweep or a local training job (the local host's pool, one slot).
+    @task(multiple_outputs=True, max_active_tis_per_dag=1, pool=LOCAL_HOST_POOL)
     @fails_fast
     def profile_on(device: str) -> dict[str, Any]:
         from srifty_core.profiling.job import run_profile_job

@@ -3,9 +3,12 @@
 Thin adapters over ``srifty_core.runtime.monitor_step.Monitor`` (the monitor's step). The
 trigger makes one ``Monitor`` for the configuration (the provider and its client, the
 allocations and the progress log's read position are kept between steps) and steps it
-every ``poll_s`` in a thread of the triggerer. A step reads only what is new: the steps
-logged since the last one and the small state file rank 0 replaces each step (never the
-checkpoint, never torch), and logs the window's metrics to the job's MLflow run. A step
+every ``poll_s``. The cloud's state (instances taken back, workers ended) is read in the
+triggerer's event loop through the provider's async hook (``cloud_watch.AsyncObserver``:
+EC2 through ``EC2Hook.get_async_conn``, aiobotocore; the local provider in a thread); the
+rest of a step runs in a thread and reads only what is new: the steps logged since the
+last one and the small state file rank 0 replaces each step (never the checkpoint, never
+torch), and logs the window's metrics to the job's MLflow run. A step
 that fails with a transient error (a file system or network hiccup, the provider's API
 throttling) is retried with exponential backoff; ``max_failures`` failures in a row, or a
 deterministic error (the workers died, a bad plan), end the monitor with an error event.
@@ -32,15 +35,18 @@ MAX_BACKOFF_S = 300.0
 
 def make_monitor(
     job_path: str, allocation_ids: list[str], params: dict[str, Any], started_at: float
-) -> Any:
-    """The configuration's ``Monitor``, logging live metrics to its MLflow run."""
+) -> tuple[Any, Any]:
+    """The configuration's ``Monitor`` (logging live metrics to its MLflow run) and the
+    ``AsyncObserver`` that reads its allocations' cloud state in the event loop."""
     from srifty_core.runtime import job_log
+    from srifty_core.runtime.cloud_watch import AsyncObserver
     from srifty_core.runtime.job import JobPlan, JobSpec
     from srifty_core.runtime.monitor_step import Monitor
 
     live = job_log.live_metrics(JobPlan.load(job_path))
     spec = JobSpec.from_params(params)
-    return Monitor(job_path, allocation_ids, spec, started_at, live=live)
+    monitor = Monitor(job_path, allocation_ids, spec, started_at, live=live)
+    return monitor, AsyncObserver(monitor.provider)
 
 
 def is_deterministic(exc: BaseException) -> bool:
@@ -83,22 +89,28 @@ class TrainingProgressTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         monitor: Any = None
+        observe: Any = None
         failures = 0
         while True:
             try:
                 if monitor is None:
-                    monitor = await asyncio.to_thread(
+                    monitor, observe = await asyncio.to_thread(
                         make_monitor, self.job_path, self.allocation_ids, self.params,
                         self.started_at,
                     )  # fmt: skip
-                result = (await asyncio.to_thread(monitor.step)).to_dict()
+                # The cloud through the provider's async hook (EC2: aiobotocore) in this
+                # loop; the run folder's files and MLflow in a thread.
+                cloud = await observe(monitor.allocations)
+                result = (await asyncio.to_thread(monitor.step, None, cloud)).to_dict()
             except Exception as exc:
                 failures += 1
                 error = f"{type(exc).__name__}: {exc}"
-                if is_deterministic(exc) or failures >= self.max_failures:
+                deterministic = is_deterministic(exc)
+                if deterministic or failures >= self.max_failures:
                     if failures > 1:
                         error += f" (after {failures} failed steps in a row)"
-                    yield TriggerEvent({"status": "error", "error": error})
+                    event = {"status": "error", "error": error, "deterministic": deterministic}
+                    yield TriggerEvent(event)
                     return
                 delay = min(self.poll_s * 2**failures, MAX_BACKOFF_S)
                 self.log.warning("monitor step failed (%s); retrying in %.1f s", error, delay)
@@ -162,5 +174,10 @@ class TrainingProgressSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "error":
-            raise RuntimeError(f"training monitor failed: {event['error']}")
+            message = f"training monitor failed: {event['error']}"
+            if event.get("deterministic"):  # the workers died, a bad plan: a retry fails alike
+                from airflow.sdk.exceptions import AirflowFailException
+
+                raise AirflowFailException(message)
+            raise RuntimeError(message)  # the cloud or the file system kept failing: retry
         return event

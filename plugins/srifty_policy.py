@@ -1,10 +1,11 @@
 """What every Srifty DAG shares: the probe-store Asset (one definition, for the sweep that
 produces it and the model refresh that consumes it), a tz-aware start date, the default
-task arguments, and ``fails_fast``: a deterministic error (a bad conf, a missing input)
-fails the task at once instead of being retried.
+task arguments, the local host's pool (``LOCAL_HOST_POOL``, created with the metadata DB
+by ``srifty_core.airflow_env.migrate``), and ``fails_fast``: a deterministic error (a bad
+conf, a missing input) fails the task at once instead of being retried.
 
-Light: imports no more of ``srifty_core`` than its error types and the probe store's
-constants.
+Light: imports no more of ``srifty_core`` than its error types and the probe store's and
+the Airflow environment's constants.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from typing import Any, TypeVar
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
+from srifty_core.airflow_env import LOCAL_HOST_POOL
 from srifty_core.probing import PROBE_STORE_ASSET_NAME, PROBE_STORE_ASSET_URI
+
+__all__ = [
+    "LOCAL_HOST_POOL",
+    "PROBE_STORE",
+    "START_DATE",
+    "default_args",
+    "fail_fast",
+    "fails_fast",
+]
 
 PROBE_STORE = Asset(name=PROBE_STORE_ASSET_NAME, uri=PROBE_STORE_ASSET_URI)
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,6 +23,24 @@ from srifty_core.errors import SriftyError
 
 DEFAULT_PARALLELISM = 2
 """LocalExecutor starts this many workers up front: small, for a 2-core machine."""
+LOCAL_HOST_POOL = "srifty_local_host"
+"""The Airflow pool of the tasks that run local workers or time this host (the local
+provider's probe sweeps, CPU profiling, local training): one slot, so they never overlap
+and slow each other's measurements. Deferred tasks count (a deferred monitor of a local
+job holds the slot while its workers train)."""
+POOLS: dict[str, tuple[int, str]] = {
+    LOCAL_HOST_POOL: (1, "Local workers and measurements on the shared local host"),
+}
+DEADLINE_ALERTS_ENV = "SRIFTY_DEADLINE_ALERTS"
+"""``0``: the DAGs declare no deadline alerts. ``airflow_environment`` sets it for the
+processes that run DAGs with ``dag.test()`` / ``airflow dags test`` (the demo, the tests):
+Airflow 3.3.2's ``dag.test()`` cannot finish a successful run of a DAG that has a
+deadline alert (it looks the alert definitions up as if they were their database ids).
+A deployment (the scheduler, the compose file) leaves it unset: alerts on."""
+
+
+def deadline_alerts_enabled(env: Mapping[str, str] | None = None) -> bool:
+    return (os.environ if env is None else env).get(DEADLINE_ALERTS_ENV, "1") != "0"
 
 
 def airflow_environment(
@@ -51,6 +69,7 @@ def airflow_environment(
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        DEADLINE_ALERTS_ENV: "0",  # see DEADLINE_ALERTS_ENV
         # The repository root on sys.path so `plugins/` and `srifty_core` import in tasks.
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
@@ -73,8 +92,19 @@ def airflow_command(args: list[str]) -> list[str]:
 
 
 def migrate(env: Mapping[str, str]) -> None:
-    """Create or upgrade the metadata DB (``airflow db migrate``); idempotent."""
+    """Create or upgrade the metadata DB (``airflow db migrate``) and create Srifty's pools
+    (``POOLS``; the scheduler and ``dag.test()`` never run a task whose pool is missing);
+    idempotent."""
     run_airflow(["db", "migrate"], env, quiet=True)
+    ensure_pools(env)
+
+
+def ensure_pools(env: Mapping[str, str]) -> None:
+    """``airflow pools set`` for each of ``POOLS`` (deferred tasks included)."""
+    for name, (slots, description) in POOLS.items():
+        run_airflow(
+            ["pools", "set", name, str(slots), description, "--include-deferred"], env, quiet=True
+        )
 
 
 def run_airflow(args: list[str], env: Mapping[str, str], *, quiet: bool = False) -> str:

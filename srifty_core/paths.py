@@ -19,6 +19,9 @@ from importlib.resources import files
 from pathlib import Path
 
 ENV_VAR = "SRIFTY_DATA_DIR"
+RUN_STORAGE_ENV = "SRIFTY_RUN_STORAGE"
+"""Deployment setting: where run folders live when Airflow and the training VMs share
+object storage (``s3://bucket/prefix``); unset: the data folder's ``runs/``."""
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository (or source tree) this package was installed from in editable mode (for
@@ -52,6 +55,23 @@ def default_data_dir() -> Path:
     xdg = os.environ.get("XDG_DATA_HOME", "")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
     return (base / "srifty").resolve()
+
+
+def run_storage() -> str | None:
+    """The shared run storage (``$SRIFTY_RUN_STORAGE``: an fsspec URI such as
+    ``s3://bucket/prefix``, no trailing ``/``), or ``None`` for the data folder. A
+    deployment setting, read only here: never taken from a trigger conf."""
+    value = os.environ.get(RUN_STORAGE_ENV, "").strip().rstrip("/")
+    if not value:
+        return None
+    if "://" not in value or value.startswith("file://"):
+        from srifty_core.errors import ConfigError
+
+        raise ConfigError(
+            f"{RUN_STORAGE_ENV}: a URI such as s3://bucket/prefix, got {value!r} (leave it "
+            "unset to keep run folders in the data folder)"
+        )
+    return value
 
 
 def data_dir(override: str | os.PathLike[str] | None = None) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from srifty_core import paths
 from srifty_core.airflow_env import (
+    DEADLINE_ALERTS_ENV,
     airflow_environment,
     migrate,
     stop_process_groups,
@@ -43,6 +44,7 @@ def run_ui(
     env = {
         **os.environ,
         **airflow_environment(home),
+        DEADLINE_ALERTS_ENV: "1",  # a real scheduler runs the DAGs here (no dag.test())
         paths.ENV_VAR: str(root),
         "AIRFLOW__API__PORT": str(airflow_port),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",

@@ -71,7 +71,9 @@ def test_every_airflow_service_waits_for_the_migration_and_shares_the_keys() -> 
         "airflow-triggerer",
         "airflow-worker",
     }
-    assert services["airflow-init"]["command"] == ["airflow", "db", "migrate"]
+    # the metadata DB and the pools the DAGs use (srifty_core.airflow_env.migrate)
+    init = services["airflow-init"]["command"]
+    assert init[:2] == ["python", "-c"] and "srifty_core.airflow_env import migrate" in init[2]
     assert services["airflow-init"]["restart"] == "no"
     assert "airflow-init" not in services["airflow-init"]["depends_on"]
     keys = None

@@ -22,7 +22,11 @@
   or s3:// URI, and ``SRIFTY_WORKER_WHEEL_SHA256``), checks its sha256, installs it with the
   ``worker`` extra in a venv and starts ``srifty probe|profile|train ...`` with its
   arguments. Never ``pip install srifty`` from a package index (anyone can publish that
-  name there), and never a wheel a trigger conf names. ``run`` on an already running
+  name there), and never a wheel a trigger conf names. A training configuration
+  (``EC2Provider(training=EC2Training(...))``, ``launch_many``) launches its first VM alone,
+  then the others with that VM's private address as the rendezvous endpoint; each VM's
+  user data writes and runs ``rendezvous.start_script`` (torchrun with c10d over the
+  configuration's VMs; see that module). ``run`` on an already running
   allocation is not supported (there is no remote shell here): pass the worker when
   launching (``EC2Provider(worker=[...])``).
 
@@ -34,13 +38,14 @@ imported here.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import shlex
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,8 +62,16 @@ from srifty_core.cloud.base import (
     LaunchRequest,
     Provider,
     ProviderError,
+    release_all,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
+from srifty_core.runtime.rendezvous import (
+    DEFAULT_PORT,
+    Rendezvous,
+    node_groups,
+    run_id,
+    start_script,
+)
 
 if TYPE_CHECKING:
     from srifty_core.catalog import Catalog
@@ -157,6 +170,17 @@ class WorkerWheel:
         ]
 
 
+def _install_lines(wheel: WorkerWheel) -> list[str]:
+    return [
+        "#!/bin/bash",
+        "set -euo pipefail",
+        "exec >>/var/log/srifty-bootstrap.log 2>&1",
+        "python3 -m venv /opt/srifty",
+        "/opt/srifty/bin/pip install --upgrade pip",
+        *wheel.install_lines(),
+    ]
+
+
 def bootstrap_user_data(
     worker: Sequence[str],
     *,
@@ -175,12 +199,7 @@ def bootstrap_user_data(
         raise ConfigError(f"worker: must start with one of {WORKER_COMMANDS}, got {list(worker)}")
     exports = {"SRIFTY_ALLOCATION_ID": allocation_id, **dict(env or {})}
     lines = [
-        "#!/bin/bash",
-        "set -euo pipefail",
-        "exec >>/var/log/srifty-bootstrap.log 2>&1",
-        "python3 -m venv /opt/srifty",
-        "/opt/srifty/bin/pip install --upgrade pip",
-        *wheel.install_lines(),
+        *_install_lines(wheel),
         *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
         "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
         "nohup /opt/srifty/bin/srifty "
@@ -188,6 +207,64 @@ def bootstrap_user_data(
         + " >>/var/log/srifty-worker.log 2>&1 &",
     ]
     return "\n".join(lines) + "\n"
+
+
+START_SCRIPT = "/opt/srifty/start-worker.sh"
+
+
+def training_user_data(start: str, *, wheel: WorkerWheel, allocation_id: str = "") -> str:
+    """A cloud-init shell script for a training VM: install ``wheel`` as
+    ``bootstrap_user_data`` does, write ``start`` (``rendezvous.start_script``: the plan,
+    this VM's place in the configuration and the torchrun command) to
+    ``/opt/srifty/start-worker.sh`` and run it in the background, logging to
+    ``/var/log/srifty-worker.log``."""
+    if "\nSRIFTY_START_SCRIPT\n" in f"\n{start}\n":
+        raise ConfigError("the start script may not contain its own end marker")
+    lines = [
+        *_install_lines(wheel),
+        f"export SRIFTY_ALLOCATION_ID={shlex.quote(allocation_id)}",
+        "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
+        f"cat > {START_SCRIPT} <<'SRIFTY_START_SCRIPT'",
+        start.rstrip("\n"),
+        "SRIFTY_START_SCRIPT",
+        f"nohup bash {START_SCRIPT} >>/var/log/srifty-worker.log 2>&1 &",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class _TrainingUserData:
+    start: str
+    wheel: WorkerWheel
+
+    def __call__(self, allocation_id: str) -> str:
+        return training_user_data(self.start, wheel=self.wheel, allocation_id=allocation_id)
+
+
+@dataclass(frozen=True)
+class EC2Training:
+    """What the VMs of one training configuration run: the workers' plan (its JSON) and
+    the rendezvous id and port (``rendezvous``). ``EC2Provider(training=...)`` launches
+    the configuration's VMs in the plan's order through ``launch_many``."""
+
+    plan_json: str
+    run_id: str
+    port: int = DEFAULT_PORT
+
+    @property
+    def world_size(self) -> int:
+        return len(json.loads(self.plan_json)["local_batches"])
+
+    @classmethod
+    def for_plan(cls, plan_path: str | Path, config_id: str) -> EC2Training:
+        """The training of the plan file at ``plan_path`` (one configuration)."""
+        from srifty_core.runtime import run_store
+
+        text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
+        if text is None:
+            raise ConfigError(f"no such plan: {plan_path}")
+        d = json.loads(text)
+        return cls(text, run_id(str(d.get("config_id", config_id)), str(d["run_dir"])))
 
 
 class EC2Provider(Provider):
@@ -207,6 +284,7 @@ class EC2Provider(Provider):
         worker: Sequence[str] | None = None,
         package: str | None = None,
         wheel: WorkerWheel | None = None,
+        training: EC2Training | None = None,
         wait_timeout_s: float = 900.0,
         poll_s: float = 5.0,
         catalog: Catalog | None = None,
@@ -226,6 +304,9 @@ class EC2Provider(Provider):
                 f"of the deployment settings {WHEEL_URI_ENV} and {WHEEL_SHA256_ENV}"
             )
         self._wheel = wheel
+        if training is not None and self.worker:
+            raise ConfigError("EC2Provider: give worker (probe, profile) or training, not both")
+        self.training = training
         self.wait_timeout_s = wait_timeout_s
         self.poll_s = poll_s
         self._catalog = catalog
@@ -335,6 +416,66 @@ class EC2Provider(Provider):
 
     # ------------------------------------------------------------------ lifecycle
     def launch(self, request: LaunchRequest) -> Allocation:
+        if self.training is not None:
+            raise ProviderError(
+                "a training configuration launches all its VMs together: use launch_many"
+            )
+        return self._launch(request, None)
+
+    def launch_many(self, requests: Sequence[LaunchRequest]) -> list[Allocation]:
+        """Launch every request; if one fails, what was launched is released first.
+
+        Training (``training`` given): the requests are the configuration's launches in
+        the plan's order. The first VM is launched alone and hosts the rendezvous; the
+        others, one ``run_instances`` call per request, get its private address as the
+        endpoint. Each VM's user data installs the wheel and runs
+        ``rendezvous.start_script`` for its node group (its index and first rank follow
+        from its launch index)."""
+        out: list[Allocation] = []
+        try:
+            if self.training is None:
+                for r in requests:
+                    out.append(self._launch(r, None))
+                return out
+            specs = [self.instance_type(r.instance_type) for r in requests]
+            groups = node_groups(
+                [(r.count, s.ranks_per_instance) for r, s in zip(requests, specs, strict=True)]
+            )
+            nnodes = sum(r.count for r in requests)
+            world = sum(
+                r.count * s.ranks_per_instance for r, s in zip(requests, specs, strict=True)
+            )
+            if world != self.training.world_size:
+                raise ConfigError(
+                    f"the VMs hold {world} ranks, the plan has {self.training.world_size}"
+                )
+            wheel = self.wheel()
+            host = ""  # the first VM reads its own address
+            k = 0
+            for r in requests:
+                for part in [1, r.count - 1] if not out and r.count > 1 else [r.count]:
+                    g = groups[k]
+                    k += 1
+                    rdzv = Rendezvous(self.training.run_id, nnodes, world, host, self.training.port)
+                    script = start_script(self.training.plan_json, g, rdzv)
+                    req = LaunchRequest(r.instance_type, part, r.market, r.zone, r.placement_group)
+                    alloc = self._launch(req, _TrainingUserData(script, wheel))
+                    out.append(alloc)
+                    if not host:
+                        host = self.describe(alloc)[0].address
+                        if not host:
+                            raise ProviderError(f"{alloc.id}: the first VM has no private address")
+            return out
+        except BaseException as exc:
+            try:
+                release_all(self, out)
+            except ProviderError as leak:
+                exc.add_note(str(leak))
+            raise
+
+    def _launch(self, request: LaunchRequest, user_data: Callable[[str], str] | None) -> Allocation:
+        """One ``run_instances`` call; ``user_data(allocation id)`` is the VMs' user data
+        (default: ``bootstrap_user_data`` of ``worker``, if any)."""
         spec = self.instance_type(request.instance_type)
         market = Market.parse(request.market)
         if not self.image_id:
@@ -357,7 +498,9 @@ class EC2Provider(Provider):
                 {"ResourceType": "volume", "Tags": tags},
             ],
         }
-        if self.worker:
+        if user_data is not None:
+            kwargs["UserData"] = user_data(alloc_id)
+        elif self.worker:
             kwargs["UserData"] = bootstrap_user_data(
                 self.worker, wheel=self.wheel(), allocation_id=alloc_id
             )

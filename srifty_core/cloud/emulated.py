@@ -125,10 +125,31 @@ class TrainingRun:
     """Interruptions that stopped the run early (empty when it completed)."""
     started_at: datetime
     ended_at: datetime
+    pass_s: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
+    """Iterations x VMs: each VM's own forward + backward pass (what its rank times of
+    itself and rank 0 gathers each window), VMs in the order of ``vm_types``."""
+    vm_types: tuple[str, ...] = ()
+    """The instance type of each column of ``pass_s``."""
+    exchange_s: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Per iteration, the time the gradient exchange kept the links busy."""
 
     @property
     def mean_s(self) -> float:
         return float(self.iteration_s.mean()) if self.completed else math.nan
+
+    def window(self, start: int, stop: int) -> dict[str, Any]:
+        """Iterations ``start`` to ``stop`` (a monitor window) as rank 0 gathers them:
+        ``iteration_s``, ``exchange_s`` (arrays) and ``pass_s`` per instance type (an
+        array of iterations x that type's VMs)."""
+        stop = min(stop, self.completed)
+        cols: dict[str, list[int]] = {}
+        for k, name in enumerate(self.vm_types):
+            cols.setdefault(name, []).append(k)
+        return {
+            "iteration_s": self.iteration_s[start:stop],
+            "exchange_s": self.exchange_s[start:stop],
+            "pass_s": {name: self.pass_s[start:stop, ks] for name, ks in cols.items()},
+        }
 
 
 class EmulatedProvider(Provider):
@@ -150,7 +171,12 @@ class EmulatedProvider(Provider):
         preemption_rate_per_hour: float | Mapping[str, float] = 0.0,
         spread_small: float = truth.SPREAD_SMALL,
         spread_large: float = truth.SPREAD_LARGE,
+        hidden_slowdown: Mapping[str, float] | None = None,
     ) -> None:
+        """``hidden_slowdown``: per instance type, a factor on its GPUs' step times that
+        only ``train`` applies (``emulator_truth.slowed``): ``profile`` never sees it, as
+        a profile taken on other VMs or days would not (the online recalibration
+        benchmark's injected fault)."""
         from srifty_core.catalog import Catalog
 
         self.region = region
@@ -167,6 +193,10 @@ class EmulatedProvider(Provider):
         self._preempt = preemption_rate_per_hour
         self.spread_small = spread_small
         self.spread_large = spread_large
+        self.hidden_slowdown = dict(hidden_slowdown or {})
+        for name, factor in self.hidden_slowdown.items():
+            if not factor > 0:
+                raise ConfigError(f"hidden_slowdown[{name}]: must be > 0, got {factor}")
         self._allocs: dict[str, _Alloc] = {}
         self._scripted: list[tuple[datetime, str, str]] = []
         self._n = 0
@@ -637,6 +667,7 @@ class EmulatedProvider(Provider):
         }
         ref = reference or truth.reference_rate(profile, rates)
         groups = []
+        vm_types: list[str] = []
         for a in allocs:
             name = a.allocation.spec.name
             if name not in batches:
@@ -645,13 +676,15 @@ class EmulatedProvider(Provider):
             if not live:
                 raise ProviderError(f"allocation {a.allocation.id} has no running instance")
             t = self.catalog_type(name)
-            groups.append(
-                truth.group_for(
-                    t, len(live), batches[name], profile, ref, a.level, rng, credit_s=a.credit_s
-                )
+            group = truth.group_for(
+                t, len(live), batches[name], profile, ref, a.level, rng, credit_s=a.credit_s
             )
+            if name in self.hidden_slowdown:
+                group = truth.slowed(group, self.hidden_slowdown[name])
+            groups.append(group)
+            vm_types.extend([name] * len(live))
         ordered = sorted(profile.buckets, key=lambda b: b.index)
-        iters, compute, exposed = truth.training_iterations(
+        detail = truth.training_iterations_detail(
             groups,
             [b.size_bytes for b in ordered],
             [b.ready_fraction for b in ordered],
@@ -659,6 +692,7 @@ class EmulatedProvider(Provider):
             rng,
             warm_s=warm_s,
         )
+        iters, compute, exposed = detail.iteration_s, detail.compute_s, detail.exposed_s
         started = self._clock
         ends = started + timedelta(seconds=float(np.cumsum(iters)[-1]))
         first_stop = self._next_interruption(allocs, ends)
@@ -683,6 +717,9 @@ class EmulatedProvider(Provider):
             interrupted=hit,
             started_at=started,
             ended_at=self._clock,
+            pass_s=detail.pass_s[:completed],
+            vm_types=tuple(vm_types),
+            exchange_s=detail.exchange_s[:completed],
         )
 
     def profile(

@@ -99,6 +99,7 @@ world size). The iteration ends when the last allreduce and the slowest backward
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -574,6 +575,37 @@ def _member(gr: VmGroup, bursting: bool) -> RingMember:
     )
 
 
+def slowed(group: VmGroup, factor: float) -> VmGroup:
+    """``group`` with every GPU step ``factor`` times slower (forward, backward, DDP's
+    copies, the optimizer step): a slowdown its compute profile never saw (a throttled or
+    degraded batch of GPUs), injected by ``EmulatedProvider(hidden_slowdown=...)``."""
+    if not factor > 0:
+        raise ConfigError(f"hidden slowdown: must be > 0, got {factor}")
+    return dataclasses.replace(
+        group,
+        t_fw=group.t_fw * factor,
+        t_bw=group.t_bw * factor,
+        copy_s=group.copy_s * factor,
+        step_s=group.step_s * factor,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IterationDetail:
+    """What ``training_iterations_detail`` measured, per iteration (seconds)."""
+
+    iteration_s: NDArray[np.float64]
+    compute_s: NDArray[np.float64]
+    """Slowest forward + backward with DDP's copies and the optimizer step."""
+    exposed_s: NDArray[np.float64]
+    """Communication not hidden behind the backward pass."""
+    pass_s: NDArray[np.float64]
+    """Iterations x VMs (groups in order, VMs of a group together): each VM's own forward
+    + backward pass, without DDP's copies (what each rank times of itself)."""
+    exchange_s: NDArray[np.float64]
+    """Time the allreduce stream was busy (the sum of the buckets' transfers)."""
+
+
 def training_iterations(
     groups: Sequence[VmGroup],
     bucket_sizes: Sequence[int],
@@ -584,8 +616,26 @@ def training_iterations(
     warm_s: float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Per iteration: (iteration time, slowest forward+backward with DDP's copies and the
-    optimizer step, exposed communication), seconds. Buckets are given in the order DDP
-    reduces them, one at a time on one stream, over a ring of every VM of the job
+    optimizer step, exposed communication), seconds (``training_iterations_detail``)."""
+    d = training_iterations_detail(
+        groups, bucket_sizes, bucket_ready, iterations, rng, warm_s=warm_s
+    )
+    return d.iteration_s, d.compute_s, d.exposed_s
+
+
+def training_iterations_detail(
+    groups: Sequence[VmGroup],
+    bucket_sizes: Sequence[int],
+    bucket_ready: Sequence[float],
+    iterations: int,
+    rng: np.random.Generator,
+    *,
+    warm_s: float = 0.0,
+) -> IterationDetail:
+    """Per iteration: iteration time, slowest forward+backward with DDP's copies and the
+    optimizer step, exposed communication, and the per-rank breakdown (each VM's forward
+    + backward; the allreduce stream's busy time), seconds. Buckets are given in the order
+    DDP reduces them, one at a time on one stream, over a ring of every VM of the job
     (``cluster_allreduce_time``). NICs burst while their credits last; ``warm_s`` seconds
     of the same training ran before the first iteration counted (a job hours in has spent
     its credits)."""
@@ -626,6 +676,9 @@ def training_iterations(
 
     iters = np.empty(iterations)
     compute = np.empty(iterations)
+    vms = sum(gr.count for gr in groups)
+    passes = np.empty((iterations, vms))
+    exchange = np.zeros(iterations)
     for it in range(iterations):
         fw_end = []
         bw_len = []
@@ -636,6 +689,7 @@ def training_iterations(
             bw_len.append(bw + 2 * copy)  # into the buckets and scaled, on the compute stream
         fw_all = np.concatenate(fw_end)
         bw_all = np.concatenate(bw_len)
+        passes[it] = fw_all + bw_all - 2 * copy
         done = float(np.max(fw_all + bw_all))
         compute[it] = done + after
         end = 0.0
@@ -649,8 +703,9 @@ def training_iterations(
                 end = max(start, end) + took
                 busy += took
             credit = [max(0.0, c - busy) if c > 0 else 0.0 for c in credit]
+            exchange[it] = busy
         iters[it] = max(done, end) + after
-    return iters, compute, iters - compute
+    return IterationDetail(iters, compute, iters - compute, passes, exchange)
 
 
 def gpu_memory_bytes(t: InstanceType) -> float:

@@ -1,20 +1,17 @@
 """Training checkpoints: model, optimizer, data position and iteration in one file.
 
-Written atomically (a temporary file in the same folder, fsync, then ``os.replace``), so a
-reader sees the previous checkpoint or the new one, never half of one. Any other fsspec URI
-(``s3://bucket/run/checkpoint.pt`` with s3fs installed, ``memory://`` in tests) is written
-to a temporary key, then moved over the target (on an object store the final write is one
-PUT, which readers see whole or not at all). The data position
-is the number of samples consumed (``iteration x global_batch``): data is addressed by
-global sample index, so a checkpoint resumes on any world size and mix of local batches
-as long as the global batch is unchanged.
+Written, then published (``run_store.publish``): locally a temporary file in the same
+folder, fsync, then ``os.replace``; at an fsspec URI (``s3://bucket/run/checkpoint.pt``
+through s3fs, ``memory://`` in tests) a temporary key, then a server-side copy over the
+target. A reader sees the previous checkpoint or the new one, never half of one. The data
+position is the number of samples consumed (``iteration x global_batch``): data is
+addressed by global sample index, so a checkpoint resumes on any world size and mix of
+local batches as long as the global batch is unchanged.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import torch
 from torch import nn
 
 from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -37,26 +35,10 @@ class Checkpoint:
     config_id: str
     model: dict[str, Any]
     optimizer: dict[str, Any]
-
-
-def _local(path: Path | str) -> Path | None:
-    """The local path, or ``None`` for a remote fsspec URI."""
-    s = str(path)
-    if s.startswith("file://"):
-        s = s[len("file://") :]
-    elif "://" in s:
-        return None
-    return Path(s)
-
-
-def _remote(uri: str) -> tuple[Any, str]:
-    import fsspec
-
-    try:
-        fs, where = fsspec.core.url_to_fs(uri)
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"checkpoint path {uri!r}: {exc}") from exc
-    return fs, where
+    scaler: dict[str, Any] | None = None
+    """fp16's ``GradScaler`` state (its loss scale and growth tracker), ``None`` otherwise:
+    a resumed fp16 run continues with the scale it had reached instead of relearning it
+    from 65536 through a burst of skipped steps."""
 
 
 def save_checkpoint(
@@ -67,9 +49,10 @@ def save_checkpoint(
     iteration: int,
     global_batch: int,
     config_id: str,
-) -> Path:
-    """Write a checkpoint atomically; returns its path."""
-    payload = {
+    scaler: torch.amp.GradScaler | None = None,
+) -> Path | str:
+    """Write a checkpoint and publish it whole (``run_store.publish``); returns where."""
+    payload: dict[str, Any] = {
         "iteration": iteration,
         "samples": iteration * global_batch,
         "global_batch": global_batch,
@@ -77,27 +60,9 @@ def save_checkpoint(
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
     }
-    target = _local(path)
-    if target is None:
-        fs, where = _remote(str(path))
-        buf = io.BytesIO()
-        torch.save(payload, buf)
-        tmp_key = f"{where}.{uuid.uuid4().hex}.tmp"
-        fs.pipe_file(tmp_key, buf.getvalue())
-        fs.mv(tmp_key, where)
-        return Path(where)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return target
+    if scaler is not None:
+        payload["scaler"] = scaler.state_dict()
+    return run_store.publish(path, lambda fh: torch.save(payload, fh))
 
 
 class CheckpointError(ConfigError):
@@ -107,18 +72,11 @@ class CheckpointError(ConfigError):
 def load_checkpoint(path: Path | str) -> Checkpoint | None:
     """The checkpoint at ``path``, or ``None`` when there is none yet; ``CheckpointError``
     when the file is there but not a readable checkpoint."""
-    target = _local(path)
     try:
-        if target is None:
-            fs, where = _remote(str(path))
-            if not fs.exists(where):
-                return None
-            raw: Any = io.BytesIO(fs.cat_file(where))
-        elif not target.exists():
+        data = run_store.read_bytes(path)
+        if data is None:
             return None
-        else:
-            raw = target
-        d = torch.load(raw, map_location="cpu", weights_only=True)
+        d = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         return Checkpoint(
             iteration=int(d["iteration"]),
             samples=int(d["samples"]),
@@ -126,6 +84,7 @@ def load_checkpoint(path: Path | str) -> Checkpoint | None:
             config_id=str(d["config_id"]),
             model=d["model"],
             optimizer=d["optimizer"],
+            scaler=d.get("scaler"),
         )
     except Exception as exc:  # torch raises many kinds on a damaged file
         raise CheckpointError(
@@ -134,7 +93,7 @@ def load_checkpoint(path: Path | str) -> Checkpoint | None:
         ) from exc
 
 
-def check_resumable(checkpoint_path: Path | str, progress_path: Path, restart: bool) -> int:
+def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, restart: bool) -> int:
     """The iteration a run folder resumes at: its checkpoint's, or 0 for a fresh folder.
 
     A progress log that records iterations while the checkpoint is missing (deleted, or
@@ -149,7 +108,7 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path, restart: b
     except CheckpointError:
         if not restart:
             raise
-        _aside(Path(checkpoint_path))
+        _aside(checkpoint_path)
         ck = None
     if ck is not None:
         return ck.iteration
@@ -165,8 +124,7 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path, restart: b
     return 0
 
 
-def _aside(path: Path) -> None:
+def _aside(path: Path | str) -> None:
     import time
 
-    if path.exists():
-        os.replace(path, path.with_name(f"{path.name}.{int(time.time())}.old"))
+    run_store.move_aside(path, f"{int(time.time())}.old")

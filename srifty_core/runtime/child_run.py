@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from srifty_core.atomic import write_text_atomic
 from srifty_core.cloud.base import InstanceState, Provider
+from srifty_core.runtime import run_store
 from srifty_core.runtime.job import JobPlan, TrainingFailed, item_key
 from srifty_core.runtime.replanner import Progress, Replanner
 
@@ -43,7 +43,7 @@ def child_conf(
     allocs = [provider.get_allocation(a) for a in allocation_ids]
     for a in allocs:
         provider.stop(a)
-    checkpoint = Path(facts.run_dir) / CHECKPOINT_FILE
+    checkpoint = run_store.join(facts.run_dir, CHECKPOINT_FILE)
     ck = load_checkpoint(checkpoint)
     done = ck.iteration if ck else 0
     prior = params.get("resume") or {}
@@ -94,8 +94,8 @@ def child_conf(
     }
     job_log.log_configuration_end(job, result, outcome="replan")
     # Beside the checkpoint too, so the follow-up can be started by hand if need be.
-    write_text_atomic(Path(facts.run_dir) / f"replan-after-{job.config_id}.json",
-                      json.dumps(conf, indent=2))  # fmt: skip
+    aside = run_store.join(facts.run_dir, f"replan-after-{job.config_id}.json")
+    run_store.write_text(aside, json.dumps(conf, indent=2))
     return conf
 
 

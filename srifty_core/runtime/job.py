@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srifty_core import paths
-from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
 from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
+from srifty_core.runtime import run_store
 from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
 
 if TYPE_CHECKING:
@@ -190,12 +190,13 @@ class TrainFacts:
     config_id: str
 
     @property
-    def progress_path(self) -> Path:
-        return Path(self.run_dir) / PROGRESS_FILE
+    def progress_path(self) -> Path | str:
+        """A ``Path``, or a URI when ``run_dir`` is one (``run_store``)."""
+        return run_store.join(self.run_dir, PROGRESS_FILE)
 
     @property
-    def state_path(self) -> Path:
-        return Path(self.run_dir) / STATE_FILE
+    def state_path(self) -> Path | str:
+        return run_store.join(self.run_dir, STATE_FILE)
 
 
 @dataclass(frozen=True)
@@ -223,14 +224,13 @@ class JobPlan:
 
     @classmethod
     def load(cls, path: Path | str) -> JobPlan:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        d = json.loads(_read(path))
         d["launches"] = tuple(Launch(**x) for x in d["launches"])
         d["explanation"] = tuple(d["explanation"])
         return cls(**d)
 
-    def save(self, path: Path) -> Path:
-        write_text_atomic(path, self.to_json())
-        return path
+    def save(self, path: Path | str) -> Path | str:
+        return run_store.write_text(path, self.to_json())
 
     @property
     def train(self) -> TrainPlan:
@@ -242,8 +242,16 @@ class JobPlan:
     @property
     def facts(self) -> TrainFacts:
         """The workers' plan as far as the monitor needs it (no torch)."""
-        d = json.loads(Path(self.train_plan).read_text(encoding="utf-8"))
+        d = json.loads(_read(self.train_plan))
         return TrainFacts(
             int(d["iterations"]), int(d["global_batch"]), str(d["run_dir"]),
             str(d.get("config_id", self.config_id)),
         )  # fmt: skip
+
+
+def _read(path: Path | str) -> str:
+    """A plan's JSON at a local path or a run-storage URI."""
+    text = run_store.read_text(path)
+    if text is None:
+        raise FileNotFoundError(f"no such file: {path}")
+    return text

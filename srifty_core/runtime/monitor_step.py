@@ -7,8 +7,9 @@ read position, so a step reads only the steps logged since the last one, the sma
 file rank 0 replaces each step (the iteration the checkpoint holds: never the checkpoint
 itself) and the provider's interruptions and exit codes. Workers that died without a
 preemption raise ``TrainingFailed``. Every step is appended to the run folder's
-``decisions.jsonl``; with ``live`` set, each step that saw new training steps reports the
-window's metrics (throughput, iteration time measured against predicted, loss) to it, which
+``decisions.jsonl`` (``DecisionLog``: the run folder may be a run-storage URI); with
+``live`` set, each step that saw new training steps reports the window's metrics
+(throughput, iteration time measured against predicted, loss) to it, which
 ``job_log.LiveMetrics`` logs to the configuration's MLflow run while it trains.
 
 Light: no torch import (importing this module, or stepping a monitor, never loads it).
@@ -29,6 +30,8 @@ from srifty_core.atomic import open_for_append
 from srifty_core.cloud.base import Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.planner.request import offer_key
+from srifty_core.runtime import run_store
+from srifty_core.runtime.cloud_watch import CloudView, observe
 from srifty_core.runtime.job import (
     FINISHED,
     REPLAN,
@@ -99,6 +102,7 @@ class Monitor:
         self.live = live
         self.window_s = window_s
         self._tail = ProgressTail(self.facts.progress_path)
+        self._decisions = DecisionLog(self.facts.run_dir, self.facts.config_id)
         self._recent: list[ProgressRecord] = []
         self._last: ProgressRecord | None = None
 
@@ -113,8 +117,10 @@ class Monitor:
             return [self._last], bool(new)
         return list(self._recent), bool(new)
 
-    def step(self, now: float | None = None) -> PollResult:
-        """One look: the provider's interruptions, the workers, the monitor's decision."""
+    def step(self, now: float | None = None, cloud: CloudView | None = None) -> PollResult:
+        """One look: the provider's interruptions, the workers, the monitor's decision.
+        ``cloud``: the allocations' state already read (``cloud_watch.AsyncObserver``, in
+        the trigger's event loop); read here through the provider when not given."""
         job, facts, spec, provider = self.job, self.facts, self.spec, self.provider
         now = time.time() if now is None else now
         prior_s = spec.resume.time_spent_s if spec.resume else 0.0
@@ -130,8 +136,9 @@ class Monitor:
         records, fresh = self._read(now)
         lost: dict[str, int] = {}
         interrupted: list[str] = []
+        view = cloud if cloud is not None else observe(provider, self.allocations)
         for a in self.allocations:
-            gone = provider.interruptions(a)
+            gone = view.interruptions.get(a.id, ())
             if gone:
                 key = offer_key(a.spec.name, a.market)
                 lost[key] = lost.get(key, 0) + len(gone)
@@ -143,7 +150,7 @@ class Monitor:
             records, limits, now=now, started_at=self.started_at, preempted=preempted,
             window_s=self.window_s,
         )  # fmt: skip
-        codes = [c for a in self.allocations for c in provider.exit_codes(a).values()]
+        codes = [c for a in self.allocations for c in view.exit_codes.get(a.id, {}).values()]
         all_exited = bool(codes) and all(c is not None for c in codes)
         state = read_state(facts.state_path)
         checkpointed = state is not None and state.checkpoint_iteration >= facts.iterations
@@ -184,7 +191,7 @@ class Monitor:
             )
         else:
             out = result(RUNNING, decision.reason)
-        append_decision(Path(facts.run_dir), out)
+        self._decisions.append(out)
         if fresh and self.live is not None:
             mine = [r for r in records if r.config_id == facts.config_id]
             metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
@@ -247,11 +254,42 @@ def alternatives(spec: JobSpec, job: JobPlan) -> bool:
     return False
 
 
-def append_decision(run_dir: Path, result: PollResult) -> None:
-    with open_for_append(run_dir / DECISIONS_FILE) as f:
-        f.write(json.dumps(result.to_dict(), default=str) + "\n")
+class DecisionLog:
+    """The run folder's ``decisions.jsonl``, appended by one configuration's monitor. A
+    local file gets each decision at once. On run storage (``run_store``) the decisions
+    are a segment stream ``<config>-monitor`` written once per ``flush_s`` window and at
+    every decision that is not ``running`` (a monitor that dies loses at most its last
+    window of ``running`` decisions, which only the MLflow history shows)."""
+
+    def __init__(self, run_dir: Path | str, config_id: str, flush_s: float = 30.0) -> None:
+        self.run_dir = run_dir
+        self._writer: run_store.SegmentWriter | None = None
+        if run_store.is_remote(run_dir):
+            log = str(run_store.join(run_dir, DECISIONS_FILE))
+            stream = run_store.stream_name(config_id, "monitor")
+            self._writer = run_store.SegmentWriter(log, stream, flush_s=flush_s)
+
+    def append(self, result: PollResult) -> None:
+        if self._writer is None:
+            append_decision(self.run_dir, result)
+            return
+        self._writer.write_line(json.dumps(result.to_dict(), default=str))
+        if result.status != RUNNING:
+            self._writer.flush()
+
+
+def append_decision(run_dir: Path | str, result: PollResult) -> None:
+    """Append one decision now (on run storage: a segment of its own)."""
+    line = json.dumps(result.to_dict(), default=str)
+    if run_store.is_remote(run_dir):
+        log = str(run_store.join(run_dir, DECISIONS_FILE))
+        stream = run_store.stream_name(result.config_id, "monitor")
+        run_store.SegmentWriter(log, stream, flush_s=0.0).write_line(line)
+        return
+    with open_for_append(Path(run_dir) / DECISIONS_FILE) as f:
+        f.write(line + "\n")
 
 
 def read_decisions(run_dir: Path | str, config_id: str | None = None) -> list[dict[str, Any]]:
-    records = iter_jsonl(Path(run_dir) / DECISIONS_FILE)
+    records = iter_jsonl(run_store.join(run_dir, DECISIONS_FILE))
     return [d for d in records if config_id is None or d.get("config_id") == config_id]

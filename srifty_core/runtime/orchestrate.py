@@ -13,6 +13,8 @@ which pass only paths and ids to each other. Each step lives in a module with on
 4. ``child_run.child_conf`` stops the workers and builds the conf of the follow-up run.
 5. ``finish`` logs the outcome and the timeline to the job's MLflow run;
    ``provisioning.release`` gives back what is not handed over (a teardown).
+   ``job_failed`` and ``deadline_missed`` record a failed task and a run past the job's
+   time limit (the DAG's failure callback and deadline alert).
 
 This module gathers them under one name for the DAG and the tests. Light: no torch.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.errors import SriftyError
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
     DEFAULT_LAUNCH_S,
@@ -74,6 +77,7 @@ __all__ = [
     "TrainingFailed",
     "build_request",
     "child_conf",
+    "deadline_missed",
     "finish",
     "handed_over",
     "job_failed",
@@ -104,3 +108,40 @@ def job_failed(job_path: Path | str, reason: str) -> None:
     from srifty_core.runtime import job_log
 
     job_log.log_failure(JobPlan.load(job_path), reason)
+
+
+def job_run_dir(run_id: str, conf: Mapping[str, Any]) -> Path | None:
+    """The run folder of the DAG run ``run_id`` (a re-plan's is its parent's: the folder
+    of ``resume.checkpoint``); ``None`` when that is not a folder under ``runs_dir()``."""
+    from srifty_core.runtime.planning import _safe
+
+    resume = conf.get("resume")
+    checkpoint = resume.get("checkpoint") if isinstance(resume, Mapping) else None
+    runs = runs_dir().resolve()
+    try:
+        folder = Path(str(checkpoint)).parent if checkpoint else runs / _safe(run_id)
+    except SriftyError:
+        return None
+    folder = folder.resolve()
+    return folder if folder.is_relative_to(runs) and folder != runs else None
+
+
+def deadline_missed(run_id: str, conf: Mapping[str, Any], deadline: str) -> str | None:
+    """The run is past the job's time limit (the DAG's deadline alert): tag the job's and
+    the current configuration's MLflow runs; the job file it found, or ``None``."""
+    folder = job_run_dir(run_id, conf)
+    jobs = sorted(folder.glob("job-c*.json"), key=lambda p: p.stat().st_mtime) if folder else []
+    if not jobs:
+        return None
+    job = JobPlan.load(jobs[-1])
+    from mlflow.tracking import MlflowClient
+
+    from srifty_core.runtime.job_log import EXPERIMENT
+    from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
+
+    setup_experiment(EXPERIMENT)
+    client = MlflowClient()
+    tags = srifty_tags(deadline_missed=deadline, deadline_run=run_id)
+    for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
+        log_batch(client, rid, tags=tags)
+    return str(jobs[-1])

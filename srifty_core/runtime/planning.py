@@ -15,6 +15,7 @@ from typing import Any
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
 from srifty_core.runtime.job import (
     DEFAULT_LAUNCH_S,
     DETACH_S,
@@ -112,10 +113,11 @@ def load_bandwidth_model(source: str) -> Any:
         ) from exc
 
 
-def _config_id(run_dir: Path, resume: Resume | None) -> str:
+def _config_id(run_dir: Path | str, resume: Resume | None) -> str:
     if resume is None:
         return "c0"
-    used = {p.stem.removeprefix("job-") for p in run_dir.glob("job-c*.json")}
+    found = run_store.names(run_dir, "job-c*.json")
+    used = {n.removeprefix("job-").removesuffix(".json") for n in found}
     k = 1
     while f"c{k}" in used:
         k += 1
@@ -129,11 +131,17 @@ def _safe(key: str) -> str:
     return out
 
 
-def _run_dir(spec: JobSpec, run_key: str) -> Path:
+def _run_dir(spec: JobSpec, run_key: str) -> Path | str:
     if spec.resume is None:
-        return runs_dir() / _safe(run_key)
+        return run_store.join(run_store.runs_root(), _safe(run_key))
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
+    if run_store.is_remote(spec.resume.checkpoint) or run_store.is_remote(run_store.runs_root()):
+        run_dir = run_store.confined_run_dir(spec.resume.checkpoint, CHECKPOINT_FILE)
+        remote_ck = run_store.join(run_dir, CHECKPOINT_FILE)
+        if spec.resume.iterations_done > 0 and load_checkpoint(remote_ck) is None:
+            raise ConfigError(f"resume.checkpoint: no checkpoint at {remote_ck}")
+        return run_dir
     ck = Path(spec.resume.checkpoint)
     if ck.name != CHECKPOINT_FILE:
         raise ConfigError(f"resume.checkpoint: expected a path ending in {CHECKPOINT_FILE}")
@@ -150,7 +158,7 @@ def _run_dir(spec: JobSpec, run_key: str) -> Path:
     return ck.parent
 
 
-def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path:
+def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     """Plan this run of the job and save it; returns the ``JobPlan`` JSON's path.
 
     A fresh job gets the run folder ``runs/<run_key>``; a resumed one keeps the folder of
@@ -165,7 +173,8 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path:
     from srifty_core.simulator.estimator import Simulator
 
     run_dir = _run_dir(spec, run_key)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(run_dir, Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
     request = build_request(spec)
     simulator = Simulator(load_bandwidth_model(spec.bandwidth))
     if spec.resume is None:
@@ -215,7 +224,7 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path:
         checkpoint_every=spec.checkpoint_every,
         step_sleep_s=spec.step_sleep_s,
     )
-    train_path = train.save(run_dir / f"plan-{config_id}.json")
+    train_path = train.save(run_store.join(run_dir, f"plan-{config_id}.json"))
     usd_per_hour = sum(request.offers[i].usd_per_hour * c for i, c, _ in chosen.choice)
     explanation = tuple(result.explanation())
     if note is not None:
@@ -235,4 +244,4 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path:
         from srifty_core.runtime import job_log
 
         job = job_log.log_plan(spec, job, result.to_dict(), run_key)
-    return job.save(run_dir / f"job-{config_id}.json")
+    return job.save(run_store.join(run_dir, f"job-{config_id}.json"))

@@ -3,10 +3,11 @@ state file: rank 0's latest step in one small JSON object, replaced atomically e
 
 Each line is written, flushed and ``fsync``-ed before the next step starts, so the log is
 readable while the job runs and survives a killed worker (at worst the last line is cut
-short; readers skip a partial last line). The monitor reads the log incrementally
-(``ProgressTail``: only the bytes added since its last look) and the state file for the
-iteration the last checkpoint holds, so it never loads the checkpoint. Light: no torch
-import.
+short; readers skip a partial last line). At a remote URI (``s3://...``) the log is a
+folder of segments and the state file one object (``run_store``). The monitor reads the
+log incrementally (``ProgressTail``: only the bytes added since its last look) and the
+state file for the iteration the last checkpoint holds, so it never loads the checkpoint.
+Light: no torch import.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from srifty_core.atomic import open_for_append, write_text_atomic
+from srifty_core.atomic import open_for_append
 from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
 
 PROGRESS_FILE = "progress.jsonl"
 STATE_FILE = "state.json"
@@ -56,24 +58,60 @@ class ProgressRecord:
 
 
 class ProgressLog:
-    """Append-only, durable JSONL writer (use as a context manager or call ``close``)."""
+    """Append-only, durable JSONL writer (use as a context manager or call ``close``).
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open_for_append(self.path)
+    At a local path each record is a line of the file, flushed and ``fsync``-ed at once.
+    At a remote URI (``run_store``) the log is a folder of segments, one stream per
+    configuration and ``rank`` (``<config>-<rank>``): records are buffered and written as
+    one object per ``flush_s`` window, and at ``flush`` and ``close`` (a killed writer
+    loses at most its last window; the checkpoint, not the log, is what a run resumes
+    from)."""
+
+    def __init__(
+        self, path: Path | str, *, rank: int = 0, flush_s: float = run_store.FLUSH_S
+    ) -> None:
+        self.remote = run_store.is_remote(path)
+        self.path: Path | str = str(path) if self.remote else Path(path)
+        self.rank = rank
+        self.flush_s = flush_s
+        self._closed = False
+        self._fh: IO[str] | None = None
+        self._streams: dict[str, run_store.SegmentWriter] = {}
+        if not self.remote:
+            local = Path(path)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open_for_append(local)
 
     def append(self, record: ProgressRecord) -> None:
-        if self._fh is None:
+        if self._closed:
             raise ConfigError(f"progress log {self.path} is closed")
-        self._fh.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+        line = json.dumps(asdict(record), separators=(",", ":"))
+        if self._fh is None:
+            writer = self._streams.get(record.config_id)
+            if writer is None:
+                stream = run_store.stream_name(record.config_id, self.rank)
+                writer = run_store.SegmentWriter(str(self.path), stream, flush_s=self.flush_s)
+                self._streams[record.config_id] = writer
+            writer.write_line(line)
+            return
+        self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
+    def flush(self) -> None:
+        """Write what a remote log buffers now (a local log is always written)."""
+        for w in self._streams.values():
+            w.flush()
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        for w in self._streams.values():
+            w.close()
 
     def __enter__(self) -> ProgressLog:
         return self
@@ -91,7 +129,11 @@ def iter_progress(path: Path | str) -> Iterator[ProgressRecord]:
 def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
     """The objects of an append-only JSON-lines log, in order: a missing file is empty, a
     cut-short last line (being written, or cut by a kill) is skipped, any other line that
-    is not JSON raises ``ConfigError``."""
+    is not JSON raises ``ConfigError``. A remote log's segments are merged by time
+    (``run_store.read_log``)."""
+    if run_store.is_remote(path):
+        yield from run_store.read_log(str(path))
+        return
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -143,28 +185,34 @@ class TrainState:
 
 def write_state(path: Path | str, state: TrainState) -> None:
     """Replace the state file atomically (a reader sees the old or the new one, whole)."""
-    write_text_atomic(Path(path), json.dumps(asdict(state), separators=(",", ":")))
+    run_store.write_text(path, json.dumps(asdict(state), separators=(",", ":")))
 
 
 def read_state(path: Path | str) -> TrainState | None:
     """The state file, or ``None`` while the workers have written none."""
-    try:
-        return TrainState.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-    except FileNotFoundError:
+    text = run_store.read_text(path)
+    if text is None:
         return None
+    try:
+        return TrainState.from_dict(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a training state ({exc})") from exc
 
 
 class ProgressTail:
     """Reads a growing progress log incrementally: each ``read`` parses only the complete
-    lines added since the last one (a line being written waits for the next read)."""
+    lines added since the last one (a line being written waits for the next read). A
+    remote log reads only the segments added or grown since (``run_store.LogTail``)."""
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+        self.remote = run_store.is_remote(path)
+        self.path: Path | str = str(path) if self.remote else Path(path)
         self.offset = 0
+        self._tail = run_store.LogTail(str(path)) if self.remote else None
 
     def read(self) -> list[ProgressRecord]:
+        if self._tail is not None:
+            return [ProgressRecord.from_dict(d) for d in self._tail.read()]
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)

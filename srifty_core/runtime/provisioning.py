@@ -22,10 +22,14 @@ from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.replanner import Key, Replanner, launch_all
 
 
-def make_provider(job: JobPlan, *, worker: Sequence[str] | None = None) -> Provider:
+def make_provider(
+    job: JobPlan, *, worker: Sequence[str] | None = None, training: bool = False
+) -> Provider:
+    """The job's provider; ``training``: EC2 VMs that start the job's workers from their
+    user data (torchrun over the configuration's VMs, ``rendezvous``)."""
     if job.provider == "local":
         return LocalProvider()
-    from srifty_core.cloud.ec2 import EC2Provider
+    from srifty_core.cloud.ec2 import EC2Provider, EC2Training
 
     e = dict(job.ec2)
     return EC2Provider(
@@ -37,6 +41,7 @@ def make_provider(job: JobPlan, *, worker: Sequence[str] | None = None) -> Provi
         key_name=e.get("key_name"),
         instance_profile_arn=e.get("instance_profile_arn"),
         worker=worker,
+        training=EC2Training.for_plan(job.train_plan, job.config_id) if training else None,
         package=str(e.get("package", "srifty")),
         poll_s=float(e.get("poll_s", 5.0)),
         wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
@@ -70,9 +75,8 @@ def provision(
     """
     job = JobPlan.load(job_path)
     if provider is None:
-        # On EC2 the workers start from the user data: `srifty train` on the plan.
-        worker = None if job.provider == "local" else ["train", job.train_plan]
-        provider = make_provider(job, worker=worker)
+        # On EC2 the workers start from the user data: torchrun over the configuration.
+        provider = make_provider(job, training=job.provider != "local")
     if not keep:
         requests = _split(job.provider, [x.request() for x in job.launches])
         return [a.id for a in launch_all(provider, requests)]

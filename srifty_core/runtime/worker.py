@@ -3,7 +3,9 @@
 ``python -m srifty_core.runtime.worker PLAN.json`` reads ``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` (and ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun
 sets them) from the environment, joins a process group and trains the plan's zoo model
-with rank ``r`` on a local batch of ``local_batches[r]`` samples.
+with rank ``r`` on a local batch of ``local_batches[r]`` samples. Across VMs (torchrun's
+c10d rendezvous, ``rendezvous.start_script``) ``r`` is the plan's rank ``plan_rank``:
+``SRIFTY_RANK_OFFSET + LOCAL_RANK``, not the rendezvous's ``RANK``.
 
 Device (``choose_device``, a pure function of the environment and what CUDA reports): on
 a VM with GPUs each rank takes one GPU (``cuda:LOCAL_RANK``) and the group uses NCCL; on
@@ -53,9 +55,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
+from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from srifty_core.runtime.progress import (
     PROGRESS_FILE,
@@ -65,6 +67,7 @@ from srifty_core.runtime.progress import (
     TrainState,
     write_state,
 )
+from srifty_core.runtime.rendezvous import RANK_OFFSET_ENV
 
 EXIT_STOPPED = 3
 """Exit code of a worker that stopped on SIGTERM after a checkpoint."""
@@ -160,12 +163,13 @@ class TrainPlan:
         return len(self.local_batches)
 
     @property
-    def checkpoint_path(self) -> Path:
-        return Path(self.run_dir) / CHECKPOINT_FILE
+    def checkpoint_path(self) -> Path | str:
+        """A ``Path``, or a URI when ``run_dir`` is one (``run_store``)."""
+        return run_store.join(self.run_dir, CHECKPOINT_FILE)
 
     @property
-    def progress_path(self) -> Path:
-        return Path(self.run_dir) / PROGRESS_FILE
+    def progress_path(self) -> Path | str:
+        return run_store.join(self.run_dir, PROGRESS_FILE)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -176,13 +180,16 @@ class TrainPlan:
     def from_dict(cls, d: dict[str, Any]) -> TrainPlan:
         return cls(**d)
 
-    def save(self, path: Path | str) -> Path:
-        return write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=1))
+    def save(self, path: Path | str) -> Path | str:
+        return run_store.write_text(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: Path | str) -> TrainPlan:
+        text = run_store.read_text(path)
+        if text is None:
+            raise FileNotFoundError(f"no such plan: {path}")
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
+            return cls.from_dict(json.loads(text))
         except TypeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
 
@@ -449,9 +456,12 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
     workload.module = ddp
     scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    if scaler is not None and ckpt is not None and ckpt.scaler is not None:
+        scaler.load_state_dict(ckpt.scaler)
     log = ProgressLog(plan.progress_path) if rank == 0 else None
     code = 0
     saved = start
+    remote_state, state_written = run_store.is_remote(plan.run_dir), -math.inf
     try:
         for i in range(start, plan.iterations):
             t0 = time.perf_counter()
@@ -483,11 +493,22 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         iteration=done,
                         global_batch=plan.global_batch,
                         config_id=plan.config_id,
+                        scaler=scaler,
                     )
                     saved = done
                 local_loss = loss.item() / scale if scale else None  # rank 0's samples
-                state = TrainState(done, time.time(), plan.config_id, saved, local_loss)
-                write_state(Path(plan.run_dir) / STATE_FILE, state)
+                now = time.monotonic()
+                # on object storage a state write is a PUT: once per flush window, and
+                # always at a checkpoint and at the end (the monitor lags by the window)
+                if (
+                    not remote_state
+                    or saved == done
+                    or stopping
+                    or now - state_written >= run_store.FLUSH_S
+                ):
+                    state = TrainState(done, time.time(), plan.config_id, saved, local_loss)
+                    write_state(run_store.join(plan.run_dir, STATE_FILE), state)
+                    state_written = now
             if stopping:
                 code = EXIT_STOPPED
                 break
@@ -536,6 +557,11 @@ def run_rank(plan: TrainPlan, rank: int, world: int, addr: str, port: int) -> in
     """Join the group at ``addr:port`` as ``rank`` of ``world`` (gloo on the CPU, NCCL on
     this rank's GPU: ``place``) and train."""
     where = place(plan, rank, world)
+    print(
+        f"worker: rank {rank} of {world}, local batch {plan.local_batches[rank]}, "
+        f"on {where.device} ({where.backend})",
+        file=sys.stderr,
+    )
     if where.note:
         print(f"worker rank {rank}: {where.note}", file=sys.stderr)
     if where.is_cuda:
@@ -575,6 +601,25 @@ def run_spawned(plan: TrainPlan) -> None:
     )
 
 
+def plan_rank(env: Mapping[str, str]) -> int:
+    """This process's rank in the plan's order: ``RANK``, except on a VM started by
+    ``rendezvous.start_script``, where torchrun's c10d rendezvous numbers the VMs in its own
+    order and ``SRIFTY_RANK_OFFSET`` (the plan's first rank on this VM) plus ``LOCAL_RANK``
+    is the rank whose local batch this process trains."""
+    world = _env_int(env, "WORLD_SIZE")
+    if env.get(RANK_OFFSET_ENV, "") == "":
+        return _env_int(env, "RANK")
+    offset = _env_int(env, RANK_OFFSET_ENV)
+    local = _env_int(env, "LOCAL_RANK")
+    local_world = _env_int(env, "LOCAL_WORLD_SIZE")
+    if local >= local_world or offset + local_world > world:
+        raise ConfigError(
+            f"{RANK_OFFSET_ENV} {offset} with LOCAL_RANK {local} of LOCAL_WORLD_SIZE "
+            f"{local_world} does not fit a world of {world}"
+        )
+    return offset + local
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -583,10 +628,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     die_with_caller()
     plan = TrainPlan.load(args[0])
     try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rank, world = plan_rank(os.environ), int(os.environ["WORLD_SIZE"])
         addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     except KeyError as exc:
         print(f"worker: environment variable {exc.args[0]} is not set", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
         return 2
     return run_rank(plan, rank, world, addr, port)
 

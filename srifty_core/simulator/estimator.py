@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +35,9 @@ from srifty_core.simulator.types import (
     SimInstance,
     Workload,
 )
+
+if TYPE_CHECKING:
+    from srifty_core.simulator.calibration import Calibration
 
 DEFAULT_ITERS = 256
 SCHEDULES = ("ddp", "concurrent")
@@ -82,6 +85,12 @@ class Simulator:
     the passes all workers make at once (DDP's copies, the optimizer step) by the full
     slowdown. A profile without the measurement leaves them alone and the estimate lists
     ``shared_slowdown`` in ``missing``.
+
+    ``calibration`` (``simulator.calibration.Calibration``, what a running job measured of
+    itself) scales every compute term of a device type by its compute factor and divides
+    each instance type's bus bandwidth and cap by its communication factor; where the job
+    observed a factor, its posterior spread replaces the predictive one (``vm_cv``'s
+    pooled spread, the network's ``level_sigma``) in ``t_iter_p90``. ``None``: no change.
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class Simulator:
         max_types: int = 8,
         overlap: float | None = None,
         schedule: str = "ddp",
+        calibration: Calibration | None = None,
     ) -> None:
         if iters < 2:
             raise ConfigError(f"iters must be >= 2, got {iters}")
@@ -105,6 +115,7 @@ class Simulator:
             raise ConfigError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         self.overlap = overlap
         self.schedule = schedule
+        self.calibration = calibration
         self.bandwidth = bandwidth
         self.iters = iters
         self.seed = seed
@@ -184,6 +195,8 @@ class Simulator:
                     self._outside.add((inst.name, n))
                 if self.schedule == "ddp" and factor is not None:  # a long job: sustained
                     curve = curve * float(factor(inst.name, n))
+                if self.calibration is not None:  # what this job measured of its links
+                    curve = curve / self.calibration.comm_scale(inst.name)
                 self._curve_cache[(inst.name, n, sizes)] = curve
         return [self._curve_cache[(inst.name, n, sizes)] for inst, n in pairs]
 
@@ -245,7 +258,10 @@ class Simulator:
             n = _ring_world(inst, vms, world, len(instances))
             key = (inst.name, n)
             if key not in self._cap_cache:
-                self._cap_cache[key] = float(self.bandwidth.bandwidth_cap(inst.name, n))
+                cap = float(self.bandwidth.bandwidth_cap(inst.name, n))
+                if self.calibration is not None:
+                    cap = cap / self.calibration.comm_scale(inst.name)
+                self._cap_cache[key] = cap
             caps.append(self._cap_cache[key])
         return min(caps)
 
@@ -258,6 +274,8 @@ class Simulator:
             if hit is None:
                 fn = getattr(self.bandwidth, "level_sigma", None)
                 hit = float(fn(inst.name)) if fn is not None else 0.0
+                if self.calibration is not None:  # measured on this allocation: posterior
+                    hit = self.calibration.comm_sigma(inst.name, hit)
                 self._sigma_cache[inst.name] = hit
             out = max(out, hit)
         return out
@@ -334,6 +352,8 @@ class Simulator:
             spreads = pooled_spreads(
                 {d: (p.vm_cv, p.profiled_vms) for d, p in workload.profiles.items()}
             )
+            if self.calibration is not None:  # these VMs measured: posterior spread
+                spreads = {d: self.calibration.compute_sigma(d, s) for d, s in spreads.items()}
             hit = (tuple(workload.profiles.values()), spreads)
             self._spread_cache[key] = hit
         return hit[1]
@@ -345,14 +365,15 @@ class Simulator:
         key = (id(p), batch)
         hit = self._compute_cache.get(key)
         if hit is None or hit[0] is not p:  # the profile is kept in the entry: ids stay valid
+            k = 1.0 if self.calibration is None else self.calibration.compute_scale(device_type)
             hit = (
                 p,
-                float(p.t_fw(batch)),
-                float(p.std_fw(batch)),
-                float(p.t_bw(batch)),
-                float(p.std_bw(batch)),
-                p.ddp_copy_s(),
-                p.optimizer_step_s,
+                float(p.t_fw(batch)) * k,
+                float(p.std_fw(batch)) * k,
+                float(p.t_bw(batch)) * k,
+                float(p.std_bw(batch)) * k,
+                p.ddp_copy_s() * k,
+                p.optimizer_step_s * k,
                 p.vm_cv,
                 p.profiled_vms,
             )
@@ -513,6 +534,40 @@ class Simulator:
                 rows.append(np.minimum(curve * boost, cap))
             out[sizes] = np.array(rows, dtype=np.float64).reshape(len(worlds), len(sizes))
         return out
+
+    def breakdown(
+        self, workload: Workload, config: ClusterConfig
+    ) -> tuple[dict[str, float], float]:
+        """What a running job can measure of itself, as this simulator predicts it: per
+        device type of ``config``, the mean forward + backward pass of one rank (the
+        profile's mean at its batch per rank, under this simulator's calibration; the
+        slowest group's where a type appears at several batches), and the seconds per
+        iteration the gradient exchange keeps the links busy (each bucket's transfer at
+        its bus bandwidth within the cap, one after the other as DDP issues them; 0 for
+        one rank). ``simulator.calibration`` compares these with a window's measurements."""
+        compute: dict[str, float] = {}
+        for g in config.groups:
+            m_f, _, m_b, _, _, _, _, _ = self._compute(
+                workload, g.instance.device_type, g.batch_per_rank
+            )
+            d = g.instance.device_type
+            compute[d] = max(compute.get(d, 0.0), m_f + m_b)
+        world = config.world_size
+        if world <= 1:
+            return compute, 0.0
+        groups = config.groups
+        slow = max(groups, key=lambda g: self._compute(workload, g.instance.device_type,
+                                                       g.batch_per_rank)[2])  # fmt: skip
+        sizes = tuple(b.size_bytes for b in workload.profile(slow.instance.device_type).buckets)
+        if not sizes:
+            return compute, 0.0
+        instances = [g.instance for g in groups]
+        busbw = self._busbw(instances, config.vms, world, sizes)
+        cap = self._cap(instances, config.vms, world)
+        busy = sum(
+            bus_bytes(s, world) / min(float(b), cap) for s, b in zip(sizes, busbw, strict=True)
+        )
+        return compute, float(busy)
 
     def _z_slow(self, count: int) -> float:
         """The 90th percentile of the largest of ``count`` standard normals."""

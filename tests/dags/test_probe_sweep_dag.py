@@ -31,7 +31,7 @@ def test_probe_sweep_writes_the_partition_and_releases(dagbag: Any, data_dir: Pa
     run = dag.test(run_conf=TINY)
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states["publish"] == "success" and states["release"] == "success"
+    assert states["publish"] == "success" and states["on_allocation.release"] == "success"
     parts = sorted((data_dir / "probes").glob("date=*/provider=local/instance_type=local.cpu"))
     assert len(parts) == 1 and (parts[0] / "data.parquet").exists()
     df = read_probes()
@@ -67,13 +67,20 @@ def test_each_allocation_fills_its_own_slot(dagbag: Any, data_dir: Path) -> None
     states = [json.loads(p.read_text()) for p in (data_dir / "cloud" / "local").glob("*.json")]
     assert len(states) == 3
     assert all(set(s["instances"].values()) == {"terminated"} for s in states)
+    # One mapped task group instance per allocation: launch, sweep and release each.
+    tis = run.get_task_instances()
+    for task_id in ("on_allocation.allocate", "on_allocation.sweep", "on_allocation.release"):
+        assert sorted(ti.map_index for ti in tis if ti.task_id == task_id) == [0, 1, 2]
+    (publish,) = [ti for ti in tis if ti.task_id == "publish"]
+    assert len(publish.xcom_pull(task_ids="publish")) == 3  # every allocation's partition
 
 
 def test_asset_matches_the_library_constant(dagbag: Any) -> None:
     dag = dagbag.get_dag("srifty_probe_sweep")
     outlets = dag.get_task("publish").outlets
     assert [(a.name, a.uri) for a in outlets] == [(PROBE_STORE_ASSET_NAME, PROBE_STORE_ASSET_URI)]
-    assert dag.get_task("release").is_teardown
+    assert dag.get_task("on_allocation.release").is_teardown
+    assert dag.get_task("on_allocation.allocate").is_setup
 
 
 def test_bad_conf_names_the_field(dagbag: Any) -> None:

@@ -74,6 +74,7 @@ def test_a_persistent_failure_ends_the_monitor_and_the_sensor_raises(
     event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
     assert event.payload["status"] == "error" and "job-c0.json" in event.payload["error"]
     assert "after 3 failed steps in a row" in event.payload["error"]
+    assert event.payload["deterministic"] is False
     sensor = plugin.TrainingProgressSensor(
         task_id="m", job_path="p", allocation_ids=["a"], started_at=0.0
     )
@@ -83,12 +84,27 @@ def test_a_persistent_failure_ends_the_monitor_and_the_sensor_raises(
 
 
 class _Flaky:
-    """A monitor whose first steps fail as a shared file system or a cloud API may."""
+    """A monitor whose first steps fail as a shared file system may, and its cloud reader,
+    whose first reads fail as a cloud API may (a fake: the errors are the point)."""
 
-    def __init__(self, errors: list[BaseException], final: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        errors: list[BaseException],
+        final: dict[str, Any],
+        cloud_errors: list[BaseException] | None = None,
+    ) -> None:
         self.errors, self.final, self.steps = errors, final, 0
+        self.cloud_errors, self.reads = list(cloud_errors or []), 0
+        self.allocations: list[Any] = []
 
-    def step(self) -> Any:
+    async def observe(self, allocations: list[Any]) -> str:
+        self.reads += 1
+        if self.cloud_errors:
+            raise self.cloud_errors.pop(0)
+        return "view"
+
+    def step(self, now: float | None = None, cloud: Any = None) -> Any:
+        assert now is None and cloud == "view"
         self.steps += 1
         if self.errors:
             raise self.errors.pop(0)
@@ -104,11 +120,16 @@ class _Flaky:
 def test_a_transient_error_in_a_step_does_not_end_the_monitor(
     plugin: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flaky = _Flaky([OSError("stale file handle"), TimeoutError("EC2 API")], {"status": "finished"})
-    monkeypatch.setattr(plugin, "make_monitor", lambda *a: flaky)
+    flaky = _Flaky(
+        [OSError("stale file handle"), TimeoutError("MLflow")],
+        {"status": "finished"},
+        cloud_errors=[ConnectionError("EC2 API unreachable")],
+    )
+    monkeypatch.setattr(plugin, "make_monitor", lambda *a: (flaky, flaky.observe))
     trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["a"], PARAMS, 0.0, poll_s=0.01)
     event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
-    assert event.payload == {"status": "finished"} and flaky.steps == 3
+    # 3 failures in a row (< max_failures), then a good step ends it
+    assert event.payload == {"status": "finished"} and flaky.reads == 4 and flaky.steps == 3
 
 
 def test_a_deterministic_error_ends_the_monitor_at_once(
@@ -116,11 +137,19 @@ def test_a_deterministic_error_ends_the_monitor_at_once(
 ) -> None:
     dead = orc.TrainingFailed("workers exited at iteration 2 of 3 without a preemption")
     flaky = _Flaky([dead], {"status": "finished"})
-    monkeypatch.setattr(plugin, "make_monitor", lambda *a: flaky)
+    monkeypatch.setattr(plugin, "make_monitor", lambda *a: (flaky, flaky.observe))
     trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["a"], PARAMS, 0.0, poll_s=0.01)
     event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
     assert event.payload["status"] == "error" and "TrainingFailed" in event.payload["error"]
-    assert flaky.steps == 1
+    assert flaky.steps == 1 and event.payload["deterministic"] is True
+    # ... and the sensor fails without a retry (a persistent transient failure may retry).
+    from airflow.sdk.exceptions import AirflowFailException
+
+    sensor = plugin.TrainingProgressSensor(
+        task_id="m", job_path="p", allocation_ids=["a"], started_at=0.0
+    )
+    with pytest.raises(AirflowFailException, match="TrainingFailed"):
+        sensor.execute_complete({}, event.payload)
 
 
 def test_the_sensor_defers_with_the_jobs_time_limit_and_gives_up_at_it(plugin: Any) -> None:
@@ -188,7 +217,9 @@ spec = JobSpec.from_params({PARAMS!r})
 seen = []
 m = monitor_step.Monitor(run + "/job-c0.json", [alloc.id], spec, t0, provider=provider,
                          live=lambda metrics, step, at: seen.append(metrics))
-r = m.step()
+from srifty_core.runtime.cloud_watch import AsyncObserver
+view = __import__("asyncio").run(AsyncObserver(provider)(m.allocations))
+r = m.step(cloud=view)
 print(r.status, r.iterations_done, sorted(seen[0]) if seen else None, "torch" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

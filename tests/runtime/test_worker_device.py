@@ -227,3 +227,37 @@ def test_mixed_precision_asked_on_the_cpu_trains_exactly_as_fp32(tmp_path: Path)
         runs[precision] = ck.model
     for precision in ("bf16", "fp16"):
         assert all(torch.equal(runs[precision][k], runs["fp32"][k]) for k in runs["fp32"])
+
+
+def test_the_fp16_loss_scale_survives_a_checkpoint(tmp_path: Path) -> None:
+    """A resumed fp16 run continues with the loss scale it had reached (not 65536 again,
+    which would skip steps until it relearned it)."""
+    import torch
+
+    from srifty_core.runtime.checkpoint import load_checkpoint, save_checkpoint
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    scaler.scale(torch.ones(()))  # the scale exists from the first scaled loss
+    scaler.update(new_scale=512.0)
+    path = save_checkpoint(
+        tmp_path / "checkpoint.pt",
+        model=model,
+        optimizer=opt,
+        iteration=3,
+        global_batch=4,
+        config_id="c0",
+        scaler=scaler,
+    )
+    ck = load_checkpoint(path)
+    assert ck is not None and ck.scaler is not None
+    resumed = torch.amp.GradScaler("cpu")
+    resumed.load_state_dict(ck.scaler)
+    assert resumed.get_scale() == 512.0
+    plain = save_checkpoint(
+        tmp_path / "fp32.pt", model=model, optimizer=opt, iteration=3, global_batch=4,
+        config_id="c0",
+    )  # fmt: skip
+    again = load_checkpoint(plain)
+    assert again is not None and again.scaler is None

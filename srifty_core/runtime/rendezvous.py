@@ -1,0 +1,236 @@
+"""Joining the VMs of one configuration into one process group: torchrun's elastic agent
+with its c10d rendezvous.
+
+One rendezvous per configuration: its endpoint is the first VM's private address and a
+port (``DEFAULT_PORT``), its id ``run_id(config_id, run_dir)``, and it waits for exactly
+``nnodes`` VMs (``--nnodes=N``, not elastic: a plan is made for those VMs). Each VM runs
+``torchrun --nproc-per-node=R`` with R its ranks (one per GPU; 1 on a CPU VM); the first VM
+hosts the rendezvous store (``is_host=true``), the others connect to it.
+
+Rank order. c10d numbers the VMs in the order of its participant records (address, pid),
+not in the plan's order, so torchrun's ``RANK`` is not the plan's rank. The plan's
+``local_batches`` are in its VM order (``planning``: launches in order, VMs within a
+launch, ranks within a VM), so each VM is told where its ranks start in that order
+(``SRIFTY_RANK_OFFSET``) and the worker takes ``offset + LOCAL_RANK`` as its rank
+(``worker.plan_rank``): a VM with 4 GPUs at offset k runs the plan's ranks k..k+3, whatever
+order the VMs joined in. (``--node-rank`` would only order a static rendezvous; c10d
+ignores it.)
+
+VMs launched together (one EC2 ``run_instances`` call) get the same user data, so a
+``NodeGroup`` describes them together and each VM computes its index from its launch
+index (EC2's ``ami-launch-index``). The first VM is launched alone, before the others:
+its private address is the endpoint the others are given.
+
+``start_script`` is the shell script a VM runs once the worker is installed (the EC2 user
+data embeds it verbatim); it holds the plan (no secret: a plan names a model, batches and
+a run folder) and reads what only the VM knows (its launch index and private address) from
+the instance metadata service, unless the environment already has them.
+
+Light: no torch import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from srifty_core.errors import ConfigError
+
+DEFAULT_PORT = 29400
+"""torchrun's usual c10d port; the security group must allow it inside the group."""
+JOIN_TIMEOUT_S = 900
+"""How long the VMs wait for each other (EC2 VMs boot and install minutes apart)."""
+RANK_OFFSET_ENV = "SRIFTY_RANK_OFFSET"
+"""The plan's first rank on this VM (``worker.plan_rank``)."""
+NODE_INDEX_ENV = "SRIFTY_NODE_INDEX"
+"""This VM's index in the configuration (0 hosts the rendezvous)."""
+LAUNCH_INDEX_ENV = "SRIFTY_LAUNCH_INDEX"
+"""This VM's index among those launched with it (EC2's ``ami-launch-index``)."""
+ADDRESS_ENV = "SRIFTY_PRIVATE_ADDRESS"
+"""This VM's private address (EC2's ``local-ipv4``)."""
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+_IMDS = "http://169.254.169.254/latest"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """VMs launched together: VM ``first_node + k`` (``k``: its launch index, ``< count``)
+    runs ``ranks_per_vm`` ranks, the plan's ranks from ``first_rank + k * ranks_per_vm``."""
+
+    first_node: int
+    count: int
+    ranks_per_vm: int
+    first_rank: int
+
+    def __post_init__(self) -> None:
+        if self.first_node < 0 or self.first_rank < 0:
+            raise ConfigError("first_node and first_rank: must be >= 0")
+        if self.count < 1 or self.ranks_per_vm < 1:
+            raise ConfigError(
+                f"a node group needs >= 1 VM of >= 1 rank, got {self.count} x {self.ranks_per_vm}"
+            )
+
+    def node(self, launch_index: int) -> tuple[int, int]:
+        """``(node index, first plan rank)`` of the VM with ``launch_index``."""
+        if not 0 <= launch_index < self.count:
+            raise ConfigError(f"launch index {launch_index} is not in 0..{self.count - 1}")
+        return self.first_node + launch_index, self.first_rank + launch_index * self.ranks_per_vm
+
+
+def node_groups(vms: Sequence[tuple[int, int]]) -> tuple[NodeGroup, ...]:
+    """The configuration's VMs as ``(count, ranks_per_vm)`` per launch, in the plan's order,
+    with the first VM in a group of its own (it is launched first: its address is the
+    endpoint)."""
+    out: list[NodeGroup] = []
+    node = rank = 0
+    for k, (count, per) in enumerate(vms):
+        parts = [1, count - 1] if k == 0 and count > 1 else [count]
+        for n in parts:
+            out.append(NodeGroup(node, n, per, rank))
+            node, rank = node + n, rank + n * per
+    if not out:
+        raise ConfigError("a configuration needs at least one VM")
+    return tuple(out)
+
+
+def run_id(config_id: str, run_dir: str) -> str:
+    """The rendezvous id of one configuration of one run folder (the same on every VM;
+    another configuration, or another job, never joins it)."""
+    digest = hashlib.sha256(run_dir.encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", config_id).strip("-.") or "c"
+    return f"srifty-{digest}-{safe}"[:128]
+
+
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """The rendezvous of one configuration: ``nnodes`` VMs, ``world_size`` ranks in all."""
+
+    run_id: str
+    nnodes: int
+    world_size: int
+    host: str = ""
+    """The first VM's private address; empty on the first VM itself (it reads its own)."""
+    port: int = DEFAULT_PORT
+    join_timeout_s: int = JOIN_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not _RUN_ID.fullmatch(self.run_id):
+            raise ConfigError(f"rendezvous id: letters, digits, '_.-', got {self.run_id!r}")
+        if self.host and not _HOST.fullmatch(self.host):
+            raise ConfigError(f"rendezvous host: an IPv4 address or host name, got {self.host!r}")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"rendezvous port: 1..65535, got {self.port}")
+        if self.nnodes < 1 or self.world_size < self.nnodes:
+            raise ConfigError(f"{self.nnodes} VM(s) cannot hold {self.world_size} rank(s)")
+        if self.join_timeout_s < 1:
+            raise ConfigError(f"join timeout: >= 1 s, got {self.join_timeout_s}")
+
+
+def torchrun_argv(
+    rdzv: Rendezvous,
+    *,
+    ranks: int,
+    host: str,
+    local_addr: str,
+    is_host: str,
+    plan_path: str,
+    torchrun: str = "torchrun",
+) -> list[str]:
+    """torchrun's command line on one VM (``ranks`` processes of the worker on
+    ``plan_path``); ``host``, ``local_addr`` and ``is_host`` (``true``/``false``) may be
+    shell expansions that ``start_script`` fills in on the VM."""
+    return [
+        torchrun,
+        f"--nnodes={rdzv.nnodes}",
+        f"--nproc-per-node={ranks}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={host}:{rdzv.port}",
+        f"--rdzv-id={rdzv.run_id}",
+        f"--rdzv-conf=is_host={is_host},join_timeout={rdzv.join_timeout_s}",
+        f"--local-addr={local_addr}",
+        "--max-restarts=0",  # a lost VM ends the group; the monitor re-plans
+        "--module",
+        "srifty_core.runtime.worker",
+        plan_path,
+    ]
+
+
+def _sh(arg: str) -> str:
+    """Shell-quote ``arg``, leaving ``${SRIFTY_...}`` expansions (ours) expandable."""
+    if "${" in arg:
+        if '"' in arg or "`" in arg or "\\" in arg or "$(" in arg:
+            raise ConfigError(f"cannot quote {arg!r}")
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
+def start_script(
+    plan: Mapping[str, Any] | str,
+    group: NodeGroup,
+    rdzv: Rendezvous,
+    *,
+    venv: str = "/opt/srifty",
+    workdir: str = "/opt/srifty/run",
+) -> str:
+    """The shell script that starts this configuration's worker on a VM of ``group``
+    (installed in ``venv``): it writes the plan to ``workdir``, works out the VM's index and
+    its first rank from its launch index, and runs torchrun (``exec``: the script's process
+    becomes the elastic agent). ``SRIFTY_LAUNCH_INDEX`` and ``SRIFTY_PRIVATE_ADDRESS`` come
+    from the environment when set, else from the instance metadata service (IMDSv2)."""
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    world = len(json.loads(text)["local_batches"])
+    if world != rdzv.world_size:
+        raise ConfigError(f"the plan has {world} ranks, the rendezvous {rdzv.world_size}")
+    if group.first_rank + group.count * group.ranks_per_vm > world:
+        raise ConfigError(f"node group {group} does not fit the plan's {world} ranks")
+    if group.first_node + group.count > rdzv.nnodes:
+        raise ConfigError(f"node group {group} does not fit {rdzv.nnodes} VMs")
+    compact = json.dumps(json.loads(text), separators=(",", ":"))
+    plan_path = f"{workdir}/plan-{rdzv.run_id}.json"
+    argv = torchrun_argv(
+        rdzv,
+        ranks=group.ranks_per_vm,
+        host=rdzv.host or f"${{{ADDRESS_ENV}}}",
+        local_addr=f"${{{ADDRESS_ENV}}}",
+        is_host="${SRIFTY_IS_HOST}",
+        plan_path=plan_path,
+        torchrun=f"{venv}/bin/torchrun",
+    )
+    token = "X-aws-ec2-metadata-token"
+    lines = [
+        "#!/bin/bash",
+        f"# srifty worker start: rendezvous {rdzv.run_id}, VMs {group.first_node}.."
+        f"{group.first_node + group.count - 1} of {rdzv.nnodes}",
+        "set -euo pipefail",
+        "imds() {",
+        f"  local t; t=$(curl -sf -X PUT {_IMDS}/api/token -H '{token}-ttl-seconds: 300')",
+        f'  curl -sf -H "{token}: $t" "{_IMDS}/meta-data/$1"',
+        "}",
+        f': "${{{LAUNCH_INDEX_ENV}:=$(imds ami-launch-index)}}"',
+        f': "${{{ADDRESS_ENV}:=$(imds local-ipv4)}}"',
+        f'case "${LAUNCH_INDEX_ENV}" in',
+        "  [0-9]|[1-9][0-9]|[1-9][0-9][0-9]) ;;",
+        f'  *) echo "srifty: bad launch index ${LAUNCH_INDEX_ENV}" >&2; exit 2 ;;',
+        "esac",
+        f'if [ "${LAUNCH_INDEX_ENV}" -ge {group.count} ]; then',
+        f'  echo "srifty: launch index ${LAUNCH_INDEX_ENV} of {group.count} VM(s)" >&2; exit 2',
+        "fi",
+        f'case "${ADDRESS_ENV}" in',
+        f'  ""|*[!A-Za-z0-9.-]*) echo "srifty: bad address ${ADDRESS_ENV}" >&2; exit 2 ;;',
+        "esac",
+        f"export {NODE_INDEX_ENV}=$(({group.first_node} + {LAUNCH_INDEX_ENV}))",
+        f"export {RANK_OFFSET_ENV}=$(({group.first_rank} + {LAUNCH_INDEX_ENV} * "
+        f"{group.ranks_per_vm}))",
+        f'if [ "${NODE_INDEX_ENV}" -eq 0 ]; then SRIFTY_IS_HOST=true;',
+        "else SRIFTY_IS_HOST=false; fi",
+        f"mkdir -p {shlex.quote(workdir)}",
+        f"printf '%s\\n' {shlex.quote(compact)} > {shlex.quote(plan_path)}",
+        "exec " + " ".join(_sh(a) for a in argv),
+    ]
+    return "\n".join(lines) + "\n"
