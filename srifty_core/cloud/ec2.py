@@ -96,6 +96,16 @@ SPOT_INTERRUPTION_CODES = (
 )
 _GMT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 
+AWS_CONN_ENV = "SRIFTY_AWS_CONN_ID"
+"""The deployment's Airflow AWS connection for launching VMs (default ``aws_default``): a
+deployment setting, never a trigger conf's (``planner.schema.DEPLOYMENT_ONLY``)."""
+
+
+def deployment_conn_id(env: Mapping[str, str] | None = None) -> str:
+    """The AWS connection id the deployment chose (``SRIFTY_AWS_CONN_ID``)."""
+    value = (os.environ if env is None else env).get(AWS_CONN_ENV, "").strip()
+    return value or "aws_default"
+
 
 EC2_MAX_ATTEMPTS = 10
 """Attempts per EC2 API call (boto's adaptive retry mode) before a throttling or transient

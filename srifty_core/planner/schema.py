@@ -276,8 +276,11 @@ class JobOffer(OfferSpec):
 
 class Ec2Settings(Strict):
     """EC2 launch settings: image_id (required for the ec2 provider), subnet_id,
-    security_group_ids, key_name, instance_profile_arn, aws_conn_id, package, poll_s,
-    wait_timeout_s."""
+    security_group_ids, key_name, instance_profile_arn, poll_s, wait_timeout_s.
+
+    What a VM installs and which AWS connection launches it are deployment settings
+    (``DEPLOYMENT_ONLY``), never a trigger's: whoever may trigger a run must not choose
+    the credentials or the code that runs on the VMs."""
 
     kind = "ec2"
     rule = "a mapping like {image_id: ami-...}"
@@ -286,10 +289,26 @@ class Ec2Settings(Strict):
     security_group_ids: Annotated[list[Text], Field(max_length=50)] = []
     key_name: Text | None = None
     instance_profile_arn: Text | None = None
-    aws_conn_id: Text | None = None
-    package: Text | None = None
     poll_s: PositiveSeconds | None = None
     wait_timeout_s: PositiveSeconds | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_deployment_settings(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key, setting in DEPLOYMENT_ONLY.items():
+                if key in data:
+                    raise _PathError(
+                        key, f"is a deployment setting ({setting}), not a trigger field"
+                    )
+        return data
+
+
+DEPLOYMENT_ONLY: Mapping[str, str] = {
+    "aws_conn_id": "the environment variable SRIFTY_AWS_CONN_ID",
+    "package": "SRIFTY_WORKER_WHEEL_URI and SRIFTY_WORKER_WHEEL_SHA256",
+}
+"""Keys of a trigger's ``ec2`` settings that only the deployment may set, and where."""
 
 
 class ResumeSpec(Strict):

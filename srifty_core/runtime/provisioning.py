@@ -29,11 +29,11 @@ def make_provider(
     user data (torchrun over the configuration's VMs, ``rendezvous``)."""
     if job.provider == "local":
         return LocalProvider()
-    from srifty_core.cloud.ec2 import EC2Provider, EC2Training
+    from srifty_core.cloud.ec2 import EC2Provider, EC2Training, deployment_conn_id
 
     e = dict(job.ec2)
     return EC2Provider(
-        aws_conn_id=str(e.get("aws_conn_id", "aws_default")),
+        aws_conn_id=deployment_conn_id(),
         region=job.region,
         image_id=e.get("image_id"),
         subnet_id=e.get("subnet_id"),
@@ -42,7 +42,6 @@ def make_provider(
         instance_profile_arn=e.get("instance_profile_arn"),
         worker=worker,
         training=EC2Training.for_plan(job.train_plan, job.config_id) if training else None,
-        package=str(e.get("package", "srifty")),
         poll_s=float(e.get("poll_s", 5.0)),
         wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
     )

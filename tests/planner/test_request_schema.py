@@ -437,3 +437,25 @@ def test_the_dag_params_schemas_come_from_the_model() -> None:
                       ("resume", {"iterations_done": 1})]:  # fmt: skip
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, params[name]["schema"])
+
+
+@pytest.mark.parametrize(
+    ("key", "setting"),
+    [("aws_conn_id", "SRIFTY_AWS_CONN_ID"), ("package", "SRIFTY_WORKER_WHEEL_URI")],
+)
+def test_a_trigger_cannot_choose_the_aws_connection_or_what_vms_install(
+    key: str, setting: str
+) -> None:
+    """Credentials and the code VMs run are the deployment's choice: a conf naming either
+    is refused, and the error says where the deployment sets it."""
+    with pytest.raises(FieldError) as info:
+        JobConf.parse(CONF | {"ec2": {"image_id": "ami-1", key: "x"}})
+    assert info.value.path == f"ec2.{key}"
+    assert setting in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_aws_connection_comes_from_the_deployment() -> None:
+    from srifty_core.cloud.ec2 import deployment_conn_id
+
+    assert deployment_conn_id({}) == "aws_default"
+    assert deployment_conn_id({"SRIFTY_AWS_CONN_ID": " aws_training "}) == "aws_training"
