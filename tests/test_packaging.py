@@ -3,6 +3,8 @@ a worker installs torch without Airflow, MLflow, Celery or Postgres."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from srifty_core import paths
+from tests.planner.test_cli_plan import write_planning_data
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -73,22 +76,29 @@ def _requires(metadata: str) -> dict[str, set[str]]:
 HEAVY = ("apache-airflow", "mlflow", "celery", "psycopg", "postgres", "xgboost", "torch")
 
 
-@pytest.mark.slow
-def test_the_wheel_carries_the_shipped_data_and_splits_the_extras(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of this checkout, built once for the module."""
     # Offline: the venv's own setuptools builds (the project needs >= 68).
     setuptools = pytest.importorskip("setuptools")
     if int(setuptools.__version__.split(".")[0]) < 68:
         pytest.skip(f"setuptools {setuptools.__version__} < 68 in this venv")
     # Build from a copy of the sources (no build/ or egg-info left in the checkout).
-    src = tmp_path / "src"
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(PACKAGE, src / "srifty_core", ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path / "wheels"
+    out = tmp / "wheels"
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     subprocess.run([*cmd, "-q", str(src), "-w", str(out)], check=True, timeout=300)
-    (wheel,) = out.glob("srifty-*.whl")
+    (built,) = out.glob("srifty-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_shipped_data_and_splits_the_extras(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         (meta,) = (n for n in names if n.endswith(".dist-info/METADATA"))
@@ -121,3 +131,34 @@ def test_an_installed_wheel_keeps_its_data_outside_the_package(
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert paths.data_dir() == tmp_path / "home" / ".local" / "share" / "srifty"
+
+
+@pytest.mark.slow
+def test_srifty_plan_runs_from_the_installed_wheel(
+    wheel: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """A non-editable install (the wheel's files, not this checkout) plans a request: the
+    catalog, GPU specs and reference data come from package data. The dependencies are
+    this venv's (the test runs offline); the wheel's own files shadow the checkout."""
+    request = write_planning_data(data_dir)
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q"]
+    subprocess.run([*pip, "--target", str(target), str(wheel)], check=True, timeout=300)
+    code = (
+        "import sys, srifty_core; from srifty_core.cli import main; "
+        "print('FROM', srifty_core.__file__, file=sys.stderr); "
+        f"sys.exit(main(['plan', {str(request)!r}, '--bandwidth', 'probes', '--json']))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    origin = run.stderr.split("FROM ", 1)[1].split()[0]
+    assert Path(origin).is_relative_to(target), origin
+    assert json.loads(run.stdout)["best"] is not None

@@ -37,6 +37,12 @@ def _probes(instance_type: str, gpu: str, scale: float) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def planning_data(data_dir: Path) -> Path:
+    return write_planning_data(data_dir)
+
+
+def write_planning_data(data_dir: Path) -> Path:
+    """Two profiles and two types' probes in ``data_dir`` (the current data folder), and
+    a request for them; returns the request's path."""
     store = ProfileStore()
     store.save(dataclasses.replace(steady(make_profile(), "T4"), model="m", size="full"))
     store.save(dataclasses.replace(steady(make_profile(), "M60", 2.0), model="m", size="full"))
