@@ -10,9 +10,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from srifty_core import __version__, paths
 from srifty_core.errors import ConfigError, SriftyError
+
+if TYPE_CHECKING:
+    from srifty_core.runtime.progress import ProgressRecord
+    from srifty_core.runtime.worker import TrainPlan
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
@@ -76,9 +82,17 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         share_host=args.share_host,
         refine=args.refine,
     )
-    bar = tqdm(total=0, unit="step", desc=f"profiling {args.model}", leave=False)
+    bars: list[tqdm[None]] = []  # made at the first step: a bad model or size stays one line
 
     def progress(stage: str, done: int, total: int) -> None:
+        if not bars:
+            bars.append(
+                # disable=None: no bar when stderr is no terminal (a log, a pipe), where
+                # its redraws would be lines before an error
+                tqdm(total=0, unit="step", desc=f"profiling {args.model}", leave=False,
+                     disable=None)
+            )  # fmt: skip
+        bar = bars[0]
         bar.set_description(f"{args.model}: {stage}")
         if total:
             bar.total = total
@@ -95,7 +109,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             progress=progress,
         )
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     print(summary_text(result.profile))
     print(f"\nprofile: {result.path}")
     if args.plot:
@@ -212,6 +227,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     request = load_request(read_request_file(Path(args.request)))
     bandwidth: dict[str, object] | None = None
+    calibration = None  # factors earlier runs of this model measured (simulator.calibration)
     if args.estimator == "apm":
         from srifty_core.simulator.apm import ApmEstimator
 
@@ -224,7 +240,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         model, bandwidth = load_bandwidth_with_source(
             args.bandwidth, refresh_model=args.refresh_model
         )
-        estimator = Simulator(model, seed=args.seed)
+        if not args.no_calibration:
+            from srifty_core.simulator.calibration import for_request
+
+            calibration = for_request(request, model)
+        estimator = Simulator(model, seed=args.seed, calibration=calibration)
     if args.what_if or args.one_more_vm:
         return _what_if(args, estimator, bandwidth)
     result = plan(request, estimator, method=args.method)  # type: ignore[arg-type]
@@ -232,9 +252,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out = result.to_dict()
         if bandwidth is not None:
             out["bandwidth_model"] = bandwidth
+        out["calibration"] = None if calibration is None else calibration.to_dict()
         print(json.dumps(out, indent=1))
     else:
         print(render(result, None if bandwidth is None else str(bandwidth["text"])))
+        if calibration is not None:
+            print(
+                f"Calibrated by earlier runs of {request.workload.model} "
+                "(--no-calibration to ignore): " + "; ".join(calibration.describe())
+            )
     if args.frontier:
         from srifty_core.planner.plot import plot_frontier
 
@@ -308,17 +334,72 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_PLAN_BYTES = 1 << 20
+
+
+def read_train_plan(path: Path) -> TrainPlan:
+    """The train plan in ``path``; anything that is not one is a ``ConfigError`` naming the
+    file, or the field (``TrainPlan`` checks the values; this checks the file, the keys
+    and the names a worker would only trip on later)."""
+    import dataclasses
+    import json
+
+    from srifty_core.profiling import MODEL_NAMES, SIZES
+    from srifty_core.runtime.worker import TrainPlan
+
+    try:
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_PLAN_BYTES} bytes; not a train plan")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"train plan file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; a train plan is a JSON object") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the train plan ({exc.strerror})") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply; not a train plan") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: a train plan is a JSON object, got {type(d).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(TrainPlan)}
+    for key in d:
+        if key not in fields:
+            raise ConfigError(f"{key}: unknown train plan field; valid: {', '.join(fields)}")
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in d:
+            raise ConfigError(f"{name}: missing from the train plan {path}")
+    for name in ("model", "size", "run_dir", "config_id", "dtype", "device", "precision"):
+        if name in d and (not isinstance(d[name], str) or not d[name].strip()):
+            raise ConfigError(f"{name}: must be a non-empty string, got {d[name]!r}")
+    if d["model"] not in MODEL_NAMES:
+        raise ConfigError(f"model: unknown model {d['model']!r}; valid: {', '.join(MODEL_NAMES)}")
+    if d["size"] not in SIZES:
+        raise ConfigError(f"size: must be one of {', '.join(SIZES)}, got {d['size']!r}")
+    if "extra" in d and not isinstance(d["extra"], dict):
+        raise ConfigError(f"extra: must be a mapping, got {d['extra']!r}")
+    return TrainPlan.from_dict(d)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tqdm import tqdm
 
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime import run_store
     from srifty_core.runtime.local_run import train_local
     from srifty_core.runtime.progress import read_progress
-    from srifty_core.runtime.worker import TrainPlan
 
-    plan = TrainPlan.load(Path(args.plan))
+    plan = read_train_plan(Path(args.plan))
+    if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
+        read_progress_checked(plan.progress_path)
     bar = tqdm(
         total=plan.iterations, unit="it", desc=f"train {plan.model}", file=sys.stderr,
         disable=args.no_progress,
@@ -344,6 +425,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_progress_checked(log: Path | str) -> list[ProgressRecord]:
+    """``progress.read_progress(log)``, with a record of the wrong shape (a string
+    iteration, a null field, a NaN time) a ``ConfigError`` naming the log, not a
+    ``ValueError`` traceback or a NaN throughput."""
+    import math
+
+    from srifty_core.runtime.progress import read_progress
+
+    try:
+        records = read_progress(log)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"{log}: a progress record with missing or bad fields ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{log}: cannot read the progress log ({exc})") from None
+    for r in records:
+        if not (math.isfinite(r.wall_time) and math.isfinite(r.step_s) and r.step_s >= 0):
+            raise ConfigError(
+                f"{log}: the record of iteration {r.iteration} has a wall_time or step_s that "
+                f"is not a finite time ({r.wall_time}, {r.step_s})"
+            )
+    return records
+
+
 def _cmd_monitor(args: argparse.Namespace) -> int:
     import json
     import math
@@ -351,18 +455,24 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srifty_core.runtime.monitor import Limits, decide
-    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
+    from srifty_core.runtime.progress import PROGRESS_FILE
 
-    run = Path(args.run)
-    log = run / PROGRESS_FILE if run.is_dir() else run
-    records = read_progress(log)
-    if not records:
-        print(f"srifty: error: no progress records in {log}", file=sys.stderr)
-        return 2
-    for name in ("time_limit", "budget"):
+    if args.iterations < 1:
+        raise ConfigError(f"--iterations: must be at least 1, got {args.iterations}")
+    for name in ("time_limit", "budget", "window"):
         v = getattr(args, name)
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise ConfigError(f"--{name.replace('_', '-')}: must be a positive number, got {v}")
+    for name in ("usd_per_hour", "now"):
+        v = getattr(args, name)
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise ConfigError(f"--{name.replace('_', '-')}: must be a number >= 0, got {v}")
+    run = Path(args.run)
+    log = run / PROGRESS_FILE if run.is_dir() else run
+    records = read_progress_checked(log)
+    if not records:
+        print(f"srifty: error: no progress records in {log}", file=sys.stderr)
+        return 2
     limits = Limits(
         iterations=args.iterations,
         global_batch=records[-1].samples,
@@ -412,8 +522,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, like every other ``srifty`` error:
+    ``srifty plan: error: argument --seed: invalid int value: 'x' (srifty plan --help)``,
+    exit 2 (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {text} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="srifty",
         description="Plan, run and re-plan distributed training on cloud VMs.",
     )
@@ -576,6 +696,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or for $SRIFTY_CHAMPION_MAX_AGE, default 10m, with a tracking server)",
     )
     pl.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
+    pl.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="ignore the correction factors earlier runs of this model measured "
+        "(DATA/calibration/MODEL.json)",
+    )
     pl.set_defaults(func=_cmd_plan)
 
     fitbw = sub.add_parser(
@@ -657,6 +783,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.as_program = argv is None  # the `srifty` command, not a caller in its own process
+    if args.as_program:
+        # MLflow's INFO lines ("Creating initial MLflow database tables...") on stderr would
+        # make a one-line error three; its warnings still show. Only the command does this.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     if args.data_dir:
         # One place decides where data lives: paths.data_dir() reads this variable, and
         # child processes (Airflow tasks, workers) inherit it.
@@ -670,6 +800,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `srifty catalog | head`
         return 0
+    except OSError as exc:
+        # The machine refused a file: a read-only or full data folder, a file where a folder
+        # should be, no permission. One line naming the path, not a traceback; an OSError
+        # without a path is no such case and stays a traceback.
+        if exc.filename is None or exc.strerror is None:
+            raise
+        where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+        print(f"srifty: error: {where}: {exc.strerror}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import date
@@ -89,3 +90,200 @@ def test_bad_values_are_one_line_errors_naming_the_option(
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("srifty: error:") and name in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["plan", "r.yaml", "--seed", "x"], "--seed"),
+        (["plan", "r.yaml", "--method", "fastest"], "--method"),
+        (["monitor", "run", "--iterations", "5", "--now", "later"], "--now"),
+        (["profile"], "--model"),
+        (["nope"], "COMMAND"),
+    ],
+)
+def test_a_flag_argparse_refuses_is_one_line_not_the_usage(
+    argv: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err, err
+    assert err.startswith("srifty") and ": error: " in err and name in err, err
+
+
+def test_a_bad_model_to_profile_is_one_line_without_a_progress_bar(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["profile", "--model", "nope", "--no-mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("srifty: error: unknown model 'nope'") and err.count("\n") == 1, err
+
+
+def test_mlflow_info_lines_do_not_join_an_error(data_dir: Path, tmp_path: Path) -> None:
+    """`srifty plan` without a champion model: MLflow creates its store (INFO lines on
+    stderr) before the error; the command's stderr is the error alone."""
+    import dataclasses
+
+    import yaml
+
+    from srifty_core.case_studies import load_reference_profile
+    from srifty_core.profiling.store import ProfileStore
+
+    profile, _ = load_reference_profile("alexnet")
+    ProfileStore().save(dataclasses.replace(profile, size="full", device_type="T4"))
+    request = tmp_path / "r.yaml"
+    request.write_text(yaml.safe_dump({
+        "model": "alexnet", "global_batch": 64, "iterations": 10,
+        "offers": [{"type": "g4dn.xlarge", "quota": 2}],
+    }))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_LOGGING_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "srifty_core.cli", "plan", str(request)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "champion" in proc.stderr, proc.stderr
+
+
+GOOD_PLAN = {
+    "model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 2,
+    "local_batches": [2, 2], "run_dir": "runs/r",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"model": "dlrm",', "plan.json: not valid JSON (line 1, column 18"),
+        (b"[1, 2]", "plan.json: a train plan is a JSON object, got list"),
+        (b"\xff\xfe\x00\x01" * 30, "plan.json: not UTF-8 text"),
+        (json.dumps(GOOD_PLAN | {"lrr": 0.1}).encode(), "lrr: unknown train plan field"),
+        (json.dumps({k: v for k, v in GOOD_PLAN.items() if k != "run_dir"}).encode(),
+         "run_dir: missing from the train plan"),
+        (json.dumps(GOOD_PLAN | {"model": "nope"}).encode(), "model: unknown model 'nope'"),
+        (json.dumps(GOOD_PLAN | {"size": "huge"}).encode(), "size: must be one of tiny"),
+        (json.dumps(GOOD_PLAN | {"run_dir": 5}).encode(), "run_dir: must be a non-empty string"),
+        (json.dumps(GOOD_PLAN | {"extra": [1]}).encode(), "extra: must be a mapping"),
+        (json.dumps(GOOD_PLAN | {"lr": float("nan")}).encode(), "lr: must be a finite number"),
+    ],
+)  # fmt: skip
+def test_a_train_plan_file_that_is_no_plan_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """Each of these was a traceback (``JSONDecodeError``, ``UnicodeDecodeError``, a
+    ``TypeError`` of the constructor) or reached the workers before failing."""
+    path = tmp_path / "plan.json"
+    path.write_bytes(content)
+    assert main(["train", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_train_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:  # fmt: skip
+    assert main(["train", str(tmp_path / "nope.json")]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"srifty: error: train plan file not found: {tmp_path}/nope.json\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["--iterations", "0"], "--iterations: must be at least 1"),
+        (["--iterations", "-5"], "--iterations"),
+        (["--iterations", "9", "--window", "0"], "--window: must be a positive number"),
+        (["--iterations", "9", "--window", "-3"], "--window"),
+        (["--iterations", "9", "--budget", "nan"], "--budget"),
+        (["--iterations", "9", "--usd-per-hour", "-1"], "--usd-per-hour: must be a number >= 0"),
+        (["--iterations", "9", "--usd-per-hour", "nan"], "--usd-per-hour"),
+        (["--iterations", "9", "--now", "nan"], "--now"),
+    ],
+)
+def test_bad_monitor_options_are_named_before_the_log_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], name: str
+) -> None:
+    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+
+    with ProgressLog(tmp_path / "progress.jsonl") as log:
+        for i in range(1, 5):
+            log.append(ProgressRecord(i, 1000.0 + i, 1.0, 8, "c0"))
+    assert main(["monitor", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err, err
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"iteration": "six", "wall_time": 1.0, "step_s": 1.0, "samples": 8, "config_id": "c0"}',
+        '{"iteration": 6, "wall_time": 1.0, "step_s": 1.0, "samples": null, "config_id": "c0"}',
+        '{"iteration": 6}',
+        '{"iteration": 6, "wall_time": 1.0, "step_s": NaN, "samples": 8, "config_id": "c0"}',
+        '{"iteration": 6, "wall_time": Infinity, "step_s": 1, "samples": 8, "config_id": "c0"}',
+        "[1, 2]",
+    ],
+)
+def test_a_progress_record_of_the_wrong_shape_is_one_line_naming_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    good = [
+        json.dumps({"iteration": i, "wall_time": 1000.0 + i, "step_s": 1.0, "samples": 8,
+                    "config_id": "c0"})
+        for i in range(1, 5)
+    ]  # fmt: skip
+    (tmp_path / "progress.jsonl").write_text("\n".join([*good, bad, good[0]]) + "\n")
+    assert main(["monitor", str(tmp_path), "--iterations", "9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "progress.jsonl" in err, err
+
+
+def test_train_on_a_run_folder_with_a_damaged_log_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was a ``ValueError`` traceback from the resume check (``progress.ProgressRecord``)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "progress.jsonl").write_text('{"iteration": "x", "wall_time": null}\n{}\n')
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(GOOD_PLAN | {"run_dir": str(run)}))
+    assert main(["train", str(plan), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run}/progress.jsonl: a progress record with" in err, err
+
+
+def test_a_data_dir_that_is_a_file_is_one_line_naming_the_path(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # data_dir: the variable main() sets is restored after the test
+    """Was a ``NotADirectoryError`` traceback; a read-only or full data folder is the same
+    kind of error (``OSError`` with a path) and gets the same line."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["--data-dir", str(afile), "catalog", "--validate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"srifty: error: {afile}/") and err.count("\n") == 1, err
+    assert "Not a directory" in err
+
+
+def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """The progress bar stays off when stderr is no terminal: its redraws were 15 lines
+    before the error of a profile that could not be written."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = subprocess.run(
+        [sys.executable, "-m", "srifty_core.cli", "profile", "--model", "dlrm", "--size",
+         "tiny", "--max-batch", "8", "--probes", "2", "--repeats", "2", "--warmup", "0",
+         "--refine", "0", "--threads", "1", "--no-mlflow", "--out", str(afile / "p.json")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"srifty: error: {afile}") and len(proc.stderr.splitlines()) == 1
+    ok = subprocess.run([*proc.args[:-1], str(tmp_path / "p.json")], capture_output=True,
+                        text=True, check=False, timeout=300)  # fmt: skip
+    assert ok.returncode == 0 and ok.stderr == ""  # no bar on a pipe, though it profiled

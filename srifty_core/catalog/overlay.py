@@ -12,7 +12,7 @@ import csv
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from srifty_core.atomic import write_text_atomic
@@ -45,8 +45,18 @@ class PriceObservation:
             raise ConfigError(f"spot observation for {self.instance_type} needs a zone")
 
 
-def read_overlay(path: Path) -> list[PriceObservation]:
-    """Read one overlay CSV; a bad row raises ``ConfigError`` naming file, line and column."""
+def read_overlay(path: Path, today: date | None = None) -> list[PriceObservation]:
+    """Read one overlay CSV; a bad row raises ``ConfigError`` naming file, line and column.
+    An observation dated after ``today`` (default: today, UTC) plus a day is a bad row."""
+    try:
+        return _read_overlay(path, today or datetime.now(UTC).date())
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; a price overlay is a CSV file") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{path}: not a CSV file ({exc})") from None
+
+
+def _read_overlay(path: Path, today: date) -> list[PriceObservation]:
     out: list[PriceObservation] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -56,11 +66,19 @@ def read_overlay(path: Path) -> list[PriceObservation]:
         for line, row in enumerate(reader, start=2):
             column = "market"
             try:
+                if None in row.values() or None in row:
+                    column = "columns"
+                    given = sum(v is not None for k, v in row.items() if k is not None)
+                    given += len(row.get(None) or [])
+                    raise ValueError(f"{given} fields, want {len(OVERLAY_COLUMNS)}")
                 market = Market.parse(row["market"])
                 column = "usd_per_hour"
                 usd = float(row["usd_per_hour"])
                 column = "observed_on"
                 observed = date.fromisoformat(row["observed_on"])
+                if observed > today + timedelta(days=1):
+                    # an observation "from the future" would win over every real one
+                    raise ValueError(f"{observed} is in the future (today is {today})")
                 column = "usd_per_hour"
                 price = Price(usd, observed, row["source"] or path.name)
             except (ValueError, LookupError) as exc:

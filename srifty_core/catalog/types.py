@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from datetime import date
@@ -39,7 +40,7 @@ class Price:
     source: str
 
     def __post_init__(self) -> None:
-        if not self.usd_per_hour > 0:
+        if not (self.usd_per_hour > 0 and math.isfinite(self.usd_per_hour)):
             raise ValueError(f"price must be positive, got {self.usd_per_hour!r} ({self.source})")
 
     def age_days(self, today: date) -> int:

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -60,6 +60,69 @@ from srifty_core.probing.store import (
 
 PARTIAL_DIR = "_partial"
 COMMIT_LOCK = ".commit.lock"
+
+
+def owner_lock(partials: Path, allocation_id: str) -> Path:
+    """The lock ``probe_sweep`` holds from launching an allocation until it released it:
+    free while the file is there means its sweep was killed in between."""
+    return partials / f".{allocation_id}{OWNER_SUFFIX}"
+
+
+OWNER_SUFFIX = ".owner.lock"
+
+
+@contextlib.contextmanager
+def owning(partials: Path, allocation_id: str) -> Iterator[None]:
+    """Hold ``owner_lock`` while the body runs; remove it once the body (which releases the
+    allocation) has returned. If it raised, the file stays (unlocked): the next run
+    releases the allocation again (releases are idempotent) and removes it."""
+    partials.mkdir(parents=True, exist_ok=True)
+    path = owner_lock(partials, allocation_id)
+    lock = FileLock(str(path))
+    lock.acquire()
+    try:
+        yield
+        path.unlink(missing_ok=True)
+    finally:
+        lock.release()
+
+
+def release_orphans(partials: Path, provider: Provider) -> list[str]:
+    """Release the allocations a killed ``probe_sweep`` launched into this partition and
+    never released (a SIGKILL runs no cleanup: on EC2 its VMs would run on); their ids.
+
+    An orphan is an ``owner_lock`` no live process holds. Allocations launched by others
+    (the DAG's tasks, which launch and release apart) have no owner lock and are never
+    touched. A release that fails is reported on stderr and tried again by the next run.
+    """
+    released: list[str] = []
+    if not partials.is_dir():
+        return released
+    for path in sorted(partials.glob(f".*{OWNER_SUFFIX}")):
+        allocation_id = path.name[1 : -len(OWNER_SUFFIX)]
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue  # its sweep is alive
+        try:
+            if not path.exists():  # released and removed between the glob and the lock
+                continue
+            try:
+                provider.release(allocation_id)
+            except Exception as exc:
+                print(
+                    f"probe sweep: could not release {allocation_id} left by a killed sweep "
+                    f"({exc}); the next run tries again",
+                    file=sys.stderr,
+                )
+                continue
+            path.unlink(missing_ok=True)
+            released.append(allocation_id)
+            print(f"probe sweep: released {allocation_id}, left by a killed sweep", file=sys.stderr)
+        finally:
+            lock.release()
+    return released
 
 
 def writer_lock(partial: Path) -> str:
@@ -397,6 +460,14 @@ class _Partition:
 
 
 # ---------------------------------------------------------------------- running
+@contextlib.contextmanager
+def _released(provider: Provider, allocation: Allocation) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        provider.release(allocation)
+
+
 def _exit_summary(codes: dict[int, int | None], timed_out: bool, timeout_s: float) -> str:
     parts = []
     for rank, code in sorted(codes.items()):
@@ -667,6 +738,7 @@ def probe_sweep(
         on_progress(0, len(todo))
     failures: list[FailedPoint] = []
     alloc_ids: list[str] = []
+    release_orphans(part.partials, provider)  # what a killed sweep left running
     path, merged = part.commit(config.repeats)  # commits partials a crashed run left
     for slot in sorted({p.allocation_slot for p in todo} | sustained):
         points = [p for p in todo if p.allocation_slot == slot]
@@ -674,7 +746,7 @@ def probe_sweep(
             LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
         )
         alloc_ids.append(alloc.id)
-        try:
+        with owning(part.partials, alloc.id), _released(provider, alloc):
             _, failed = run_points(
                 provider,
                 alloc,
@@ -686,8 +758,6 @@ def probe_sweep(
                 sustained_slot=slot if slot in sustained else None,
             )
             failures.extend(failed)
-        finally:
-            provider.release(alloc)
         path, merged = part.commit(config.repeats)
     return SweepResult(
         partition=path,

@@ -111,6 +111,13 @@ class ProfilerConfig:
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.memory_cap_bytes is not None and self.memory_cap_bytes < 1:
+            # 0 read as "the default cap" let the B_max search run the host out of memory
+            raise ConfigError(f"memory_cap must be at least 1 byte, got {self.memory_cap_bytes}")
+        if self.batch_sizes is not None and (
+            not self.batch_sizes or any(b < 1 for b in self.batch_sizes)
+        ):
+            raise ConfigError(f"batch_sizes must be >= 1 each, got {list(self.batch_sizes)}")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
         if self.refine < 0:

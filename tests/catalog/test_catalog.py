@@ -263,3 +263,47 @@ def test_to_dict_is_json(catalog: Catalog) -> None:
     d = json.loads(json.dumps(catalog.get("p4d.24xlarge", "us-east-1").to_dict()))
     assert d["gpus_per_vm"] == 8 and d["network_gbps"] == 400.0
     assert d["gpu"]["nvlink"] is True
+
+
+HEAD = "instance_type,region,market,zone,usd_per_hour,observed_on,source\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        # dated 2099, it won over every real price (issue 20)
+        (HEAD + "g4dn.xlarge,us-east-1,on-demand,,0.01,2099-01-01,x\n",
+         r"bad.csv:2: bad observed_on: 2099-01-01 is in the future \(today is 2026-06-01\)"),
+        (HEAD + "g4dn.xlarge,us-east-1,on-demand,,inf,2026-01-01,x\n",
+         r"bad.csv:2: bad usd_per_hour: price must be positive"),
+        (HEAD + "g4dn.xlarge,us-east-1,on-demand,,nan,2026-01-01,x\n",
+         r"bad.csv:2: bad usd_per_hour"),
+        (HEAD + "g4dn.xlarge,us-east-1,on-demand\n", r"bad.csv:2: bad columns: 3 fields"),
+        (HEAD + "g4dn.xlarge,us-east-1,on-demand,,1,2026-01-01,x,extra\n",
+         r"bad.csv:2: bad columns"),
+        (b"\xff\xfe\x00garbage\x00" * 10, r"bad.csv: not UTF-8 text"),
+    ],
+)  # fmt: skip
+def test_a_bad_overlay_is_a_config_error_naming_file_and_line(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    from srifty_core.catalog import read_overlay
+    from srifty_core.errors import ConfigError
+
+    bad = tmp_path / "bad.csv"
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    else:
+        bad.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_overlay(bad, today=date(2026, 6, 1))
+
+
+def test_an_overlay_dated_today_or_tomorrow_is_read(tmp_path: Path) -> None:
+    """Observations are dated in UTC; a clock a day ahead is still no error."""
+    from srifty_core.catalog import read_overlay
+
+    ok = tmp_path / "ok.csv"
+    ok.write_text(HEAD + "g4dn.xlarge,us-east-1,on-demand,,0.5,2026-06-02,x\n")
+    [obs] = read_overlay(ok, today=date(2026, 6, 1))
+    assert obs.price.usd_per_hour == 0.5

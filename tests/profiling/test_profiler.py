@@ -127,3 +127,14 @@ def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None
         ProfilerConfig(share_host=0)
     with pytest.raises(ConfigError, match="colocated and share_host"):
         ProfilerConfig(share_host=2, colocated=2)
+
+
+def test_a_zero_memory_cap_or_batch_is_refused_not_read_as_the_default() -> None:
+    """``--memory-cap 0`` used to mean the default cap (``0 or 4 GiB``) and ran a B_max
+    search that took 16 GB of this host's memory."""
+    with pytest.raises(ConfigError, match="memory_cap must be at least 1 byte, got 0"):
+        ProfilerConfig(memory_cap_bytes=0)
+    with pytest.raises(ConfigError, match=r"batch_sizes must be >= 1 each, got \[0, 8\]"):
+        ProfilerConfig(batch_sizes=(0, 8))
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        ProfilerConfig(batch_sizes=())
