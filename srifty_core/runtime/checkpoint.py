@@ -11,7 +11,10 @@ local batches as long as the global batch is unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
 
 CHECKPOINT_FILE = "checkpoint.pt"
+SIDECAR_SUFFIX = ".json"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,22 +67,75 @@ def save_checkpoint(
     }
     if scaler is not None:
         payload["scaler"] = scaler.state_dict()
-    return run_store.publish(path, lambda fh: torch.save(payload, fh))
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    digest = hashlib.sha256(buf.getbuffer()).hexdigest()
+    where = run_store.publish(path, lambda fh: fh.write(buf.getbuffer()))
+    summary = {"iteration": iteration, "config_id": config_id, "sha256": digest}
+    try:  # best effort: a summary older than its checkpoint is never trusted
+        run_store.write_text(sidecar_path(path), json.dumps(summary) + "\n")
+    except OSError as exc:
+        _log.warning("checkpoint summary %s not written: %s", sidecar_path(path), exc)
+    return where
 
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be read, or a run that cannot resume from its own."""
 
 
+def sidecar_path(path: Path | str) -> Path | str:
+    """The checkpoint's summary beside it: ``checkpoint.pt`` -> ``checkpoint.json``."""
+    base = run_store.name(path)
+    stem = base.rsplit(".", 1)[0] if "." in base else base
+    return run_store.join(run_store.parent(path), f"{stem}{SIDECAR_SUFFIX}")
+
+
+def checkpoint_iteration(path: Path | str) -> int | None:
+    """The iteration of the checkpoint at ``path`` (``None`` when there is none), read from
+    its small summary ``checkpoint.json`` (``save_checkpoint`` writes it right after the
+    checkpoint), without downloading and unpickling the checkpoint itself. A summary that
+    is missing, damaged or older than the checkpoint (a writer stopped between the two)
+    falls back to loading the checkpoint."""
+    raw = run_store.read_text(sidecar_path(path))
+    if raw is not None:
+        try:
+            iteration = json.loads(raw)["iteration"]
+        except (ValueError, KeyError, TypeError):
+            iteration = None
+        if isinstance(iteration, int) and not isinstance(iteration, bool):
+            fresh = _not_older(sidecar_path(path), path)
+            if fresh is None:
+                return None  # a summary without its checkpoint (moved aside)
+            if fresh:
+                return iteration
+    ck = load_checkpoint(path)
+    return ck.iteration if ck else None
+
+
+def _not_older(summary: Path | str, checkpoint: Path | str) -> bool | None:
+    """Whether ``summary`` was written no earlier than ``checkpoint``; ``None`` when there
+    is no checkpoint."""
+    try:
+        ck = run_store.modified(checkpoint)
+    except FileNotFoundError:
+        return None
+    try:
+        return run_store.modified(summary) >= ck
+    except FileNotFoundError:
+        return False
+
+
 def load_checkpoint(path: Path | str) -> Checkpoint | None:
     """The checkpoint at ``path``, or ``None`` when there is none yet; ``CheckpointError``
-    when the file is there but not a readable checkpoint."""
+    when the file is there but not a readable checkpoint. An error reading the storage
+    (a denied or throttled GET, an expired token, a network error) is raised as itself:
+    it says nothing about the checkpoint, which must not be taken for damaged."""
+    data = run_store.read_bytes(path)
+    if data is None:
+        return None
     try:
-        data = run_store.read_bytes(path)
-        if data is None:
-            return None
         d = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        return Checkpoint(
+        ck = Checkpoint(
             iteration=int(d["iteration"]),
             samples=int(d["samples"]),
             global_batch=int(d["global_batch"]),
@@ -91,6 +149,31 @@ def load_checkpoint(path: Path | str) -> Checkpoint | None:
             f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); "
             "move it away and restart the run from scratch (srifty train --restart)"
         ) from exc
+    _check_digest(path, ck, data)
+    return ck
+
+
+def _check_digest(path: Path | str, ck: Checkpoint, data: bytes) -> None:
+    """A checkpoint whose bytes differ from the sha256 its summary recorded for that same
+    iteration and configuration is damaged: ``torch.load`` does not check the zip's CRCs,
+    so flipped bytes inside a tensor load silently and train on damaged weights. A summary
+    of another checkpoint (written before this one was, or left by an older version
+    without a digest) checks nothing."""
+    try:
+        raw = run_store.read_text(sidecar_path(path))
+        summary = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError):
+        return
+    if not isinstance(summary, dict) or not isinstance(summary.get("sha256"), str):
+        return
+    if summary.get("iteration") != ck.iteration or summary.get("config_id") != ck.config_id:
+        return
+    if hashlib.sha256(data).hexdigest() != summary["sha256"]:
+        raise CheckpointError(
+            f"checkpoint {path} does not match the sha256 recorded when it was written "
+            f"(iteration {ck.iteration}): it is damaged; restore it, or restart the run "
+            "from scratch (srifty train --restart)"
+        )
 
 
 def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, restart: bool) -> int:
@@ -109,6 +192,7 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
         if not restart:
             raise
         _aside(checkpoint_path)
+        _aside(sidecar_path(checkpoint_path))
         ck = None
     if ck is not None:
         return ck.iteration

@@ -34,7 +34,7 @@ def child_conf(
     job; ``resume.allocations`` lists the allocations handed over (the parent's teardown
     leaves those running)."""
     from srifty_core.runtime import job_log
-    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
     from srifty_core.runtime.provisioning import make_provider
 
     job = JobPlan.load(job_path)
@@ -44,8 +44,7 @@ def child_conf(
     for a in allocs:
         provider.stop(a)
     checkpoint = run_store.join(facts.run_dir, CHECKPOINT_FILE)
-    ck = load_checkpoint(checkpoint)
-    done = ck.iteration if ck else 0
+    done = checkpoint_iteration(checkpoint) or 0
     prior = params.get("resume") or {}
     prior_done = int(prior.get("iterations_done", 0))
     prior_s = float(prior.get("time_spent_s", 0.0))

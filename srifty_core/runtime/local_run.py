@@ -27,8 +27,9 @@ from pathlib import Path
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
+from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
@@ -84,7 +85,13 @@ def train_local(
 
     Resumes from the run folder's checkpoint; refuses a folder whose log shows progress
     without a checkpoint, unless ``restart`` (``checkpoint.check_resumable``). One live job
-    per run folder (``run_folder_lock``)."""
+    per run folder (``run_folder_lock``). Local workers train in a local run folder: a
+    ``run_dir`` on run storage (an ``s3://`` URI, for cloud VMs) is a ``ConfigError``."""
+    if run_store.is_remote(plan.run_dir):
+        raise ConfigError(
+            f"run_dir {plan.run_dir}: local workers train in a local run folder; run "
+            "storage (a URI) is for workers on cloud VMs. Give the plan a local run_dir"
+        )
     with run_folder_lock(Path(plan.run_dir)):
         return _train_local(plan, provider, limits, poll_s, timeout_s, on_poll, restart)
 

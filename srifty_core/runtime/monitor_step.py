@@ -257,17 +257,19 @@ def alternatives(spec: JobSpec, job: JobPlan) -> bool:
 class DecisionLog:
     """The run folder's ``decisions.jsonl``, appended by one configuration's monitor. A
     local file gets each decision at once. On run storage (``run_store``) the decisions
-    are a segment stream ``<config>-monitor`` written once per ``flush_s`` window and at
-    every decision that is not ``running`` (a monitor that dies loses at most its last
-    window of ``running`` decisions, which only the MLflow history shows)."""
+    are a segment stream ``<config>-monitor``, and each decision is written at once too
+    (one PUT per poll: cheap at a poll every few seconds, and nothing is left buffered
+    when ``poll`` drops its fresh ``Monitor`` or a trigger is cancelled). A failed PUT
+    keeps the decision for the next one (``SegmentWriter``); a decision that ends the
+    watch (not ``running``) is retried until it is written or the writer gives up."""
 
-    def __init__(self, run_dir: Path | str, config_id: str, flush_s: float = 30.0) -> None:
+    def __init__(self, run_dir: Path | str, config_id: str) -> None:
         self.run_dir = run_dir
         self._writer: run_store.SegmentWriter | None = None
         if run_store.is_remote(run_dir):
             log = str(run_store.join(run_dir, DECISIONS_FILE))
             stream = run_store.stream_name(config_id, "monitor")
-            self._writer = run_store.SegmentWriter(log, stream, flush_s=flush_s)
+            self._writer = run_store.SegmentWriter(log, stream, flush_s=0.0)
 
     def append(self, result: PollResult) -> None:
         if self._writer is None:
@@ -284,7 +286,9 @@ def append_decision(run_dir: Path | str, result: PollResult) -> None:
     if run_store.is_remote(run_dir):
         log = str(run_store.join(run_dir, DECISIONS_FILE))
         stream = run_store.stream_name(result.config_id, "monitor")
-        run_store.SegmentWriter(log, stream, flush_s=0.0).write_line(line)
+        writer = run_store.SegmentWriter(log, stream, flush_s=float("inf"))
+        writer.write_line(line)
+        writer.close()  # written, or retried until the writer gives up (and raises)
         return
     with open_for_append(Path(run_dir) / DECISIONS_FILE) as f:
         f.write(line + "\n")

@@ -21,12 +21,14 @@ This module gathers them under one name for the DAG and the tests. Light: no tor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
+from srifty_core.runtime import run_store
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
     DEFAULT_LAUNCH_S,
@@ -110,15 +112,23 @@ def job_failed(job_path: Path | str, reason: str) -> None:
     job_log.log_failure(JobPlan.load(job_path), reason)
 
 
-def job_run_dir(run_id: str, conf: Mapping[str, Any]) -> Path | None:
+def job_run_dir(run_id: str, conf: Mapping[str, Any]) -> Path | str | None:
     """The run folder of the DAG run ``run_id`` (a re-plan's is its parent's: the folder
-    of ``resume.checkpoint``); ``None`` when that is not a folder under ``runs_dir()``."""
+    of ``resume.checkpoint``), under ``run_store.runs_root()`` (the deployment's run
+    storage, or the data folder's ``runs/``); ``None`` when that is not a run folder
+    there."""
+    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE
     from srifty_core.runtime.planning import _safe
 
     resume = conf.get("resume")
     checkpoint = resume.get("checkpoint") if isinstance(resume, Mapping) else None
-    runs = runs_dir().resolve()
+    root = run_store.runs_root()
     try:
+        if run_store.is_remote(root):
+            if checkpoint:
+                return run_store.confined_run_dir(str(checkpoint), CHECKPOINT_FILE)
+            return run_store.join(root, _safe(run_id))
+        runs = Path(root).resolve()
         folder = Path(str(checkpoint)).parent if checkpoint else runs / _safe(run_id)
     except SriftyError:
         return None
@@ -126,14 +136,21 @@ def job_run_dir(run_id: str, conf: Mapping[str, Any]) -> Path | None:
     return folder if folder.is_relative_to(runs) and folder != runs else None
 
 
+def _config_number(job_file: str) -> tuple[int, str]:
+    m = re.fullmatch(r"job-c(\d+)(?:\..*)?\.json", job_file)
+    return (int(m[1]) if m else -1, job_file)
+
+
 def deadline_missed(run_id: str, conf: Mapping[str, Any], deadline: str) -> str | None:
     """The run is past the job's time limit (the DAG's deadline alert): tag the job's and
-    the current configuration's MLflow runs; the job file it found, or ``None``."""
+    the current configuration's MLflow runs (the job file of its latest configuration,
+    ``job-c<k>.json`` with the largest ``k``); the job file it found, or ``None``."""
     folder = job_run_dir(run_id, conf)
-    jobs = sorted(folder.glob("job-c*.json"), key=lambda p: p.stat().st_mtime) if folder else []
-    if not jobs:
+    found = run_store.names(folder, "job-c*.json") if folder is not None else []
+    if folder is None or not found:
         return None
-    job = JobPlan.load(jobs[-1])
+    latest = run_store.join(folder, max(found, key=_config_number))
+    job = JobPlan.load(latest)
     from mlflow.tracking import MlflowClient
 
     from srifty_core.runtime.job_log import EXPERIMENT
@@ -144,4 +161,4 @@ def deadline_missed(run_id: str, conf: Mapping[str, Any], deadline: str) -> str 
     tags = srifty_tags(deadline_missed=deadline, deadline_run=run_id)
     for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
         log_batch(client, rid, tags=tags)
-    return str(jobs[-1])
+    return str(latest)

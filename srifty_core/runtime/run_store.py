@@ -13,9 +13,11 @@ semantics on both.
   appended line by line (``atomic.open_for_append``). An object store cannot append, so
   there a log ``<folder>/progress.jsonl`` is a folder of SEGMENTS ``<folder>/progress/
   <stream>-<seq>.jsonl``: one stream per writer (``<config>-<rank>``), one object per flush
-  window (``SegmentWriter``), never rewritten. Readers (``read_log``, ``LogTail``) merge
-  the streams by time, each stream in sequence order, and skip a torn last line (a
-  backend that is not atomic, or a writer killed mid-write), as they do locally.
+  window (``SegmentWriter``), written create-only, never rewritten. Readers (``read_log``,
+  ``LogTail``) merge the streams by time, each stream in sequence order, and skip a torn
+  last line (a backend that is not atomic, or a writer killed mid-write), as they do
+  locally. A GET that fails is never skipped over: ``read_log`` raises, ``LogTail`` tries
+  that segment (and its stream's later ones) again at its next read.
 
 Object stores list and read with strong consistency (S3 since 2020), so a reader sees every
 object whose write returned. Listings are never served from fsspec's cache here.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import json
+import logging
 import os
 import re
 import time
@@ -44,6 +47,11 @@ Location = Path | str
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 FLUSH_S = 5.0
 """A segment writer's flush window (seconds): what a reader may lag behind the writer."""
+MAX_PUT_FAILURES = 5
+"""Failed segment PUTs in a row that a writer tolerates (keeping its lines) before raising."""
+READ_RETRIES = 5
+"""Reads in a row in which a ``LogTail`` may fail to fetch the same segment before raising."""
+_log = logging.getLogger(__name__)
 
 
 def is_remote(location: Location) -> bool:
@@ -118,6 +126,18 @@ def exists(location: Location) -> bool:
     fs, where = filesystem(str(location))
     fs.invalidate_cache()
     return bool(fs.exists(where))
+
+
+def modified(location: Location) -> float:
+    """When the object was last written (unix seconds; on S3 to the second);
+    ``FileNotFoundError`` when there is none."""
+    local = local_path(location)
+    if local is not None:
+        return local.stat().st_mtime
+    fs, where = filesystem(str(location))
+    fs.invalidate_cache(where)
+    when = fs.modified(where)
+    return float(when.timestamp())
 
 
 def write_text(location: Location, text: str) -> Path | str:
@@ -273,22 +293,38 @@ def list_segments(fs: Any, folder: str) -> list[Segment]:
 class SegmentWriter:
     """One stream of a remote log: lines are buffered and written as one new segment
     object per flush window (``flush_s``; 0 writes each line at once), and at ``flush``
-    and ``close``. The sequence continues after the stream's existing segments, so a
-    restarted writer never overwrites one. One writer per stream at a time."""
+    and ``close``.
+
+    Segments are written create-only (``pipe_file(mode="create")``: S3's ``If-None-Match:
+    *``; an exists check first on a filesystem without it): a sequence number another
+    writer took meanwhile (a restarted writer, two writers on one stream, a trigger run
+    twice after a failover) is never overwritten; the writer lists the stream again and
+    moves past it. A failed PUT (throttling, an expired token, a network error) keeps the
+    lines buffered for the next flush (a PUT that failed yet was stored is recognised then,
+    not written twice); only ``max_failures`` failures in a row raise, naming the object
+    (``close`` retries with a short backoff first)."""
 
     def __init__(
         self, log: str, stream: str, *, flush_s: float = FLUSH_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, max_failures: int = MAX_PUT_FAILURES,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:  # fmt: skip
         self.fs, where = filesystem(log)
         self.folder = segment_folder(where)
         self.stream = stream
         self.flush_s = flush_s
+        self.max_failures = max_failures
         self._clock = clock
-        mine = [s.seq for s in list_segments(self.fs, self.folder) if s.stream == stream]
-        self.seq = max(mine, default=-1) + 1
+        self._sleep = sleep
+        self.seq = self._next_seq()
         self._lines: list[str] = []
         self._since = clock()
+        self.failures = 0
+        """PUTs failed in a row (reset by one that succeeds)."""
+
+    def _next_seq(self) -> int:
+        mine = [s.seq for s in list_segments(self.fs, self.folder) if s.stream == self.stream]
+        return max(mine, default=-1) + 1
 
     def write_line(self, line: str) -> None:
         if "\n" in line:
@@ -298,17 +334,79 @@ class SegmentWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered lines as the stream's next segment (one PUT)."""
+        """Write the buffered lines as the stream's next segment (one PUT). On failure the
+        lines stay buffered; the ``max_failures``-th failure in a row raises ``OSError``."""
         self._since = self._clock()
         if not self._lines:
             return
         data = "".join(f"{x}\n" for x in self._lines).encode("utf-8")
-        self.fs.pipe_file(f"{self.folder}/{self.stream}-{self.seq:08d}.jsonl", data)
-        self.seq += 1
+        try:
+            self._put(data)
+        except Exception as exc:
+            self.failures += 1
+            target = f"{self.folder}/{self.stream}-{self.seq:08d}.jsonl"
+            if self.failures >= self.max_failures:
+                raise OSError(
+                    f"log segment {target}: {self.failures} writes failed in a row, "
+                    f"{len(self._lines)} line(s) not written ({type(exc).__name__}: {exc})"
+                ) from exc
+            _log.warning(
+                "log segment %s not written (%s: %s); %d line(s) kept for the next flush",
+                target, type(exc).__name__, exc, len(self._lines),
+            )  # fmt: skip
+            return
+        self.failures = 0
         self._lines.clear()
 
+    def _put(self, data: bytes) -> None:
+        """Create the stream's next segment; past sequence numbers another writer took."""
+        for _ in range(100):
+            target = f"{self.folder}/{self.stream}-{self.seq:08d}.jsonl"
+            try:
+                _create(self.fs, target, data)
+                break
+            except FileExistsError:
+                stored = self._own_earlier(target, data)
+                self.seq = self.seq + 1 if stored else max(self.seq + 1, self._next_seq())
+                data = data[stored:]
+                if not data:
+                    return
+        else:
+            raise FileExistsError(f"{self.folder}/{self.stream}-*: no free sequence number")
+        self.seq += 1
+
+    def _own_earlier(self, target: str, data: bytes) -> int:
+        """After a failed PUT: the bytes of ``data`` that ``target`` already holds, when it
+        is this writer's earlier PUT (reported failed, a timeout, but stored after all):
+        complete lines that begin ``data``. 0 otherwise."""
+        if not self.failures:
+            return 0
+        try:
+            stored: bytes = self.fs.cat_file(target)
+        except FileNotFoundError:
+            return 0
+        return len(stored) if stored.endswith(b"\n") and data.startswith(stored) else 0
+
     def close(self) -> None:
-        self.flush()
+        """Flush, retrying a failed PUT with a short backoff until ``max_failures``."""
+        delay = 0.2
+        while True:
+            self.flush()
+            if not self._lines:
+                return
+            self._sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _create(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` at ``path`` only if there is no object there (``FileExistsError``)."""
+    try:
+        fs.pipe_file(path, data, mode="create")
+    except TypeError:  # an fsspec filesystem without create-only writes: check, then write
+        fs.invalidate_cache(path)
+        if fs.exists(path):
+            raise FileExistsError(path) from None
+        fs.pipe_file(path, data)
 
 
 def _time_key(d: Mapping[str, Any]) -> float:
@@ -346,28 +444,43 @@ def _merge(
     return heapq.merge(*(streams[s] for s in sorted(streams)), key=key)
 
 
+def _fetch(fs: Any, paths: list[str]) -> dict[str, bytes | BaseException]:
+    """Each object's bytes, or the exception its GET raised (one batch of GETs)."""
+    got: dict[str, Any] = fs.cat(paths, on_error="return")
+    return got
+
+
 def read_log(
     log: str, key: Callable[[Mapping[str, Any]], float] = _time_key
 ) -> Iterator[dict[str, Any]]:
     """Every record of a remote segmented log, the streams merged by ``key`` (the
-    record's ``wall_time`` or ``at``): a missing log is empty."""
+    record's ``wall_time`` or ``at``): a missing log is empty. A segment removed since the
+    listing is skipped; any other failed GET raises (never a log with a hole)."""
     fs, where = filesystem(log)
     segments = list_segments(fs, segment_folder(where))
     if not segments:
         return iter(())
-    blobs = fs.cat([s.path for s in segments], on_error="omit")
+    blobs = _fetch(fs, [s.path for s in segments])
     streams: dict[str, list[dict[str, Any]]] = {}
     for s in segments:  # by stream, then sequence
-        if s.path not in blobs:
-            continue  # removed since the listing
-        records, _ = parse_lines(blobs[s.path], s.path)
+        blob = blobs.get(s.path, FileNotFoundError(s.path))
+        if isinstance(blob, FileNotFoundError):
+            continue  # removed since the listing (moved aside)
+        if isinstance(blob, BaseException):
+            raise OSError(f"log segment {s.path} cannot be read: {blob!r}") from blob
+        records, _ = parse_lines(blob, s.path)
         streams.setdefault(s.stream, []).extend(records)
     return _merge(streams, key)
 
 
 class LogTail:
     """Reads a growing remote segmented log incrementally: each ``read`` lists the
-    segments and fetches only those that are new or grew since the last one."""
+    segments and fetches only those that are new or grew since the last one.
+
+    A segment whose GET fails (throttling, a transient 403) ends its stream for this read:
+    it and the stream's later segments are fetched again at the next one, so a stream's
+    records are returned in order, never one segment ahead of a missing one. A segment
+    that fails ``READ_RETRIES`` reads in a row raises."""
 
     def __init__(self, log: str, key: Callable[[Mapping[str, Any]], float] = _time_key) -> None:
         self.fs, where = filesystem(log)
@@ -375,19 +488,35 @@ class LogTail:
         self.key = key
         self._done: dict[str, int] = {}
         """Bytes of each segment already parsed (its complete lines)."""
+        self._failed: dict[str, int] = {}
+        """Reads in a row in which a segment's GET failed."""
 
     def read(self) -> list[dict[str, Any]]:
         listed = list_segments(self.fs, self.folder)
         fresh = [s for s in listed if s.size > self._done.get(s.path, 0)]
         if not fresh:
             return []
-        blobs = self.fs.cat([s.path for s in fresh], on_error="omit")
+        blobs = _fetch(self.fs, [s.path for s in fresh])
         streams: dict[str, list[dict[str, Any]]] = {}
-        for s in fresh:
-            if s.path not in blobs:
+        stopped: set[str] = set()
+        for s in fresh:  # by stream, then sequence
+            if s.stream in stopped:
                 continue
+            blob = blobs.get(s.path, FileNotFoundError(s.path))
+            if isinstance(blob, FileNotFoundError):
+                continue  # removed since the listing (moved aside)
+            if isinstance(blob, BaseException):
+                n = self._failed[s.path] = self._failed.get(s.path, 0) + 1
+                if n >= READ_RETRIES:
+                    raise OSError(
+                        f"log segment {s.path} cannot be read ({n} tries): {blob!r}"
+                    ) from blob
+                _log.warning("log segment %s not read (%r); trying again", s.path, blob)
+                stopped.add(s.stream)
+                continue
+            self._failed.pop(s.path, None)
             start = self._done.get(s.path, 0)
-            records, used = parse_lines(blobs[s.path][start:], s.path)
+            records, used = parse_lines(blob[start:], s.path)
             self._done[s.path] = start + used
             streams.setdefault(s.stream, []).extend(records)
         return list(_merge(streams, self.key))

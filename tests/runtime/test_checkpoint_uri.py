@@ -25,4 +25,7 @@ def test_checkpoint_round_trips_through_an_fsspec_uri() -> None:
     for k, v in model.state_dict().items():
         assert torch.equal(ck.model[k], v)
     fs = fsspec.filesystem("memory")
-    assert fs.ls("/srifty-test/run-1", detail=False) == ["/srifty-test/run-1/checkpoint.pt"]
+    assert sorted(fs.ls("/srifty-test/run-1", detail=False)) == [
+        "/srifty-test/run-1/checkpoint.json",  # its summary (``checkpoint_iteration``)
+        "/srifty-test/run-1/checkpoint.pt",
+    ]

@@ -105,11 +105,15 @@ def test_a_checkpoint_round_trips_through_s3_and_is_published_whole(run_uri: str
     for k, v in model.state_dict().items():
         assert torch.equal(ck.model[k], v)
     assert ck.optimizer["state"], "the optimizer's momentum travels too"
-    # Only the published key is left: the temporary keys were removed after the copy.
+    # Only the published key (and its summary) is left: the temporary keys were removed
+    # after the copy.
     folder = uri.removeprefix("s3://").rsplit("/", 1)[0]
     fs = _fs()
     fs.invalidate_cache()
-    assert [p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False)] == ["checkpoint.pt"]
+    assert [p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False)] == [
+        "checkpoint.json",
+        "checkpoint.pt",
+    ]
     # A damaged object is named, never taken for a fresh run.
     fs.pipe_file(uri.removeprefix("s3://"), fs.cat_file(uri.removeprefix("s3://"))[:100])
     with pytest.raises(CheckpointError, match="cannot be read"):
