@@ -169,3 +169,59 @@ def test_image_gets_the_celery_provider_and_mlflow_auth_from_the_lock() -> None:
             x in line
             for x in ("'pip>=25'", "-r requirements.lock", "--no-deps -e .", "TORCH_INDEX_URL")
         ), line
+
+
+def _worker_image() -> tuple[str, list[str]]:
+    """The worker Dockerfile's text (continuation lines joined) and its final stage's lines."""
+    text = (DOCKER / "worker.Dockerfile").read_text()
+    joined = re.sub(r"[ \t]*\\\n\s*", " ", text)
+    lines = [x for x in joined.splitlines() if x.strip() and not x.lstrip().startswith("#")]
+    last = max(i for i, x in enumerate(lines) if x.startswith("FROM "))
+    return joined, lines[last:]
+
+
+def test_the_worker_image_is_cuda_and_runs_as_a_user() -> None:
+    _, final = _worker_image()
+    image = final[0].split()[1]
+    name, tag = image.split(":")
+    assert name == "nvidia/cuda" and "runtime" in tag and "cudnn" in tag, image
+    assert any("python3.11" in x and "apt-get install" in x for x in final)
+    users = [x.split()[1] for x in final if x.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    entry = next(x for x in final if x.startswith("ENTRYPOINT "))
+    assert "srifty_core.runtime.worker" in entry or "torchrun" in entry
+    # the venv where the start script (srifty_core/runtime/rendezvous.py) looks for torchrun
+    assert any("-m venv /opt/srifty" in x for x in final)
+
+
+def test_the_worker_image_installs_this_checkouts_wheel_with_the_worker_extra_only() -> None:
+    text, final = _worker_image()
+    # the wheel is built from the checkout, not taken from a package index by name
+    assert "COPY srifty_core " in text and "pip wheel --no-cache-dir --no-deps ." in text
+    installs = [x for x in final if "pip install" in x]
+    assert installs
+    for line in installs:
+        for cmd in line.split("&&"):
+            if "pip install" not in cmd:
+                continue
+            # never Srifty by name from an index (anyone can publish that name there)
+            assert not re.search(r"pip install\b.*\s['\"]?srifty([=<>\[\s'\"]|$)", cmd), cmd
+            for heavy in ("airflow", "mlflow", "celery", "psycopg", "postgres", "[all]"):
+                assert heavy not in cmd.lower(), cmd
+    run = " ".join(installs)
+    assert '"${whl}[worker]"' in run and "-c /tmp/requirements.lock" in run
+    # torch's CUDA build: the index is a build argument (no address written here), the
+    # version the lock's
+    assert re.search(r'^ARG TORCH_INDEX_URL=""$', text, re.M)
+    torch = '--index-url "${TORCH_INDEX_URL}" "$(grep \'^torch==\' /tmp/requirements.lock)"'
+    assert torch in run
+    # the build fails if Airflow, MLflow, Celery or Postgres drivers got in anyway
+    assert "! pip list --format=freeze | grep -iE '^(apache-airflow|mlflow|celery|psycopg)'" in run
+
+
+def test_the_worker_image_holds_no_secret() -> None:
+    text, _ = _worker_image()
+    assert not re.search(
+        r"(PASSWORD|SECRET|TOKEN|ACCESS_KEY|FERNET_KEY|CREDENTIALS)\w*\s*[=:]", text, re.I
+    )
+    assert "AWS_" not in text  # a VM reads S3 with its instance profile

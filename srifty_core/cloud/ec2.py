@@ -24,9 +24,15 @@
   arguments. Never ``pip install srifty`` from a package index (anyone can publish that
   name there), and never a wheel a trigger conf names. A training configuration
   (``EC2Provider(training=EC2Training(...))``, ``launch_many``) launches its first VM alone,
-  then the others with that VM's private address as the rendezvous endpoint; each VM's
-  user data writes and runs ``rendezvous.start_script`` (torchrun with c10d over the
-  configuration's VMs; see that module). ``run`` on an already running
+  then at once the others with that VM's private address (from ``run_instances``' answer)
+  as the rendezvous endpoint, all in one cluster placement group when asked, and waits for
+  all of them together; each VM's user data writes and runs ``rendezvous.start_script``
+  (torchrun with c10d over the configuration's VMs; see that module), which writes an
+  exit marker into the run folder when torchrun ends and shuts the VM down: VMs launch with
+  ``InstanceInitiatedShutdownBehavior=terminate``, and an instance that shut itself down
+  is ``terminated``, not taken back. The run folder must be on run storage
+  (``SRIFTY_RUN_STORAGE``): the VMs write progress, checkpoints and exit markers there.
+  ``run`` on an already running
   allocation is not supported (there is no remote shell here): pass the worker when
   launching (``EC2Provider(worker=[...])``).
 
@@ -115,6 +121,12 @@ WHEEL_SHA256_ENV = "SRIFTY_WORKER_WHEEL_SHA256"
 _WHEEL_NAME = re.compile(r"srifty-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 WHEEL_DIR = "/opt/srifty/wheel"
+INSTALL_S = 600.0
+"""What a VM's user data may take to install the wheel before torchrun starts (the
+default join timeout is the launch wait plus this)."""
+SELF_SHUTDOWN = "Client.InstanceInitiatedShutdown"
+"""EC2's state reason for an instance that shut itself down (the start script, once
+torchrun ended): terminated, not taken back."""
 
 
 @dataclass(frozen=True)
@@ -267,13 +279,22 @@ class EC2Training:
 
     @classmethod
     def for_plan(cls, plan_path: str | Path, config_id: str) -> EC2Training:
-        """The training of the plan file at ``plan_path`` (one configuration)."""
+        """The training of the plan file at ``plan_path`` (one configuration). Its run
+        folder must be on run storage: the VMs write their progress, checkpoints and exit
+        markers there, where the monitor reads them (a local folder would be each VM's own
+        disk)."""
+        from srifty_core import paths
         from srifty_core.runtime import run_store
 
         text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
         if text is None:
             raise ConfigError(f"no such plan: {plan_path}")
         d = json.loads(text)
+        if not run_store.is_remote(str(d["run_dir"])):
+            raise ConfigError(
+                f"EC2 training needs its run folder on run storage, got {d['run_dir']}: set "
+                f"{paths.RUN_STORAGE_ENV} (an s3:// URI the VMs' instance profile can write)"
+            )
         return cls(text, run_id(str(d.get("config_id", config_id)), str(d["run_dir"])))
 
 
@@ -296,6 +317,7 @@ class EC2Provider(Provider):
         wheel: WorkerWheel | None = None,
         training: EC2Training | None = None,
         wait_timeout_s: float = 900.0,
+        join_timeout_s: float | None = None,
         poll_s: float = 5.0,
         catalog: Catalog | None = None,
     ) -> None:
@@ -318,6 +340,13 @@ class EC2Provider(Provider):
             raise ConfigError("EC2Provider: give worker (probe, profile) or training, not both")
         self.training = training
         self.wait_timeout_s = wait_timeout_s
+        # how long a training VM's torchrun waits for its peers: they boot and install
+        # minutes apart (at most the launch wait), then install the wheel
+        self.join_timeout_s = int(
+            join_timeout_s if join_timeout_s is not None else wait_timeout_s + INSTALL_S
+        )
+        if self.join_timeout_s < 1:
+            raise ConfigError(f"join_timeout_s: >= 1 s, got {join_timeout_s}")
         self.poll_s = poll_s
         self._catalog = catalog
         self._client_cache: Any = None
@@ -437,16 +466,32 @@ class EC2Provider(Provider):
 
         Training (``training`` given): the requests are the configuration's launches in
         the plan's order. The first VM is launched alone and hosts the rendezvous; the
-        others, one ``run_instances`` call per request, get its private address as the
-        endpoint. Each VM's user data installs the wheel and runs
+        others, one ``run_instances`` call per request, are launched right after it (not
+        waiting for it to run) with its private address as the endpoint; then all are
+        waited for together. With ``placement_group`` asked, all share one cluster
+        placement group, made here. Each VM's user data installs the wheel and runs
         ``rendezvous.start_script`` for its node group (its index and first rank follow
         from its launch index)."""
-        out: list[Allocation] = []
-        try:
-            if self.training is None:
+        if self.training is None:
+            out: list[Allocation] = []
+            try:
                 for r in requests:
                     out.append(self._launch(r, None))
                 return out
+            except BaseException as exc:
+                try:
+                    release_all(self, out)
+                except ProviderError as leak:
+                    exc.add_note(str(leak))
+                raise
+        return self._launch_training(requests, self.training)
+
+    def _launch_training(
+        self, requests: Sequence[LaunchRequest], training: EC2Training
+    ) -> list[Allocation]:
+        started: dict[str, list[str]] = {}  # allocation id -> instance ids it returned
+        group: str | None = None
+        try:
             specs = [self.instance_type(r.instance_type) for r in requests]
             groups = node_groups(
                 [(r.count, s.ranks_per_instance) for r, s in zip(requests, specs, strict=True)]
@@ -455,47 +500,86 @@ class EC2Provider(Provider):
             world = sum(
                 r.count * s.ranks_per_instance for r, s in zip(requests, specs, strict=True)
             )
-            if world != self.training.world_size:
-                raise ConfigError(
-                    f"the VMs hold {world} ranks, the plan has {self.training.world_size}"
-                )
+            if world != training.world_size:
+                raise ConfigError(f"the VMs hold {world} ranks, the plan has {training.world_size}")
             wheel = self.wheel()
+            if any(r.placement_group for r in requests):
+                group = f"srifty-pg-{uuid.uuid4().hex[:12]}"
+                self._create_placement_group(group)
             host = ""  # the first VM reads its own address
             k = 0
             for r in requests:
-                for part in [1, r.count - 1] if not out and r.count > 1 else [r.count]:
+                for part in [1, r.count - 1] if not started and r.count > 1 else [r.count]:
                     g = groups[k]
                     k += 1
-                    rdzv = Rendezvous(self.training.run_id, nnodes, world, host, self.training.port)
-                    script = start_script(self.training.plan_json, g, rdzv)
+                    rdzv = Rendezvous(
+                        training.run_id, nnodes, world, host, training.port, self.join_timeout_s
+                    )
+                    script = start_script(training.plan_json, g, rdzv)
                     req = LaunchRequest(r.instance_type, part, r.market, r.zone, r.placement_group)
-                    alloc = self._launch(req, _TrainingUserData(script, wheel))
-                    out.append(alloc)
+                    alloc_id = _new_id()
+                    started[alloc_id] = []
+                    raws = self._run_instances(
+                        alloc_id,
+                        req,
+                        _TrainingUserData(script, wheel),
+                        group if r.placement_group else None,
+                    )
+                    started[alloc_id] = [i["InstanceId"] for i in raws]
                     if not host:
-                        host = self.describe(alloc)[0].address
+                        host = str(raws[0].get("PrivateIpAddress") or "")
                         if not host:
-                            raise ProviderError(f"{alloc.id}: the first VM has no private address")
-            return out
-        except BaseException as exc:
-            try:
-                release_all(self, out)
-            except ProviderError as leak:
-                exc.add_note(str(leak))
+                            raise ProviderError(f"{alloc_id}: the first VM has no private address")
+            self._wait_running([i for ids in started.values() for i in ids])
+            return [self.get_allocation(a) for a in started]
+        except BaseException:
+            log.warning("launch of %s failed; terminating what it started", list(started))
+            for alloc_id, ids in started.items():
+                self._cleanup(alloc_id, ids, None)
+            if group is not None:
+                self._delete_placement_group(group)
             raise
 
     def _launch(self, request: LaunchRequest, user_data: Callable[[str], str] | None) -> Allocation:
-        """One ``run_instances`` call; ``user_data(allocation id)`` is the VMs' user data
+        """One ``run_instances`` call (in a placement group of its own when asked), then
+        wait until its instances run; ``user_data(allocation id)`` is the VMs' user data
         (default: ``bootstrap_user_data`` of ``worker``, if any)."""
+        alloc_id = _new_id()
+        group = alloc_id if request.placement_group else None
+        launched: list[str] = []
+        try:
+            if group is not None:
+                self._create_placement_group(group)
+            launched = [
+                i["InstanceId"] for i in self._run_instances(alloc_id, request, user_data, group)
+            ]
+            self._wait_running(launched)
+            return self.get_allocation(alloc_id)
+        except BaseException:
+            log.warning("launch of %s failed; terminating what it started", alloc_id)
+            self._cleanup(alloc_id, launched, group)
+            raise
+
+    def _run_instances(
+        self,
+        alloc_id: str,
+        request: LaunchRequest,
+        user_data: Callable[[str], str] | None,
+        group: str | None,
+    ) -> list[dict[str, Any]]:
+        """The ``run_instances`` call of allocation ``alloc_id`` (in placement group
+        ``group``, if any); returns the instances of its answer. Cleaning up after a
+        failure is the caller's (``_cleanup``: by tag, so also what a call that timed out
+        started)."""
         spec = self.instance_type(request.instance_type)
         market = Market.parse(request.market)
         if not self.image_id:
             raise ConfigError("image_id: EC2Provider(image_id=...) needs an AMI to launch")
-        alloc_id = f"srifty-{uuid.uuid4().hex[:12]}"
         tags = [
             {"Key": TAG_ALLOCATION, "Value": alloc_id},
             {"Key": TAG_MANAGED, "Value": "true"},
             {"Key": TAG_MARKET, "Value": market.value},
-            {"Key": TAG_PLACEMENT, "Value": "true" if request.placement_group else "false"},
+            {"Key": TAG_PLACEMENT, "Value": group or "false"},
         ]
         kwargs: dict[str, Any] = {
             "ImageId": self.image_id,
@@ -503,6 +587,9 @@ class EC2Provider(Provider):
             "MinCount": request.count,
             "MaxCount": request.count,
             "ClientToken": alloc_id,
+            # a VM that shuts itself down (the training start script, once torchrun
+            # ended) is terminated: nothing of it keeps billing
+            "InstanceInitiatedShutdownBehavior": "terminate",
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tags},
                 {"ResourceType": "volume", "Tags": tags},
@@ -530,26 +617,16 @@ class EC2Provider(Provider):
                     "InstanceInterruptionBehavior": "terminate",
                 },
             }
-        client = self.client()
         placement: dict[str, str] = {}
         if request.zone:
             placement["AvailabilityZone"] = self._zone_name(request.zone)
-        launched: list[str] = []
-        try:
-            if request.placement_group:
-                self._create_placement_group(alloc_id)
-                placement["GroupName"] = alloc_id
-            if placement:
-                kwargs["Placement"] = placement
-            log.info("launching %d x %s (%s) as %s", request.count, spec.name, market, alloc_id)
-            resp = client.run_instances(**kwargs)
-            launched = [i["InstanceId"] for i in resp["Instances"]]
-            self._wait_running(launched)
-            return self.get_allocation(alloc_id)
-        except BaseException:
-            log.warning("launch of %s failed; terminating what it started", alloc_id)
-            self._cleanup(alloc_id, launched, request.placement_group)
-            raise
+        if group is not None:
+            placement["GroupName"] = group
+        if placement:
+            kwargs["Placement"] = placement
+        log.info("launching %d x %s (%s) as %s", request.count, spec.name, market, alloc_id)
+        resp = self.client().run_instances(**kwargs)
+        return list(resp["Instances"])
 
     def _wait_running(self, instance_ids: Sequence[str]) -> None:
         """Poll until every instance runs; one that ends first, or the timeout, fails."""
@@ -567,9 +644,10 @@ class EC2Provider(Provider):
                 )
             time.sleep(self.poll_s)
 
-    def _cleanup(self, alloc_id: str, known: Sequence[str], placement_group: bool) -> None:
-        """Terminate every instance of the allocation (known ids and any carrying its tag).
-        Never raises: it runs while another error is on its way up."""
+    def _cleanup(self, alloc_id: str, known: Sequence[str], group: str | None) -> None:
+        """Terminate every instance of the allocation (known ids and any carrying its tag)
+        and delete placement group ``group``, if given. Never raises: it runs while another
+        error is on its way up."""
         try:  # the ids run_instances returned first: describing may be what failed
             self._terminate(sorted(known))
         except Exception as exc:
@@ -579,8 +657,8 @@ class EC2Provider(Provider):
             self._terminate(sorted(tagged))
         except Exception as exc:
             log.error("cleanup of %s failed (%s); terminate by tag %s", alloc_id, exc, alloc_id)
-        if placement_group:
-            self._delete_placement_group(alloc_id)
+        if group is not None:
+            self._delete_placement_group(group)
 
     def _terminate(self, ids: Sequence[str]) -> None:
         if not ids:
@@ -643,7 +721,7 @@ class EC2Provider(Provider):
             zone=self._zone_maps().get(zone_name, zone_name),
             spec=self.instance_type(raw[0]["InstanceType"]),
             market=Market.parse(tags.get(TAG_MARKET, "on-demand")),
-            placement_group=tags.get(TAG_PLACEMENT) == "true",
+            placement_group=_placement_group(allocation_id, tags) is not None,
             instance_ids=tuple(i["InstanceId"] for i in raw),
             created_at=min(_utc(i["LaunchTime"]) for i in raw),
         )
@@ -686,6 +764,8 @@ class EC2Provider(Provider):
             if m
             else self.now()
         )
+        if (raw.get("StateReason") or {}).get("Code") == SELF_SHUTDOWN:
+            return InstanceState.TERMINATED, ended  # it shut itself down: not taken back
         return InstanceState.INTERRUPTED, ended
 
     def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
@@ -724,7 +804,9 @@ class EC2Provider(Provider):
 
     def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
         """Unknown from here (workers report through the probe store and the progress log):
-        ``None`` per rank while its instance runs, -1 once it has ended."""
+        ``None`` per rank while its instance runs, -1 once it has ended. Training VMs write
+        torchrun's exit code into the run folder (``rendezvous.exit_markers``), which the
+        monitor reads."""
         out: dict[int, int | None] = {}
         for inst in self.describe(allocation):
             for r in inst.ranks:
@@ -742,8 +824,37 @@ class EC2Provider(Provider):
         if live:
             log.info("terminating %d instance(s) of %s", len(live), alloc_id)
         self._terminate(live)
-        if raw and _tags(raw[0]).get(TAG_PLACEMENT) == "true":
-            self._delete_placement_group(alloc_id)
+        group = _placement_group(alloc_id, _tags(raw[0])) if raw else None
+        if group is not None and not self._placement_group_in_use(group):
+            self._delete_placement_group(group)  # the last allocation in it was released
+
+    def _placement_group_in_use(self, group: str) -> bool:
+        """Whether a live instance (of another allocation) is still in ``group``."""
+        pages = (
+            self.client()
+            .get_paginator("describe_instances")
+            .paginate(
+                Filters=[
+                    {"Name": f"tag:{TAG_PLACEMENT}", "Values": [group]},
+                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+                ]
+            )
+        )
+        return any(r["Instances"] for page in pages for r in page["Reservations"])
+
+
+def _new_id() -> str:
+    return f"srifty-{uuid.uuid4().hex[:12]}"
+
+
+def _placement_group(alloc_id: str, tags: Mapping[str, str]) -> str | None:
+    """The placement group an allocation launched in (its ``srifty:placement-group`` tag:
+    the group's name; ``true`` from before groups were shared: named after the
+    allocation), or ``None``."""
+    value = tags.get(TAG_PLACEMENT, "false")
+    if value in ("", "false"):
+        return None
+    return alloc_id if value == "true" else value
 
 
 def _tags(raw: Mapping[str, Any]) -> dict[str, str]:

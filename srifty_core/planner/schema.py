@@ -276,7 +276,8 @@ class JobOffer(OfferSpec):
 
 class Ec2Settings(Strict):
     """EC2 launch settings: image_id (required for the ec2 provider), subnet_id,
-    security_group_ids, key_name, instance_profile_arn, poll_s, wait_timeout_s.
+    security_group_ids, key_name, instance_profile_arn, poll_s, wait_timeout_s,
+    join_timeout_s.
 
     What a VM installs and which AWS connection launches it are deployment settings
     (``DEPLOYMENT_ONLY``), never a trigger's: whoever may trigger a run must not choose
@@ -291,6 +292,9 @@ class Ec2Settings(Strict):
     instance_profile_arn: Text | None = None
     poll_s: PositiveSeconds | None = None
     wait_timeout_s: PositiveSeconds | None = None
+    join_timeout_s: PositiveSeconds | None = None
+    """How long a training VM's torchrun waits for its peers (default: wait_timeout_s
+    plus the install time, ``cloud.ec2.INSTALL_S``)."""
 
     @model_validator(mode="before")
     @classmethod

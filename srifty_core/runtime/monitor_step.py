@@ -189,6 +189,11 @@ class Monitor:
                 f"workers exited at iteration {done} of {facts.iterations} without a "
                 f"preemption; see the logs in {logs}"
             )
+        elif job.provider != "local" and (failed := _failed_exits(facts.run_dir, facts.config_id)):
+            raise TrainingFailed(
+                f"VM(s) ended training at iteration {done} of {facts.iterations} without a "
+                f"preemption (node: exit code) {failed}; see exit-*.json in {facts.run_dir}"
+            )
         else:
             out = result(RUNNING, decision.reason)
         self._decisions.append(out)
@@ -197,6 +202,13 @@ class Monitor:
             metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
             self.live(metrics, done, now)
         return out
+
+
+def _failed_exits(run_dir: str, config_id: str) -> dict[str, int]:
+    """The non-zero exit markers of the configuration's VMs (``rendezvous.exit_markers``)."""
+    from srifty_core.runtime.rendezvous import exit_markers
+
+    return {n: c for n, c in exit_markers(run_dir, config_id).items() if c != 0}
 
 
 def window_metrics(
@@ -277,7 +289,7 @@ class DecisionLog:
             return
         self._writer.write_line(json.dumps(result.to_dict(), default=str))
         if result.status != RUNNING:
-            self._writer.flush()
+            self._writer.close()
 
 
 def append_decision(run_dir: Path | str, result: PollResult) -> None:

@@ -26,11 +26,21 @@ def make_provider(
     job: JobPlan, *, worker: Sequence[str] | None = None, training: bool = False
 ) -> Provider:
     """The job's provider; ``training``: EC2 VMs that start the job's workers from their
-    user data (torchrun over the configuration's VMs, ``rendezvous``)."""
+    user data (torchrun over the configuration's VMs, ``rendezvous``). EC2 VMs that start
+    workers install ``artifact.worker_wheel()``: the deployment's wheel, else the wheel of
+    this source, built and uploaded to the run storage once."""
     if job.provider == "local":
         return LocalProvider()
     from srifty_core.cloud.ec2 import EC2Provider, EC2Training, deployment_conn_id
 
+    plan = EC2Training.for_plan(job.train_plan, job.config_id) if training else None
+    wheel = None
+    if training or worker:
+        # What the VMs install (after the plan checked out): the deployment's wheel, else
+        # this source's, uploaded to the run storage with its sha256 (artifact.worker_wheel).
+        from srifty_core.runtime.artifact import worker_wheel
+
+        wheel = worker_wheel()
     e = dict(job.ec2)
     return EC2Provider(
         aws_conn_id=deployment_conn_id(),
@@ -41,9 +51,11 @@ def make_provider(
         key_name=e.get("key_name"),
         instance_profile_arn=e.get("instance_profile_arn"),
         worker=worker,
-        training=EC2Training.for_plan(job.train_plan, job.config_id) if training else None,
+        wheel=wheel,
+        training=plan,
         poll_s=float(e.get("poll_s", 5.0)),
         wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
+        join_timeout_s=e.get("join_timeout_s"),
     )
 
 

@@ -19,7 +19,23 @@ ignores it.)
 VMs launched together (one EC2 ``run_instances`` call) get the same user data, so a
 ``NodeGroup`` describes them together and each VM computes its index from its launch
 index (EC2's ``ami-launch-index``). The first VM is launched alone, before the others:
-its private address is the endpoint the others are given.
+its private address (in ``run_instances``' answer) is the endpoint the others are given;
+the others are launched right after it, without waiting for it to run.
+
+Network. The security group must allow all TCP between the configuration's VMs (a rule
+whose source is the group itself), not only ``DEFAULT_PORT``: the rank-0 VM's agent
+opens the workers' store on an ephemeral port, and gloo and NCCL connect on ephemeral
+ports too. The worker joins its process group at ``MASTER_ADDR:MASTER_PORT`` with the
+plan's rank; that works because torchrun's agent store makes every worker a client of
+that store (``TORCHELASTIC_USE_AGENT_STORE=True``, kept on by
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0`` in the start script; ``worker.plan_rank``
+refuses a rank offset without it).
+
+Exit. torchrun ends (done, a join timeout, a crash, a lost peer): the start script writes
+``exit-<config>-<node>.json`` (``{"code": N, "at": ...}``, ``write_exit_marker``) into the
+run folder and shuts the VM down, which EC2 turns into a termination (the VMs are launched
+with ``InstanceInitiatedShutdownBehavior=terminate``): a dead run stops billing, and the
+monitor reads the markers (``exit_markers``) and fails the run on a non-zero code.
 
 ``start_script`` is the shell script a VM runs once the worker is installed (the EC2 user
 data embeds it verbatim); it holds the plan (no secret: a plan names a model, batches and
@@ -42,9 +58,10 @@ from typing import Any
 from srifty_core.errors import ConfigError
 
 DEFAULT_PORT = 29400
-"""torchrun's usual c10d port; the security group must allow it inside the group."""
+"""torchrun's usual c10d port (the security group must allow all TCP inside the group)."""
 JOIN_TIMEOUT_S = 900
-"""How long the VMs wait for each other (EC2 VMs boot and install minutes apart)."""
+"""How long the VMs wait for each other by default (EC2 VMs boot and install minutes
+apart; ``EC2Provider`` gives its launch wait plus the install time, or ``join_timeout_s``)."""
 RANK_OFFSET_ENV = "SRIFTY_RANK_OFFSET"
 """The plan's first rank on this VM (``worker.plan_rank``)."""
 NODE_INDEX_ENV = "SRIFTY_NODE_INDEX"
@@ -56,6 +73,8 @@ ADDRESS_ENV = "SRIFTY_PRIVATE_ADDRESS"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 _IMDS = "http://169.254.169.254/latest"
+_CURL = "curl -sf --retry 5 --retry-connrefused --max-time 5"
+EXIT_PREFIX = "exit-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,21 +196,29 @@ def start_script(
     *,
     venv: str = "/opt/srifty",
     workdir: str = "/opt/srifty/run",
+    shutdown: bool = True,
 ) -> str:
     """The shell script that starts this configuration's worker on a VM of ``group``
     (installed in ``venv``): it writes the plan to ``workdir``, works out the VM's index and
-    its first rank from its launch index, and runs torchrun (``exec``: the script's process
-    becomes the elastic agent). ``SRIFTY_LAUNCH_INDEX`` and ``SRIFTY_PRIVATE_ADDRESS`` come
-    from the environment when set, else from the instance metadata service (IMDSv2)."""
+    its first rank from its launch index, and runs torchrun. However the script ends
+    (torchrun's exit, or a failure before it), it writes the exit marker into the plan's
+    run folder (``write_exit_marker``; node ``g<first node>`` when the VM's index is not
+    known yet) and, with ``shutdown``, shuts the VM down (EC2 then terminates it).
+    ``SRIFTY_LAUNCH_INDEX`` and ``SRIFTY_PRIVATE_ADDRESS`` come from the environment when
+    set, else from the instance metadata service (IMDSv2)."""
     text = plan if isinstance(plan, str) else json.dumps(plan)
-    world = len(json.loads(text)["local_batches"])
+    parsed = json.loads(text)
+    world = len(parsed["local_batches"])
     if world != rdzv.world_size:
         raise ConfigError(f"the plan has {world} ranks, the rendezvous {rdzv.world_size}")
     if group.first_rank + group.count * group.ranks_per_vm > world:
         raise ConfigError(f"node group {group} does not fit the plan's {world} ranks")
     if group.first_node + group.count > rdzv.nnodes:
         raise ConfigError(f"node group {group} does not fit {rdzv.nnodes} VMs")
-    compact = json.dumps(json.loads(text), separators=(",", ":"))
+    run_dir, config_id = str(parsed.get("run_dir", "")), str(parsed.get("config_id", "c0"))
+    if not run_dir:
+        raise ConfigError("the plan has no run_dir (where the VMs report their exit)")
+    compact = json.dumps(parsed, separators=(",", ":"))
     plan_path = f"{workdir}/plan-{rdzv.run_id}.json"
     argv = torchrun_argv(
         rdzv,
@@ -202,21 +229,49 @@ def start_script(
         plan_path=plan_path,
         torchrun=f"{venv}/bin/torchrun",
     )
+    marker = " ".join(
+        [
+            shlex.quote(f"{venv}/bin/python"),
+            "-m srifty_core.runtime.rendezvous exit-marker",
+            shlex.quote(run_dir),
+            shlex.quote(config_id),
+            f'"${{{NODE_INDEX_ENV}:-g{group.first_node}}}"',
+            '"$code"',
+        ]
+    )
     token = "X-aws-ec2-metadata-token"
     lines = [
         "#!/bin/bash",
         f"# srifty worker start: rendezvous {rdzv.run_id}, VMs {group.first_node}.."
         f"{group.first_node + group.count - 1} of {rdzv.nnodes}",
         "set -euo pipefail",
-        "imds() {",
-        f"  local t; t=$(curl -sf -X PUT {_IMDS}/api/token -H '{token}-ttl-seconds: 300')",
-        f'  curl -sf -H "{token}: $t" "{_IMDS}/meta-data/$1"',
+        "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0  # workers use the agent's store",
+        "finish() {",
+        "  local code=$?",
+        "  trap - EXIT",
+        '  echo "srifty: worker start ended with code $code" >&2',
+        f'  {marker} || echo "srifty: could not write the exit marker" >&2',
+        *(["  shutdown -h now || echo 'srifty: shutdown failed' >&2"] if shutdown else []),
+        '  exit "$code"',
         "}",
-        f': "${{{LAUNCH_INDEX_ENV}:=$(imds ami-launch-index)}}"',
-        f': "${{{ADDRESS_ENV}:=$(imds local-ipv4)}}"',
+        "trap finish EXIT",
+        "imds() {  # one metadata item; a clear error when the service gives none",
+        "  local t v",
+        f"  t=$({_CURL} -X PUT {_IMDS}/api/token -H '{token}-ttl-seconds: 300') || t=''",
+        f'  v=$({_CURL} -H "{token}: $t" "{_IMDS}/meta-data/$1") || v=""',
+        '  if [ -z "$v" ]; then',
+        '    echo "srifty: the instance metadata service (169.254.169.254) gave no $1" >&2',
+        "    return 3",
+        "  fi",
+        "  printf '%s' \"$v\"",
+        "}",
+        f'if [ -z "${{{LAUNCH_INDEX_ENV}:-}}" ]; then',
+        f"  {LAUNCH_INDEX_ENV}=$(imds ami-launch-index) || exit 3",
+        "fi",
+        f'if [ -z "${{{ADDRESS_ENV}:-}}" ]; then {ADDRESS_ENV}=$(imds local-ipv4) || exit 3; fi',
         f'case "${LAUNCH_INDEX_ENV}" in',
         "  [0-9]|[1-9][0-9]|[1-9][0-9][0-9]) ;;",
-        f'  *) echo "srifty: bad launch index ${LAUNCH_INDEX_ENV}" >&2; exit 2 ;;',
+        f"  *) echo \"srifty: bad launch index '${LAUNCH_INDEX_ENV}'\" >&2; exit 2 ;;",
         "esac",
         f'if [ "${LAUNCH_INDEX_ENV}" -ge {group.count} ]; then',
         f'  echo "srifty: launch index ${LAUNCH_INDEX_ENV} of {group.count} VM(s)" >&2; exit 2',
@@ -231,6 +286,68 @@ def start_script(
         "else SRIFTY_IS_HOST=false; fi",
         f"mkdir -p {shlex.quote(workdir)}",
         f"printf '%s\\n' {shlex.quote(compact)} > {shlex.quote(plan_path)}",
-        "exec " + " ".join(_sh(a) for a in argv),
+        " ".join(_sh(a) for a in argv),  # not exec: finish() reports its exit code
     ]
     return "\n".join(lines) + "\n"
+
+
+def _marker_config(config_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]", "_", config_id) or "_"
+
+
+def write_exit_marker(run_dir: str, config_id: str, node: str, code: int) -> str:
+    """Write ``exit-<config>-<node>.json`` (``{"code": code, "at": <Unix time>}``) into the
+    run folder (a path, or a URI on the run storage); returns where."""
+    import time
+
+    from srifty_core.runtime import run_store
+
+    if not re.fullmatch(r"g?[0-9]{1,4}", node):
+        raise ConfigError(f"exit marker: node must be an index (or g<index>), got {node!r}")
+    where = run_store.join(run_dir, f"{EXIT_PREFIX}{_marker_config(config_id)}-{node}.json")
+    payload = {"code": int(code), "at": time.time(), "node": node, "config_id": config_id}
+    return str(run_store.write_text(where, json.dumps(payload) + "\n"))
+
+
+def exit_markers(run_dir: str, config_id: str) -> dict[str, int]:
+    """The exit codes the configuration's VMs reported (``write_exit_marker``), by node
+    (``"0"``, ``"1"``, ..., or ``"g<first node>"`` for a VM that failed before it knew its
+    index); empty while every VM still trains, or where workers are not started by
+    ``start_script`` (the local provider)."""
+    from srifty_core.runtime import run_store
+
+    prefix = f"{EXIT_PREFIX}{_marker_config(config_id)}-"
+    out: dict[str, int] = {}
+    for name in run_store.names(run_dir, f"{prefix}*.json"):
+        text = run_store.read_text(run_store.join(run_dir, name))
+        if text is None:
+            continue
+        try:
+            code = int(json.loads(text)["code"])
+        except (ValueError, KeyError, TypeError):
+            code = -1  # a marker that cannot be read still says the VM ended
+        out[name[len(prefix) : -len(".json")]] = code
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m srifty_core.runtime.rendezvous exit-marker RUN_DIR CONFIG NODE CODE``:
+    what the start script runs once torchrun ends."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 5 or args[0] != "exit-marker" or not args[4].lstrip("-").isdigit():
+        print(
+            "usage: python -m srifty_core.runtime.rendezvous exit-marker RUN_DIR CONFIG NODE CODE",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"srifty: wrote {write_exit_marker(args[1], args[2], args[3], int(args[4]))}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -617,6 +617,13 @@ def plan_rank(env: Mapping[str, str]) -> int:
             f"{RANK_OFFSET_ENV} {offset} with LOCAL_RANK {local} of LOCAL_WORLD_SIZE "
             f"{local_world} does not fit a world of {world}"
         )
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        # joining MASTER_ADDR:MASTER_PORT with a rank other than torchrun's works only as
+        # a client of the agent's store (rendezvous: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0)
+        raise ConfigError(
+            f"{RANK_OFFSET_ENV} needs torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE="
+            f"True), got {env.get('TORCHELASTIC_USE_AGENT_STORE')!r}"
+        )
     return offset + local
 
 

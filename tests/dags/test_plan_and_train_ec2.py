@@ -1,12 +1,14 @@
 """srifty_plan_and_train on the EC2 path, against moto (the only stand-in for AWS; it has
 no compute, so no worker trains): the planner chooses catalog types, the VMs are launched
 through the Airflow AWS connection, a spot VM is taken back, the monitor re-plans without
-that offer, and nothing is left running afterwards."""
+that offer, and nothing is left running afterwards. The run folder is on run storage (the
+same moto server's S3), as EC2 training requires."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,34 @@ WHEEL_URI = "s3://srifty-deploy/wheels/srifty-0.1.0-py3-none-any.whl"
 WHEEL_SHA = "ab" * 32
 
 
+RUNS_BUCKET = "srifty-runs"
+
+
+@pytest.fixture
+def run_storage(moto_url: str, aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The deployment's run storage: a bucket on the moto server, reached through the
+    environment (``AWS_ENDPOINT_URL_S3``, fake credentials), as a deployment gives S3's."""
+    import boto3
+    import fsspec
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": moto_url,
+        "SRIFTY_RUN_STORAGE": f"s3://{RUNS_BUCKET}/deploy",
+    }.items():
+        monkeypatch.setenv(key, value)
+    s3 = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
+    s3.create_bucket(Bucket=RUNS_BUCKET)
+    S3FileSystem = fsspec.get_filesystem_class("s3")
+    S3FileSystem.clear_instance_cache()  # no client made for another endpoint
+    yield f"s3://{RUNS_BUCKET}/deploy"
+    S3FileSystem.clear_instance_cache()
+
+
 def test_ec2_plan_provision_preempt_replan_and_release(
-    dagbag: Any, ready_to_plan: Path, aws: Any, monkeypatch: pytest.MonkeyPatch
+    dagbag: Any, ready_to_plan: Path, aws: Any, run_storage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # what VMs install is a deployment setting, not a trigger-conf field
     monkeypatch.setenv("SRIFTY_WORKER_WHEEL_URI", WHEEL_URI)
@@ -99,9 +127,12 @@ def test_ec2_plan_provision_preempt_replan_and_release(
     assert conf["resume"]["cost_spent_usd"] > 0
 
     # What the first run launched: the planner's choice, tagged and on the right market.
+    from srifty_core.runtime import run_store
     from srifty_core.runtime.orchestrate import JobPlan
 
-    (job_file,) = (ready_to_plan / "runs").glob("*/job-c0.json")
-    job = JobPlan.load(job_file)
+    fs, root = run_store.filesystem(f"{run_storage}/runs")
+    (job_file,) = fs.glob(f"{root}/*/job-c0.json")  # on the run storage, not on this disk
+    assert not (ready_to_plan / "runs").exists()
+    job = JobPlan.load(f"s3://{job_file}")
     assert {(x.instance_type, x.market) for x in job.launches} >= {("g4dn.xlarge", "spot")}
     assert sum(x.batch_per_rank * x.count * x.ranks_per_vm for x in job.launches) == 64

@@ -34,12 +34,22 @@ import pytest
 from srifty_core import lifetime
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.progress import read_progress
-from srifty_core.runtime.rendezvous import Rendezvous, node_groups, run_id, start_script
+from srifty_core.runtime.rendezvous import (
+    Rendezvous,
+    exit_markers,
+    node_groups,
+    run_id,
+    start_script,
+)
 from srifty_core.runtime.replanner import Replanner
 from srifty_core.runtime.worker import TrainPlan, train_single
 
 SUBNET = "10.213.77"
 VMS = 3
+HOSTS = (9, 10, 11)
+"""The VMs' last address bytes: c10d orders the VMs by address as a string, which puts the
+plan's first VM (``.9``) last, so torchrun's ``RANK`` differs from the plan's rank on every
+VM and only the rank offset (``worker.plan_rank``) gives each VM its own local batches."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -83,7 +93,7 @@ def net() -> Iterator[Net]:
     tag = f"{os.getpid() % 100000}"
     hub = f"srifty-hub-{tag}"
     names = tuple(f"srifty-vm{k}-{tag}" for k in range(VMS))
-    addresses = tuple(f"{SUBNET}.{k + 1}" for k in range(VMS))
+    addresses = tuple(f"{SUBNET}.{h}" for h in HOSTS)
     made: list[str] = []
     try:
         for ns in (hub, *names):
@@ -190,8 +200,9 @@ def start_vms(
         host = "" if j == 0 else rdzv.host  # the first VM reads its own address
         mine = Rendezvous(rdzv.run_id, rdzv.nnodes, rdzv.world_size, host, rdzv.port, 120)
         script = start_script(
-            plan.to_dict(), g, mine, venv=sys.prefix, workdir=str(folder / f"vm{k}")
-        )
+            plan.to_dict(), g, mine, venv=sys.prefix, workdir=str(folder / f"vm{k}"),
+            shutdown=False,  # the "VMs" are namespaces of this machine
+        )  # fmt: skip
         out.append(VM(net.names[k], net.addresses[k], script, folder, f"{plan.config_id}-vm{k}"))
     return out
 
@@ -224,13 +235,16 @@ def test_three_namespace_vms_train_one_heterogeneous_plan(net: Net, tmp_path: Pa
     codes = [vm.wait(timeout=150) for vm in vms]
     logs = [vm.text() for vm in vms]
     assert codes == [0, 0, 0], "\n\n".join(x[-2000:] for x in logs)
-    # the plan's ranks, in its VM order, whatever order c10d numbered the VMs in
+    # the plan's ranks, in its VM order, whatever order c10d numbered the VMs in (here:
+    # VM1, VM2, VM0, by address as a string)
+    assert sorted(net.addresses) == [net.addresses[1], net.addresses[2], net.addresses[0]]
     assert sorted(_ranks_in(logs[0])) == [(0, 1), (1, 3)]
     assert _ranks_in(logs[1]) == [(2, 2)] and _ranks_in(logs[2]) == [(3, 2)]
     ckpt = load_checkpoint(plan.checkpoint_path)
     assert ckpt is not None and ckpt.iteration == plan.iterations
     steps = [r.iteration for r in read_progress(plan.progress_path)]
     assert steps == list(range(1, plan.iterations + 1))
+    assert exit_markers(plan.run_dir, plan.config_id) == {"0": 0, "1": 0, "2": 0}
     # one group over three VMs trains what one process trains on the whole global batch
     reference = train_single(plan)
     worst = max(float((ckpt.model[k] - reference[k]).abs().max()) for k in reference)
@@ -253,6 +267,10 @@ def test_a_killed_vm_stops_the_job_and_the_survivors_resume(net: Net, tmp_path: 
     survivors = [vms[0], vms[2]]
     codes = [vm.wait(timeout=90) for vm in survivors]
     assert all(c != 0 for c in codes), codes  # the group stopped: nobody trained on alone
+    # the survivors reported their failure (what the monitor fails an EC2 run on); the
+    # killed VM could not
+    markers = exit_markers(plan.run_dir, plan.config_id)
+    assert set(markers) == {"0", "2"} and all(c != 0 for c in markers.values()), markers
     ckpt = load_checkpoint(plan.checkpoint_path)
     assert ckpt is not None and 0 < ckpt.iteration < plan.iterations
     assert ckpt.iteration % plan.checkpoint_every == 0
