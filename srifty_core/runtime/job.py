@@ -104,7 +104,8 @@ class JobSpec:
     ec2: Mapping[str, Any] = field(default_factory=dict)
     """EC2 launch settings: ``image_id`` (required for ``ec2``), ``subnet_id``,
     ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
-    ``wait_timeout_s``; the AWS connection and what VMs install are deployment settings
+    ``wait_timeout_s``, ``join_timeout_s`` (how long torchrun waits for every VM of a
+    configuration to join); the AWS connection and what VMs install are deployment settings
     (``planner.schema.DEPLOYMENT_ONLY``)."""
     checkpoint_every: int = 10
     step_sleep_s: float = 0.0
