@@ -200,15 +200,27 @@ def _print_job(run_dir: Path) -> None:
         print(f"  plan {job.config_id}: " + job.explanation[0])
         for line in job.explanation[1:3]:
             print(f"    {line}")
+        # a re-plan plans with what the job measured of itself (runtime.recalibration)
+        for line in job.explanation:
+            if line.startswith("calibrated"):
+                print(f"    {line}")
         mine = [r.iteration for r in records if r.config_id == job.config_id]
         measured = median_step_s(records, job.config_id)
         if measured is not None:
             pred = float(job.predicted["t_iter_s"])
-            p90 = job.predicted.get("t_iter_p90_s") or pred
+            p90 = float(job.predicted.get("t_iter_p90_s") or pred)
+            # the demo's workers sleep each step (to be preempted mid-run): the simulator
+            # predicts the training step, so compare with the step less that sleep
+            sleep = float(TRAIN_CONF["step_sleep_s"])
+            step = measured - sleep
+            kind = "calibrated prediction" if any(
+                x.startswith("calibrated") for x in job.explanation
+            ) else "predicted"  # fmt: skip
             print(
-                f"    ran iterations {mine[0]}..{mine[-1]}: measured {measured * 1e3:.0f} "
-                f"ms/iteration, predicted {pred * 1e3:.0f} ms "
-                f"({100 * (pred / measured - 1):+.0f}%), predicted p90 {float(p90) * 1e3:.0f} ms"
+                f"    ran iterations {mine[0]}..{mine[-1]}: measured {step * 1e3:.0f} "
+                f"ms/iteration ({measured * 1e3:.0f} ms with the demo's {sleep * 1e3:.0f} ms "
+                f"sleep), {kind} {pred * 1e3:.0f} ms ({100 * (pred / step - 1):+.0f}%), "
+                f"p90 {p90 * 1e3:.0f} ms"
             )
     for d in read_decisions(run_dir):
         if d.get("status") != "running":

@@ -43,6 +43,7 @@ from srifty_core.runtime.job import (
 )
 from srifty_core.runtime.monitor import Limits, decide
 from srifty_core.runtime.progress import ProgressRecord, ProgressTail, iter_jsonl, read_state
+from srifty_core.runtime.recalibration import Recalibrator
 
 DECISIONS_FILE = "decisions.jsonl"
 WINDOW_S = 300.0
@@ -105,6 +106,7 @@ class Monitor:
         self._decisions = DecisionLog(self.facts.run_dir, self.facts.config_id)
         self._recent: list[ProgressRecord] = []
         self._last: ProgressRecord | None = None
+        self.recal = Recalibrator(self.job, spec, window_s=window_s)  # online recalibration
 
     def _read(self, now: float) -> tuple[list[ProgressRecord], bool]:
         """The steps of this configuration in the window (and the latest), and whether any
@@ -156,6 +158,7 @@ class Monitor:
         checkpointed = state is not None and state.checkpoint_iteration >= facts.iterations
         finished = checkpointed and (all_exited or job.provider != "local")
         done = max(decision.iterations_done, spec.resume.iterations_done if spec.resume else 0)
+        recal = self.recal.check(records, decision.elapsed_s, decision.spent_usd)
 
         def result(status: str, reason: str) -> PollResult:
             return PollResult(
@@ -181,6 +184,8 @@ class Monitor:
             out = result(REPLAN, f"taken back by the provider: {taken}; {why}")
         elif decision.replan and alternatives(spec, job):
             out = result(REPLAN, decision.reason)
+        elif recal is not None and recal.replan:
+            out = result(REPLAN, recal.reason)
         elif decision.replan:
             out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
         elif all_exited and isinstance(provider, LocalProvider):
@@ -197,10 +202,12 @@ class Monitor:
         else:
             out = result(RUNNING, decision.reason)
         self._decisions.append(out)
+        if out.status != RUNNING:  # the factors go to the next plan and the model's store
+            self.recal.finish(records, decision.elapsed_s, decision.spent_usd)
         if fresh and self.live is not None:
             mine = [r for r in records if r.config_id == facts.config_id]
             metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
-            self.live(metrics, done, now)
+            self.live({**metrics, **(recal.metrics if recal else {})}, done, now)
         return out
 
 

@@ -134,12 +134,12 @@ def _safe(key: str) -> str:
 def _run_dir(spec: JobSpec, run_key: str) -> Path | str:
     if spec.resume is None:
         return run_store.join(run_store.runs_root(), _safe(run_key))
-    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
 
     if run_store.is_remote(spec.resume.checkpoint) or run_store.is_remote(run_store.runs_root()):
         run_dir = run_store.confined_run_dir(spec.resume.checkpoint, CHECKPOINT_FILE)
         remote_ck = run_store.join(run_dir, CHECKPOINT_FILE)
-        if spec.resume.iterations_done > 0 and load_checkpoint(remote_ck) is None:
+        if spec.resume.iterations_done > 0 and checkpoint_iteration(remote_ck) is None:
             raise ConfigError(f"resume.checkpoint: no checkpoint at {remote_ck}")
         return run_dir
     ck = Path(spec.resume.checkpoint)
@@ -153,7 +153,7 @@ def _run_dir(spec: JobSpec, run_key: str) -> Path | str:
             f"resume.checkpoint: must be in a run folder under {runs} (<run>/{CHECKPOINT_FILE}), "
             f"got {ck}"
         )
-    if spec.resume.iterations_done > 0 and load_checkpoint(ck) is None:
+    if spec.resume.iterations_done > 0 and checkpoint_iteration(ck) is None:
         raise ConfigError(f"resume.checkpoint: no checkpoint at {ck}")
     return ck.parent
 
@@ -169,6 +169,7 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     """
     from srifty_core.planner.request import Overheads
     from srifty_core.planner.search import plan
+    from srifty_core.runtime.recalibration import planning_simulator
     from srifty_core.runtime.worker import TrainPlan
     from srifty_core.simulator.estimator import Simulator
 
@@ -176,7 +177,10 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     if isinstance(run_dir, Path):
         run_dir.mkdir(parents=True, exist_ok=True)
     request = build_request(spec)
-    simulator = Simulator(load_bandwidth_model(spec.bandwidth))
+    # Calibrated by what this job measured (a re-plan) or earlier jobs of the model stored.
+    simulator, calibrated = planning_simulator(
+        Simulator(load_bandwidth_model(spec.bandwidth)), request, run_dir
+    )
     if spec.resume is None:
         result = plan(request, simulator)
     else:
@@ -229,6 +233,8 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     explanation = tuple(result.explanation())
     if note is not None:
         explanation = (note, *explanation)
+    if calibrated is not None:
+        explanation = (*explanation, calibrated)
     job = JobPlan(
         config_id=config_id,
         provider=spec.provider,

@@ -13,6 +13,7 @@ Light: no torch import.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections.abc import Iterable, Iterator
@@ -42,19 +43,67 @@ class ProgressRecord:
     """Samples processed in this step (the global batch)."""
     config_id: str
     """Which configuration ran it (changes at every re-plan)."""
+    compute_s: tuple[float, ...] | None = None
+    """Per rank (plan order): seconds from the forward pass's start to the last gradient
+    bucket ready (forward + backward, DDP's bucket copies included, the exchange's tail
+    wait not); ``None`` where not measured (older logs, CUDA ranks)."""
+    exchange_s: float | None = None
+    """Seconds the gradient exchange kept the links busy in this step (the least over the
+    ranks: a rank that was early also waited for its peers); ``None`` where not measured."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a log line holds it (the optional fields only when measured)."""
+        d = asdict(self)
+        for k in ("compute_s", "exchange_s"):
+            if d[k] is None:
+                del d[k]
+        if self.compute_s is not None:
+            d["compute_s"] = list(self.compute_s)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProgressRecord:
-        try:
-            return cls(
-                iteration=int(d["iteration"]),
-                wall_time=float(d["wall_time"]),
-                step_s=float(d["step_s"]),
-                samples=int(d["samples"]),
-                config_id=str(d["config_id"]),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"progress record: field {exc.args[0]!r} missing") from exc
+        """A record read back; ``ConfigError`` naming the field when one is missing or of
+        the wrong kind (a string or fractional iteration, a NaN or negative time), so a
+        damaged log is an error the monitor reports, never a record it computes with."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"progress record: a JSON object expected, got {_show(d)}")
+        for name in ("iteration", "wall_time", "step_s", "samples", "config_id"):
+            if name not in d:
+                raise ConfigError(f"progress record: field {name!r} missing")
+        compute = d.get("compute_s")
+        exchange = d.get("exchange_s")
+        if compute is not None and not isinstance(compute, list):
+            raise ConfigError(f"progress record: compute_s must be a list, got {_show(compute)}")
+        if not isinstance(d["config_id"], str):
+            bad = _show(d["config_id"])
+            raise ConfigError(f"progress record: config_id must be text, got {bad}")
+        return cls(
+            iteration=_whole("iteration", d["iteration"]),
+            wall_time=_time("wall_time", d["wall_time"]),
+            step_s=_time("step_s", d["step_s"]),
+            samples=_whole("samples", d["samples"]),
+            config_id=d["config_id"],
+            compute_s=None if compute is None else tuple(_time("compute_s", x) for x in compute),
+            exchange_s=None if exchange is None else _time("exchange_s", exchange),
+        )
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _whole(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
+        raise ConfigError(f"progress record: {name} must be a whole number >= 0, got {_show(v)}")
+    return int(v)
+
+
+def _time(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise ConfigError(f"progress record: {name} must be a finite time >= 0, got {_show(v)}")
+    return float(v)
 
 
 class ProgressLog:
@@ -85,7 +134,7 @@ class ProgressLog:
     def append(self, record: ProgressRecord) -> None:
         if self._closed:
             raise ConfigError(f"progress log {self.path} is closed")
-        line = json.dumps(asdict(record), separators=(",", ":"))
+        line = json.dumps(record.to_dict(), separators=(",", ":"))
         if self._fh is None:
             writer = self._streams.get(record.config_id)
             if writer is None:
@@ -121,9 +170,13 @@ class ProgressLog:
 
 
 def iter_progress(path: Path | str) -> Iterator[ProgressRecord]:
-    """Records in file order; a missing file is empty; a cut-short last line is skipped."""
-    for d in iter_jsonl(path):
-        yield ProgressRecord.from_dict(d)
+    """Records in file order; a missing file is empty; a cut-short last line is skipped; a
+    record of the wrong shape is a ``ConfigError`` naming the log and the record."""
+    for k, d in enumerate(iter_jsonl(path)):
+        try:
+            yield ProgressRecord.from_dict(d)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: record {k + 1}: {exc}") from None
 
 
 def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:

@@ -29,10 +29,13 @@ synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting 
 ``sum(local_batches[:r])``. A checkpoint therefore resumes on any world size and mix of
 local batches (same global batch), and gives the same parameters as a straight run.
 
-Rank 0 appends a progress record per step, writes a checkpoint every ``checkpoint_every``
-steps, at the end, and when any rank got SIGTERM (the ranks agree on stopping through a
-one-element allreduce each step, then exit with ``EXIT_STOPPED``); then it replaces the
-small state file (iteration, time, its loss, the checkpoint's iteration) the monitor reads.
+Rank 0 appends a progress record per step (with, on the CPU, every rank's forward +
+backward seconds and the exchange's busy time, gathered with the stop flag in one small
+all-gather per step: ``ExchangeTimer``, for the monitor's online recalibration), writes a
+checkpoint every ``checkpoint_every`` steps, at the end, and when any rank got SIGTERM
+(the ranks agree on stopping through that all-gather, then exit with ``EXIT_STOPPED``);
+then it replaces the small state file (iteration, time, its loss, the checkpoint's
+iteration) the monitor reads.
 """
 
 from __future__ import annotations
@@ -226,6 +229,18 @@ def loss_scale(local_batches: Sequence[int], rank: int) -> float:
     return len(local_batches) * local_batches[rank] / sum(local_batches)
 
 
+def step_timings(rows: Sequence[Sequence[float]]) -> tuple[tuple[float, ...] | None, float | None]:
+    """Rank 0's record of one step from every rank's ``(forward + backward, exchange busy)``
+    seconds: the per-rank compute times, and the exchange's busy time as the least over
+    the ranks (an early rank's includes waiting for its peers); ``None`` for what some
+    rank did not measure (NaN)."""
+    fwbw = [float(r[0]) for r in rows]
+    busy = [float(r[1]) for r in rows]
+    compute = None if not fwbw or any(math.isnan(x) for x in fwbw) else tuple(fwbw)
+    exchange = None if not busy or any(math.isnan(x) for x in busy) else min(busy)
+    return compute, exchange
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one rank runs (``choose_device``)."""
@@ -413,6 +428,60 @@ class _StopFlag:
         self.set = True
 
 
+class ExchangeTimer:
+    """A DDP communication hook that is DDP's own all-reduce (each bucket divided by the
+    world size, then summed over the ranks: the same arithmetic as DDP's built-in path),
+    timed: per step, when the last gradient bucket was ready (the end of this rank's
+    backward computation) and how long the exchange kept the links busy (each bucket
+    from when it was issued, or the previous one finished, to when it finished; the
+    buckets run one after the other).
+
+    On the CPU (gloo) the all-reduce's future completes when the transfer has; on CUDA
+    (NCCL) its callbacks run as the work is queued on the GPU's stream, so these times
+    would not be the GPU's: ``train`` times only CPU ranks (a CUDA rank's record has no
+    timings, and the monitor calibrates from its iteration times alone)."""
+
+    def __init__(self, world: int) -> None:
+        import threading
+
+        self.world = world
+        self._lock = threading.Lock()
+        self.start(0.0)
+
+    def start(self, t0: float) -> None:
+        """A new step whose forward pass starts at ``t0`` (``time.perf_counter``)."""
+        with self._lock:
+            self.t0 = t0
+            self.last_ready: float | None = None
+            self.busy_s = 0.0
+            self._free_at = t0
+
+    def hook(self, state: object, bucket: Any) -> torch.futures.Future[Tensor]:
+        ready = time.perf_counter()
+        with self._lock:
+            self.last_ready = ready
+        tensor = bucket.buffer().div_(self.world)
+        work = dist.all_reduce(tensor, async_op=True)
+        assert work is not None
+
+        def done(fut: torch.futures.Future[Any]) -> Tensor:
+            end = time.perf_counter()
+            with self._lock:
+                self.busy_s += max(end - max(ready, self._free_at), 0.0)
+                self._free_at = max(self._free_at, end)
+            out: Tensor = fut.value()[0]
+            return out
+
+        return work.get_future().then(done)
+
+    def compute_s(self, fallback_end: float) -> float:
+        """This step's forward + backward seconds (to ``fallback_end`` when DDP issued no
+        bucket)."""
+        with self._lock:
+            end = self.last_ready if self.last_ready is not None else fallback_end
+            return max(end - self.t0, 0.0)
+
+
 def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = None) -> int:
     """Run the plan's remaining iterations on this rank of an initialised process group,
     on ``device`` (default: the CPU). Returns 0 when the plan finished, ``EXIT_STOPPED``
@@ -454,6 +523,10 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
     else:
         ddp = nn.parallel.DistributedDataParallel(module)
     workload.module = ddp
+    timer = ExchangeTimer(world) if not cuda else None  # see ExchangeTimer on CUDA
+    if timer is not None:
+        # unannotated: DDP checks a hook's annotations, and this module's are strings
+        ddp.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))
     scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     if scaler is not None and ckpt is not None and ckpt.scaler is not None:
@@ -466,16 +539,25 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         for i in range(start, plan.iterations):
             t0 = time.perf_counter()
             batch = local_batch(workload, plan, i, rank, device)
+            if timer is not None:
+                timer.start(time.perf_counter())
             loss = train_step(workload, batch, opt, scale, precision, scaler)
+            nan = math.nan
+            fwbw = timer.compute_s(time.perf_counter()) if timer is not None else nan
+            busy = timer.busy_s if timer is not None else nan
             if plan.step_sleep_s:
                 time.sleep(plan.step_sleep_s)
-            flag = torch.tensor([1.0 if stop.set else 0.0])
+            # One small all-gather per step: the stop flag and this rank's timings.
+            mine = torch.tensor([1.0 if stop.set else 0.0, fwbw, busy], dtype=torch.float64)
             if cuda:
-                flag = flag.to(device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                mine = mine.to(device)
+            rows = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(rows, mine)
+            gathered = torch.stack(rows).cpu()
             done = i + 1
-            stopping = bool(flag.item() > 0)
+            stopping = bool(gathered[:, 0].max().item() > 0)
             if log is not None:
+                compute_s, exchange_s = step_timings(gathered[:, 1:].tolist())
                 log.append(
                     ProgressRecord(
                         done,
@@ -483,6 +565,8 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         time.perf_counter() - t0,
                         plan.global_batch,
                         plan.config_id,
+                        compute_s,
+                        exchange_s,
                     )
                 )
                 if stopping or done == plan.iterations or done % plan.checkpoint_every == 0:

@@ -16,7 +16,8 @@ reality strays from its prediction: for compute, the predictive spread of a VM's
 (the profiles' ``vm_cv``, pooled: ``predictors.network.pooled_spreads``); for
 communication, the spread of the network level across allocations (the bandwidth
 model's ``level_sigma``). Where that spread is 0 (a type profiled on one VM, a model
-without allocation spreads) the width is ``PRIOR_FLOOR``, so that it can still learn.
+without allocation spreads) nothing was learned about it, and the prior is vague
+(``PRIOR_FLOOR``, a log sd of 0.5): the job's own windows decide the factor.
 
 **Observations**, per monitor window: the window's mean of a per-iteration quantity
 (``Measured``), ``y = log(measured mean / predicted)``, with noise ``sd / mean / sqrt(n)``
@@ -73,8 +74,11 @@ if TYPE_CHECKING:
     from srifty_core.planner.request import PlanRequest
     from srifty_core.simulator.estimator import Simulator
 
-PRIOR_FLOOR = 0.01
-"""Prior sd of a log factor where the simulator learned no spread (1 %)."""
+PRIOR_FLOOR = 0.5
+"""Prior sd of a log factor where the simulator learned no spread: vague (a factor of
+0.6-1.65 at one sd), so that the first window, not the prior, sets the factor. A
+narrow default here would claim knowledge nobody measured: at 0.01 a 10-step window of
+the demo's (8% noise) moved its factor by under 1%."""
 NOISE_FLOOR = 1e-4
 """Least noise of a window mean (log): a window of identical samples is not exact."""
 STORE_DIR = "calibration"

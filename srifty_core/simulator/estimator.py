@@ -546,12 +546,15 @@ class Simulator:
         its bus bandwidth within the cap, one after the other as DDP issues them; 0 for
         one rank). ``simulator.calibration`` compares these with a window's measurements."""
         compute: dict[str, float] = {}
-        for g in config.groups:
-            m_f, _, m_b, _, _, _, _, _ = self._compute(
-                workload, g.instance.device_type, g.batch_per_rank
-            )
+        terms = [
+            self._compute(workload, g.instance.device_type, g.batch_per_rank) for g in config.groups
+        ]
+        # local workers slowing each other on this host, as ``estimate`` has it: what a
+        # rank measures includes that, so the prediction it is compared with must too
+        share, _, _ = self._host_sharing(workload, config.groups, terms)
+        for g, t, h in zip(config.groups, terms, share, strict=True):
             d = g.instance.device_type
-            compute[d] = max(compute.get(d, 0.0), m_f + m_b)
+            compute[d] = max(compute.get(d, 0.0), (t[0] + t[2]) * h)
         world = config.world_size
         if world <= 1:
             return compute, 0.0

@@ -32,3 +32,31 @@ def test_a_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="line 1"):
         read_progress(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"iteration": "6"}, "iteration must be a whole number"),
+        ({"iteration": 6.7}, "iteration must be a whole number"),
+        ({"step_s": float("nan")}, "step_s must be a finite time"),
+        ({"wall_time": -1}, "wall_time must be a finite time"),
+        ({"samples": True}, "samples must be a whole number"),
+        ({"config_id": None}, "config_id must be text"),
+        ({"compute_s": "fast"}, "compute_s must be a list"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_an_error_naming_log_record_and_field(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    """What the DAG's monitor reads: a damaged record is a ConfigError naming the log,
+    the record and the field, never a traceback or a record computed with (NaN times,
+    an iteration truncated from 6.7 to 6)."""
+    import json
+
+    good = {"iteration": 1, "wall_time": 1.0, "step_s": 0.5, "samples": 8, "config_id": "c0"}
+    path = tmp_path / "progress.jsonl"
+    lines = [json.dumps(good), json.dumps(good | {"iteration": 2} | change)]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=rf"progress.jsonl: record 2: .*{message}"):
+        read_progress(path)

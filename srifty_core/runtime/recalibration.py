@@ -1,0 +1,465 @@
+"""Online recalibration in the runtime: what a running configuration measures of itself
+corrects the simulator, projects the rest of the job, and may re-plan it.
+
+The factors, the projection and the re-plan rule are ``simulator.calibration``'s; this
+module wires them to a configuration of a plan-and-train job:
+
+* ``Context.of_job``: what the rule needs of the job: this run's request (what was left
+  when it began), the uncalibrated simulator, the running ``ClusterConfig`` and the device
+  type of every rank (plan order: ``JobPlan.launches``);
+* ``window``: a ``calibration.Window`` from progress records (the iteration times, the
+  per-rank forward + backward times per device type, the exchange's busy time that rank
+  0 gathered: ``worker.ExchangeTimer``; older records without them give the iteration
+  times alone);
+* ``assess`` (one window): update the factors, project the rest (mean and the request's
+  risk quantile, the p90 by default), find the best configuration for the rest on the
+  recalibrated simulator (``Replanner``; configurations not run yet are projected with
+  the scales but the predictive spreads: ``Calibration.unobserved``) and decide with
+  ``calibration.should_replan`` (the switch charged: the re-plan's overheads). A re-plan
+  whose best choice is the running configuration again is not one: keep;
+* ``Recalibrator``: the monitor's state across steps: the records since the last window,
+  the calibration, persisted in the run folder (``calibration.json``: a restarted monitor
+  resumes it; the next configuration starts from it, widened as a prior; the re-plan
+  plans with it: ``planning_simulator``) and, when the configuration ends, kept for the
+  model's next jobs (``calibration.save``, MLflow when a run is active).
+
+A window closes when its steps span the monitor's window (``window_s``), and at the
+configuration's end (a re-plan, the finish) with what it holds, so the next plan is
+calibrated by every step measured; never with fewer than ``MIN_STEPS`` steps (a window
+mean's noise is its steps' jitter, which one or two steps do not measure). The configuration's first
+step (warm-up) is left out. The job's artificial per-step sleep (``step_sleep_s``, a test
+knob the simulator does not model) is added to the projections.
+
+Light: no torch import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
+from srifty_core.runtime.progress import ProgressRecord
+
+if TYPE_CHECKING:
+    from srifty_core.planner.request import Overheads, PlanRequest
+    from srifty_core.runtime.job import JobPlan, JobSpec
+    from srifty_core.simulator.calibration import Calibration, Projection, Window
+    from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.types import ClusterConfig
+
+RUN_FILE = "calibration.json"
+"""The run folder's calibration state (the latest configuration's)."""
+MIN_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Context:
+    """What recalibrating one configuration needs of its job."""
+
+    request: PlanRequest
+    """This run's request (a re-plan's: what was left when it began)."""
+    simulator: Simulator
+    """Uncalibrated (the factors correct it)."""
+    config: ClusterConfig
+    rank_devices: tuple[str, ...]
+    """The device type of every rank, in plan order."""
+    usd_per_hour: float
+    overheads: Overheads
+    """What switching costs (relaunch, checkpoint restore, solve)."""
+    depleted: tuple[str, ...] = ()
+    extra_s: float = 0.0
+    """Seconds each step adds that the simulator does not model (``step_sleep_s``)."""
+
+    @classmethod
+    def of_job(cls, job: JobPlan, spec: JobSpec, bandwidth: Any = None) -> Context:
+        """From the job's files and conf (the bandwidth model is loaded when not given)."""
+        from srifty_core.planner.request import Overheads
+        from srifty_core.runtime.job import DETACH_S
+        from srifty_core.runtime.planning import build_request, load_bandwidth_model
+        from srifty_core.simulator.estimator import Simulator
+
+        request = build_request(spec)
+        bw = load_bandwidth_model(spec.bandwidth) if bandwidth is None else bandwidth
+        config, devices = configuration(request, job)
+        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
+        return cls(
+            request, Simulator(bw), config, devices, job.usd_per_hour, overheads,
+            spec.resume.depleted if spec.resume else (), spec.step_sleep_s,
+        )  # fmt: skip
+
+
+def configuration(request: PlanRequest, job: JobPlan) -> tuple[ClusterConfig, tuple[str, ...]]:
+    """The running ``ClusterConfig`` of ``job`` (its launches over the request's offers)
+    and the device type of each of its ranks in plan order."""
+    from srifty_core.simulator.types import ClusterConfig, Group
+
+    groups, devices = [], []
+    for x in job.launches:
+        offer = next(
+            (o for o in request.offers if o.instance.name == x.instance_type
+             and o.market.value == x.market), None,
+        )  # fmt: skip
+        if offer is None:
+            raise ConfigError(f"{x.key}: the job runs on an offer its request does not have")
+        groups.append(Group(offer.instance, x.count, x.batch_per_rank * x.ranks_per_vm))
+        devices += [offer.instance.device_type] * (x.count * x.ranks_per_vm)
+    return ClusterConfig(tuple(groups)), tuple(devices)
+
+
+def window(records: Sequence[ProgressRecord], rank_devices: Sequence[str]) -> Window:
+    """A ``calibration.Window`` of ``records``: iteration times; per device type the
+    ranks' forward + backward times (iterations x ranks) and the exchange's busy times,
+    from the records that carry them for every rank."""
+    from srifty_core.simulator import calibration as calib
+
+    timed = [
+        r for r in records if r.compute_s is not None and len(r.compute_s) == len(rank_devices)
+    ]
+    compute: dict[str, list[list[float]]] = {}
+    for r in timed:
+        assert r.compute_s is not None
+        per: dict[str, list[float]] = {}
+        for d, x in zip(rank_devices, r.compute_s, strict=True):
+            per.setdefault(d, []).append(x)
+        for d, xs in per.items():
+            compute.setdefault(d, []).append(xs)
+    exchange = [r.exchange_s for r in records if r.exchange_s is not None]
+    return calib.Window.from_samples(
+        [r.step_s for r in records] or None, compute or None, exchange or None
+    )
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One window's outcome."""
+
+    calibration: Calibration
+    projection: Projection
+    """The rest on the running configuration, recalibrated."""
+    replan: bool
+    reason: str
+    alternative: str | None = None
+    """The best configuration for the rest, where it is not the running one."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def assess(
+    ctx: Context,
+    cal: Calibration,
+    records: Sequence[ProgressRecord],
+    *,
+    iterations_left: int,
+    iterations_done: int,
+    elapsed_s: float,
+    spent_usd: float,
+    search: bool = True,
+) -> Assessment:
+    """Update ``cal`` by the window of ``records``, project the ``iterations_left`` rest,
+    and decide (see the module's doc). ``iterations_done``, ``elapsed_s`` and
+    ``spent_usd`` count this run (against ``ctx.request``). ``search``: look for a better
+    configuration (a plan search), else only the limits decide."""
+    from srifty_core.runtime.replanner import Progress, Replanner
+    from srifty_core.simulator import calibration as calib
+    from srifty_core.simulator.types import ClusterConfig, Group
+
+    req, sim, config = ctx.request, ctx.simulator, ctx.config
+    w = window(records, ctx.rank_devices)
+    cal = calib.update(cal, w, sim, req.workload, config)
+    mine = calib.calibrated(sim, cal)
+    proj = calib.project(mine, req.workload, config, iterations_left, ctx.usd_per_hour,
+                         req.risk_quantile)  # fmt: skip
+    proj = _extra(proj, ctx)
+    alt_label = None
+    alt = None
+    if search and iterations_left > 0:
+        other = calib.calibrated(sim, cal.unobserved())
+        replanner = Replanner(other, overheads=ctx.overheads)
+        try:
+            result = replanner.plan(req, Progress(iterations_done, elapsed_s, spent_usd,
+                                                  ctx.depleted))  # fmt: skip
+            best, _ = replanner.choose(result)
+        except ConfigError:
+            best = None  # nothing to plan (a limit spent, every offer gone): limits decide
+        if best is not None:
+            offers = result.request.offers
+            alt_config = ClusterConfig(
+                tuple(Group(offers[i].instance, c, b) for i, c, b in best.choice)
+            )
+            if alt_config.label() != config.label():
+                alt_label = best.label
+                rate = sum(offers[i].usd_per_hour * c for i, c, _ in best.choice)
+                alt = _extra(calib.project(other, req.workload, alt_config, iterations_left,
+                                           rate, req.risk_quantile), ctx)  # fmt: skip
+    decision = calib.should_replan(
+        proj, elapsed_s=elapsed_s, spent_usd=spent_usd, time_limit_s=req.time_limit_s,
+        budget_usd=req.budget_usd, alternative=alt, switch_s=ctx.overheads.total_s,
+        objective=req.objective.value,
+    )  # fmt: skip
+    replan, reason = decision.replan, decision.reason
+    if replan and alt is None:  # the best for the rest is the running one again
+        replan = False
+        reason = f"{reason}; no other configuration does better on the recalibrated simulator"
+    elif replan:
+        reason = f"recalibrated: {reason} ({alt_label})"
+    metrics = {
+        "recal_projected_rest_s": proj.mean_s,
+        "recal_projected_rest_q_s": proj.q_s,
+        "recal_t_iter_s": proj.t_iter_s,
+        "recal_windows": float(cal.windows),
+    }
+    metrics.update({f"recal_compute_{k}": f.scale for k, f in cal.compute.items() if f.windows})
+    metrics.update({f"recal_comm_{k}": f.scale for k, f in cal.comm.items() if f.windows})
+    if w.iteration is not None:
+        metrics["recal_measured_t_iter_s"] = w.iteration.mean_s
+    return Assessment(cal, proj, replan, reason, alt_label if replan else None, metrics)
+
+
+def _extra(p: Projection, ctx: Context) -> Projection:
+    """``p`` with the steps' unmodelled seconds (``Context.extra_s``) added."""
+    if not ctx.extra_s:
+        return p
+    from srifty_core.simulator.calibration import Projection
+
+    add = p.iterations * ctx.extra_s
+    return Projection(p.iterations, p.mean_s + add, p.q_s + add, p.usd_per_hour,
+                      p.t_iter_s + ctx.extra_s)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- persistence
+def run_path(run_dir: Path | str) -> Path | str:
+    return run_store.join(run_dir, RUN_FILE)
+
+
+def read_run(run_dir: Path | str) -> dict[str, Any] | None:
+    """The run folder's calibration state (``Recalibrator``), or None."""
+    text = run_store.read_text(run_path(run_dir))
+    if text is None:
+        return None
+    try:
+        d = json.loads(text)
+        d["calibration"] = _calibration(d["calibration"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{run_path(run_dir)}: not a calibration state ({exc})") from exc
+    return dict(d)
+
+
+def _calibration(d: Mapping[str, Any]) -> Calibration:
+    from srifty_core.simulator.calibration import Calibration
+
+    return Calibration.from_dict(d)
+
+
+def planning_simulator(
+    simulator: Simulator, request: PlanRequest, run_dir: Path | str | None
+) -> tuple[Simulator, str | None]:
+    """The simulator a plan of ``request`` uses: calibrated by the run folder's state (a
+    re-plan: what this job measured, scales only: ``Calibration.unobserved``), else by
+    the factors stored for the model (``calibration.for_request``), else ``simulator``;
+    and a line saying which, for the plan's explanation (None when uncalibrated)."""
+    from srifty_core.simulator import calibration as calib
+
+    state = read_run(run_dir) if run_dir is not None else None
+    if state is not None and state["calibration"].windows > 0:
+        cal: Calibration = state["calibration"].unobserved()
+        source = "measured by this job"
+    else:
+        found = calib.for_request(request, simulator.bandwidth)
+        if found is None:
+            return simulator, None
+        cal, source = found, "stored from earlier jobs"
+    lines = cal.describe()
+    if not lines:
+        return simulator, None
+    return calib.calibrated(simulator, cal), f"calibrated ({source}): " + "; ".join(lines)
+
+
+class Recalibrator:
+    """A configuration's recalibration across monitor steps (see the module's doc).
+    ``context`` is made on first use (it loads the bandwidth model): pass one to skip
+    that (tests, benchmarks)."""
+
+    def __init__(
+        self,
+        job: JobPlan,
+        spec: JobSpec,
+        *,
+        window_s: float,
+        context: Context | None = None,
+        min_steps: int = MIN_STEPS,
+    ) -> None:
+        self.job, self.spec, self.window_s, self.min_steps = job, spec, window_s, min_steps
+        self.run_dir = job.facts.run_dir
+        self._ctx = context
+        self._cal: Calibration | None = None
+        self._state: dict[str, Any] | bool | None = False  # False: not read yet
+        self.last_iteration = spec.resume.iterations_done if spec.resume else 0
+        self._first: int | None = None
+        self._pending: list[ProgressRecord] = []
+        self.last: Assessment | None = None
+        self.saved_to: Path | None = None
+        self.disabled: str | None = None
+        """Why recalibration is off for this configuration (``check``), or None."""
+
+    @property
+    def context(self) -> Context:
+        if self._ctx is None:
+            self._ctx = Context.of_job(self.job, self.spec)
+        return self._ctx
+
+    @property
+    def calibration(self) -> Calibration:
+        """This configuration's factors: resumed from the run folder's state when it is
+        this configuration's, else the prior (the earlier configuration's, or the
+        model's stored, factors widened: ``calibration.prior``)."""
+        state = self._resume()
+        if self._cal is None:
+            from srifty_core.simulator import calibration as calib
+
+            ctx = self.context
+            instances = [o.instance for o in ctx.request.offers]
+            bw = ctx.simulator.bandwidth
+            if state is not None:
+                self._cal = calib.prior(ctx.request.workload, instances, bw, state["calibration"])
+            else:
+                found = calib.for_request(ctx.request, bw)
+                self._cal = found or calib.prior(ctx.request.workload, instances, bw)
+        return self._cal
+
+    def _resume(self) -> dict[str, Any] | None:
+        """Read the run folder's state once: this configuration's (a restarted monitor)
+        gives the factors and the last step taken; another's is returned (the prior)."""
+        if self._state is False:
+            state = read_run(self.run_dir)
+            if state is not None and state.get("config_id") == self.job.config_id:
+                self._cal = state["calibration"]
+                self.last_iteration = max(self.last_iteration, int(state.get("last_iteration", 0)))
+            self._state = state
+        return self._state if isinstance(self._state, dict) else None
+
+    def step(
+        self,
+        records: Sequence[ProgressRecord],
+        *,
+        elapsed_s: float,
+        spent_usd: float,
+        final: bool = False,
+    ) -> Assessment | None:
+        """Take the steps of ``records`` not seen yet; when a window closes (or ``final``),
+        assess it (None otherwise). ``elapsed_s`` and ``spent_usd`` count this run."""
+        self._resume()
+        mine = [r for r in records if r.config_id == self.job.config_id]
+        for r in mine:
+            if r.iteration <= self.last_iteration:
+                continue
+            self.last_iteration = r.iteration
+            if self._first is None:
+                self._first = r.iteration  # warm-up: left out
+                continue
+            self._pending.append(r)
+        pending = self._pending
+        if len(pending) < self.min_steps:  # too few to estimate the window's jitter
+            return None
+        span = pending[-1].wall_time - pending[0].wall_time + pending[0].step_s
+        if not final and span < self.window_s:
+            return None
+        done = max(r.iteration for r in pending)
+        facts = self.job.facts
+        start = self.spec.resume.iterations_done if self.spec.resume else 0
+        out = assess(
+            self.context, self.calibration, pending,
+            iterations_left=max(facts.iterations - done, 0), iterations_done=done - start,
+            elapsed_s=elapsed_s, spent_usd=spent_usd, search=not final,
+        )  # fmt: skip
+        self._cal, self._pending, self.last = out.calibration, [], out
+        self._write()
+        return out
+
+    def check(
+        self, records: Sequence[ProgressRecord], elapsed_s: float, spent_usd: float
+    ) -> Assessment | None:
+        """``step`` for the monitor: advisory, so a failure (no bandwidth model or profile
+        at hand, a bad state file) turns recalibration off for this configuration with a
+        warning instead of failing the monitor, whose own rules still hold."""
+        if self.disabled is not None:
+            return None
+        try:
+            return self.step(records, elapsed_s=elapsed_s, spent_usd=spent_usd)
+        except Exception as exc:  # advisory: the monitor goes on without it
+            self._disable(exc)
+            return None
+
+    def finish(self, records: Sequence[ProgressRecord], elapsed_s: float, spent_usd: float) -> None:
+        """``close`` for the monitor (advisory, like ``check``)."""
+        if self.disabled is not None:
+            return
+        try:
+            self.close(records, elapsed_s, spent_usd)
+        except Exception as exc:  # advisory (see check)
+            self._disable(exc)
+
+    def _disable(self, exc: BaseException) -> None:
+        import logging
+
+        self.disabled = f"{type(exc).__name__}: {exc}"
+        logging.getLogger(__name__).warning(
+            "recalibration of %s is off: %s", self.job.config_id, self.disabled
+        )
+
+    def _write(self) -> None:
+        assert self._cal is not None
+        last = self.last
+        state: dict[str, Any] = {
+            "config_id": self.job.config_id,
+            "last_iteration": self.last_iteration,
+            "calibration": self._cal.to_dict(),
+        }
+        if last is not None:
+            p = last.projection
+            state["projection"] = {"iterations": p.iterations, "mean_s": p.mean_s,
+                                   "q_s": p.q_s, "t_iter_s": p.t_iter_s}  # fmt: skip
+            state["decision"] = {"replan": last.replan, "reason": last.reason}
+        run_store.write_text(run_path(self.run_dir), json.dumps(state, indent=1) + "\n")
+
+    def close(self, records: Sequence[ProgressRecord], elapsed_s: float, spent_usd: float) -> None:
+        """The configuration ended (re-plan or finish): assess what is left in the window
+        and keep the factors for the model's next jobs (``calibration.save``)."""
+        from srifty_core.simulator import calibration as calib
+
+        self.step(records, elapsed_s=elapsed_s, spent_usd=spent_usd, final=True)
+        if self._cal is not None and self._cal.windows > 0:
+            self.saved_to = calib.save(self._cal)
+            if self.job.config_run_id:  # the configuration's MLflow run (job_log)
+                log_factors(self.job.config_run_id, self.job.config_id, self._cal)
+
+
+def log_factors(run_id: str, config_id: str, cal: Calibration) -> None:
+    """The factors this configuration measured, on its MLflow run: metrics
+    ``calibration.compute.<device>`` and ``calibration.comm.<type>`` (observed ones) and
+    ``<config>/calibration.json``."""
+    from srifty_core.runtime.job_log import _client
+    from srifty_core.tracking import log_batch
+
+    client, _ = _client()
+    metrics = {f"calibration.compute.{k}": f.scale for k, f in cal.compute.items() if f.windows}
+    metrics.update({f"calibration.comm.{k}": f.scale for k, f in cal.comm.items() if f.windows})
+    log_batch(client, run_id, metrics=metrics)
+    client.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")
+
+
+__all__ = [
+    "RUN_FILE",
+    "Assessment",
+    "Context",
+    "Recalibrator",
+    "assess",
+    "configuration",
+    "log_factors",
+    "planning_simulator",
+    "read_run",
+    "window",
+]

@@ -1,0 +1,271 @@
+"""Online recalibration in the runtime (``runtime.recalibration``): the worker records what
+the factors need, a window of a hidden slowdown re-plans a job the slowdown makes miss its
+limit and keeps one on track, and the monitor's step wires it (state in the run folder,
+factors kept, the re-plan's simulator calibrated)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from srifty_core.catalog.types import Market
+from srifty_core.planner.request import Objective, Offer, Overheads, PlanRequest
+from srifty_core.planner.search import plan
+from srifty_core.runtime import recalibration as recal
+from srifty_core.runtime.job import JobPlan, JobSpec, Launch
+from srifty_core.runtime.progress import ProgressRecord, read_progress
+from srifty_core.simulator import calibration as calib
+from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.types import ClusterConfig, Group
+from tests.simulator.test_calibration import A, B, SpreadBandwidth, workload
+
+N = 2000
+BATCH = 64
+
+
+def setting() -> tuple[PlanRequest, Simulator, ClusterConfig, tuple[str, ...]]:
+    """A request (least cost within a deadline 10 % over the cheapest plan's p90), the
+    uncalibrated simulator, and the first plan's configuration with its ranks' devices."""
+    bw = SpreadBandwidth(1e9, {"a.big": 0.05, "b.big": 0.05})
+    sim = Simulator(bw, mean="exact")
+    offers = (Offer(A, Market.ON_DEMAND, 4, 1.0), Offer(B, Market.ON_DEMAND, 4, 0.5))
+
+    def request(limit: float) -> PlanRequest:
+        return PlanRequest(
+            workload=workload(), global_batch=BATCH, iterations=N, offers=offers,
+            time_limit_s=limit, objective=Objective.COST, overheads=Overheads(launch_s=10.0),
+        )  # fmt: skip
+
+    cheapest = plan(request(math.inf), sim).best
+    assert cheapest is not None
+    req = request(1.1 * cheapest.time_at_risk_s)
+    first = plan(req, sim).best
+    assert first is not None
+    config = ClusterConfig(tuple(Group(offers[i].instance, c, b) for i, c, b in first.choice))
+    devices = tuple(
+        g.instance.device_type
+        for g in config.groups
+        for _ in range(g.count * g.instance.ranks_per_vm)
+    )
+    return req, sim, config, devices
+
+
+def context(slow: float = 1.0) -> tuple[recal.Context, float]:
+    """The context of the first plan, and its true iteration time under a hidden slowdown
+    ``slow`` of every device's compute."""
+    req, sim, config, devices = setting()
+    ctx = recal.Context(req, sim, config, devices, 2.0, Overheads(launch_s=10.0))
+    truth = calib.Calibration("m", {d: calib.Factor(math.log(slow), 0.01) for d in set(devices)})
+    return ctx, calib.calibrated(sim, truth).estimate(req.workload, config).t_iter
+
+
+def records(
+    ctx: recal.Context, slow: float, t_iter: float, first: int, n: int, t0: float, seed: int = 0
+) -> list[ProgressRecord]:
+    """``n`` steps from iteration ``first``: per-rank compute ``slow`` times the predicted
+    pass (3 % jitter), the exchange as predicted (5 %), iteration times with a wide jitter
+    (what the throughput monitor sees is noisy; the breakdown is not)."""
+    rng = np.random.default_rng(seed)
+    pred, busy = ctx.simulator.breakdown(ctx.request.workload, ctx.config)
+    out, t = [], t0
+    for k in range(n):
+        step = t_iter * float(rng.choice([0.4, 1.6]))
+        t += step
+        comp = tuple(slow * pred[d] * float(rng.lognormal(0, 0.03)) for d in ctx.rank_devices)
+        out.append(ProgressRecord(first + k, t, step, BATCH, "c0", comp,
+                                  busy * float(rng.lognormal(0, 0.05))))  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- the worker
+def test_worker_records_per_rank_compute_and_exchange(tmp_path: Path) -> None:
+    from srifty_core.runtime.worker import TrainPlan, run_spawned
+
+    p = TrainPlan(model="dlrm", size="tiny", global_batch=8, iterations=3,
+                  local_batches=(2, 6), run_dir=str(tmp_path), dtype="float64")  # fmt: skip
+    run_spawned(p)
+    recs = read_progress(p.progress_path)
+    assert [r.iteration for r in recs] == [1, 2, 3]
+    for r in recs:
+        assert r.compute_s is not None and len(r.compute_s) == 2
+        assert all(0 < x < r.step_s for x in r.compute_s)
+        assert r.exchange_s is not None and 0 < r.exchange_s < r.step_s
+    # An older log's line (no timings) still reads; a record without them writes none.
+    old = {"iteration": 1, "wall_time": 1.0, "step_s": 0.1, "samples": 8, "config_id": "c0"}
+    r = ProgressRecord.from_dict(old)
+    assert r.compute_s is None and r.exchange_s is None and r.to_dict() == old
+    assert ProgressRecord.from_dict(recs[0].to_dict()) == recs[0]
+
+
+def test_step_timings_take_the_least_exchange_and_drop_unmeasured() -> None:
+    from srifty_core.runtime.worker import step_timings
+
+    assert step_timings([[0.2, 0.05], [0.3, 0.02]]) == ((0.2, 0.3), 0.02)
+    assert step_timings([[math.nan, math.nan], [0.3, 0.02]]) == (None, None)
+
+
+# --------------------------------------------------------------------------- the rule
+def test_a_hidden_slowdown_that_breaks_the_deadline_replans() -> None:
+    ctx, t_true = context(1.3)
+    cal = calib.prior(ctx.request.workload, [o.instance for o in ctx.request.offers],
+                      ctx.simulator.bandwidth)  # fmt: skip
+    recs = records(ctx, 1.3, t_true, 1, 200, 0.0)
+    out = recal.assess(ctx, cal, recs, iterations_left=N - 200, iterations_done=200,
+                       elapsed_s=200 * t_true, spent_usd=0.1)  # fmt: skip
+    assert out.replan and out.reason.startswith("recalibrated") and "limit" in out.reason
+    assert out.alternative is not None and out.alternative != ctx.config.label()
+    for d in set(ctx.rank_devices):
+        assert out.calibration.compute[d].scale == pytest.approx(1.3, rel=0.03)
+    # the projection of the rest is the truth's, within 5 %; the uncalibrated one is not
+    assert out.projection.mean_s == pytest.approx((N - 200) * t_true, rel=0.05)
+    base = ctx.simulator.estimate(ctx.request.workload, ctx.config).t_iter
+    assert abs(base / t_true - 1) > 0.1
+    assert out.metrics["recal_projected_rest_q_s"] >= out.metrics["recal_projected_rest_s"]
+
+
+def test_a_job_on_track_keeps_its_configuration() -> None:
+    ctx, t_true = context(1.0)
+    cal = calib.prior(ctx.request.workload, [o.instance for o in ctx.request.offers],
+                      ctx.simulator.bandwidth)  # fmt: skip
+    recs = records(ctx, 1.0, t_true, 1, 200, 0.0)
+    out = recal.assess(ctx, cal, recs, iterations_left=N - 200, iterations_done=200,
+                       elapsed_s=200 * t_true, spent_usd=0.1)  # fmt: skip
+    assert not out.replan and out.alternative is None and "on track" in out.reason
+    assert out.projection.mean_s == pytest.approx((N - 200) * t_true, rel=0.05)
+
+
+def test_iteration_times_alone_still_calibrate() -> None:
+    ctx, t_true = context(1.3)
+    cal = calib.prior(ctx.request.workload, [o.instance for o in ctx.request.offers],
+                      ctx.simulator.bandwidth)  # fmt: skip
+    old = [ProgressRecord(k, float(k), t_true * (1 + 0.01 * (k % 3)), BATCH, "c0")
+           for k in range(1, 51)]  # fmt: skip
+    out = recal.assess(ctx, cal, old, iterations_left=N - 50, iterations_done=50,
+                       elapsed_s=50 * t_true, spent_usd=0.0, search=False)  # fmt: skip
+    assert out.projection.t_iter_s == pytest.approx(t_true, rel=0.05)
+
+
+# --------------------------------------------------------------------------- the monitor
+def job_files(run: Path, ctx: recal.Context) -> tuple[Path, JobSpec]:
+    """A local run folder: the workers' plan and the ``JobPlan`` of the first plan."""
+    run.mkdir()
+    train = run / "plan-c0.json"
+    train.write_text(json.dumps({"iterations": N, "global_batch": BATCH, "run_dir": str(run),
+                                 "config_id": "c0"}))  # fmt: skip
+    launches = tuple(
+        Launch(g.instance.name, "on-demand", g.count, g.instance.ranks_per_vm,
+               g.batch // g.instance.ranks_per_vm)
+        for g in ctx.config.groups
+    )  # fmt: skip
+    job = JobPlan("c0", "local", "local", str(train), launches, ctx.usd_per_hour,
+                  {"t_iter_s": 0.1}, ("plan",))  # fmt: skip
+    path = run / "job-c0.json"
+    job.save(path)
+    spec = JobSpec(model="m", size="s", global_batch=BATCH, iterations=N,
+                   offers=({"type": "a.big", "quota": 4}, {"type": "b.big", "quota": 4}),
+                   time_limit_s=ctx.request.time_limit_s, objective="cost")  # fmt: skip
+    return path, spec
+
+
+@pytest.mark.parametrize("slow", [1.0, 1.3])
+def test_the_monitor_step_recalibrates_keeps_the_factors_and_calibrates_the_replan(
+    tmp_path: Path, data_dir: Path, slow: float
+) -> None:
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.monitor_step import Monitor
+    from srifty_core.runtime.progress import ProgressLog
+
+    ctx, t_true = context(slow)
+    run = tmp_path / "run"
+    path, spec = job_files(run, ctx)
+    assert recal.configuration(ctx.request, JobPlan.load(path)) == (ctx.config, ctx.rank_devices)
+    t0 = 1000.0
+    recs = records(ctx, slow, t_true, 1, 120, t0)
+    window_s = 0.6 * (recs[-1].wall_time - t0)  # the second step closes the window
+    monitor = Monitor(path, [], spec, t0, provider=LocalProvider(), window_s=window_s)
+    monitor.recal = recal.Recalibrator(monitor.job, spec, window_s=window_s, context=ctx)
+    with ProgressLog(run / "progress.jsonl") as log:
+        for half in (recs[:60], recs[60:]):
+            for r in half:
+                log.append(r)
+            out = monitor.step(now=half[-1].wall_time + 0.01)
+            if half[0].iteration == 1:
+                assert out.status == "running" and recal.read_run(run) is None
+    state = recal.read_run(run)
+    assert state is not None and state["config_id"] == "c0" and state["last_iteration"] == 120
+    cal = state["calibration"]
+    stored = calib.store_path("m")
+    if slow == 1.0:
+        assert out.status == "running" and monitor.recal.disabled is None
+        assert not stored.exists()  # kept only when the configuration ends
+        return
+    # the throughput monitor alone, on these noisy iteration times, would not have switched
+    assert out.status == "replan" and out.reason.startswith("recalibrated"), out.reason
+    d = ctx.rank_devices[0]
+    assert cal.compute[d].scale == pytest.approx(1.3, rel=0.03) and cal.compute[d].windows == 1
+    assert stored.is_file() and json.loads(stored.read_text())["compute"][d]["windows"] == 1
+    # the re-plan plans with what this job measured
+    sim, note = recal.planning_simulator(ctx.simulator, ctx.request, run)
+    assert note is not None and "measured by this job" in note
+    assert sim.calibration is not None and sim.calibration.compute_scale(d) == pytest.approx(
+        cal.compute[d].scale
+    )
+    assert sim.estimate(ctx.request.workload, ctx.config).t_iter == pytest.approx(t_true, rel=0.05)
+    # a restarted monitor resumes the state and takes no step twice
+    again = recal.Recalibrator(monitor.job, spec, window_s=window_s, context=ctx)
+    assert again.step(recs, elapsed_s=1.0, spent_usd=0.0, final=True) is None  # none twice
+    assert again.calibration.compute[d].windows == 1 and again.last_iteration == 120
+
+
+def test_the_factors_go_to_the_configurations_mlflow_run(data_dir: Path) -> None:
+    from srifty_core.runtime.job_log import _client
+
+    client, experiment = _client()
+    run_id = client.create_run(experiment).info.run_id
+    cal = calib.Calibration(
+        "m", {"A": calib.Factor(math.log(1.2), 0.02, 2, 2), "B": calib.Factor()}, {}
+    )
+    recal.log_factors(run_id, "c1", cal)
+    run = client.get_run(run_id)
+    assert run.data.metrics == {"calibration.compute.A": pytest.approx(1.2)}  # observed only
+    text = Path(client.download_artifacts(run_id, "c1/calibration.json")).read_text()
+    assert calib.Calibration.from_dict(json.loads(text)) == cal
+
+
+def test_the_breakdown_a_rank_is_compared_with_includes_host_sharing() -> None:
+    # Two local workers slow each other (the profile's shared_slowdown): what a rank
+    # measures includes that, so the breakdown must, or the compute factor would absorb
+    # the sharing and the estimate (which models it) would count it twice.
+    import dataclasses
+
+    from srifty_core.simulator.types import Workload
+    from tests.profiling.test_profile_contract import make_profile
+    from tests.simulator.test_estimator import ConstantBandwidth, local, steady
+
+    shared = dataclasses.replace(steady(make_profile()), shared_slowdown=((2, 1.3),))
+    w = Workload("m", {"cpu": shared})
+    sim = Simulator(ConstantBandwidth(1e12), overlap=0.0)
+    two = ClusterConfig((Group(local(), 2, 32),))
+    pred, _ = sim.breakdown(w, two)
+    one, _ = sim.breakdown(w, ClusterConfig((Group(local(), 1, 32),)))
+    assert pred["cpu"] == pytest.approx(1.3 * one["cpu"])
+    est = sim.estimate(w, two)
+    assert est.t_fw + est.t_bw == pytest.approx(pred["cpu"], rel=1e-6)
+
+
+def test_a_window_needs_a_few_steps_and_skips_the_warm_up(tmp_path: Path) -> None:
+    ctx, t_true = context(1.0)
+    path, spec = job_files(tmp_path / "run", ctx)
+    r = recal.Recalibrator(JobPlan.load(path), spec, window_s=1e9, context=ctx)
+    recs = records(ctx, 1.0, t_true, 1, 4, 0.0)
+    # the first step warms up; two more do not measure a window's jitter, even at the end
+    assert r.step(recs[:3], elapsed_s=1.0, spent_usd=0.0, final=True) is None
+    assert r.step(recs[:3], elapsed_s=1.0, spent_usd=0.0) is None  # nothing taken twice
+    assert r.step(recs, elapsed_s=1.0, spent_usd=0.0) is None  # the window is not full
+    out = r.step(recs, elapsed_s=1.0, spent_usd=0.0, final=True)
+    assert out is not None and out.metrics["recal_windows"] == 1.0
+    assert out.projection.iterations == N - 4
