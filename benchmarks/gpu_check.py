@@ -394,7 +394,7 @@ def train_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     from srifty_core.runtime.checkpoint import load_checkpoint
     from srifty_core.runtime.progress import read_progress
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.runtime.train_plan import TrainPlan
 
     run_dir = out / "train_run"
     plan = TrainPlan(

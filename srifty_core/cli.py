@@ -18,7 +18,7 @@ from srifty_core.errors import ConfigError, SriftyError
 
 if TYPE_CHECKING:
     from srifty_core.runtime.progress import ProgressRecord
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.runtime.train_plan import TrainPlan
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
@@ -345,7 +345,7 @@ def read_train_plan(path: Path) -> TrainPlan:
     import json
 
     from srifty_core.profiling import MODEL_NAMES, SIZES
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.runtime.train_plan import TrainPlan
 
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:

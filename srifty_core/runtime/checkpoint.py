@@ -24,8 +24,18 @@ from torch import nn
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
+from srifty_core.runtime.train_plan import CHECKPOINT_FILE
 
-CHECKPOINT_FILE = "checkpoint.pt"
+__all__ = [
+    "CHECKPOINT_FILE",
+    "Checkpoint",
+    "CheckpointError",
+    "check_resumable",
+    "checkpoint_iteration",
+    "load_checkpoint",
+    "save_checkpoint",
+    "sidecar_path",
+]
 SIDECAR_SUFFIX = ".json"
 _log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from srifty_core.runtime import run_store
 from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
 
 if TYPE_CHECKING:
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.runtime.train_plan import TrainPlan
 
 RUNNING = "running"
 FINISHED = "finished"
@@ -237,7 +237,7 @@ class JobPlan:
     @property
     def train(self) -> TrainPlan:
         """The workers' plan (imports torch)."""
-        from srifty_core.runtime.worker import TrainPlan
+        from srifty_core.runtime.train_plan import TrainPlan
 
         return TrainPlan.load(self.train_plan)
 

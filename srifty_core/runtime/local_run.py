@@ -34,7 +34,7 @@ from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.replanner import Replanner
-from srifty_core.runtime.worker import TrainPlan
+from srifty_core.runtime.train_plan import TrainPlan
 
 
 class TrainingError(SriftyError):

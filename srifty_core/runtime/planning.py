@@ -170,7 +170,7 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     from srifty_core.planner.request import Overheads
     from srifty_core.planner.search import plan
     from srifty_core.runtime.recalibration import planning_simulator
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.runtime.train_plan import TrainPlan
     from srifty_core.simulator.estimator import Simulator
 
     run_dir = _run_dir(spec, run_key)

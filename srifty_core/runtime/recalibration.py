@@ -9,7 +9,7 @@ module wires them to a configuration of a plan-and-train job:
   type of every rank (plan order: ``JobPlan.launches``);
 * ``window``: a ``calibration.Window`` from progress records (the iteration times, the
   per-rank forward + backward times per device type, the exchange's busy time that rank
-  0 gathered: ``worker.ExchangeTimer``; older records without them give the iteration
+  0 gathered: ``exchange_timer.ExchangeTimer``; older records without them give the iteration
   times alone);
 * ``assess`` (one window): update the factors, project the rest (mean and the request's
   risk quantile, the p90 by default), find the best configuration for the rest on the

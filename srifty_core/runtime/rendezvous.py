@@ -12,7 +12,7 @@ not in the plan's order, so torchrun's ``RANK`` is not the plan's rank. The plan
 ``local_batches`` are in its VM order (``planning``: launches in order, VMs within a
 launch, ranks within a VM), so each VM is told where its ranks start in that order
 (``SRIFTY_RANK_OFFSET``) and the worker takes ``offset + LOCAL_RANK`` as its rank
-(``worker.plan_rank``): a VM with 4 GPUs at offset k runs the plan's ranks k..k+3, whatever
+(``placement.plan_rank``): a VM with 4 GPUs at offset k runs the plan's ranks k..k+3, whatever
 order the VMs joined in. (``--node-rank`` would only order a static rendezvous; c10d
 ignores it.)
 
@@ -28,7 +28,7 @@ opens the workers' store on an ephemeral port, and gloo and NCCL connect on ephe
 ports too. The worker joins its process group at ``MASTER_ADDR:MASTER_PORT`` with the
 plan's rank; that works because torchrun's agent store makes every worker a client of
 that store (``TORCHELASTIC_USE_AGENT_STORE=True``, kept on by
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0`` in the start script; ``worker.plan_rank``
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0`` in the start script; ``placement.plan_rank``
 refuses a rank offset without it).
 
 Exit. torchrun ends (done, a join timeout, a crash, a lost peer): the start script writes
@@ -63,7 +63,7 @@ JOIN_TIMEOUT_S = 900
 """How long the VMs wait for each other by default (EC2 VMs boot and install minutes
 apart; ``EC2Provider`` gives its launch wait plus the install time, or ``join_timeout_s``)."""
 RANK_OFFSET_ENV = "SRIFTY_RANK_OFFSET"
-"""The plan's first rank on this VM (``worker.plan_rank``)."""
+"""The plan's first rank on this VM (``placement.plan_rank``)."""
 NODE_INDEX_ENV = "SRIFTY_NODE_INDEX"
 """This VM's index in the configuration (0 hosts the rendezvous)."""
 LAUNCH_INDEX_ENV = "SRIFTY_LAUNCH_INDEX"

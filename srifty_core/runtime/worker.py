@@ -40,7 +40,6 @@ iteration) the monitor reads.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -48,9 +47,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -61,292 +58,55 @@ from torch import Tensor, nn
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
 from srifty_core.runtime import run_store
-from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from srifty_core.runtime.checkpoint import load_checkpoint, save_checkpoint
+from srifty_core.runtime.exchange_timer import ExchangeTimer, step_timings
+from srifty_core.runtime.placement import (
+    Placement,
+    choose_device,
+    choose_precision,
+    plan_rank,
+)
 from srifty_core.runtime.progress import (
-    PROGRESS_FILE,
     STATE_FILE,
     ProgressLog,
     ProgressRecord,
     TrainState,
     write_state,
 )
-from srifty_core.runtime.rendezvous import RANK_OFFSET_ENV
+from srifty_core.runtime.train_plan import (
+    DEVICES,
+    PRECISIONS,
+    TrainPlan,
+    loss_scale,
+    split_batch,
+)
+
+__all__ = [
+    "DEVICES",
+    "EXIT_STOPPED",
+    "PRECISIONS",
+    "ExchangeTimer",
+    "Placement",
+    "TrainPlan",
+    "choose_device",
+    "choose_precision",
+    "local_batch",
+    "loss_scale",
+    "main",
+    "place",
+    "plan_rank",
+    "run_rank",
+    "run_spawned",
+    "split_batch",
+    "step_timings",
+    "train",
+    "train_single",
+    "train_step",
+]
 
 EXIT_STOPPED = 3
 """Exit code of a worker that stopped on SIGTERM after a checkpoint."""
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-DEVICES = ("auto", "cpu", "cuda")
-"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
-``cpu``, or ``cuda`` (an error without one GPU per rank)."""
-PRECISIONS = ("fp32", "fp16", "bf16")
-"""A plan's ``precision`` on GPUs (the CPU path computes in ``dtype``)."""
-
-
-@dataclass(frozen=True)
-class TrainPlan:
-    """What every worker of one configuration runs (the PLAN.json file)."""
-
-    model: str
-    size: str
-    global_batch: int
-    iterations: int
-    local_batches: tuple[int, ...]
-    run_dir: str
-    """Holds the checkpoint and the progress log (shared by every configuration of a run)."""
-    config_id: str = "c0"
-    seed: int = 0
-    lr: float = 0.01
-    momentum: float = 0.9
-    dtype: str = "float32"
-    checkpoint_every: int = 10
-    reweight: bool = True
-    """Scale each rank's loss so that every sample counts equally (turn off only to show
-    why it is needed)."""
-    threads: int = 1
-    step_sleep_s: float = 0.0
-    """Extra seconds per step (to slow a test job down so that it can be interrupted)."""
-    timeout_s: float = 60.0
-    """Collective timeout: how long a rank waits for a dead peer before failing."""
-    device: str = "auto"
-    """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``choose_device``)."""
-    precision: str = "fp32"
-    """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.local_batches, (str, bytes)) or not hasattr(
-            self.local_batches, "__iter__"
-        ):
-            raise ConfigError(f"local_batches: a list of integers, got {self.local_batches!r}")
-        batches = tuple(_whole("local_batches", b) for b in self.local_batches)
-        object.__setattr__(self, "local_batches", batches)
-        for name in ("global_batch", "iterations", "seed", "checkpoint_every", "threads"):
-            object.__setattr__(self, name, _whole(name, getattr(self, name)))
-        for name, lo, hi in (
-            ("lr", 0.0, math.inf),
-            ("momentum", 0.0, 1.0),
-            ("timeout_s", 0.0, math.inf),
-        ):
-            v = _finite(name, getattr(self, name))
-            if not lo < v < hi and not (name == "momentum" and v == 0.0):
-                raise ConfigError(f"{name}: must be in ({lo:g}, {hi:g}), got {v!r}")
-        if _finite("step_sleep_s", self.step_sleep_s) < 0:
-            raise ConfigError(f"step_sleep_s: must be >= 0, got {self.step_sleep_s!r}")
-        if self.threads < 1:
-            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
-        if not isinstance(self.reweight, bool):
-            raise ConfigError(f"reweight: must be true or false, got {self.reweight!r}")
-        if not self.local_batches or any(b < 1 for b in self.local_batches):
-            raise ConfigError("local_batches: need one batch >= 1 per rank")
-        if sum(self.local_batches) != self.global_batch:
-            raise ConfigError(
-                f"local_batches: {list(self.local_batches)} sum to "
-                f"{sum(self.local_batches)}, not the global batch {self.global_batch}"
-            )
-        if self.iterations < 1:
-            raise ConfigError("iterations: must be >= 1")
-        if self.checkpoint_every < 1:
-            raise ConfigError("checkpoint_every: must be >= 1")
-        if self.dtype not in _DTYPES:
-            raise ConfigError(f"dtype: must be one of {sorted(_DTYPES)}")
-        if self.device not in DEVICES:
-            raise ConfigError(f"device: must be one of {list(DEVICES)}, got {self.device!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(
-                f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
-            )
-        if self.precision != "fp32" and self.dtype != "float32":
-            raise ConfigError(
-                f"precision: {self.precision} mixed precision keeps float32 parameters; "
-                f"the plan's dtype is {self.dtype}"
-            )
-
-    @property
-    def world_size(self) -> int:
-        return len(self.local_batches)
-
-    @property
-    def checkpoint_path(self) -> Path | str:
-        """A ``Path``, or a URI when ``run_dir`` is one (``run_store``)."""
-        return run_store.join(self.run_dir, CHECKPOINT_FILE)
-
-    @property
-    def progress_path(self) -> Path | str:
-        return run_store.join(self.run_dir, PROGRESS_FILE)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["local_batches"] = list(self.local_batches)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainPlan:
-        return cls(**d)
-
-    def save(self, path: Path | str) -> Path | str:
-        return run_store.write_text(path, json.dumps(self.to_dict(), indent=1))
-
-    @classmethod
-    def load(cls, path: Path | str) -> TrainPlan:
-        text = run_store.read_text(path)
-        if text is None:
-            raise FileNotFoundError(f"no such plan: {path}")
-        try:
-            return cls.from_dict(json.loads(text))
-        except TypeError as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
-
-
-def _whole(name: str, v: Any) -> int:
-    """``v`` as an int when it is a whole number (not a bool, not 8.9), else a
-    ``ConfigError`` naming ``name``."""
-    if (
-        isinstance(v, bool)
-        or not isinstance(v, (int, float))
-        or (isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()))
-    ):
-        raise ConfigError(f"{name}: must be a whole number, got {v!r}")
-    return int(v)
-
-
-def _finite(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(f"{name}: must be a finite number, got {v!r}")
-    return float(v)
-
-
-def split_batch(global_batch: int, ranks: int) -> tuple[int, ...]:
-    """``global_batch`` split as evenly as possible over ``ranks`` (larger ones first)."""
-    if ranks < 1 or ranks > global_batch:
-        raise ConfigError(f"cannot split a batch of {global_batch} over {ranks} ranks")
-    q, r = divmod(global_batch, ranks)
-    return tuple(q + (1 if k < r else 0) for k in range(ranks))
-
-
-def loss_scale(local_batches: Sequence[int], rank: int) -> float:
-    """``world_size * b_rank / B_global``: the factor that makes DDP's average of the ranks'
-    mean losses the mean over every sample of the global batch."""
-    return len(local_batches) * local_batches[rank] / sum(local_batches)
-
-
-def step_timings(rows: Sequence[Sequence[float]]) -> tuple[tuple[float, ...] | None, float | None]:
-    """Rank 0's record of one step from every rank's ``(forward + backward, exchange busy)``
-    seconds: the per-rank compute times, and the exchange's busy time as the least over
-    the ranks (an early rank's includes waiting for its peers); ``None`` for what some
-    rank did not measure (NaN)."""
-    fwbw = [float(r[0]) for r in rows]
-    busy = [float(r[1]) for r in rows]
-    compute = None if not fwbw or any(math.isnan(x) for x in fwbw) else tuple(fwbw)
-    exchange = None if not busy or any(math.isnan(x) for x in busy) else min(busy)
-    return compute, exchange
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one rank runs (``choose_device``)."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    """This rank's index on its host (its GPU, on CUDA)."""
-    local_world_size: int
-    """Ranks on this host."""
-    device: str
-    """``cpu`` or ``cuda:<local rank>``."""
-    backend: str
-    """``gloo`` (CPU) or ``nccl`` (CUDA)."""
-    note: str = ""
-    """Why ``auto`` fell back to the CPU on a host with GPUs (empty otherwise)."""
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def torch_device(self) -> torch.device:
-        return torch.device(self.device)
-
-
-def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise ConfigError(f"environment variable {name} is not set")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}: a whole number, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(f"environment variable {name}: must be >= 0, got {value}")
-    return value
-
-
-def choose_device(
-    env: Mapping[str, str],
-    want: str = "auto",
-    *,
-    cuda_available: bool,
-    cuda_devices: int,
-) -> Placement:
-    """Where this rank runs, from the launcher's environment and what CUDA reports.
-
-    ``RANK`` and ``WORLD_SIZE`` are required. ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``
-    (torchrun sets both) place the rank on its host; when either is missing (a plain
-    launcher: the local provider, ``run_spawned``) every rank is on this host, so the
-    local rank is ``RANK`` and ``WORLD_SIZE`` ranks share it.
-
-    ``want`` is the plan's ``device``: ``cuda`` needs one GPU per rank on this host (else a
-    ``ConfigError``) and gives ``cuda:<local rank>`` with NCCL; ``cpu`` gives the CPU with
-    gloo; ``auto`` is ``cuda`` when CUDA is available with at least one GPU per local
-    rank, else ``cpu`` (every rank of a host decides alike, so a host never mixes
-    backends; a job whose hosts differ should say ``cpu`` or ``cuda``)."""
-    if want not in DEVICES:
-        raise ConfigError(f"device: must be one of {list(DEVICES)}, got {want!r}")
-    rank = _env_int(env, "RANK")
-    world = _env_int(env, "WORLD_SIZE")
-    if world < 1 or rank >= world:
-        raise ConfigError(f"RANK {rank} is not in a world of WORLD_SIZE {world}")
-    if env.get("LOCAL_RANK", "") != "" and env.get("LOCAL_WORLD_SIZE", "") != "":
-        local_rank = _env_int(env, "LOCAL_RANK")
-        local_world = _env_int(env, "LOCAL_WORLD_SIZE")
-    else:
-        local_rank, local_world = rank, world
-    if local_world < 1 or local_rank >= local_world or local_world > world:
-        raise ConfigError(
-            f"LOCAL_RANK {local_rank} of LOCAL_WORLD_SIZE {local_world} does not fit a "
-            f"world of {world}"
-        )
-    gpus = cuda_devices if cuda_available else 0
-    fits = gpus >= local_world
-    note = ""
-    if want == "cuda" and not fits:
-        raise ConfigError(
-            f"device: cuda needs one GPU per rank: {local_world} rank(s) on this host, "
-            f"{gpus} GPU(s) available"
-        )
-    if want == "auto" and gpus > 0 and not fits:
-        note = (
-            f"{local_world} ranks on this host but {gpus} GPU(s): running on the CPU "
-            "(one rank per GPU; set the plan's device to cuda to make this an error)"
-        )
-    if want != "cpu" and fits:
-        return Placement(rank, world, local_rank, local_world, f"cuda:{local_rank}", "nccl")
-    return Placement(rank, world, local_rank, local_world, "cpu", "gloo", note)
-
-
-def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) -> str:
-    """The precision a rank computes in: ``fp32`` on the CPU and when the plan says so;
-    on CUDA ``fp16``, or ``bf16`` when every rank's GPU supports it (else ``fp16``).
-    ``bf16_everywhere`` must be the same on every rank (``train`` agrees on it with an
-    allreduce), so that all ranks scale their gradients alike."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
-    if precision == "fp32" or device_type != "cuda":
-        return "fp32"
-    if precision == "bf16" and not bf16_everywhere:
-        return "fp16"
-    return precision
 
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -426,60 +186,6 @@ class _StopFlag:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.set = True
-
-
-class ExchangeTimer:
-    """A DDP communication hook that is DDP's own all-reduce (each bucket divided by the
-    world size, then summed over the ranks: the same arithmetic as DDP's built-in path),
-    timed: per step, when the last gradient bucket was ready (the end of this rank's
-    backward computation) and how long the exchange kept the links busy (each bucket
-    from when it was issued, or the previous one finished, to when it finished; the
-    buckets run one after the other).
-
-    On the CPU (gloo) the all-reduce's future completes when the transfer has; on CUDA
-    (NCCL) its callbacks run as the work is queued on the GPU's stream, so these times
-    would not be the GPU's: ``train`` times only CPU ranks (a CUDA rank's record has no
-    timings, and the monitor calibrates from its iteration times alone)."""
-
-    def __init__(self, world: int) -> None:
-        import threading
-
-        self.world = world
-        self._lock = threading.Lock()
-        self.start(0.0)
-
-    def start(self, t0: float) -> None:
-        """A new step whose forward pass starts at ``t0`` (``time.perf_counter``)."""
-        with self._lock:
-            self.t0 = t0
-            self.last_ready: float | None = None
-            self.busy_s = 0.0
-            self._free_at = t0
-
-    def hook(self, state: object, bucket: Any) -> torch.futures.Future[Tensor]:
-        ready = time.perf_counter()
-        with self._lock:
-            self.last_ready = ready
-        tensor = bucket.buffer().div_(self.world)
-        work = dist.all_reduce(tensor, async_op=True)
-        assert work is not None
-
-        def done(fut: torch.futures.Future[Any]) -> Tensor:
-            end = time.perf_counter()
-            with self._lock:
-                self.busy_s += max(end - max(ready, self._free_at), 0.0)
-                self._free_at = max(self._free_at, end)
-            out: Tensor = fut.value()[0]
-            return out
-
-        return work.get_future().then(done)
-
-    def compute_s(self, fallback_end: float) -> float:
-        """This step's forward + backward seconds (to ``fallback_end`` when DDP issued no
-        bucket)."""
-        with self._lock:
-            end = self.last_ready if self.last_ready is not None else fallback_end
-            return max(end - self.t0, 0.0)
 
 
 def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = None) -> int:
@@ -683,32 +389,6 @@ def run_spawned(plan: TrainPlan) -> None:
     mp.spawn(  # type: ignore[attr-defined]
         _spawned, args=(plan.to_dict(), free_port()), nprocs=plan.world_size, join=True
     )
-
-
-def plan_rank(env: Mapping[str, str]) -> int:
-    """This process's rank in the plan's order: ``RANK``, except on a VM started by
-    ``rendezvous.start_script``, where torchrun's c10d rendezvous numbers the VMs in its own
-    order and ``SRIFTY_RANK_OFFSET`` (the plan's first rank on this VM) plus ``LOCAL_RANK``
-    is the rank whose local batch this process trains."""
-    world = _env_int(env, "WORLD_SIZE")
-    if env.get(RANK_OFFSET_ENV, "") == "":
-        return _env_int(env, "RANK")
-    offset = _env_int(env, RANK_OFFSET_ENV)
-    local = _env_int(env, "LOCAL_RANK")
-    local_world = _env_int(env, "LOCAL_WORLD_SIZE")
-    if local >= local_world or offset + local_world > world:
-        raise ConfigError(
-            f"{RANK_OFFSET_ENV} {offset} with LOCAL_RANK {local} of LOCAL_WORLD_SIZE "
-            f"{local_world} does not fit a world of {world}"
-        )
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        # joining MASTER_ADDR:MASTER_PORT with a rank other than torchrun's works only as
-        # a client of the agent's store (rendezvous: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0)
-        raise ConfigError(
-            f"{RANK_OFFSET_ENV} needs torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE="
-            f"True), got {env.get('TORCHELASTIC_USE_AGENT_STORE')!r}"
-        )
-    return offset + local
 
 
 def main(argv: Sequence[str] | None = None) -> int:

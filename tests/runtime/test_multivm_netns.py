@@ -49,7 +49,7 @@ VMS = 3
 HOSTS = (9, 10, 11)
 """The VMs' last address bytes: c10d orders the VMs by address as a string, which puts the
 plan's first VM (``.9``) last, so torchrun's ``RANK`` differs from the plan's rank on every
-VM and only the rank offset (``worker.plan_rank``) gives each VM its own local batches."""
+VM and only the rank offset (``placement.plan_rank``) gives each VM its own local batches."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,174 @@
+"""A training plan (the PLAN.json file every worker of one configuration runs) and the
+arithmetic of unequal local batches. Importing it loads no torch: the DAG, the monitor and
+the planner read and write plans without it; ``runtime.worker`` runs them."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
+
+DTYPES = ("float32", "float64")
+"""A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
+DEVICES = ("auto", "cpu", "cuda")
+"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
+``cpu``, or ``cuda`` (an error without one GPU per rank)."""
+PRECISIONS = ("fp32", "fp16", "bf16")
+"""A plan's ``precision`` on GPUs (the CPU path computes in ``dtype``)."""
+CHECKPOINT_FILE = "checkpoint.pt"
+"""The checkpoint's name in a run folder (``runtime.checkpoint``)."""
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What every worker of one configuration runs (the PLAN.json file)."""
+
+    model: str
+    size: str
+    global_batch: int
+    iterations: int
+    local_batches: tuple[int, ...]
+    run_dir: str
+    """Holds the checkpoint and the progress log (shared by every configuration of a run)."""
+    config_id: str = "c0"
+    seed: int = 0
+    lr: float = 0.01
+    momentum: float = 0.9
+    dtype: str = "float32"
+    checkpoint_every: int = 10
+    reweight: bool = True
+    """Scale each rank's loss so that every sample counts equally (turn off only to show
+    why it is needed)."""
+    threads: int = 1
+    step_sleep_s: float = 0.0
+    """Extra seconds per step (to slow a test job down so that it can be interrupted)."""
+    timeout_s: float = 60.0
+    """Collective timeout: how long a rank waits for a dead peer before failing."""
+    device: str = "auto"
+    """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``choose_device``)."""
+    precision: str = "fp32"
+    """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.local_batches, (str, bytes)) or not hasattr(
+            self.local_batches, "__iter__"
+        ):
+            raise ConfigError(f"local_batches: a list of integers, got {self.local_batches!r}")
+        batches = tuple(_whole("local_batches", b) for b in self.local_batches)
+        object.__setattr__(self, "local_batches", batches)
+        for name in ("global_batch", "iterations", "seed", "checkpoint_every", "threads"):
+            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        for name, lo, hi in (
+            ("lr", 0.0, math.inf),
+            ("momentum", 0.0, 1.0),
+            ("timeout_s", 0.0, math.inf),
+        ):
+            v = _finite(name, getattr(self, name))
+            if not lo < v < hi and not (name == "momentum" and v == 0.0):
+                raise ConfigError(f"{name}: must be in ({lo:g}, {hi:g}), got {v!r}")
+        if _finite("step_sleep_s", self.step_sleep_s) < 0:
+            raise ConfigError(f"step_sleep_s: must be >= 0, got {self.step_sleep_s!r}")
+        if self.threads < 1:
+            raise ConfigError(f"threads: must be >= 1, got {self.threads}")
+        if not isinstance(self.reweight, bool):
+            raise ConfigError(f"reweight: must be true or false, got {self.reweight!r}")
+        if not self.local_batches or any(b < 1 for b in self.local_batches):
+            raise ConfigError("local_batches: need one batch >= 1 per rank")
+        if sum(self.local_batches) != self.global_batch:
+            raise ConfigError(
+                f"local_batches: {list(self.local_batches)} sum to "
+                f"{sum(self.local_batches)}, not the global batch {self.global_batch}"
+            )
+        if self.iterations < 1:
+            raise ConfigError("iterations: must be >= 1")
+        if self.checkpoint_every < 1:
+            raise ConfigError("checkpoint_every: must be >= 1")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype: must be one of {sorted(DTYPES)}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device: must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.precision != "fp32" and self.dtype != "float32":
+            raise ConfigError(
+                f"precision: {self.precision} mixed precision keeps float32 parameters; "
+                f"the plan's dtype is {self.dtype}"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return len(self.local_batches)
+
+    @property
+    def checkpoint_path(self) -> Path | str:
+        """A ``Path``, or a URI when ``run_dir`` is one (``run_store``)."""
+        return run_store.join(self.run_dir, CHECKPOINT_FILE)
+
+    @property
+    def progress_path(self) -> Path | str:
+        from srifty_core.runtime.progress import PROGRESS_FILE
+
+        return run_store.join(self.run_dir, PROGRESS_FILE)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["local_batches"] = list(self.local_batches)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainPlan:
+        return cls(**d)
+
+    def save(self, path: Path | str) -> Path | str:
+        return run_store.write_text(path, json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: Path | str) -> TrainPlan:
+        text = run_store.read_text(path)
+        if text is None:
+            raise FileNotFoundError(f"no such plan: {path}")
+        try:
+            return cls.from_dict(json.loads(text))
+        except TypeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _whole(name: str, v: Any) -> int:
+    """``v`` as an int when it is a whole number (not a bool, not 8.9), else a
+    ``ConfigError`` naming ``name``."""
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()))
+    ):
+        raise ConfigError(f"{name}: must be a whole number, got {v!r}")
+    return int(v)
+
+
+def _finite(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(f"{name}: must be a finite number, got {v!r}")
+    return float(v)
+
+
+def split_batch(global_batch: int, ranks: int) -> tuple[int, ...]:
+    """``global_batch`` split as evenly as possible over ``ranks`` (larger ones first)."""
+    if ranks < 1 or ranks > global_batch:
+        raise ConfigError(f"cannot split a batch of {global_batch} over {ranks} ranks")
+    q, r = divmod(global_batch, ranks)
+    return tuple(q + (1 if k < r else 0) for k in range(ranks))
+
+
+def loss_scale(local_batches: Sequence[int], rank: int) -> float:
+    """``world_size * b_rank / B_global``: the factor that makes DDP's average of the ranks'
+    mean losses the mean over every sample of the global batch."""
+    return len(local_batches) * local_batches[rank] / sum(local_batches)
