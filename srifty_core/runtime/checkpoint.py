@@ -79,8 +79,10 @@ def save_checkpoint(
         payload["scaler"] = scaler.state_dict()
     buf = io.BytesIO()
     torch.save(payload, buf)
-    digest = hashlib.sha256(buf.getbuffer()).hexdigest()
-    where = run_store.publish(path, lambda fh: fh.write(buf.getbuffer()))
+    data = buf.getvalue()
+    del buf  # the serialized checkpoint is held once, not twice
+    digest = hashlib.sha256(data).hexdigest()
+    where = run_store.publish(path, data)
     summary = {"iteration": iteration, "config_id": config_id, "sha256": digest}
     try:  # best effort: a summary older than its checkpoint is never trusted
         run_store.write_text(sidecar_path(path), json.dumps(summary) + "\n")

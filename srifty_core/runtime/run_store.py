@@ -150,8 +150,8 @@ def write_text(location: Location, text: str) -> Path | str:
     return str(location)
 
 
-def publish(location: Location, write: Callable[[Any], None]) -> Path | str:
-    """Write an object with ``write(binary file)`` and make it visible only once it is
+def publish(location: Location, data: bytes) -> Path | str:
+    """Write ``data`` as the object at ``location`` and make it visible only once it is
     complete (see the module's doc); returns its location."""
     local = local_path(location)
     if local is not None:
@@ -159,22 +159,18 @@ def publish(location: Location, write: Callable[[Any], None]) -> Path | str:
         tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "wb") as fh:
-                write(fh)
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, local)
         finally:
             tmp.unlink(missing_ok=True)
         return local
-    import io
-
     fs, where = filesystem(str(location))
-    buf = io.BytesIO()
-    write(buf)
     head, _, base = where.rpartition("/")
     tmp_key = f"{head}/.{base}.{uuid.uuid4().hex}.tmp"
     try:
-        fs.pipe_file(tmp_key, buf.getvalue())
+        fs.pipe_file(tmp_key, data)
         fs.copy(tmp_key, where)  # server-side: the target appears whole, once
     finally:
         with contextlib.suppress(FileNotFoundError):
