@@ -770,25 +770,42 @@ class EC2Provider(Provider):
 
     def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
         raws = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
-        out: dict[str, Interruption] = {}
-        for inst in self.describe(allocation):
-            if inst.state is InstanceState.INTERRUPTED:
-                raw = raws.get(inst.id, {})
-                reason = (raw.get("StateReason") or {}).get("Message") or raw.get(
-                    "StateTransitionReason", "taken back by EC2"
-                )
-                out[inst.id] = Interruption(inst.id, inst.ended_at or self.now(), reason)
         spot_ids = [
             r["SpotInstanceRequestId"] for r in raws.values() if r.get("SpotInstanceRequestId")
         ]
+        reqs: list[Mapping[str, Any]] = []
         if spot_ids:
-            reqs = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
-            for req in reqs.get("SpotInstanceRequests", []):
-                code = (req.get("Status") or {}).get("Code", "")
-                iid = req.get("InstanceId")
-                if iid and code in SPOT_INTERRUPTION_CODES and iid not in out:
-                    at = _utc(req["Status"].get("UpdateTime", self.now()))
-                    out[iid] = Interruption(iid, at, f"spot request status {code}")
+            found = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
+            reqs = found.get("SpotInstanceRequests", [])
+        return self.interruptions_from(allocation, raws, reqs)
+
+    def interruptions_from(
+        self,
+        allocation: Allocation,
+        raws: Mapping[str, Mapping[str, Any]],
+        spot_requests: Sequence[Mapping[str, Any]],
+    ) -> tuple[Interruption, ...]:
+        """``interruptions`` from records already read: ``describe_instances`` records by
+        instance id and ``describe_spot_instance_requests`` records (the monitor's async
+        reader, ``runtime.cloud_watch``, applies this same rule to what it read)."""
+        out: dict[str, Interruption] = {}
+        for iid in allocation.instance_ids:
+            raw = raws.get(iid)
+            if raw is None:
+                continue
+            state, ended = self._state(raw)
+            if state is InstanceState.INTERRUPTED:
+                reason = (raw.get("StateReason") or {}).get("Message") or raw.get(
+                    "StateTransitionReason", "taken back by EC2"
+                )
+                out[iid] = Interruption(iid, ended or self.now(), reason)
+        mine = set(allocation.instance_ids)
+        for req in spot_requests:
+            code = (req.get("Status") or {}).get("Code", "")
+            taken = str(req.get("InstanceId") or "")
+            if taken in mine and code in SPOT_INTERRUPTION_CODES and taken not in out:
+                at = _utc(req["Status"].get("UpdateTime", self.now()))
+                out[taken] = Interruption(taken, at, f"spot request status {code}")
         return tuple(sorted(out.values(), key=lambda x: (x.at, x.instance_id)))
 
     def run(
@@ -807,10 +824,20 @@ class EC2Provider(Provider):
         ``None`` per rank while its instance runs, -1 once it has ended. Training VMs write
         torchrun's exit code into the run folder (``rendezvous.exit_markers``), which the
         monitor reads."""
+        raws = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
+        return self.exit_codes_from(allocation, raws)
+
+    def exit_codes_from(
+        self, allocation: Allocation, raws: Mapping[str, Mapping[str, Any]]
+    ) -> dict[int, int | None]:
+        """``exit_codes`` from ``describe_instances`` records already read, by instance id."""
+        per = allocation.spec.ranks_per_instance
         out: dict[int, int | None] = {}
-        for inst in self.describe(allocation):
-            for r in inst.ranks:
-                out[r] = None if inst.state is InstanceState.RUNNING else -1
+        for k, iid in enumerate(allocation.instance_ids):
+            raw = raws.get(iid)
+            state = self._state(raw)[0] if raw else InstanceState.TERMINATED
+            for r in range(k * per, (k + 1) * per):
+                out[r] = None if state is InstanceState.RUNNING else -1
         return out
 
     def stop(self, allocation: Allocation) -> None:

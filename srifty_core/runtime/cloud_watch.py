@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from srifty_core.cloud.base import Allocation, InstanceState, Interruption, Provider
+from srifty_core.cloud.base import Allocation, Interruption, Provider
 
 if TYPE_CHECKING:
     from srifty_core.cloud.ec2 import EC2Provider
@@ -101,34 +101,8 @@ def ec2_view(
 ) -> CloudView:
     """``EC2Provider.interruptions`` and ``exit_codes`` of every allocation, from the
     ``describe_instances`` records (by instance id) and ``describe_spot_instance_requests``
-    records already read (the instance states by ``EC2Provider._state``, the same rule)."""
-    from srifty_core.cloud.ec2 import SPOT_INTERRUPTION_CODES, _utc
-
-    by_instance = {
-        str(r["InstanceId"]): r
-        for r in spot_requests
-        if r.get("InstanceId") and (r.get("Status") or {}).get("Code") in SPOT_INTERRUPTION_CODES
-    }
-    interruptions: dict[str, tuple[Interruption, ...]] = {}
-    exit_codes: dict[str, dict[int, int | None]] = {}
-    for a in allocations:
-        per = a.spec.ranks_per_instance
-        gone: dict[str, Interruption] = {}
-        codes: dict[int, int | None] = {}
-        for k, iid in enumerate(a.instance_ids):
-            raw = raws.get(iid)
-            state, ended = provider._state(raw) if raw else (InstanceState.TERMINATED, None)
-            if state is InstanceState.INTERRUPTED and raw is not None:
-                reason = (raw.get("StateReason") or {}).get("Message") or raw.get(
-                    "StateTransitionReason", "taken back by EC2"
-                )
-                gone[iid] = Interruption(iid, ended or provider.now(), reason)
-            elif iid in by_instance:
-                req = by_instance[iid]
-                at = _utc(req["Status"].get("UpdateTime", provider.now()))
-                gone[iid] = Interruption(iid, at, f"spot request status {req['Status']['Code']}")
-            for r in range(k * per, (k + 1) * per):
-                codes[r] = None if state is InstanceState.RUNNING else -1
-        interruptions[a.id] = tuple(sorted(gone.values(), key=lambda x: (x.at, x.instance_id)))
-        exit_codes[a.id] = codes
+    records already read (``EC2Provider.interruptions_from``, ``exit_codes_from``: the
+    provider's own rule)."""
+    interruptions = {a.id: provider.interruptions_from(a, raws, spot_requests) for a in allocations}
+    exit_codes = {a.id: provider.exit_codes_from(a, raws) for a in allocations}
     return CloudView(interruptions, exit_codes)
