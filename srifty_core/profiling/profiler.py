@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from srifty_core import host_allocator
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.compute import (
     DEFAULT_REFINE_TOLERANCE,
@@ -335,6 +336,7 @@ def profile_model(
     """Profile zoo model ``name`` at ``size`` on ``config.device``; see the module doc."""
     config = config or ProfilerConfig()
     device = resolve_device(config.device)
+    host_allocator.steady()  # the heap behaviour training runs with (host_allocator)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     workload = build(name, size, seed=config.seed).to(device)
@@ -562,6 +564,7 @@ def _load_worker(
 ) -> None:
     """Background training steps until ``stop`` is set (a co-located worker); while
     ``go`` (if given) is clear it idles between steps."""
+    host_allocator.steady()
     if threads:
         torch.set_num_threads(threads)
     workload = build(name, size).to(torch.device(device))

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 
 
@@ -86,6 +87,7 @@ def _worker(
 ) -> None:
     from srifty_core.profiling.zoo import build
 
+    host_allocator.steady()  # as the Srifty worker and the profiler run
     torch.set_num_threads(threads)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world

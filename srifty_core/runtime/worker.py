@@ -55,6 +55,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
 from srifty_core.runtime import run_store
@@ -196,6 +197,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         raise ConfigError(f"WORLD_SIZE is {world} but the plan has {plan.world_size} local batches")
     device = device or torch.device("cpu")
     cuda = device.type == "cuda"
+    host_allocator.steady()  # the heap behaviour the profile measured
     torch.set_num_threads(plan.threads)
     bf16_everywhere = True
     if plan.precision == "bf16":  # every rank asks, so every rank picks the same precision

@@ -1,0 +1,63 @@
+"""One heap behaviour for every process that trains or is profiled: glibc's malloc with
+fixed thresholds.
+
+A training step frees and reallocates the same large tensors every iteration (gradients
+when ``zero_grad(set_to_none=True)``, activations, DLRM's dense embedding gradients).
+glibc's malloc serves a block above ``M_MMAP_THRESHOLD`` with a fresh ``mmap`` (each page
+zero-faulted on first touch) and returns it with ``munmap`` when freed, and it *moves* that
+threshold as the process frees mmapped blocks (the "dynamic" threshold). So the same step
+costs what the process's history says: DLRM (small) on one CPU thread measured 3 ms per
+step in one process and 12 ms in another, and a profile taken after the B_max search (large
+blocks freed) differed from the training process that never ran one. ``steady()`` sets both
+thresholds once (``mallopt``, which also switches the dynamic adjustment off): blocks up to
+``MMAP_THRESHOLD_BYTES`` come from the heap and stay mapped for reuse, and the heap is
+trimmed only above ``TRIM_THRESHOLD_BYTES``. The profiler and every training worker call
+it first, so the profile measures the allocator training runs with (and CPU steps stop
+paying for page faults). The GPU's memory is the CUDA caching allocator's and is not
+affected.
+
+``SRIFTY_STEADY_MALLOC=0`` leaves the allocator as the C library starts it (a benchmark's
+"before" arm). A C library other than glibc (musl, macOS) is left alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 32 * 1024**2
+"""glibc's largest accepted mmap threshold on 64-bit hosts (``HEAP_MAX_SIZE / 2``)."""
+TRIM_THRESHOLD_BYTES = 1024**3
+"""Free memory at the heap's top kept for reuse before it is returned to the system."""
+ENV = "SRIFTY_STEADY_MALLOC"
+
+_applied: bool | None = None
+
+
+def steady() -> bool:
+    """Fix glibc's mmap and trim thresholds for this process (idempotent). Returns whether
+    they are set: False where the C library is not glibc or ``SRIFTY_STEADY_MALLOC=0``."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    _applied = bool(
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
+    return _applied
