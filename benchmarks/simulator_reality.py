@@ -152,6 +152,11 @@ def main() -> None:
             ovl = overlapped.estimate(workload, config)
             conc = concurrent.estimate(workload, config)
             base = apm.estimate(workload, config)
+            # after the exchange, as the no-comm run has it too: DDP's copy out of the
+            # buckets and the optimizer step, both ranks at once on this host
+            after = profile.ddp_passes_s(2)[1] + profile.optimizer_step_s * (
+                profile.pass_slowdown(2)
+            )
             real = statistics.median(meas.iteration_s)
             compute = statistics.median(meas.no_comm_s)
             row = {
@@ -166,6 +171,7 @@ def main() -> None:
                     "t_bw": est.t_bw,
                     "t_pe": est.t_pe,
                     "t_opt": profile.optimizer_step_s,
+                    "t_after": after,
                 },
                 "srifty_overlapped_s": ovl.t_iter,
                 "srifty_concurrent_s": conc.t_iter,
@@ -177,9 +183,9 @@ def main() -> None:
             def err(x: float, real: float = real) -> str:
                 return f"{x * 1e3:7.1f} ({100 * (x - real) / real:+5.1f}%)"
 
-            # compute as the no-comm run measures it: forward, backward (with DDP's passes
-            # into the buckets) and the optimizer step
-            predicted_compute = est.t_fw + est.t_bw + profile.optimizer_step_s
+            # compute as the no-comm run measures it: forward, backward (with DDP's work
+            # on the backward thread), DDP's copy out and the optimizer step
+            predicted_compute = est.t_fw + est.t_bw + after
             print(
                 f"{name:14s} {a:3d}+{b:<3d} measured {real * 1e3:7.1f} ms (no-comm "
                 f"{compute * 1e3:6.1f}; predicted compute {predicted_compute * 1e3:6.1f}) | "

@@ -102,6 +102,15 @@ class ComputeProfile:
     one host share its cores, caches and memory bus), measured at the schedule batch
     against the same step alone. Empty where not measured (a GPU per rank, older
     profiles): the simulator then assumes no slowdown and says so."""
+    ddp_overhead: tuple[tuple[int, float], ...] = ()
+    """``(workers, seconds)`` pairs: what DDP adds to a training step, measured (a step of
+    the model wrapped in DDP over a process group of one, the exchange replaced by a no-op
+    hook, minus the same step unwrapped, in alternating rounds): its autograd hooks, the
+    copies of the gradients into the buckets and back, its buffer broadcasts. At 1 worker
+    alone, and at k workers with k - 1 others on the device doing the same (CPU ranks on
+    one host; these passes are memory-bound and slow more than the compute does). Empty
+    where not measured (older profiles): the simulator then models the passes from
+    ``copy_bytes_per_s``."""
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -141,12 +150,37 @@ class ComputeProfile:
         the last segment (more workers on the same cores keep slowing each other)."""
         if workers <= 1 or not self.shared_slowdown:
             return 1.0
-        ks = [1.0, *(float(k) for k, _ in self.shared_slowdown)]
-        fs = [1.0, *(f for _, f in self.shared_slowdown)]
-        if workers <= ks[-1]:
-            return float(np.interp(workers, ks, fs))
-        slope = (fs[-1] - fs[-2]) / (ks[-1] - ks[-2])
-        return max(fs[-1], fs[-1] + slope * (workers - ks[-1]))
+        return _along(((1, 1.0), *self.shared_slowdown), workers)
+
+    def ddp_passes_s(self, workers: int = 1) -> tuple[float, float]:
+        """DDP's own work per step with ``workers`` sharing the device: (seconds on the
+        backward thread, seconds after the last exchange).
+
+        Measured (``ddp_overhead``): the copy back out of the buckets is the part after
+        the exchange (one copy pass, at most the whole overhead); the rest ran on the
+        backward thread, plus the scaling of each bucket by 1/world that the no-op hook of
+        the measurement skips (one copy pass). Copy passes slow by the same factor as the
+        measured overhead. Not measured: three copy passes (``ddp_copy_s``: into the
+        buckets and the scaling on the backward thread, back out after)."""
+        copy = self.ddp_copy_s()
+        if not self.ddp_overhead:
+            return 2.0 * copy, copy
+        slowdown = self.pass_slowdown(workers)
+        overhead = dict(self.ddp_overhead)[1] * slowdown
+        copy *= slowdown
+        after = min(overhead, copy)
+        return overhead - after + copy, after
+
+    def pass_slowdown(self, workers: int) -> float:
+        """Factor on the memory-bound passes (DDP's, the optimizer step) with ``workers``
+        sharing the device: the measured ``ddp_overhead`` at ``workers`` over alone, where
+        measured at both (at least 1); else ``host_slowdown``."""
+        if workers <= 1:
+            return 1.0
+        alone = dict(self.ddp_overhead).get(1, 0.0)
+        if len(self.ddp_overhead) < 2 or alone <= 0:
+            return self.host_slowdown(workers)
+        return max(1.0, _along(tuple((k, t / alone) for k, t in self.ddp_overhead), workers))
 
     def ddp_copy_s(self) -> float:
         """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
@@ -202,6 +236,7 @@ class ComputeProfile:
             "profiled_vms": self.profiled_vms,
             "probe_checks": [[b, e] for b, e in self.probe_checks],
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
+            "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
         }
 
     def to_json(self) -> str:
@@ -252,6 +287,7 @@ class ComputeProfile:
                 profiled_vms=int(d.get("profiled_vms", 1)),
                 probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
+                ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc
@@ -275,6 +311,32 @@ def _slowdown_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
         raise ConfigError(f"shared_slowdown: worker counts must be >= 2 and increasing: {ks}")
     if not all(math.isfinite(f) and f > 0 for _, f in pairs):
         raise ConfigError(f"shared_slowdown: factors must be finite and > 0: {pairs}")
+    return pairs
+
+
+def _along(points: tuple[tuple[int, float], ...], workers: int) -> float:
+    """``points`` ((workers, value), increasing) at ``workers``: linear between measured
+    counts; beyond the largest, along the last segment and no lower than its end."""
+    ks = [float(k) for k, _ in points]
+    vs = [v for _, v in points]
+    if workers <= ks[-1] or len(ks) < 2:
+        return float(np.interp(workers, ks, vs))
+    slope = (vs[-1] - vs[-2]) / (ks[-1] - ks[-2])
+    return max(vs[-1], vs[-1] + slope * (workers - ks[-1]))
+
+
+def _overhead_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
+    """``ddp_overhead`` from JSON: ``[workers, seconds]`` pairs from 1 worker up,
+    increasing, seconds finite and >= 0."""
+    try:
+        pairs = tuple((int(k), float(t)) for k, t in raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"ddp_overhead: expected [workers, seconds] pairs, got {raw!r}") from exc
+    ks = [k for k, _ in pairs]
+    if pairs and (ks[0] != 1 or ks != sorted(set(ks))):
+        raise ConfigError(f"ddp_overhead: worker counts must start at 1 and increase: {ks}")
+    if not all(math.isfinite(t) and t >= 0 for _, t in pairs):
+        raise ConfigError(f"ddp_overhead: seconds must be finite and >= 0: {pairs}")
     return pairs
 
 

@@ -20,6 +20,11 @@ def _per_step(p: ComputeProfile) -> list[str]:
             f"DDP pass over the gradients {p.ddp_copy_s() * 1e3:.2f} ms "
             f"({p.copy_bytes_per_s / 1e9:.1f} GB/s)"
         )
+    if p.ddp_overhead:
+        parts.append(
+            "DDP's own work (measured) "
+            + ", ".join(f"{t * 1e3:.2f} ms with {k} worker(s)" for k, t in p.ddp_overhead)
+        )
     if p.optimizer_step_s > 0:
         parts.append(f"optimizer step {p.optimizer_step_s * 1e3:.2f} ms")
     return [f"per step, any batch: {'; '.join(parts)}"] if parts else []
@@ -145,6 +150,7 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
                 "bw_fit_mape_pct": mape(p.bw_fit(bs), p.bw.mean_s),
                 "t_iter_at_bmax_s": float(p.t_iter(p.b_max)),
                 "ddp_copy_pass_s": p.ddp_copy_s(),
+                "ddp_overhead_s": dict(p.ddp_overhead).get(1, 0.0),
                 "optimizer_step_s": p.optimizer_step_s,
             }
         )

@@ -67,12 +67,12 @@ class Simulator:
     cores, while on a 16-core host the exchange hid behind the backward; BENCHMARKS.md).
     All ``local`` workers share one host.
 
-    DDP's own passes over the gradients are added where the profile measured its copy
-    bandwidth (``ComputeProfile.ddp_copy_s``): copying each gradient into its bucket and
-    scaling the bucket by 1/world run on the backward thread (two passes, added to
-    ``t_bw``), and copying the reduced buckets back into the gradients follows the last
-    transfer (one pass, added to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on
-    a CPU core.
+    DDP's own work per step is added where the profile measured it
+    (``ComputeProfile.ddp_passes_s``: its measured ``ddp_overhead``, or else three passes
+    at its copy bandwidth): its hooks, the copies of each gradient into its bucket and the
+    scaling of the bucket by 1/world run on the backward thread (added to ``t_bw``), and
+    copying the reduced buckets back into the gradients follows the last transfer (added
+    to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on a CPU core.
 
     The optimizer step (``ComputeProfile.optimizer_step_s``, the slowest group's) follows,
     with one worker as with many: every rank steps its optimizer once the gradients are in.
@@ -82,9 +82,10 @@ class Simulator:
     others stepping beside it (``ComputeProfile.shared_slowdown``), each worker's forward
     and backward are stretched by processor sharing in order of work (a worker with a
     small batch finishes first, and the rest then run with one fewer beside them), and
-    the passes all workers make at once (DDP's copies, the optimizer step) by the full
-    slowdown. A profile without the measurement leaves them alone and the estimate lists
-    ``shared_slowdown`` in ``missing``.
+    the passes all workers make at once (DDP's, the optimizer step: memory-bound) by
+    ``ComputeProfile.pass_slowdown``, the measured slowdown of DDP's own work where the
+    profile has it, else the full step slowdown. A profile without the measurement leaves
+    them alone and the estimate lists ``shared_slowdown`` in ``missing``.
 
     ``calibration`` (``simulator.calibration.Calibration``, what a running job measured of
     itself) scales every compute term of a device type by its compute factor and divides
@@ -131,7 +132,7 @@ class Simulator:
         self._sigma_cache: dict[str, float] = {}
         self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
         self._compute_cache: dict[
-            tuple[int, int], tuple[Any, float, float, float, float, float, float, float, int]
+            tuple[int, int], tuple[Any, float, float, float, float, float, float, float, float, int]
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._zbar_cache: dict[tuple[int, int], tuple[float, float]] = {}
@@ -339,7 +340,7 @@ class Simulator:
         for i, n in zip(local, ranks, strict=True):
             out[i] = max(factors[at : at + n])
             at += n
-        return out, slowdown(workers), False
+        return out, profiles[local[0]].pass_slowdown(workers), False
 
     def _vm_spreads(self, workload: Workload) -> dict[str, float]:
         """Per device type, the predictive spread of a VM's speed (``vm_cv`` of its
@@ -359,20 +360,23 @@ class Simulator:
         return hit[1]
 
     def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
-        """(mean fw, std fw, mean bw, std bw, DDP's copy pass, optimizer step, VM-to-VM
-        spread) at ``batch``, cached per profile and batch."""
+        """(mean fw, std fw, mean bw, std bw, DDP's work on the backward thread and after
+        the exchange, optimizer step, VM-to-VM spread, VMs profiled) at ``batch``, cached
+        per profile and batch."""
         p = workload.profile(device_type)
         key = (id(p), batch)
         hit = self._compute_cache.get(key)
         if hit is None or hit[0] is not p:  # the profile is kept in the entry: ids stay valid
             k = 1.0 if self.calibration is None else self.calibration.compute_scale(device_type)
+            ddp_bw, ddp_after = p.ddp_passes_s()
             hit = (
                 p,
                 float(p.t_fw(batch)) * k,
                 float(p.std_fw(batch)) * k,
                 float(p.t_bw(batch)) * k,
                 float(p.std_bw(batch)) * k,
-                p.ddp_copy_s() * k,
+                ddp_bw * k,
+                ddp_after * k,
                 p.optimizer_step_s * k,
                 p.vm_cv,
                 p.profiled_vms,
@@ -416,7 +420,7 @@ class Simulator:
         slow each other down by an amount known only with all of them: (0, 0)."""
         if _local(group.instance):
             return 0.0, 0.0
-        m_f, s_f, m_b, s_b, _, _, cv, _ = self._compute(
+        m_f, s_f, m_b, s_b, _, _, _, cv, _ = self._compute(
             workload, group.instance.device_type, group.batch_per_rank
         )
         if self.mean == "exact":  # the integration's own error is far below this margin
@@ -441,7 +445,7 @@ class Simulator:
         for every count from 1 to ``counts`` (two arrays), at once."""
         if _local(instance):
             return np.zeros(counts), np.zeros(counts)
-        m_f, s_f, m_b, s_b, _, _, cv, _ = self._compute(
+        m_f, s_f, m_b, s_b, _, _, _, cv, _ = self._compute(
             workload, instance.device_type, batch // instance.ranks_per_vm
         )
         if self.mean == "exact":
@@ -584,20 +588,21 @@ class Simulator:
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
         fw = bw = fw_slow = bw_slow = None
         vm_spread = False
-        copy = 0.0  # one pass of DDP over the gradients, on the slowest copier
+        ddp_bw = ddp_after = 0.0  # DDP's own work (ddp_passes_s), on the slowest
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
         terms = [self._compute(workload, g.instance.device_type, g.batch_per_rank) for g in groups]
         share, pass_share, no_share = self._host_sharing(workload, groups, terms)
         for col, g in enumerate(groups):
-            m_f, s_f, m_b, s_b, c, o, cv, _ = terms[col]
+            m_f, s_f, m_b, s_b, c_bw, c_after, o, cv, _ = terms[col]
             if share[col] != 1.0:  # local workers slowing each other on this host
                 h = share[col]
                 m_f, s_f, m_b, s_b = m_f * h, s_f * h, m_b * h, s_b * h
-                c, o = c * pass_share, o * pass_share
-            copy = max(copy, c)
+                c_bw, c_after, o = c_bw * pass_share, c_after * pass_share, o * pass_share
+            ddp_bw = max(ddp_bw, c_bw)
+            ddp_after = max(ddp_after, c_after)
             step = max(step, o)
-            no_copy = no_copy or c <= 0
+            no_copy = no_copy or c_bw <= 0
             no_step = no_step or o <= 0
             z_f, z_b = self._z(col, g.count)
             t_f, t_b = s_f, s_b
@@ -637,11 +642,11 @@ class Simulator:
         cap = overlap = 0.0
         extrapolated: tuple[str, ...] = ()
         if world > 1:
-            if copy > 0:  # into the buckets and scaled on the backward thread; back out after
-                bw = bw + 2.0 * copy
-                bw_slow = bw_slow + 2.0 * copy
-                t_bw += 2.0 * copy
-                copy_out = copy
+            if ddp_bw > 0:  # hooks, into the buckets, scaled: on the backward thread
+                bw = bw + ddp_bw
+                bw_slow = bw_slow + ddp_bw
+                t_bw += ddp_bw
+                copy_out = ddp_after  # back out of the buckets, after the exchange
             slow = max(range(j), key=lambda i: mu_bw[i])
             buckets = workload.profile(groups[slow].instance.device_type).buckets
             sizes = tuple(b.size_bytes for b in buckets)

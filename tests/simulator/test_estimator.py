@@ -554,3 +554,18 @@ def test_an_estimate_names_the_types_whose_bandwidth_was_extrapolated() -> None:
     assert (
         Simulator(ConstantBandwidth(1e8)).estimate(w, config((inst("a"), 8, 32))).extrapolated == ()
     )
+
+
+def test_a_measured_ddp_overhead_is_what_the_estimate_adds() -> None:
+    p = steady(make_profile())
+    measured = dataclasses.replace(
+        p, copy_bytes_per_s=4000 / 0.002, ddp_overhead=((1, 0.009),)
+    )  # 9 ms measured, one copy pass 2 ms
+    bw = ConstantBandwidth(1e12)
+    sim = Simulator(bw, overlap=0.0)
+    c = config((inst("a"), 2, 32))
+    plain = sim.estimate(Workload("m", {"cpu": p}), c)
+    ddp = sim.estimate(Workload("m", {"cpu": measured}), c)
+    assert ddp.t_bw == pytest.approx(plain.t_bw + 0.009)  # hooks, copy in, scaling
+    assert ddp.t_iter == pytest.approx(plain.t_iter + 0.011)  # ... and the copy out
+    assert "ddp_copy" not in ddp.missing
