@@ -68,6 +68,7 @@ from numpy.typing import ArrayLike
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.network import pooled_spreads
+from srifty_core.simulator.estimator import compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
 
 if TYPE_CHECKING:
@@ -335,9 +336,11 @@ def update(
         f = table.get(key) or Factor()
         table[key] = f.update(math.log(m.mean_s / pred), m.log_noise)
 
+    sharing = shared_workers(config.groups)
+    local = {g.instance.device_type for g in config.groups if is_local(g.instance)}
     for d, m in window.compute.items():
-        if d in predicted:
-            observe(compute, d, m, predicted[d])
+        if d in predicted:  # local ranks sharing a host: a factor of that many sharing
+            observe(compute, compute_key(d, sharing if d in local else 1), m, predicted[d])
     if window.exchange is not None:
         observe(comm, link, window.exchange, busy)
     if not window.compute and window.exchange is None and window.iteration is not None:
@@ -346,7 +349,8 @@ def update(
             observe(comm, link, window.iteration, est.t_iter)
         else:
             slow = max(predicted, key=lambda d: predicted[d])
-            observe(compute, slow, window.iteration, est.t_iter)
+            key = compute_key(slow, sharing if slow in local else 1)
+            observe(compute, key, window.iteration, est.t_iter)
     return Calibration(calibration.model, compute, comm)
 
 

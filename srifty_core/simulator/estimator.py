@@ -132,7 +132,8 @@ class Simulator:
         self._sigma_cache: dict[str, float] = {}
         self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
         self._compute_cache: dict[
-            tuple[int, int], tuple[Any, float, float, float, float, float, float, float, float, int]
+            tuple[int, int, int],
+            tuple[Any, float, float, float, float, float, float, float, float, int],
         ] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._zbar_cache: dict[tuple[int, int], tuple[float, float]] = {}
@@ -302,10 +303,10 @@ class Simulator:
         cpu = [g.instance for g in groups if g.instance.device_type == "cpu"]
         if not cpu:  # GPUs: the method's overlap
             return 1.0
-        local_ranks = sum(g.count * g.instance.ranks_per_vm for g in groups if _local(g.instance))
+        local_ranks = sum(g.count * g.instance.ranks_per_vm for g in groups if is_local(g.instance))
         for inst in cpu:
             threads = max(1, workload.profile(inst.device_type).threads)
-            ranks = local_ranks if _local(inst) else inst.ranks_per_vm
+            ranks = local_ranks if is_local(inst) else inst.ranks_per_vm
             if int(inst.features.get("vcpus") or 0) < ranks * (threads + 1):
                 return 0.0  # no core left for gloo: the exchange waits for the backward pass
         return 1.0
@@ -324,8 +325,8 @@ class Simulator:
         sharing follows ``compute.shared_host_factors`` with the profile's measured
         ``host_slowdown``. Cloud VMs do not share: factors 1."""
         ones = [1.0] * len(groups)
-        local = [i for i, g in enumerate(groups) if _local(g.instance)]
-        workers = sum(groups[i].count * groups[i].instance.ranks_per_vm for i in local)
+        local = [i for i, g in enumerate(groups) if is_local(g.instance)]
+        workers = shared_workers(groups)
         if workers <= 1:
             return ones, 1.0, False
         profiles = {i: workload.profile(groups[i].instance.device_type) for i in local}
@@ -359,15 +360,22 @@ class Simulator:
             self._spread_cache[key] = hit
         return hit[1]
 
-    def _compute(self, workload: Workload, device_type: str, batch: int) -> tuple[float, ...]:
+    def _compute(
+        self, workload: Workload, device_type: str, batch: int, sharing: int = 1
+    ) -> tuple[float, ...]:
         """(mean fw, std fw, mean bw, std bw, DDP's work on the backward thread and after
-        the exchange, optimizer step, VM-to-VM spread, VMs profiled) at ``batch``, cached
-        per profile and batch."""
+        the exchange, optimizer step, VM-to-VM spread, VMs profiled) at ``batch``, with
+        ``sharing`` workers on its host (which compute factor of a calibration applies),
+        cached per profile, batch and sharing."""
         p = workload.profile(device_type)
-        key = (id(p), batch)
+        key = (id(p), batch, sharing)
         hit = self._compute_cache.get(key)
         if hit is None or hit[0] is not p:  # the profile is kept in the entry: ids stay valid
-            k = 1.0 if self.calibration is None else self.calibration.compute_scale(device_type)
+            k = (
+                1.0
+                if self.calibration is None
+                else self.calibration.compute_scale(compute_key(device_type, sharing))
+            )
             ddp_bw, ddp_after = p.ddp_passes_s()
             hit = (
                 p,
@@ -418,7 +426,7 @@ class Simulator:
         for the slowest VM of every group; DDP's copies only add). With ``mean="exact"``,
         its mean passes (a maximum of VMs is no faster than any of them). Local workers
         slow each other down by an amount known only with all of them: (0, 0)."""
-        if _local(group.instance):
+        if is_local(group.instance):
             return 0.0, 0.0
         m_f, s_f, m_b, s_b, _, _, _, cv, _ = self._compute(
             workload, group.instance.device_type, group.batch_per_rank
@@ -443,7 +451,7 @@ class Simulator:
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``pass_floor`` of a group of ``instance`` at ``batch`` per VM in slot ``column``
         for every count from 1 to ``counts`` (two arrays), at once."""
-        if _local(instance):
+        if is_local(instance):
             return np.zeros(counts), np.zeros(counts)
         m_f, s_f, m_b, s_b, _, _, _, cv, _ = self._compute(
             workload, instance.device_type, batch // instance.ranks_per_vm
@@ -487,7 +495,7 @@ class Simulator:
         within the cap). 0 for one rank, and for local workers (host sharing)."""
         groups = config.groups
         world = config.world_size
-        if world <= 1 or any(_local(g.instance) for g in groups):
+        if world <= 1 or any(is_local(g.instance) for g in groups):
             return 0.0
         slow = max(groups, key=lambda g: self._compute(workload, g.instance.device_type,
                                                        g.batch_per_rank)[2])  # fmt: skip
@@ -550,8 +558,15 @@ class Simulator:
         its bus bandwidth within the cap, one after the other as DDP issues them; 0 for
         one rank). ``simulator.calibration`` compares these with a window's measurements."""
         compute: dict[str, float] = {}
+        sharing = shared_workers(config.groups)
         terms = [
-            self._compute(workload, g.instance.device_type, g.batch_per_rank) for g in config.groups
+            self._compute(
+                workload,
+                g.instance.device_type,
+                g.batch_per_rank,
+                sharing if is_local(g.instance) else 1,
+            )
+            for g in config.groups
         ]
         # local workers slowing each other on this host, as ``estimate`` has it: what a
         # rank measures includes that, so the prediction it is compared with must too
@@ -591,7 +606,16 @@ class Simulator:
         ddp_bw = ddp_after = 0.0  # DDP's own work (ddp_passes_s), on the slowest
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
-        terms = [self._compute(workload, g.instance.device_type, g.batch_per_rank) for g in groups]
+        sharing = shared_workers(groups)
+        terms = [
+            self._compute(
+                workload,
+                g.instance.device_type,
+                g.batch_per_rank,
+                sharing if is_local(g.instance) else 1,
+            )
+            for g in groups
+        ]
         share, pass_share, no_share = self._host_sharing(workload, groups, terms)
         for col, g in enumerate(groups):
             m_f, s_f, m_b, s_b, c_bw, c_after, o, cv, _ = terms[col]
@@ -754,6 +778,20 @@ def _mixed_factors(bandwidth: BandwidthPredictor, sizes: tuple[int, ...]) -> NDA
     return out
 
 
-def _local(instance: SimInstance) -> bool:
+def is_local(instance: SimInstance) -> bool:
     """A ``local`` worker: all of them share this one host."""
     return instance.features.get("provider") == "local"
+
+
+def shared_workers(groups: Sequence[Group]) -> int:
+    """How many workers share this host: every rank of the ``local`` groups (0 if none)."""
+    return sum(g.count * g.instance.ranks_per_vm for g in groups if is_local(g.instance))
+
+
+def compute_key(device_type: str, sharing: int) -> str:
+    """The key of a calibration's compute factor: the device type, or, for workers that
+    share one host (local CPU ranks), the device type and how many share it. What a job
+    measures with two ranks on two cores includes their contention, and says nothing of
+    one rank alone (the demo's re-plan onto one worker was predicted 11% slow when the
+    factor of two sharing ranks was carried over)."""
+    return device_type if sharing <= 1 else f"{device_type} x{sharing} on one host"

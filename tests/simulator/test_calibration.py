@@ -175,6 +175,28 @@ def test_a_window_of_iteration_times_alone_goes_to_the_bottleneck_side() -> None
     assert cal.compute["A"].windows == 0 and all(f.windows == 0 for f in cal.comm.values())
 
 
+def test_local_workers_sharing_a_host_calibrate_a_factor_of_their_own() -> None:
+    """Two CPU ranks on one host measure their contention too: the factor they learn
+    applies to two sharing ranks, and one rank alone keeps its profile's prediction."""
+    w = Workload("m", {"cpu": steady(make_profile())})
+    local = SimInstance.local_cpu(vcpus=2)
+    base = Simulator(ConstantBandwidth(1e12), mean="exact")
+    two, one = cfg((local, 2, 32)), cfg((local, 1, 32))
+    predicted, _ = base.breakdown(w, two)
+    window = Window.from_samples(
+        np.full(50, 1.0), {"cpu": np.full((50, 2), 1.3 * predicted["cpu"])}, np.zeros(50)
+    )
+    cal = calib.update(calib.prior(w, [local], base.bandwidth), window, base, w, two)
+    key = calib.compute_key("cpu", 2)
+    assert key != "cpu" and cal.compute[key].scale > 1.2 and cal.compute[key].windows == 1
+    assert cal.compute["cpu"].windows == 0  # one rank alone: not observed
+    sim = calib.calibrated(base, cal)
+    assert sim.estimate(w, two).t_iter > 1.2 * base.estimate(w, two).t_iter
+    assert sim.estimate(w, one).t_iter == pytest.approx(base.estimate(w, one).t_iter)
+    # VMs of a cloud type do not share: the device's own factor, as before
+    assert calib.compute_key("T4", 1) == "T4"
+
+
 def test_link_class_is_the_slowest_rated_network_after_its_factor() -> None:
     c = cfg((A, 1, 32), (B, 1, 32))
     assert calib.link_class(c) == "a.big"
