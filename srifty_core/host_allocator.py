@@ -38,6 +38,25 @@ ENV = "SRIFTY_STEADY_MALLOC"
 _applied: bool | None = None
 
 
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def trim() -> None:
+    """Return the heap's free memory to the system (glibc's ``malloc_trim``), so that the
+    resident set is what the process holds: before measuring a peak against it."""
+    libc = _libc()
+    fn = getattr(libc, "malloc_trim", None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_size_t,)
+        fn(0)
+
+
 def steady() -> bool:
     """Fix glibc's mmap and trim thresholds for this process (idempotent). Returns whether
     they are set: False where the C library is not glibc or ``SRIFTY_STEADY_MALLOC=0``."""
@@ -47,12 +66,9 @@ def steady() -> bool:
     _applied = False
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:  # not Linux, or a C library without it
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

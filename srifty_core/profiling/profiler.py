@@ -139,6 +139,9 @@ class ProfilerConfig:
 
 
 DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
+SEARCH_MARGIN = 1.25
+"""CPU: a batch whose footprint, extrapolated from the batches measured, exceeds the cap
+by more than this factor is counted as not fitting without running it."""
 MEMORY_BOUND_BATCH = 1 << 24
 """Where the uncapped B_max search gives up doubling: a batch no memory in sight holds."""
 
@@ -202,16 +205,25 @@ def training_memory_bytes(workload: Workload, batch: Batch, device: torch.device
     own |= {t.untyped_storage().data_ptr() for t in batch}
     saved: dict[int, int] = {}
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    held: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> None:
         st = t.untyped_storage()
         ptr = st.data_ptr()
         if ptr not in own:
             saved[ptr] = st.nbytes()
-        return t
+        # held here, not in the graph: a node that saves its own output through a hook
+        # that returns it makes a cycle autograd never frees (about 1 GiB per call for
+        # DLRM at batch 100,000, which ran the B_max search out of host memory)
+        held.append(t)
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def unpack(_: None) -> torch.Tensor:
+        raise SriftyError("training_memory_bytes runs the forward pass only")
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         loss = workload.loss(batch)
     del loss
+    held.clear()
     return sum(saved.values()) + 3 * param_bytes + _bytes(batch)
 
 
@@ -227,6 +239,47 @@ def _fits(workload: Workload, b: int, device: torch.device, cap: int) -> tuple[b
         torch.cuda.empty_cache()
         return False, -1
     return used <= cap, used
+
+
+MEASURE_PEAK_FROM = 256 * 2**20
+"""CPU: from this estimated footprint up, a batch's real step is also run and its peak
+resident memory measured (below it, the resident set's page-level noise is too large a
+share)."""
+
+
+def step_peak_bytes(workload: Workload, batch: Batch) -> int | None:
+    """CPU, Linux: the training footprint of one real forward and backward at ``batch``,
+    measured: the peak resident set during the step (``VmHWM``, reset first through
+    ``/proc/self/clear_refs``) over the resident set before it (the heap trimmed), plus
+    what the step does not allocate but training holds (the parameters, one optimizer
+    state, the batch). It sees what the saved-tensor estimate cannot: the forward's
+    temporaries and the backward's (DLRM's step peaks at 2.3-2.6x that estimate). ``None``
+    where the kernel does not offer it."""
+    try:
+        host_allocator.trim()
+        before = _status_bytes("VmRSS")
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return None
+    workload.module.zero_grad(set_to_none=True)
+    workload.loss(batch).backward()
+    peak = _status_bytes("VmHWM")
+    workload.module.zero_grad(set_to_none=True)
+    if before is None or peak is None:
+        return None
+    return max(0, peak - before) + 2 * _bytes(trainable(workload.module)) + _bytes(batch)
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,10 +302,35 @@ def find_b_max(
     else:
         cap = config.memory_cap_bytes or DEFAULT_CPU_MEMORY_CAP
     tried: dict[int, int] = {}
+    ratio = 1.0  # CPU: measured step peak over the saved-tensor estimate, latest
+
+    def predicted(b: int) -> float | None:
+        """The footprint at ``b`` extrapolated (linear in the batch) from the two nearest
+        smaller batches tried; None before two are."""
+        below = sorted(k for k, v in tried.items() if v >= 0 and k < b)
+        if len(below) < 2:
+            return None
+        (b1, m1), (b2, m2) = ((k, tried[k]) for k in below[-2:])
+        return m2 + (m2 - m1) / (b2 - b1) * (b - b2)
 
     def fits(b: int) -> bool:
-        ok, used = _fits(workload, b, device, cap)
-        tried[b] = used
+        nonlocal ratio
+        guess = predicted(b)
+        if device.type == "cpu" and guess is not None and guess > cap * SEARCH_MARGIN:
+            # not run: a batch predicted well over the cap could exhaust the host's memory
+            # (the CPU has no out-of-memory error to catch, the kernel kills the process)
+            tried[b] = int(guess)
+            ok = False
+        else:
+            ok, used = _fits(workload, b, device, cap)
+            if device.type == "cpu" and MEASURE_PEAK_FROM <= used * ratio <= cap * SEARCH_MARGIN:
+                real = step_peak_bytes(workload, workload.make_batch(b, device))
+                if real is not None:
+                    ratio = max(1.0, real / used)
+            if device.type == "cpu" and used >= 0:
+                used = int(used * ratio)
+                ok = used <= cap
+            tried[b] = used
         if progress:
             progress("B_max search", len(tried), 0)
         return ok

@@ -6,6 +6,7 @@ import torch
 from srifty_core.errors import ConfigError
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.profiler import (
+    SEARCH_MARGIN,
     BatchDoesNotFitError,
     ProfilerConfig,
     find_b_max,
@@ -158,3 +159,63 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     assert [k for k, _ in pairs] == [1]
     assert pairs[0][1] > 5e-4
     assert not dist.is_initialized()  # its process group of one is gone
+
+
+def test_the_footprint_estimate_frees_what_the_forward_saved() -> None:
+    """A ReLU saves its own output: a saved-tensor hook that hands it back to autograd
+    makes a cycle nothing frees (the B_max search of DLRM grew by 1 GiB per try)."""
+    import weakref
+
+    from torch import nn
+
+    from srifty_core.profiling.zoo import Workload
+
+    module = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    outputs: list[weakref.ref[torch.Tensor]] = []
+    module.register_forward_hook(lambda m, i, o: outputs.append(weakref.ref(o)))
+    w = Workload(
+        "relu",
+        "tiny",
+        module,
+        {},
+        lambda b, device, gen: (torch.randn(b, 4, generator=gen),),
+        lambda m, batch: m(batch[0]).sum(),
+    )
+    assert training_memory_bytes(w, w.make_batch(8, CPU), CPU) > 0
+    assert outputs and outputs[0]() is None
+
+
+def test_b_max_search_does_not_run_a_batch_predicted_far_over_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the CPU a batch over the host's memory is not an error to catch but a killed
+    process: the search extrapolates from what it measured and skips such batches."""
+    import srifty_core.profiling.profiler as profiler
+
+    w = build("resnet18", "tiny")
+    at = {b: training_memory_bytes(w, w.make_batch(b, CPU), CPU) for b in (4, 5, 8)}
+    cap = (at[4] + at[5]) // 2
+    assert at[8] > SEARCH_MARGIN * cap  # what the doubling from 4 would reach
+    ran: list[int] = []
+    real = profiler._fits
+
+    def counting(workload, b, device, cap):  # type: ignore[no-untyped-def]
+        ran.append(b)
+        return real(workload, b, device, cap)
+
+    monkeypatch.setattr(profiler, "_fits", counting)
+    probe = find_b_max(w, CPU, ProfilerConfig(memory_cap_bytes=cap), None)
+    assert probe.b_max == 4
+    assert 8 in dict(probe.measured) and 8 not in ran  # predicted over the cap: not run
+    assert max(ran) < 8
+
+
+def test_step_peak_sees_the_temporaries_the_estimate_does_not() -> None:
+    from srifty_core.profiling.profiler import step_peak_bytes
+
+    w = build("dlrm", "small", seed=0)
+    batch = w.make_batch(32768, CPU)
+    peak = step_peak_bytes(w, batch)
+    if peak is None:
+        pytest.skip("this kernel does not report a resettable peak resident set")
+    assert peak > 1.3 * training_memory_bytes(w, batch, CPU)
