@@ -392,6 +392,19 @@ class Simulator:
             self._compute_cache[key] = hit
         return hit[1:]
 
+    def _terms(self, workload: Workload, groups: Sequence[Group]) -> list[tuple[float, ...]]:
+        """``_compute`` of each group, local workers with the number sharing their host."""
+        sharing = shared_workers(groups)
+        return [
+            self._compute(
+                workload,
+                g.instance.device_type,
+                g.batch_per_rank,
+                sharing if is_local(g.instance) else 1,
+            )
+            for g in groups
+        ]
+
     def _z(self, column: int, count: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Standard-normal maxima of ``count`` VMs per iteration for slot ``column`` (fw, bw),
         by inversion of Phi(z)^count on the common random numbers."""
@@ -558,16 +571,7 @@ class Simulator:
         its bus bandwidth within the cap, one after the other as DDP issues them; 0 for
         one rank). ``simulator.calibration`` compares these with a window's measurements."""
         compute: dict[str, float] = {}
-        sharing = shared_workers(config.groups)
-        terms = [
-            self._compute(
-                workload,
-                g.instance.device_type,
-                g.batch_per_rank,
-                sharing if is_local(g.instance) else 1,
-            )
-            for g in config.groups
-        ]
+        terms = self._terms(workload, config.groups)
         # local workers slowing each other on this host, as ``estimate`` has it: what a
         # rank measures includes that, so the prediction it is compared with must too
         share, _, _ = self._host_sharing(workload, config.groups, terms)
@@ -606,16 +610,7 @@ class Simulator:
         ddp_bw = ddp_after = 0.0  # DDP's own work (ddp_passes_s), on the slowest
         step = 0.0  # the optimizer step, on the slowest
         no_step = no_copy = False  # a profile that did not measure the term
-        sharing = shared_workers(groups)
-        terms = [
-            self._compute(
-                workload,
-                g.instance.device_type,
-                g.batch_per_rank,
-                sharing if is_local(g.instance) else 1,
-            )
-            for g in groups
-        ]
+        terms = self._terms(workload, groups)
         share, pass_share, no_share = self._host_sharing(workload, groups, terms)
         for col, g in enumerate(groups):
             m_f, s_f, m_b, s_b, c_bw, c_after, o, cv, _ = terms[col]
