@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from srifty_core.probing.config import format_size
 from srifty_core.profiling.profile import ComputeProfile
 
 EXPERIMENT = "srifty-compute-profiles"
@@ -41,7 +42,7 @@ def summary_text(p: ComputeProfile) -> str:
         f"{p.model}/{p.size} on {p.device_type} ({p.device_name}), {p.probe_mode}, "
         f"{p.fw.repeats} repeats, {p.threads} thread(s)",
         f"B_max {p.b_max} (cap {p.memory_cap_bytes / 2**20:.0f} MiB; "
-        f"{p.memory_per_sample_bytes / 2**20:.2f} MiB/sample"
+        f"{format_size(round(p.memory_per_sample_bytes))}/sample"
         f" + {p.memory_fixed_bytes / 2**20:.0f} MiB)",
         f"parameters {p.n_parameters:,} ({p.gradient_bytes / 2**20:.1f} MiB of gradients) in "
         f"{len(p.buckets)} DDP bucket(s)",

@@ -37,6 +37,7 @@ def test_plot_and_summary(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = summary_text(p)
     assert "B_max 256" in text and "2 DDP bucket(s)" in text
+    assert "1.21KB/sample" in text  # 1234.5 bytes: not "0.00 MiB"
     assert "per step" not in text  # nothing measured beyond the passes
     measured = dataclasses.replace(p, copy_bytes_per_s=4000 / 0.002, optimizer_step_s=0.0031)
     text = summary_text(measured)
