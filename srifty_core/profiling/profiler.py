@@ -301,6 +301,7 @@ def find_b_max(
         cap = config.memory_cap_bytes or int(torch.cuda.get_device_properties(device).total_memory)
     else:
         cap = config.memory_cap_bytes or DEFAULT_CPU_MEMORY_CAP
+    cpu = device.type == "cpu"
     tried: dict[int, int] = {}
     ratio = 1.0  # CPU: measured step peak over the saved-tensor estimate, latest
 
@@ -316,18 +317,18 @@ def find_b_max(
     def fits(b: int) -> bool:
         nonlocal ratio
         guess = predicted(b)
-        if device.type == "cpu" and guess is not None and guess > cap * SEARCH_MARGIN:
+        if cpu and guess is not None and guess > cap * SEARCH_MARGIN:
             # not run: a batch predicted well over the cap could exhaust the host's memory
             # (the CPU has no out-of-memory error to catch, the kernel kills the process)
             tried[b] = int(guess)
             ok = False
         else:
             ok, used = _fits(workload, b, device, cap)
-            if device.type == "cpu" and MEASURE_PEAK_FROM <= used * ratio <= cap * SEARCH_MARGIN:
+            if cpu and MEASURE_PEAK_FROM <= used * ratio <= cap * SEARCH_MARGIN:
                 real = step_peak_bytes(workload, workload.make_batch(b, device))
                 if real is not None:
                     ratio = max(1.0, real / used)
-            if device.type == "cpu" and used >= 0:
+            if cpu and used >= 0:
                 used = int(used * ratio)
                 ok = used <= cap
             tried[b] = used
@@ -396,6 +397,34 @@ def measure_latency(
             fw.append(t1 - t0)
             bw.append(t2 - t1)
     return fw, bw
+
+
+def step_seconds(
+    workload: Workload, batch: Batch, config: ProfilerConfig, sync: Callable[[], None]
+) -> list[float]:
+    """Forward-plus-backward seconds of ``config.repeats`` steps (``measure_latency``)."""
+    fw, bw = measure_latency(
+        workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
+    )
+    return [f + b for f, b in zip(fw, bw, strict=True)]
+
+
+def _ddp_of_one(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``module`` in DDP over a process group of this process alone (an in-memory store;
+    gloo on the CPU, NCCL on CUDA), its exchange a no-op hook: DDP's own work, no
+    communication. The caller destroys the process group."""
+    import torch.distributed as dist
+
+    from srifty_core.runtime.measure import skip_allreduce
+
+    cuda = device.type == "cuda"
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=0, world_size=1)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        module, device_ids=[device.index] if cuda else None
+    )
+    ddp.register_comm_hook(None, skip_allreduce)
+    return ddp
 
 
 def _stats(batch_sizes: list[int], samples: list[list[float]], repeats: int) -> PassStats:
@@ -569,13 +598,6 @@ def shared_slowdown(
     import multiprocessing as mp
 
     data = workload.make_batch(batch, device, seed=config.seed)
-
-    def steps() -> list[float]:
-        fw, bw = measure_latency(
-            workload, data, repeats=config.repeats, warmup=config.warmup, sync=sync
-        )
-        return [f + b for f, b in zip(fw, bw, strict=True)]
-
     out = []
     for k in range(2, config.share_host + 1):
         go = mp.get_context("spawn").Event()
@@ -584,9 +606,9 @@ def shared_slowdown(
         with _colocated_load(name, size, batch, config, device, others=k - 1, go=go):
             for _ in range(SHARE_ROUNDS):
                 go.clear()
-                alone += steps()
+                alone += step_seconds(workload, data, config, sync)
                 go.set()
-                shared += steps()
+                shared += step_seconds(workload, data, config, sync)
         out.append((k, max(1.0, statistics.median(shared) / statistics.median(alone))))
     return tuple(out)
 
@@ -617,29 +639,14 @@ def ddp_overhead(
     step over ``SHARE_ROUNDS`` alternating rounds, at least 0. Empty where a process group
     already exists in this process (a profile taken inside a training job)."""
     import torch.distributed as dist
-    from torch import nn
-
-    from srifty_core.runtime.measure import skip_allreduce
 
     if not dist.is_available() or dist.is_initialized():
         return ()
     cuda = device.type == "cuda"
-    store = dist.HashStore()  # type: ignore[attr-defined]
-    dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=0, world_size=1)
     try:
-        module = nn.parallel.DistributedDataParallel(
-            copy.deepcopy(workload.module), device_ids=[device.index] if cuda else None
-        )
-        module.register_comm_hook(None, skip_allreduce)
+        module = _ddp_of_one(copy.deepcopy(workload.module), device)
         wrapped = dataclasses.replace(workload, module=module)
         data = workload.make_batch(batch, device, seed=config.seed)
-
-        def steps(w: Workload) -> list[float]:
-            fw, bw = measure_latency(
-                w, data, repeats=config.repeats, warmup=config.warmup, sync=sync
-            )
-            return [f + b for f, b in zip(fw, bw, strict=True)]
-
         out = []
         base = config.colocated - 1
         for k in range(1, (1 if cuda else config.share_host) + 1):
@@ -647,13 +654,14 @@ def ddp_overhead(
             ddp: list[float] = []
             with _colocated_load(name, size, batch, config, device, others=base + k - 1, ddp=True):
                 for _ in range(SHARE_ROUNDS):
-                    plain += steps(workload)
-                    ddp += steps(wrapped)
+                    plain += step_seconds(workload, data, config, sync)
+                    ddp += step_seconds(wrapped, data, config, sync)
             out.append((k, max(0.0, statistics.median(ddp) - statistics.median(plain))))
         del module, wrapped
         return tuple(out)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def copy_bandwidth(

@@ -338,9 +338,13 @@ def update(
 
     sharing = shared_workers(config.groups)
     local = {g.instance.device_type for g in config.groups if is_local(g.instance)}
+
+    def key(device_type: str) -> str:  # local ranks sharing a host: a factor of their own
+        return compute_key(device_type, sharing if device_type in local else 1)
+
     for d, m in window.compute.items():
-        if d in predicted:  # local ranks sharing a host: a factor of that many sharing
-            observe(compute, compute_key(d, sharing if d in local else 1), m, predicted[d])
+        if d in predicted:
+            observe(compute, key(d), m, predicted[d])
     if window.exchange is not None:
         observe(comm, link, window.exchange, busy)
     if not window.compute and window.exchange is None and window.iteration is not None:
@@ -349,8 +353,7 @@ def update(
             observe(comm, link, window.iteration, est.t_iter)
         else:
             slow = max(predicted, key=lambda d: predicted[d])
-            key = compute_key(slow, sharing if slow in local else 1)
-            observe(compute, key, window.iteration, est.t_iter)
+            observe(compute, key(slow), window.iteration, est.t_iter)
     return Calibration(calibration.model, compute, comm)
 
 

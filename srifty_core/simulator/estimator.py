@@ -303,7 +303,7 @@ class Simulator:
         cpu = [g.instance for g in groups if g.instance.device_type == "cpu"]
         if not cpu:  # GPUs: the method's overlap
             return 1.0
-        local_ranks = sum(g.count * g.instance.ranks_per_vm for g in groups if is_local(g.instance))
+        local_ranks = shared_workers(groups)
         for inst in cpu:
             threads = max(1, workload.profile(inst.device_type).threads)
             ranks = local_ranks if is_local(inst) else inst.ranks_per_vm
