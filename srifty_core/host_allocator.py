@@ -27,6 +27,8 @@ import ctypes.util
 import os
 import sys
 
+from srifty_core.errors import ConfigError
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 * 1024**2
@@ -34,6 +36,8 @@ MMAP_THRESHOLD_BYTES = 32 * 1024**2
 TRIM_THRESHOLD_BYTES = 1024**3
 """Free memory at the heap's top kept for reuse before it is returned to the system."""
 ENV = "SRIFTY_STEADY_MALLOC"
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
 
 _applied: bool | None = None
 
@@ -63,8 +67,11 @@ def steady() -> bool:
     global _applied
     if _applied is not None:
         return _applied
+    value = os.environ.get(ENV, "1").strip().lower()
+    if value not in ON + OFF:
+        raise ConfigError(f"{ENV}={os.environ[ENV]!r}: use 1 (the default) or 0")
     _applied = False
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if value in OFF:
         return False
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None)

@@ -91,3 +91,15 @@ def test_steady_is_idempotent_and_reports_the_same() -> None:
     from srifty_core import host_allocator
 
     assert host_allocator.steady() == host_allocator.steady()
+
+
+def test_a_setting_that_is_neither_on_nor_off_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from srifty_core import host_allocator
+    from srifty_core.errors import ConfigError
+
+    monkeypatch.setattr(host_allocator, "_applied", None)
+    monkeypatch.setenv("SRIFTY_STEADY_MALLOC", "maybe")
+    with pytest.raises(ConfigError, match="SRIFTY_STEADY_MALLOC='maybe'"):
+        host_allocator.steady()
