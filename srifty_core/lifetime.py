@@ -26,11 +26,11 @@ def caller_env() -> dict[str, str]:
     return {ENV_VAR: str(os.getpid())}
 
 
-def die_with_caller() -> bool:
-    """In a worker: SIGTERM when the caller named in the environment dies (Linux only).
-    True when armed. A worker whose caller is already gone (reparented before this ran)
-    exits at once."""
-    want = os.environ.get(ENV_VAR)
+def die_with_caller(caller: int | None = None) -> bool:
+    """In a worker: SIGTERM when the caller dies (Linux only): the process ``caller``
+    names, else the one named in the environment. True when armed. A worker whose caller
+    is already gone (reparented before this ran) exits at once."""
+    want = str(caller) if caller is not None else os.environ.get(ENV_VAR)
     if not want or not sys.platform.startswith("linux"):
         return False
     try:

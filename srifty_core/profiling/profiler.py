@@ -33,6 +33,7 @@ import torch
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.lifetime import die_with_caller
 from srifty_core.predictors.compute import (
     DEFAULT_REFINE_TOLERANCE,
     PiecewiseLinear,
@@ -715,23 +716,20 @@ def _load_worker(
     stop: Any,
     go: Any = None,
     ddp: bool = False,
+    caller: int | None = None,
 ) -> None:
     """Background training steps until ``stop`` is set (a co-located worker); while
     ``go`` (if given) is clear it idles between steps. ``ddp``: the model wrapped in DDP
-    over a process group of this worker alone, the exchange a no-op (DDP's own passes)."""
+    over a process group of this worker alone, the exchange a no-op (DDP's own passes).
+    It ends with ``caller`` (the profiler) if that is killed before it can set ``stop``:
+    an orphan would keep stepping and slow every measurement after it."""
+    die_with_caller(caller)
     host_allocator.steady()
     if threads:
         torch.set_num_threads(threads)
     workload = build(name, size).to(torch.device(device))
     if ddp:
-        import torch.distributed as dist
-
-        from srifty_core.runtime.measure import skip_allreduce
-
-        store = dist.HashStore()  # type: ignore[attr-defined]
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-        workload.module = torch.nn.parallel.DistributedDataParallel(workload.module)
-        workload.module.register_comm_hook(None, skip_allreduce)
+        workload.module = _ddp_of_one(workload.module, torch.device(device))
     data = workload.make_batch(batch, torch.device(device), seed=1)
     workload.module.train()
     first = True
@@ -772,7 +770,18 @@ def _colocated_load(
         ready = ctx.Event()
         p = ctx.Process(
             target=_load_worker,
-            args=(name, size, batch, config.threads or 0, str(device), ready, stop, go, ddp),
+            args=(
+                name,
+                size,
+                batch,
+                config.threads or 0,
+                str(device),
+                ready,
+                stop,
+                go,
+                ddp,
+                os.getpid(),
+            ),
             daemon=True,
         )
         p.start()

@@ -219,3 +219,37 @@ def test_step_peak_sees_the_temporaries_the_estimate_does_not() -> None:
     if peak is None:
         pytest.skip("this kernel does not report a resettable peak resident set")
     assert peak > 1.3 * training_memory_bytes(w, batch, CPU)
+
+
+def test_a_load_worker_ends_with_a_killed_profiler() -> None:
+    """A profiler killed mid-measurement cannot set ``stop``: its background worker must
+    not keep stepping (and slowing every later measurement on the host)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import multiprocessing as mp, time, torch\n"
+        "from srifty_core.profiling.profiler import ProfilerConfig, _colocated_load\n"
+        "config = ProfilerConfig(threads=1)\n"
+        "with _colocated_load('dlrm', 'tiny', 4, config, torch.device('cpu'), others=1):\n"
+        "    print(*(p.pid for p in mp.active_children()), flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline().split()[0])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the load worker outlived the profiler")
