@@ -38,7 +38,9 @@ class ProgressRecord:
     wall_time: float
     """Unix time when the step finished."""
     step_s: float
-    """How long the step took (forward, backward, allreduce, optimizer)."""
+    """How long the step took: from the end of the step before (when the ranks last met)
+    to the end of this one, so forward, backward, allreduce, optimizer and the job's own
+    bookkeeping (rank 0's log and checkpoint writes)."""
     samples: int
     """Samples processed in this step (the global batch)."""
     config_id: str

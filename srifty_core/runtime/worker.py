@@ -189,6 +189,13 @@ class _StopFlag:
         self.set = True
 
 
+def _barrier(device: torch.device) -> None:
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
+
+
 def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = None) -> int:
     """Run the plan's remaining iterations on this rank of an initialised process group,
     on ``device`` (default: the CPU). Returns 0 when the plan finished, ``EXIT_STOPPED``
@@ -244,8 +251,12 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
     saved = start
     remote_state, state_written = run_store.is_remote(plan.run_dir), -math.inf
     try:
+        # A step is the time between two of the ranks' common points (the all-gather that
+        # ends each step): every rank's compute and exchange lie inside it, and rank 0's
+        # log and checkpoint writes count where the job pays for them.
+        _barrier(device)
+        t_prev = time.perf_counter()
         for i in range(start, plan.iterations):
-            t0 = time.perf_counter()
             batch = local_batch(workload, plan, i, rank, device)
             if timer is not None:
                 timer.start(time.perf_counter())
@@ -262,6 +273,8 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             rows = [torch.empty_like(mine) for _ in range(world)]
             dist.all_gather(rows, mine)
             gathered = torch.stack(rows).cpu()
+            t_now = time.perf_counter()
+            step_s, t_prev = t_now - t_prev, t_now
             done = i + 1
             stopping = bool(gathered[:, 0].max().item() > 0)
             if log is not None:
@@ -270,7 +283,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                     ProgressRecord(
                         done,
                         time.time(),
-                        time.perf_counter() - t0,
+                        step_s,
                         plan.global_batch,
                         plan.config_id,
                         compute_s,
@@ -304,10 +317,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             if stopping:
                 code = EXIT_STOPPED
                 break
-        if cuda:
-            dist.barrier(device_ids=[device.index])
-        else:
-            dist.barrier()
+        _barrier(device)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if log is not None:
