@@ -141,7 +141,13 @@ def main() -> None:
             profiles.save(profile)
         workload = Workload(name, {"cpu": profile})
         runs = measure_ddp_cases(
-            name, "small", batches, iterations=args.iterations, warmup=3, threads=args.threads
+            name,
+            "small",
+            batches,
+            iterations=args.iterations,
+            warmup=3,
+            threads=args.threads,
+            alone=True,
         )
         for (a, b), meas in zip(batches, runs, strict=True):
             if a == b:
@@ -159,12 +165,20 @@ def main() -> None:
             )
             real = statistics.median(meas.iteration_s)
             compute = statistics.median(meas.no_comm_s)
+            alone = statistics.median(meas.alone_s)
             row = {
                 "model": name,
                 "batches": [a, b],
                 "measured_s": real,
                 "measured_p90_s": sorted(meas.iteration_s)[int(0.9 * (len(meas.iteration_s) - 1))],
                 "measured_no_comm_s": compute,
+                # the exchange: exposed in the iteration, its buckets' allreduce by
+                # themselves in the same processes, and what the simulator predicts
+                "exchange": {
+                    "measured_exposed_s": real - compute,
+                    "measured_alone_s": alone,
+                    "predicted_s": est.t_pe - est.t_bw,
+                },
                 "srifty_s": est.t_iter,
                 "srifty_parts": {
                     "t_fw": est.t_fw,
@@ -188,7 +202,9 @@ def main() -> None:
             predicted_compute = est.t_fw + est.t_bw + after
             print(
                 f"{name:14s} {a:3d}+{b:<3d} measured {real * 1e3:7.1f} ms (no-comm "
-                f"{compute * 1e3:6.1f}; predicted compute {predicted_compute * 1e3:6.1f}) | "
+                f"{compute * 1e3:6.1f}; predicted compute {predicted_compute * 1e3:6.1f}; "
+                f"exchange exposed {(real - compute) * 1e3:5.1f}, alone {alone * 1e3:5.1f}, "
+                f"predicted {(est.t_pe - est.t_bw) * 1e3:5.1f}) | "
                 f"srifty {err(est.t_iter)} | concurrent {err(conc.t_iter)} | overlapped "
                 f"{err(ovl.t_iter)} | APM {err(base.t_iter)}",
                 flush=True,

@@ -16,6 +16,12 @@ falls on all of them alike. Blocks, not single iterations, because alternating e
 iteration keeps the caches cold: it measured ResNet-18's compute 15-35% slower than the
 same steps back to back, which is what training (the same model and batch shapes every
 step) runs like. Each block's first iteration warms up and is not counted.
+
+With ``alone`` each round also runs the exchange by itself in the same processes: the
+allreduce of buffers the size of DDP's buckets (as the no-op hook saw them), one after the
+other in DDP's order, from a barrier. Beside the other two modes it splits what the
+measured exchange costs into what the allreduce costs on these processes' idle cores and
+what running it inside DDP's backward pass adds.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class DdpMeasurement:
     """Per measured iteration, the slowest rank's time."""
     no_comm_s: tuple[float, ...] = ()
     """The same with a no-op comm hook (compute and DDP's bookkeeping); empty if not run."""
+    alone_s: tuple[float, ...] = ()
+    """DDP's buckets allreduced one after the other with nothing else running (the
+    slowest rank's time from a barrier); empty if not run."""
 
     @property
     def mean_s(self) -> float:
@@ -57,6 +66,22 @@ def skip_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads 
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
+
+
+def note_buckets(numel, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
+    """No-op DDP comm hook (``skip_allreduce``) that notes each bucket's size in elements
+    in its state, a dict by bucket index."""
+    numel[bucket.index()] = bucket.buffer().numel()
+    return skip_allreduce(None, bucket)
+
+
+def _exchange_alone(buffers: list[torch.Tensor]) -> float:
+    """DDP's buckets allreduced in its order, one at a time, from a barrier."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    for buf in buffers:
+        dist.all_reduce(buf)
+    return time.perf_counter() - t0
 
 
 def _step(workload: Any, ddp: nn.Module, opt: torch.optim.Optimizer | None, batch: Any) -> float:
@@ -83,6 +108,7 @@ def _worker(
     block: int,
     threads: int,
     optimizer: bool,
+    alone: bool,
     out_dir: str,
 ) -> None:
     from srifty_core.profiling.zoo import build
@@ -94,6 +120,7 @@ def _worker(
     )
     try:
         steps = []  # per mode: (workload, DDP wrapper, optimizer); each its own model copy
+        numel: dict[int, int] = {}  # DDP's buckets (elements by index), as the hook saw them
         for communicate in modes:
             workload = build(name, size, seed=0)
             workload.module.train()
@@ -104,21 +131,30 @@ def _worker(
             )
             ddp = nn.parallel.DistributedDataParallel(workload.module)
             if not communicate:
-                ddp.register_comm_hook(None, skip_allreduce)
+                ddp.register_comm_hook(numel, note_buckets)
             workload.module = ddp
             steps.append((workload, ddp, opt))
         batches = [steps[0][0].make_batch(c[rank], torch.device("cpu"), seed=rank) for c in cases]
-        times: list[list[list[float]]] = [[[] for _ in modes] for _ in cases]  # [case][mode]
+        n_modes = len(modes) + alone
+        times: list[list[list[float]]] = [[[] for _ in range(n_modes)] for _ in cases]
         for batch in batches:  # warm every case and mode up once
             for workload, ddp, opt in steps:
                 for _ in range(warmup):
                     _step(workload, ddp, opt, batch)
+        # DDP's buckets, in its order (index 0 is the first to be ready)
+        buffers = [torch.ones(numel[i]) for i in sorted(numel)]
+        if alone:
+            for _ in range(warmup):
+                _exchange_alone(buffers)
         while len(times[0][0]) < iterations:  # rounds of blocks
             n = min(block, iterations - len(times[0][0]))
             for c, batch in enumerate(batches):
                 for m, (workload, ddp, opt) in enumerate(steps):
                     _step(workload, ddp, opt, batch)  # the block's first step is not counted
                     times[c][m].extend(_step(workload, ddp, opt, batch) for _ in range(n))
+                if alone:  # the same for every case: measured in each case's slot of the round
+                    _exchange_alone(buffers)
+                    times[c][-1].extend(_exchange_alone(buffers) for _ in range(n))
         gathered: list[list[list[list[float]]] | None] = [None] * world
         dist.all_gather_object(gathered, times)
         if rank == 0:
@@ -126,7 +162,7 @@ def _worker(
             slowest = [
                 [
                     [max(r[c][m][i] for r in ranks) for i in range(iterations)]
-                    for m in range(len(modes))
+                    for m in range(n_modes)
                 ]
                 for c in range(len(cases))
             ]
@@ -146,6 +182,7 @@ def _run(
     threads: int,
     block: int,
     optimizer: bool,
+    alone: bool = False,
 ) -> list[list[list[float]]]:
     if not cases:
         raise ConfigError("cases: need at least one set of local batches")
@@ -156,6 +193,8 @@ def _run(
         raise ConfigError(f"cases: every case needs {world} local batches, got {list(cases)}")
     if min(iterations, threads, block, *(b for c in cases for b in c)) < 1:
         raise ConfigError("iterations, threads, block and local batches must be >= 1")
+    if alone and False not in modes:
+        raise ConfigError("alone: needs the no-op hook's run (split), which finds DDP's buckets")
     import torch.multiprocessing as mp
 
     from srifty_core.cloud.local import free_port
@@ -175,6 +214,7 @@ def _run(
                 block,
                 threads,
                 optimizer,
+                alone,
                 out_dir,
             ),
             nprocs=world,
@@ -223,13 +263,22 @@ def measure_ddp_cases(
     split: bool = True,
     block: int = 5,
     optimizer: bool = True,
+    alone: bool = False,
 ) -> list[DdpMeasurement]:
     """Measure every case (local batches, one per rank) of model ``name`` in one set of
     processes, interleaved (see the module doc); with ``split`` each case also runs with
-    a no-op comm hook, into ``DdpMeasurement.no_comm_s``."""
+    a no-op comm hook, into ``DdpMeasurement.no_comm_s``, and with ``alone`` (needs
+    ``split``) DDP's buckets are allreduced by themselves, into ``alone_s``."""
     modes = [True, False] if split else [True]
-    times = _run(name, size, cases, modes, iterations, warmup, threads, block, optimizer)
+    times = _run(name, size, cases, modes, iterations, warmup, threads, block, optimizer, alone)
     return [
-        DdpMeasurement(name, size, tuple(c), tuple(t[0]), tuple(t[1]) if split else ())
+        DdpMeasurement(
+            name,
+            size,
+            tuple(c),
+            tuple(t[0]),
+            tuple(t[1]) if split else (),
+            tuple(t[2]) if alone else (),
+        )
         for c, t in zip(cases, times, strict=True)
     ]

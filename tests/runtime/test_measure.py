@@ -14,12 +14,14 @@ from srifty_core.runtime.measure import measure_ddp, measure_ddp_cases
 def test_interleaved_cases_split_compute_from_the_exchange() -> None:
     # DLRM "small" has 32 MB of gradients and little compute at these batches: the real
     # allreduce costs tens of milliseconds that the no-op hook does not
-    runs = measure_ddp_cases("dlrm", "small", [(4, 4), (2, 8)], iterations=5, warmup=1)
+    runs = measure_ddp_cases("dlrm", "small", [(4, 4), (2, 8)], iterations=5, warmup=1, alone=True)
     assert [r.local_batches for r in runs] == [(4, 4), (2, 8)]
     for r in runs:
-        assert len(r.iteration_s) == len(r.no_comm_s) == 5
+        assert len(r.iteration_s) == len(r.no_comm_s) == len(r.alone_s) == 5
         assert all(t > 0 for t in r.iteration_s + r.no_comm_s)
         assert statistics.median(r.iteration_s) > statistics.median(r.no_comm_s) + 0.003
+        # the buckets' 32 MB allreduced by themselves: milliseconds, and less than a step
+        assert 0.003 < statistics.median(r.alone_s) < statistics.median(r.iteration_s)
 
 
 @pytest.mark.slow
@@ -36,5 +38,7 @@ def test_bad_cases_are_refused_before_any_process_starts() -> None:
         measure_ddp_cases("dlrm", "tiny", [(4, 4), (4, 4, 4)])
     with pytest.raises(ConfigError, match="at least one"):
         measure_ddp_cases("dlrm", "tiny", [])
+    with pytest.raises(ConfigError, match="alone: needs the no-op"):
+        measure_ddp_cases("dlrm", "tiny", [(4, 4)], split=False, alone=True)
     with pytest.raises(ConfigError, match=">= 1"):
         measure_ddp("dlrm", "tiny", (4, 0))
