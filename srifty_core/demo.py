@@ -195,6 +195,7 @@ def _print_job(run_dir: Path) -> None:
     from srifty_core.runtime.progress import PROGRESS_FILE, median_step_s, read_progress
 
     records = read_progress(run_dir / PROGRESS_FILE)
+    decisions = read_decisions(run_dir)
     for path in sorted(run_dir.glob("job-c*.json")):
         job = JobPlan.load(path)
         print(f"  plan {job.config_id}: " + job.explanation[0])
@@ -205,7 +206,15 @@ def _print_job(run_dir: Path) -> None:
             if line.startswith("calibrated"):
                 print(f"    {line}")
         mine = [r.iteration for r in records if r.config_id == job.config_id]
-        measured = median_step_s(records, job.config_id)
+        # Once the monitor has decided to re-plan, this host also runs the re-planning
+        # tasks beside the ranks still stepping (on a cloud, elsewhere): those steps are
+        # not the configuration's
+        ended = [
+            int(d["iterations_done"]) for d in decisions
+            if d.get("config_id") == job.config_id and d.get("status") == "replan"
+        ]  # fmt: skip
+        judged = [r for r in records if not ended or r.iteration <= min(ended)]
+        measured = median_step_s(judged, job.config_id)
         if measured is not None:
             pred = float(job.predicted["t_iter_s"])
             p90 = float(job.predicted.get("t_iter_p90_s") or pred)
@@ -217,12 +226,14 @@ def _print_job(run_dir: Path) -> None:
                 x.startswith("calibrated") for x in job.explanation
             ) else "predicted"  # fmt: skip
             print(
-                f"    ran iterations {mine[0]}..{mine[-1]}: measured {step * 1e3:.0f} "
+                f"    ran iterations {mine[0]}..{mine[-1]}"
+                + (f" (re-plan decided at {min(ended)})" if ended else "")
+                + f": measured {step * 1e3:.0f} "
                 f"ms/iteration ({measured * 1e3:.0f} ms with the demo's {sleep * 1e3:.0f} ms "
                 f"sleep), {kind} {pred * 1e3:.0f} ms ({100 * (pred / step - 1):+.0f}%), "
                 f"p90 {p90 * 1e3:.0f} ms"
             )
-    for d in read_decisions(run_dir):
+    for d in decisions:
         if d.get("status") != "running":
             print(f"  monitor ({d['config_id']}): {d['status']} - {d['reason']}")
     done = max((r.iteration for r in records), default=0)

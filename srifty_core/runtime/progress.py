@@ -40,7 +40,7 @@ class ProgressRecord:
     step_s: float
     """How long the step took: from the end of the step before (when the ranks last met)
     to the end of this one, so forward, backward, allreduce, optimizer and the job's own
-    bookkeeping (rank 0's log and checkpoint writes)."""
+    writes in between (``upkeep_s``)."""
     samples: int
     """Samples processed in this step (the global batch)."""
     config_id: str
@@ -52,11 +52,20 @@ class ProgressRecord:
     exchange_s: float | None = None
     """Seconds the gradient exchange kept the links busy in this step (the least over the
     ranks: a rank that was early also waited for its peers); ``None`` where not measured."""
+    upkeep_s: float | None = None
+    """Seconds of ``step_s`` that rank 0 spent on the job's own writes after the step before
+    (this log's line, a checkpoint, the state file): job time, but not the training step
+    the simulator predicts (``train_s``); ``None`` where not measured (older logs)."""
+
+    @property
+    def train_s(self) -> float:
+        """The training step: ``step_s`` less the job's own writes (``upkeep_s``)."""
+        return max(self.step_s - (self.upkeep_s or 0.0), 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a log line holds it (the optional fields only when measured)."""
         d = asdict(self)
-        for k in ("compute_s", "exchange_s"):
+        for k in ("compute_s", "exchange_s", "upkeep_s"):
             if d[k] is None:
                 del d[k]
         if self.compute_s is not None:
@@ -75,6 +84,7 @@ class ProgressRecord:
                 raise ConfigError(f"progress record: field {name!r} missing")
         compute = d.get("compute_s")
         exchange = d.get("exchange_s")
+        upkeep = d.get("upkeep_s")
         if compute is not None and not isinstance(compute, list):
             raise ConfigError(f"progress record: compute_s must be a list, got {_show(compute)}")
         if not isinstance(d["config_id"], str):
@@ -88,6 +98,7 @@ class ProgressRecord:
             config_id=d["config_id"],
             compute_s=None if compute is None else tuple(_time("compute_s", x) for x in compute),
             exchange_s=None if exchange is None else _time("exchange_s", exchange),
+            upkeep_s=None if upkeep is None else _time("upkeep_s", upkeep),
         )
 
 
@@ -210,11 +221,28 @@ def read_progress(path: Path | str) -> list[ProgressRecord]:
     return list(iter_progress(path))
 
 
+WARMUP_STEPS = 3
+"""A configuration's first steps, left out of what it measures: fresh worker processes
+fault their heap in, fill caches and initialise lazily. In the demo's runs (ResNet-18 on
+local CPU workers) steps 1-3 of each configuration took 2.2x, 1.4x and 1.1-1.2x the steady
+step, and the fourth was steady; the profiler and ``runtime.measure`` warm up likewise."""
+
+
+def steady_steps(records: Iterable[ProgressRecord], config_id: str) -> list[ProgressRecord]:
+    """The steps of configuration ``config_id`` after its ``WARMUP_STEPS``; with too few
+    for that to leave two, after its first only."""
+    mine = [r for r in records if r.config_id == config_id]
+    skip = WARMUP_STEPS if len(mine) >= WARMUP_STEPS + 2 else 1
+    return mine[skip:]
+
+
 def median_step_s(records: Iterable[ProgressRecord], config_id: str) -> float | None:
-    """The measured iteration time of configuration ``config_id``: the median step after
-    its first (which warms up); ``None`` with fewer than 3 steps."""
-    steps = [r.step_s for r in records if r.config_id == config_id]
-    return statistics.median(steps[1:]) if len(steps) > 2 else None
+    """The measured iteration time of configuration ``config_id``: the median training
+    step (``train_s``) of its ``steady_steps``; ``None`` with fewer than 3 steps."""
+    mine = [r for r in records if r.config_id == config_id]
+    if len(mine) < 3:
+        return None
+    return statistics.median(r.train_s for r in steady_steps(mine, config_id))
 
 
 @dataclass(frozen=True, slots=True)

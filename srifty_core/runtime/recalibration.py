@@ -26,9 +26,10 @@ module wires them to a configuration of a plan-and-train job:
 A window closes when its steps span the monitor's window (``window_s``), and at the
 configuration's end (a re-plan, the finish) with what it holds, so the next plan is
 calibrated by every step measured; never with fewer than ``MIN_STEPS`` steps (a window
-mean's noise is its steps' jitter, which one or two steps do not measure). The configuration's first
-step (warm-up) is left out. The job's artificial per-step sleep (``step_sleep_s``, a test
-knob the simulator does not model) is added to the projections.
+mean's noise is its steps' jitter, which one or two steps do not measure). The
+configuration's first ``progress.WARMUP_STEPS`` steps (warm-up) are left out. The job's
+artificial per-step sleep (``step_sleep_s``, a test knob the simulator does not model) is
+added to the projections.
 
 Light: no torch import.
 """
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
-from srifty_core.runtime.progress import ProgressRecord
+from srifty_core.runtime.progress import WARMUP_STEPS, ProgressRecord
 
 if TYPE_CHECKING:
     from srifty_core.planner.request import Overheads, PlanRequest
@@ -130,7 +131,7 @@ def window(records: Sequence[ProgressRecord], rank_devices: Sequence[str]) -> Wi
             compute.setdefault(d, []).append(xs)
     exchange = [r.exchange_s for r in records if r.exchange_s is not None]
     return calib.Window.from_samples(
-        [r.step_s for r in records] or None, compute or None, exchange or None
+        [r.train_s for r in records] or None, compute or None, exchange or None
     )
 
 
@@ -298,7 +299,7 @@ class Recalibrator:
         self._cal: Calibration | None = None
         self._state: dict[str, Any] | bool | None = False  # False: not read yet
         self.last_iteration = spec.resume.iterations_done if spec.resume else 0
-        self._first: int | None = None
+        self._warm = 0  # warm-up steps of this configuration seen (left out)
         self._pending: list[ProgressRecord] = []
         self.last: Assessment | None = None
         self.saved_to: Path | None = None
@@ -357,8 +358,8 @@ class Recalibrator:
             if r.iteration <= self.last_iteration:
                 continue
             self.last_iteration = r.iteration
-            if self._first is None:
-                self._first = r.iteration  # warm-up: left out
+            if self._warm < WARMUP_STEPS:
+                self._warm += 1  # warm-up: left out
                 continue
             self._pending.append(r)
         pending = self._pending

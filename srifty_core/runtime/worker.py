@@ -256,6 +256,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         # log and checkpoint writes count where the job pays for them.
         _barrier(device)
         t_prev = time.perf_counter()
+        upkeep = 0.0  # rank 0's writes since the last common point (in the next step)
         for i in range(start, plan.iterations):
             batch = local_batch(workload, plan, i, rank, device)
             if timer is not None:
@@ -278,6 +279,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             done = i + 1
             stopping = bool(gathered[:, 0].max().item() > 0)
             if log is not None:
+                t_upkeep = time.perf_counter()
                 compute_s, exchange_s = step_timings(gathered[:, 1:].tolist())
                 log.append(
                     ProgressRecord(
@@ -288,6 +290,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         plan.config_id,
                         compute_s,
                         exchange_s,
+                        upkeep,
                     )
                 )
                 if stopping or done == plan.iterations or done % plan.checkpoint_every == 0:
@@ -314,6 +317,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                     state = TrainState(done, time.time(), plan.config_id, saved, local_loss)
                     write_state(run_store.join(plan.run_dir, STATE_FILE), state)
                     state_written = now
+                upkeep = time.perf_counter() - t_upkeep
             if stopping:
                 code = EXIT_STOPPED
                 break

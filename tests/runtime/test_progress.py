@@ -60,3 +60,27 @@ def test_a_record_of_the_wrong_shape_is_an_error_naming_log_record_and_field(
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match=rf"progress.jsonl: record 2: .*{message}"):
         read_progress(path)
+
+
+def test_a_configurations_measured_step_leaves_its_warm_up_out() -> None:
+    from srifty_core.runtime.progress import WARMUP_STEPS, median_step_s, steady_steps
+
+    def rec(i: int, step: float, config: str) -> ProgressRecord:
+        return ProgressRecord(i, 1000.0 + i, step, 8, config)
+
+    # c0: three slow warm-up steps, then steady ones; c1: only three steps
+    steps = [0.40, 0.26, 0.20, 0.18, 0.18, 0.19, 0.18]
+    assert WARMUP_STEPS == 3
+    recs = [rec(i + 1, s, "c0") for i, s in enumerate(steps)]
+    recs += [rec(len(steps) + k, s, "c1") for k, s in enumerate([0.5, 0.3, 0.3], start=1)]
+    assert [r.step_s for r in steady_steps(recs, "c0")] == steps[WARMUP_STEPS:]
+    assert median_step_s(recs, "c0") == 0.18  # after the first step only: 0.185
+    assert median_step_s(recs, "c1") == 0.3  # too few to leave 3 out: the first only
+    assert median_step_s(recs[:2], "c0") is None
+    # a checkpoint written after a step counts in the next step's period, not its training
+    ckpt = ProgressRecord(8, 1008.0, 0.48, 8, "c0", upkeep_s=0.3)
+    assert ckpt.train_s == pytest.approx(0.18)
+    assert ProgressRecord.from_dict(ckpt.to_dict()) == ckpt
+    assert median_step_s([*recs[:7], ckpt], "c0") == pytest.approx(0.18)
+    with pytest.raises(ConfigError, match="upkeep_s must be a finite time"):
+        ProgressRecord.from_dict({**ckpt.to_dict(), "upkeep_s": -1})

@@ -17,7 +17,7 @@ from srifty_core.planner.request import Objective, Offer, Overheads, PlanRequest
 from srifty_core.planner.search import plan
 from srifty_core.runtime import recalibration as recal
 from srifty_core.runtime.job import JobPlan, JobSpec, Launch
-from srifty_core.runtime.progress import ProgressRecord, read_progress
+from srifty_core.runtime.progress import WARMUP_STEPS, ProgressRecord, read_progress
 from srifty_core.simulator import calibration as calib
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.types import ClusterConfig, Group
@@ -94,10 +94,16 @@ def test_worker_records_per_rank_compute_and_exchange(tmp_path: Path) -> None:
         assert r.compute_s is not None and len(r.compute_s) == 2
         assert all(0 < x < r.step_s for x in r.compute_s)
         assert r.exchange_s is not None and 0 < r.exchange_s < r.step_s
+        # rank 0's writes after the step before (its log line, the state file) lie in
+        # this step's period; the first step has none before it
+        assert r.upkeep_s is not None and 0 <= r.upkeep_s < r.step_s
+        assert r.train_s == pytest.approx(r.step_s - r.upkeep_s)
+    assert recs[0].upkeep_s == 0.0 and all(r.upkeep_s and r.upkeep_s > 0 for r in recs[1:])
     # An older log's line (no timings) still reads; a record without them writes none.
     old = {"iteration": 1, "wall_time": 1.0, "step_s": 0.1, "samples": 8, "config_id": "c0"}
     r = ProgressRecord.from_dict(old)
     assert r.compute_s is None and r.exchange_s is None and r.to_dict() == old
+    assert r.upkeep_s is None and r.train_s == r.step_s
     assert ProgressRecord.from_dict(recs[0].to_dict()) == recs[0]
 
 
@@ -261,11 +267,12 @@ def test_a_window_needs_a_few_steps_and_skips_the_warm_up(tmp_path: Path) -> Non
     ctx, t_true = context(1.0)
     path, spec = job_files(tmp_path / "run", ctx)
     r = recal.Recalibrator(JobPlan.load(path), spec, window_s=1e9, context=ctx)
-    recs = records(ctx, 1.0, t_true, 1, 4, 0.0)
-    # the first step warms up; two more do not measure a window's jitter, even at the end
-    assert r.step(recs[:3], elapsed_s=1.0, spent_usd=0.0, final=True) is None
-    assert r.step(recs[:3], elapsed_s=1.0, spent_usd=0.0) is None  # nothing taken twice
+    recs = records(ctx, 1.0, t_true, 1, WARMUP_STEPS + 3, 0.0)
+    # the first steps warm up; two more do not measure a window's jitter, even at the end
+    two = recs[: WARMUP_STEPS + 2]
+    assert r.step(two, elapsed_s=1.0, spent_usd=0.0, final=True) is None
+    assert r.step(two, elapsed_s=1.0, spent_usd=0.0) is None  # nothing taken twice
     assert r.step(recs, elapsed_s=1.0, spent_usd=0.0) is None  # the window is not full
     out = r.step(recs, elapsed_s=1.0, spent_usd=0.0, final=True)
     assert out is not None and out.metrics["recal_windows"] == 1.0
-    assert out.projection.iterations == N - 4
+    assert out.projection.iterations == N - WARMUP_STEPS - 3
