@@ -115,6 +115,12 @@ def main() -> None:
     concurrent = Simulator(bandwidth, iters=512, seed=0, schedule="concurrent")
     apm = ApmEstimator()
 
+    def measure(name: str, batches: list[tuple[int, int]], **how: bool) -> list[Any]:
+        return measure_ddp_cases(
+            name, "small", batches, iterations=args.iterations, warmup=3, threads=args.threads,
+            **how,
+        )  # fmt: skip
+
     rows: list[dict[str, Any]] = []
     for name, batches in cases.items():
         try:
@@ -140,15 +146,7 @@ def main() -> None:
             )
             profiles.save(profile)
         workload = Workload(name, {"cpu": profile})
-        runs = measure_ddp_cases(
-            name,
-            "small",
-            batches,
-            iterations=args.iterations,
-            warmup=3,
-            threads=args.threads,
-            alone=True,
-        )
+        runs = measure(name, batches, alone=True)
         for (a, b), meas in zip(batches, runs, strict=True):
             if a == b:
                 config = ClusterConfig((Group(instance, 2, a),))
@@ -212,15 +210,7 @@ def main() -> None:
 
     print("measuring every case again (the noise floor) ...", flush=True)
     for name, batches in cases.items():
-        again = measure_ddp_cases(
-            name,
-            "small",
-            batches,
-            iterations=args.iterations,
-            warmup=3,
-            threads=args.threads,
-            split=False,
-        )
+        again = measure(name, batches, split=False)
         for r, m in zip([r for r in rows if r["model"] == name], again, strict=True):
             r["measured_again_s"] = statistics.median(m.iteration_s)
 
