@@ -123,12 +123,16 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
 
     provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
     taken: list[str] = []
+    runs = paths.data_dir(root) / "runs"
+    earlier = set(runs.glob("*"))  # an earlier demo's finished runs are not this job
 
     def watch() -> None:
         from srifty_core.cloud.local import pid_alive
 
         while not stop.is_set():
-            for log in (paths.data_dir(root) / "runs").glob(f"*/{PROGRESS_FILE}"):
+            for log in runs.glob(f"*/{PROGRESS_FILE}"):
+                if log.parent in earlier:
+                    continue
                 if len(read_progress(log)) >= PREEMPT_AT:
                     # The training job's workers: one allocation per worker, each running.
                     live = []
