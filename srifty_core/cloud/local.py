@@ -271,7 +271,12 @@ class LocalProvider(Provider):
                         )
                     procs[rank] = p
                     records.append(
-                        {"rank": rank, "pid": p.pid, "start_ticks": process_start_ticks(p.pid)}
+                        {
+                            "rank": rank,
+                            "local": local,  # this allocation's rank: which instance runs it
+                            "pid": p.pid,
+                            "start_ticks": process_start_ticks(p.pid),
+                        }
                     )
             finally:
                 # Record whatever started, even if a later rank failed to, so release finds it.
@@ -311,8 +316,10 @@ class LocalProvider(Provider):
         alloc = _alloc_from_json(state["allocation"])
         k = alloc.instance_ids.index(instance_id)
         per = alloc.spec.ranks_per_instance
-        ranks = set(range(k * per, (k + 1) * per))
-        self._stop([p for p in state["processes"] if p["rank"] in ranks], alloc.id)
+        # the instance's ranks within its allocation: a process group over several
+        # allocations numbers its global ranks across them (run_group)
+        mine = range(k * per, (k + 1) * per)
+        self._stop([p for p in state["processes"] if p.get("local", p["rank"]) in mine], alloc.id)
         state["instances"][instance_id] = InstanceState.INTERRUPTED.value
         at = self.now().isoformat()
         state.setdefault("ended_at", {})[instance_id] = at

@@ -175,6 +175,23 @@ def test_release_from_another_process_leaves_no_orphans(data_dir: Path) -> None:
     assert [i.state for i in p.describe(a)] == [InstanceState.TERMINATED] * 2
 
 
+def test_interrupt_kills_the_workers_of_a_group_over_several_allocations() -> None:
+    # one process group over two allocations (a configuration that kept one and launched
+    # one): the second allocation's worker is global rank 1 but its instance's rank 0
+    p = LocalProvider()
+    a = p.launch(LaunchRequest(LOCAL_CPU, count=1, market=Market.SPOT))
+    b = p.launch(LaunchRequest(LOCAL_CPU, count=1, market=Market.SPOT))
+    p.run_group([a, b], [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (pa,), (pb,) = p.worker_pids(a), p.worker_pids(b)
+        p.interrupt(b.instance_ids[0])
+        assert _gone(pb) and pid_alive(pa)
+        assert [i.state for i in p.describe(b)] == [InstanceState.INTERRUPTED]
+    finally:
+        p.release(a)
+        p.release(b)
+
+
 def test_interrupt_takes_one_instance_back() -> None:
     p = LocalProvider()
     a = p.launch(LaunchRequest(LOCAL_CPU, count=2, market=Market.SPOT))
