@@ -45,6 +45,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 # The job's deadline alert (plugins/): the run's queue time plus the conf's time_limit_s.
 from srifty_deadline import job_deadline_alert
@@ -177,13 +178,18 @@ def srifty_plan_and_train() -> None:
 
     @task
     def child_conf(job_path: str, allocation_ids: list[str], result: dict[str, Any]) -> Any:
-        from srifty_core.runtime.orchestrate import child_conf as build
+        from srifty_core.runtime.orchestrate import continue_or_finish
 
         ctx = get_current_context()
         try:
-            return build(dict(ctx["params"]), job_path, allocation_ids, result, ctx["run_id"])
+            conf = continue_or_finish(
+                dict(ctx["params"]), job_path, allocation_ids, result, ctx["run_id"]
+            )
         except Exception as exc:
             raise fail_fast(exc) from exc
+        if conf is None:  # the job did its last iteration before the re-plan stopped it
+            raise AirflowSkipException("the job finished; nothing to re-plan")
+        return conf
 
     @task
     def release(job_path: str, allocation_ids: list[str]) -> None:

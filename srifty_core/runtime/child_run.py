@@ -17,7 +17,7 @@ from typing import Any
 
 from srifty_core.cloud.base import InstanceState, Provider
 from srifty_core.runtime import run_store
-from srifty_core.runtime.job import JobPlan, TrainingFailed, item_key
+from srifty_core.runtime.job import JobFinished, JobPlan, TrainingFailed, item_key
 from srifty_core.runtime.replanner import Progress, Replanner
 
 
@@ -59,7 +59,10 @@ def child_conf(
         this_run,
     )
     if left.iterations < 1:
-        raise TrainingFailed("the job already finished; nothing to re-plan")
+        raise JobFinished(
+            f"the job finished its {params['iterations']} iterations before the re-plan "
+            "stopped it; nothing to continue"
+        )
     lost = dict(result.get("lost") or {})
     offers = []
     for o in params["offers"]:

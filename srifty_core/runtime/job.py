@@ -39,6 +39,11 @@ class TrainingFailed(SriftyError):
     """Workers exited without finishing and without a preemption; the message names the logs."""
 
 
+class JobFinished(SriftyError):
+    """The job did all its iterations before a re-plan could stop it: nothing to continue
+    (a preemption or a re-plan decision close to the end)."""
+
+
 class NoFeasiblePlan(SriftyError):
     """No configuration of the offers meets the limits; the message has the nearest misses."""
 

@@ -10,7 +10,8 @@ which pass only paths and ids to each other. Each step lives in a module with on
 2. ``provisioning.provision`` launches the plan's VMs (a re-plan keeps what it still wants
    of the allocations the parent handed over); ``start_training`` starts the workers.
 3. ``monitor_step.Monitor`` / ``poll``: ``running``, ``finished`` or ``replan``.
-4. ``child_run.child_conf`` stops the workers and builds the conf of the follow-up run.
+4. ``child_run.child_conf`` stops the workers and builds the conf of the follow-up run
+   (``continue_or_finish``: or, when the job did its last iteration meanwhile, finishes).
 5. ``finish`` logs the outcome and the timeline to the job's MLflow run;
    ``provisioning.release`` gives back what is not handed over (a teardown).
    ``job_failed`` and ``deadline_missed`` record a failed task and a run past the job's
@@ -36,6 +37,7 @@ from srifty_core.runtime.job import (
     FINISHED,
     REPLAN,
     RUNNING,
+    JobFinished,
     JobPlan,
     JobSpec,
     Launch,
@@ -68,6 +70,7 @@ __all__ = [
     "FINISHED",
     "REPLAN",
     "RUNNING",
+    "JobFinished",
     "JobPlan",
     "JobSpec",
     "Launch",
@@ -79,6 +82,7 @@ __all__ = [
     "TrainingFailed",
     "build_request",
     "child_conf",
+    "continue_or_finish",
     "deadline_missed",
     "finish",
     "handed_over",
@@ -94,6 +98,23 @@ __all__ = [
     "start_training",
     "worker_command",
 ]
+
+
+def continue_or_finish(
+    params: Mapping[str, Any],
+    job_path: Path | str,
+    allocation_ids: list[str],
+    result: Mapping[str, Any],
+    parent_run_id: str,
+) -> dict[str, Any] | None:
+    """After a ``replan`` decision: the conf of the run that continues the job
+    (``child_conf``), or ``None`` when the job finished before its workers were stopped,
+    which is then recorded as finished (``finish``) rather than failed."""
+    try:
+        return child_conf(params, job_path, allocation_ids, result, parent_run_id)
+    except JobFinished:
+        finish(job_path, {**result, "status": "finished"})
+        return None
 
 
 def finish(job_path: Path | str, result: Mapping[str, Any]) -> dict[str, Any]:

@@ -182,3 +182,30 @@ def test_workers_that_die_without_a_preemption_fail_the_poll(ready_to_plan: Path
             orc.poll(plan_path, alloc, spec, time.time(), provider=orc.LocalProvider())
     finally:
         orc.release(alloc, provider)
+
+
+def test_a_job_that_finished_before_its_replan_is_finished_not_failed(
+    ready_to_plan: Path,
+) -> None:
+    # a preemption (or a re-plan decision) near the end: by the time the re-plan stops
+    # the workers, the checkpoint holds the last iteration
+    import torch
+    from torch import nn
+
+    from srifty_core.runtime.checkpoint import save_checkpoint
+
+    provider = LocalProvider()
+    plan_path = orc.plan_job(orc.JobSpec.from_params(PARAMS), "run-late", track=False)
+    plan = orc.JobPlan.load(plan_path).train
+    alloc = orc.provision(plan_path, provider)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(plan.checkpoint_path, model=model, optimizer=opt, iteration=20,
+                    global_batch=16, config_id="c0")  # fmt: skip
+    result = {"status": "replan", "elapsed_s": 3.0, "spent_usd": 0.0001, "lost": {}}
+    try:
+        with pytest.raises(orc.JobFinished, match="finished its 20 iterations"):
+            orc.child_conf(PARAMS, plan_path, alloc, result, "parent-1")
+        assert orc.continue_or_finish(PARAMS, plan_path, alloc, result, "parent-1") is None
+    finally:
+        orc.release(alloc, provider)
