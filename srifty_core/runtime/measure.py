@@ -141,9 +141,9 @@ def _worker(
             for workload, ddp, opt in steps:
                 for _ in range(warmup):
                     _step(workload, ddp, opt, batch)
-        # DDP's buckets, in its order (index 0 is the first to be ready)
-        buffers = [torch.ones(numel[i]) for i in sorted(numel)]
-        if alone:
+        buffers: list[torch.Tensor] = []
+        if alone:  # DDP's buckets, in its order (index 0 is the first to be ready)
+            buffers = [torch.ones(numel[i]) for i in sorted(numel)]
             for _ in range(warmup):
                 _exchange_alone(buffers)
         while len(times[0][0]) < iterations:  # rounds of blocks

@@ -239,10 +239,8 @@ def steady_steps(records: Iterable[ProgressRecord], config_id: str) -> list[Prog
 def median_step_s(records: Iterable[ProgressRecord], config_id: str) -> float | None:
     """The measured iteration time of configuration ``config_id``: the median training
     step (``train_s``) of its ``steady_steps``; ``None`` with fewer than 3 steps."""
-    mine = [r for r in records if r.config_id == config_id]
-    if len(mine) < 3:
-        return None
-    return statistics.median(r.train_s for r in steady_steps(mine, config_id))
+    steady = steady_steps(records, config_id)
+    return statistics.median(r.train_s for r in steady) if len(steady) >= 2 else None
 
 
 @dataclass(frozen=True, slots=True)

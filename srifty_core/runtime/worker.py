@@ -279,7 +279,6 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             done = i + 1
             stopping = bool(gathered[:, 0].max().item() > 0)
             if log is not None:
-                t_upkeep = time.perf_counter()
                 compute_s, exchange_s = step_timings(gathered[:, 1:].tolist())
                 log.append(
                     ProgressRecord(
@@ -317,7 +316,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                     state = TrainState(done, time.time(), plan.config_id, saved, local_loss)
                     write_state(run_store.join(plan.run_dir, STATE_FILE), state)
                     state_written = now
-                upkeep = time.perf_counter() - t_upkeep
+                upkeep = time.perf_counter() - t_now
             if stopping:
                 code = EXIT_STOPPED
                 break
