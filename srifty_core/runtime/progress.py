@@ -40,7 +40,10 @@ class ProgressRecord:
     step_s: float
     """How long the step took: from the end of the step before (when the ranks last met)
     to the end of this one, so forward, backward, allreduce, optimizer and the job's own
-    writes in between (``upkeep_s``)."""
+    writes in between (``upkeep_s``). Rank 0's period: another rank's starts when that rank
+    left the last all-gather, which can be a few ms earlier or later under CPU contention,
+    so in one step a rank's ``compute_s`` can exceed the step by that skew (over steps the
+    periods agree)."""
     samples: int
     """Samples processed in this step (the global batch)."""
     config_id: str
