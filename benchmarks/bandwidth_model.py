@@ -20,6 +20,11 @@ other groups (rows whose configuration no other group measured have no floor:
 
     .venv/bin/python benchmarks/bandwidth_model.py [--probe-store DIR | --emulated] [--trials 30]
 
+``--later TEXT`` adds (c): the public tables whose ``table_id`` contains ``TEXT`` scored by
+the default model fitted on all the others, per VM count (a model asked about tables
+published after the ones it learned from: ``--later crazyguitar`` for the 2-32-VM p5 tables
+added last).
+
 Writes ``benchmarks/results/bandwidth_model.json``.
 """
 
@@ -130,6 +135,38 @@ def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.n
     return oof
 
 
+def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
+    """The tables whose ``table_id`` contains ``match`` scored by the default model (prior x
+    residual, and the prior alone) fitted on every other table, per size class and VM count."""
+    df = with_hardware(df)
+    later = df["table_id"].astype(str).str.contains(match, regex=False).to_numpy()
+    if not later.any() or later.all():
+        raise SystemExit(f"--later {match!r}: matches {int(later.sum())} of {len(df)} rows")
+    out: dict[str, Any] = {"match": match, "tables": int(df[later]["table_id"].nunique())}
+    for cls, mask in size_masks(df, mtu).items():
+        train, test = df[mask & ~later], df[mask & later]
+        if test.empty:
+            continue
+        reg = BusBandwidthRegressor(**DEFAULT_PARAMS).fit(train, train["busbw"].to_numpy(float))
+        y = test["busbw"].to_numpy(float)
+        model, prior = reg.predict(test), reg.prior_only(test)
+        vms = test["vms"].to_numpy()
+        out[cls] = {
+            "rows": len(test),
+            "mape_default": mape(model, y),
+            "mape_prior": mape(prior, y),
+            "by_vms": {
+                str(int(v)): {
+                    "rows": int((vms == v).sum()),
+                    "mape_default": mape(model[vms == v], y[vms == v]),
+                    "mape_prior": mape(prior[vms == v], y[vms == v]),
+                }
+                for v in sorted(set(vms.tolist()))
+            },
+        }
+    return out
+
+
 def table(name: str, res: dict[str, Any]) -> str:
     def pct(v: float) -> str:
         return "-" if v is None or not math.isfinite(v) else f"{v:.1f}%"
@@ -177,6 +214,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-public", action="store_true", help="only part (a)")
     ap.add_argument(
+        "--later",
+        metavar="TEXT",
+        help="(c): score the public tables whose table_id contains TEXT with a model fitted "
+        "on the others",
+    )
+    ap.add_argument(
         "--emulated",
         action="store_true",
         help="part (a) on a fresh emulated EC2 sweep (6 types, 4 allocations each)",
@@ -189,6 +232,8 @@ def main() -> None:
         )
     if args.trials < 1:
         ap.error(f"--trials: must be >= 1, got {args.trials}")
+    if args.skip_public and not (args.probe_store or args.emulated):
+        ap.error("--skip-public without --probe-store or --emulated: nothing to measure")
     if args.emulated:
         import tempfile
 
@@ -222,6 +267,21 @@ def main() -> None:
         res = evaluate(df, "table_id", args.trials, args.mtu, args.seed, config, n_tables)
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
+        if args.later:
+            later = later_tables(df, args.later, args.mtu)
+            results["later_tables"] = later
+            print(f"(c) the {later['tables']} tables matching {args.later!r}, fitted on the rest")
+            for cls in (SMALL, LARGE):
+                if cls in later:
+                    r = later[cls]
+                    per = ", ".join(
+                        f"{v} VMs {b['mape_default']:.1f}% (prior {b['mape_prior']:.1f}%)"
+                        for v, b in r["by_vms"].items()
+                    )
+                    print(
+                        f"  {cls}: {r['rows']} rows, default {r['mape_default']:.1f}%, "
+                        f"prior alone {r['mape_prior']:.1f}%; {per}"
+                    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bandwidth_model.json").write_text(json.dumps(results, indent=1, default=str))
 

@@ -27,9 +27,23 @@ VM all ``n`` hops are intra-VM; ``alpha`` is the latency per hop of the link cla
 ranks it holds, so the NIC bounds bus bandwidth directly; the intra link only matters when
 a VM holds more than one rank). A VM whose ranks use only some of its GPUs drives a share
 ``(ranks_per_vm / gpus_per_vm) ** beta`` of its NIC (NCCL pins channels and NICs to GPUs:
-one GPU of eight does not fill a VM's network). Learned from the probes (robust least squares on log
-busbw): ``eta`` (the fraction of its rating a link class delivers) and ``alpha`` (latency
-per hop) per class, and ``beta``. Classes the probes
+one GPU of eight does not fill a VM's network).
+
+The tree: over several VMs NCCL also has a (double binary) tree, a chain inside each VM and
+a binary tree across VMs, whose latency grows with ``log2 v`` instead of ``v``,
+
+    t_tree = 2 * (ceil(log2 v) * alpha_net + (ranks_per_vm - 1) * alpha_intra)
+             + c * s_eff / (eta_tree * B)
+
+and, like NCCL's tuner, each row takes the faster of the two (``t = min(t_ring, t_tree)``);
+``eta_tree`` (<= 1: the tree's bandwidth as a fraction of the ring's on the same links) is
+learned, so the tree wins where latency matters (small buffers, many VMs) and the ring where
+bandwidth does. One VM is always a ring. The tree is kept only where it fits the probes
+better than the ring alone (fitted first): a backend without one (gloo) keeps a ring.
+
+Learned from the probes (robust least squares on log busbw): ``eta`` (the fraction of its
+rating a link class delivers) and ``alpha`` (latency per hop) per class, ``beta`` and
+``eta_tree``. Classes the probes
 never crossed take the geometric mean of the learned ones; a class with no rating
 (``host``) learns its bandwidth in absolute terms (rating 1 GB/s). A weak ridge towards
 ``eta = 1``, ``alpha = 10 us`` and ``beta = 0`` keeps parameters that the data cannot see (the
@@ -62,6 +76,14 @@ NOMINAL_GBS = 1.0
 RIDGE = 1e-3
 """Weight of the ridge (per parameter, against a sum over rows of squared log errors)."""
 ALPHA0_S = 1e-5
+ETA_TREE0 = 0.5
+"""Where the tree's fit starts and its ridge holds ``eta_tree``."""
+ETA_TREE_MIN = 0.05
+"""The slowest tree the fit considers (a fraction of the ring's bandwidth)."""
+TREE_OFF = -1e3
+"""``log eta_tree`` of a prior without a tree: the data did not want one (a tree wins tiny
+buffers over many VMs at any bandwidth, so "off" is a state of its own), or the prior was
+saved before the tree existed."""
 HARDWARE_COLUMNS = ("vms", "ranks_per_vm", "intra_gbs", "nic_gbs", "intra_class", "net_class")
 
 
@@ -169,6 +191,8 @@ class _Rows:
     net_k: NDArray[np.intp]
     multi: NDArray[np.bool_]  # several VMs
     packed: NDArray[np.bool_]  # several ranks on a VM
+    tree_net: NDArray[np.float64]  # NIC hops of a tree pass: ceil(log2 v)
+    tree_intra: NDArray[np.float64]  # intra-VM hops of a tree pass: the chain, ranks per VM - 1
 
 
 def _rows(frame: pd.DataFrame) -> _Rows:
@@ -197,6 +221,8 @@ def _rows(frame: pd.DataFrame) -> _Rows:
         net_k=np.asarray([index[c] for c in hw["net_class"]], dtype=np.intp),
         multi=hw["vms"].to_numpy(dtype=np.int64) > 1,
         packed=hw["ranks_per_vm"].to_numpy(dtype=np.int64) > 1,
+        tree_net=np.ceil(np.log2(np.maximum(vms, 1))),
+        tree_intra=np.maximum(hw["ranks_per_vm"].to_numpy(dtype=np.float64) - 1, 0),
     )
 
 
@@ -204,9 +230,10 @@ def _log_busbw(
     theta: NDArray[np.float64], r: _Rows
 ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """log busbw (bytes/s) of each row under parameters ``theta`` = (log eta per class,
-    log alpha per class, beta), and the bottleneck class of each row."""
+    log alpha per class, beta, log eta_tree), and the bottleneck class of each row."""
     k = len(CLASSES)
     log_eta, log_alpha, beta = theta[:k], theta[k : 2 * k], theta[2 * k]
+    tree_on = bool(theta[2 * k + 1] > TREE_OFF / 2)
     b_intra = np.exp(log_eta[r.intra_k]) * r.intra_rate * 1e9
     b_net = np.exp(log_eta[r.net_k]) * r.nic_rate * 1e9 * r.share**beta
     # several VMs: the NIC, and the intra link too where a VM holds several ranks
@@ -216,6 +243,10 @@ def _log_busbw(
     alpha_net, alpha_intra = np.exp(log_alpha[r.net_k]), np.exp(log_alpha[r.intra_k])
     latency = r.passes * (r.hops_net * alpha_net + r.hops_intra * alpha_intra)
     t = latency + r.conc * r.s_eff / bw
+    if tree_on:
+        tree_latency = 2 * (r.tree_net * alpha_net + r.tree_intra * alpha_intra)
+        t_tree = tree_latency + r.conc * r.s_eff / (math.exp(theta[2 * k + 1]) * bw)
+        t = np.where(r.multi, np.minimum(t, t_tree), t)
     return np.log(r.s_eff) - np.log(t), cls
 
 
@@ -234,19 +265,43 @@ class LinkPrior:
         w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
         w = np.sqrt(w / w.mean())
         k = len(CLASSES)
-        centre = np.concatenate([np.zeros(k), np.full(k, math.log(ALPHA0_S)), [0.0]])
+        centre = np.concatenate(
+            [np.zeros(k), np.full(k, math.log(ALPHA0_S)), [0.0, math.log(ETA_TREE0)]]
+        )
         ridge = math.sqrt(RIDGE * len(y))
+
+        def ring_residuals(head: NDArray[np.float64]) -> NDArray[np.float64]:
+            pred, _ = _log_busbw(np.append(head, TREE_OFF), r)
+            return np.concatenate([w * (pred - y), ridge * (head - centre[:-1])])
 
         def residuals(theta: NDArray[np.float64]) -> NDArray[np.float64]:
             pred, _ = _log_busbw(theta, r)
             return np.concatenate([w * (pred - y), ridge * (theta - centre)])
 
-        lo = np.concatenate([np.full(k, -12.0), np.full(k, math.log(1e-9)), [0.0]])
-        hi = np.concatenate([np.full(k, 3.0), np.full(k, math.log(1e-1)), [1.0]])
-        fit = least_squares(
-            residuals, centre, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
+        lo = np.concatenate(
+            [np.full(k, -12.0), np.full(k, math.log(1e-9)), [0.0, math.log(ETA_TREE_MIN)]]
         )
-        theta = np.asarray(fit.x, dtype=np.float64)
+        hi = np.concatenate([np.full(k, 3.0), np.full(k, math.log(1e-1)), [1.0, 0.0]])
+        # The ring alone first, then the tree started from it: min(ring, tree) has no
+        # gradient through the slower one, so started where the tree wins everywhere the
+        # ring's parameters would not move. The tree stays off unless it fits better.
+        ring = least_squares(
+            ring_residuals,
+            centre[:-1],
+            bounds=(lo[:-1], hi[:-1]),
+            loss="soft_l1",
+            f_scale=0.3,
+            max_nfev=200,
+        )
+        theta = np.append(np.asarray(ring.x, dtype=np.float64), TREE_OFF)
+        if r.multi.any():
+            start = theta.copy()
+            start[-1] = math.log(ETA_TREE0)
+            tree = least_squares(
+                residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
+            )
+            if tree.cost < ring.cost:
+                theta = np.asarray(tree.x, dtype=np.float64)
         _, used = _log_busbw(theta, r)
         seen = sorted({CLASSES[i] for i in np.unique(used)})
         # latency: every class a row hops over; bandwidth: the bottleneck classes
@@ -279,6 +334,7 @@ class LinkPrior:
             "eta": {c: float(math.exp(self.theta_[i])) for i, c in enumerate(CLASSES)},
             "alpha_s": {c: float(math.exp(self.theta_[k + i])) for i, c in enumerate(CLASSES)},
             "beta": float(self.theta_[2 * k]),
+            "eta_tree": float(math.exp(self.theta_[2 * k + 1])),  # 0: no tree
             "classes_seen": list(self.classes_),
         }
 
@@ -291,6 +347,9 @@ class LinkPrior:
         if list(d["classes"]) != list(CLASSES):
             raise ValueError(f"link prior: classes {d['classes']} differ from {list(CLASSES)}")
         prior = cls()
-        prior.theta_ = np.asarray(d["theta"], dtype=np.float64)
+        theta = np.asarray(d["theta"], dtype=np.float64)
+        if len(theta) == 2 * len(CLASSES) + 1:  # saved before the tree: a ring only
+            theta = np.append(theta, TREE_OFF)
+        prior.theta_ = theta
         prior.classes_ = list(d.get("classes_seen", []))
         return prior

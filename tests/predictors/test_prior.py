@@ -103,6 +103,51 @@ def test_the_prior_learns_the_efficiency_and_latency_it_was_shown() -> None:
     np.testing.assert_allclose(again.predict(rows), prior.predict(rows))
 
 
+def test_a_pure_ring_keeps_the_tree_out() -> None:
+    rows, busbw = _ring_rows(eta=0.6, alpha=30e-6)
+    params = LinkPrior().fit(rows, busbw).params()
+    # a tree at any useful speed would beat this ring's latency over 8 VMs: it stays out
+    assert params["eta_tree"] < 0.05
+
+
+def _ring_or_tree_rows(eta_tree: float, alpha: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """p4d.24xlarge rows over 2-32 VMs of 8 ranks whose time is the faster of a ring and a
+    tree (NCCL's choice), both on the same EFA link; latency on NVLink is negligible."""
+    rows = pd.DataFrame(
+        [
+            _row("p4d.24xlarge", 8 * v, s, num_nodes=v)
+            for v in (2, 4, 8, 16, 32)
+            for s in (1 << 16, 1 << 20, 1 << 24, 1 << 28, 1 << 32)
+        ]
+    )
+    hw = hardware_columns(rows)
+    n = hw["world_size"].to_numpy(float)
+    v = hw["vms"].to_numpy(float)
+    s = hw["buffer_bytes"].to_numpy(float)
+    s_eff = 2 * s * (n - 1) / n
+    bw = 0.7 * hw["nic_gbs"].to_numpy() * 1e9
+    ring = 2 * (n - 1) / n * v * alpha + s_eff / bw
+    tree = 2 * np.ceil(np.log2(v)) * alpha + s_eff / (eta_tree * bw)
+    return rows, s_eff / np.minimum(ring, tree)
+
+
+def test_the_prior_learns_where_the_tree_beats_the_ring() -> None:
+    """Over many VMs a ring's latency grows with the VM count and a tree's with its log:
+    the prior learns the tree's bandwidth from rows where it wins (small buffers, many
+    VMs) while the ring still answers for large buffers."""
+    rows, busbw = _ring_or_tree_rows(eta_tree=0.5, alpha=40e-6)
+    prior = LinkPrior().fit(rows, busbw)
+    params = prior.params()
+    assert params["eta_tree"] == pytest.approx(0.5, rel=0.1)
+    assert params["alpha_s"]["efa"] == pytest.approx(40e-6, rel=0.15)
+    # (the NVLink hops take a little of the latency: within 15% everywhere)
+    np.testing.assert_allclose(prior.predict(rows), busbw, rtol=0.15)
+    # a ring alone cannot fit these rows: the 32-VM small buffers are far off
+    ring_only = LinkPrior.from_dict({**prior.to_dict(), "theta": prior.to_dict()["theta"][:-1]})
+    small = (rows["num_nodes"] == 32).to_numpy() & (rows["buffer_bytes"] == 1 << 20).to_numpy()
+    assert ring_only.predict(rows)[small][0] < 0.7 * busbw[small][0]
+
+
 @pytest.fixture(scope="module")
 def model() -> BandwidthModel:
     return BandwidthModel(small_params=FAST, large_params=FAST).fit(make_probes(allocations=3))
