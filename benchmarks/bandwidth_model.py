@@ -9,7 +9,8 @@
 
 For each size class, out-of-fold MAPE of: the physics prior alone (``predictors.prior``,
 fitted on the training folds), XGBoost on the features without the prior (the model before
-the prior), the default model (prior x learned residual), and the best of ``--trials``
+the prior), the default model (prior x learned residual), the same with a ring-only prior
+(``prior_tree=False``: before NCCL's tree was modelled), and the best of ``--trials``
 seeded tuning trials (Optuna TPE, grouped CV; the same command gives the same numbers; it
 includes the selection, so it is slightly optimistic); beside them *nearest*: the other
 groups' measurement of the same instance type, VM count, ranks per VM, buffer size and
@@ -83,6 +84,9 @@ def evaluate(
             {**DEFAULT_PARAMS, "prior": False}, part, groups=g, n_splits=n_splits
         )
         default_oof = cross_val_predict(DEFAULT_PARAMS, part, groups=g, n_splits=n_splits)
+        ring_oof = cross_val_predict(
+            {**DEFAULT_PARAMS, "prior_tree": False}, part, groups=g, n_splits=n_splits
+        )
         tuned = tune(part, n_trials=n_trials, group=group, n_splits=n_splits, seed=seed)
         floor = noise_floor_predictions(part, group=group, config=config)
         covered = np.isfinite(floor)
@@ -106,6 +110,8 @@ def evaluate(
             "mape_prior": mape(prior_oof, y),
             "mape_no_prior": mape(plain_oof, y),
             "mape_default": mape(default_oof, y),
+            "mape_default_ring_prior": mape(ring_oof, y),
+            "mape_ring_prior_single_vm": mape(ring_oof[one_vm], y[one_vm]),
             "mape_tuned": tuned.best_mape,
             "mape_tuned_covered": mape(tuned.oof[covered], y[covered]),
             "mape_nearest": mape(twin[has_twin], y[has_twin]),
@@ -137,7 +143,8 @@ def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.n
 
 def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
     """The tables whose ``table_id`` contains ``match`` scored by the default model (prior x
-    residual, and the prior alone) fitted on every other table, per size class and VM count."""
+    residual, and the prior alone), and by the same with a ring-only prior, fitted on every
+    other table, per size class and VM count."""
     df = with_hardware(df)
     later = df["table_id"].astype(str).str.contains(match, regex=False).to_numpy()
     if not later.any() or later.all():
@@ -148,18 +155,24 @@ def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
         if test.empty:
             continue
         reg = BusBandwidthRegressor(**DEFAULT_PARAMS).fit(train, train["busbw"].to_numpy(float))
+        ring = BusBandwidthRegressor(**{**DEFAULT_PARAMS, "prior_tree": False}).fit(
+            train, train["busbw"].to_numpy(float)
+        )
         y = test["busbw"].to_numpy(float)
         model, prior = reg.predict(test), reg.prior_only(test)
+        ring_model = ring.predict(test)
         vms = test["vms"].to_numpy()
         out[cls] = {
             "rows": len(test),
             "mape_default": mape(model, y),
             "mape_prior": mape(prior, y),
+            "mape_default_ring_prior": mape(ring_model, y),
             "by_vms": {
                 str(int(v)): {
                     "rows": int((vms == v).sum()),
                     "mape_default": mape(model[vms == v], y[vms == v]),
                     "mape_prior": mape(prior[vms == v], y[vms == v]),
+                    "mape_default_ring_prior": mape(ring_model[vms == v], y[vms == v]),
                 }
                 for v in sorted(set(vms.tolist()))
             },
@@ -173,17 +186,19 @@ def table(name: str, res: dict[str, Any]) -> str:
 
     lines = [
         f"{name}: {res['rows']} rows, {res['groups']} groups ({res['group_column']})",
-        "| size class | rows | prior alone | no prior | prior x residual | tuned "
+        "| size class | rows | prior alone | no prior | prior x residual "
+        "| with a ring-only prior | tuned "
         "| nearest (its rows: model) | nearest coverage | single VM: rows, model, prior "
         "| tuned, covered rows | noise floor | ratio | floor coverage | trials |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cls, label in ((SMALL, "<= MTU"), (LARGE, "> MTU")):
         r = res[cls]
         ratio = "-" if r["ratio_to_floor"] is None else f"{r['ratio_to_floor']:.2f}"
         lines.append(
             f"| {label} | {r['rows']} | {pct(r['mape_prior'])} | {pct(r['mape_no_prior'])} | "
-            f"{pct(r['mape_default'])} | {pct(r['mape_tuned'])} | "
+            f"{pct(r['mape_default'])} | {pct(r['mape_default_ring_prior'])} "
+            f"(single VM {pct(r['mape_ring_prior_single_vm'])}) | {pct(r['mape_tuned'])} | "
             f"{pct(r['mape_nearest'])} ({pct(r['mape_default_nearest_rows'])}) | "
             f"{r['nearest_coverage']:.0%} | {r['single_vm_rows']}, "
             f"{pct(r['mape_default_single_vm'])}, {pct(r['mape_prior_single_vm'])} | "
@@ -275,11 +290,13 @@ def main() -> None:
                 if cls in later:
                     r = later[cls]
                     per = ", ".join(
-                        f"{v} VMs {b['mape_default']:.1f}% (prior {b['mape_prior']:.1f}%)"
+                        f"{v} VMs {b['mape_default']:.1f}% (ring-only "
+                        f"{b['mape_default_ring_prior']:.1f}%, prior {b['mape_prior']:.1f}%)"
                         for v, b in r["by_vms"].items()
                     )
                     print(
-                        f"  {cls}: {r['rows']} rows, default {r['mape_default']:.1f}%, "
+                        f"  {cls}: {r['rows']} rows, default {r['mape_default']:.1f}% "
+                        f"(ring-only prior {r['mape_default_ring_prior']:.1f}%), "
                         f"prior alone {r['mape_prior']:.1f}%; {per}"
                     )
     RESULTS.mkdir(exist_ok=True)

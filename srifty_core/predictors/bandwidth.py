@@ -365,6 +365,7 @@ class BusBandwidthRegressor:
         n_jobs: int = 1,
         prior: bool = True,
         monotone: bool = True,
+        prior_tree: bool = True,
     ) -> None:
         self.objective = objective
         self.max_depth = max_depth
@@ -378,6 +379,7 @@ class BusBandwidthRegressor:
         self.n_jobs = n_jobs
         self.prior = prior
         self.monotone = monotone
+        self.prior_tree = prior_tree
 
     _PARAMS = (
         "objective",
@@ -392,6 +394,7 @@ class BusBandwidthRegressor:
         "n_jobs",
         "prior",
         "monotone",
+        "prior_tree",
     )
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -457,7 +460,7 @@ class BusBandwidthRegressor:
         X = with_hardware(X)
         log_y = np.log(target)
         if self.prior:
-            self.prior_: LinkPrior | None = LinkPrior().fit(X, target, w)
+            self.prior_: LinkPrior | None = LinkPrior(tree=self.prior_tree).fit(X, target, w)
             X = X.assign(log_prior=np.log(self.prior_.predict(X)))
             log_y = log_y - X["log_prior"].to_numpy()
         else:

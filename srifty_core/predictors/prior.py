@@ -253,7 +253,10 @@ def _log_busbw(
 class LinkPrior:
     """Bus bandwidth from rated links with learned efficiency and latency (module
     docstring). scikit-learn style: ``fit`` returns ``self``, fitted attributes end in
-    ``_``."""
+    ``_``. ``tree=False`` fits the ring alone (the prior before the tree, for comparison)."""
+
+    def __init__(self, *, tree: bool = True) -> None:
+        self.tree = tree
 
     def fit(
         self, frame: pd.DataFrame, busbw: ArrayLike, weight: ArrayLike | None = None
@@ -294,7 +297,7 @@ class LinkPrior:
             max_nfev=200,
         )
         theta = np.append(np.asarray(ring.x, dtype=np.float64), TREE_OFF)
-        if r.multi.any():
+        if self.tree and r.multi.any():
             start = theta.copy()
             start[-1] = math.log(ETA_TREE0)
             tree = least_squares(

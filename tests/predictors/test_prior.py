@@ -146,6 +146,8 @@ def test_the_prior_learns_where_the_tree_beats_the_ring() -> None:
     ring_only = LinkPrior.from_dict({**prior.to_dict(), "theta": prior.to_dict()["theta"][:-1]})
     small = (rows["num_nodes"] == 32).to_numpy() & (rows["buffer_bytes"] == 1 << 20).to_numpy()
     assert ring_only.predict(rows)[small][0] < 0.7 * busbw[small][0]
+    # asked for a ring alone (the prior before the tree), the fit never switches it on
+    assert LinkPrior(tree=False).fit(rows, busbw).params()["eta_tree"] == 0.0
 
 
 @pytest.fixture(scope="module")
