@@ -24,7 +24,7 @@ other groups (rows whose configuration no other group measured have no floor:
 ``--later TEXT`` adds (c): the public tables whose ``table_id`` contains ``TEXT`` scored by
 the default model fitted on all the others, per VM count (a model asked about tables
 published after the ones it learned from: ``--later crazyguitar`` for the 2-32-VM p5 tables
-added last).
+added last), and draws them (``benchmarks/results/bandwidth_later_tables.png``).
 
 Writes ``benchmarks/results/bandwidth_model.json``.
 """
@@ -141,15 +141,19 @@ def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.n
     return oof
 
 
-def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
+def later_tables(
+    df: pd.DataFrame, match: str, mtu: int, plot: Path | None = None
+) -> dict[str, Any]:
     """The tables whose ``table_id`` contains ``match`` scored by the default model (prior x
     residual, and the prior alone), and by the same with a ring-only prior, fitted on every
-    other table, per size class and VM count."""
+    other table, per size class and VM count; ``plot``: a figure of measured and predicted
+    bus bandwidth against buffer size, one panel per VM count."""
     df = with_hardware(df)
     later = df["table_id"].astype(str).str.contains(match, regex=False).to_numpy()
     if not later.any() or later.all():
         raise SystemExit(f"--later {match!r}: matches {int(later.sum())} of {len(df)} rows")
     out: dict[str, Any] = {"match": match, "tables": int(df[later]["table_id"].nunique())}
+    scored: list[pd.DataFrame] = []
     for cls, mask in size_masks(df, mtu).items():
         train, test = df[mask & ~later], df[mask & later]
         if test.empty:
@@ -162,6 +166,18 @@ def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
         model, prior = reg.predict(test), reg.prior_only(test)
         ring_model = ring.predict(test)
         vms = test["vms"].to_numpy()
+        scored.append(
+            pd.DataFrame(
+                {
+                    "vms": vms,
+                    "size": test["buffer_bytes"].to_numpy(float),
+                    "measured": y,
+                    "model": model,
+                    "ring": ring_model,
+                    "prior": prior,
+                }
+            )
+        )
         out[cls] = {
             "rows": len(test),
             "mape_default": mape(model, y),
@@ -177,7 +193,39 @@ def later_tables(df: pd.DataFrame, match: str, mtu: int) -> dict[str, Any]:
                 for v in sorted(set(vms.tolist()))
             },
         }
+    if plot is not None and scored:
+        plot_later(pd.concat(scored, ignore_index=True), match, plot)
     return out
+
+
+def plot_later(rows: pd.DataFrame, match: str, path: Path) -> None:
+    """Measured bus bandwidth of the later tables against buffer size, one panel per VM
+    count, with what the default model, the same with a ring-only prior, and the prior
+    alone predicted without having seen them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted(set(rows["vms"].tolist()))
+    fig, axes = plt.subplots(1, len(counts), figsize=(3.2 * len(counts), 3.4), sharey=True)
+    for ax, v in zip(np.atleast_1d(axes), counts, strict=True):
+        part = rows[rows["vms"] == v].sort_values("size")
+        x = part["size"] / 2**20
+        ax.plot(x, part["measured"] / 1e9, "ko-", label="measured")
+        ax.plot(x, part["model"] / 1e9, "C0s--", label="model (ring or tree prior)")
+        ax.plot(x, part["ring"] / 1e9, "C3^:", label="model (ring-only prior)")
+        ax.plot(x, part["prior"] / 1e9, "C2-", alpha=0.6, label="prior alone")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{int(v)} VMs")
+        ax.set_xlabel("buffer (MiB)")
+    np.atleast_1d(axes)[0].set_ylabel("bus bandwidth (GB/s)")
+    np.atleast_1d(axes)[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Tables matching {match!r}, predicted by models fitted on the others")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def table(name: str, res: dict[str, Any]) -> str:
@@ -283,7 +331,7 @@ def main() -> None:
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
         if args.later:
-            later = later_tables(df, args.later, args.mtu)
+            later = later_tables(df, args.later, args.mtu, RESULTS / "bandwidth_later_tables.png")
             results["later_tables"] = later
             print(f"(c) the {later['tables']} tables matching {args.later!r}, fitted on the rest")
             for cls in (SMALL, LARGE):
