@@ -141,6 +141,18 @@ def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.n
     return oof
 
 
+def later_rows(df: pd.DataFrame, match: str) -> np.ndarray:
+    """Which rows belong to a table whose ``table_id`` contains ``match``; a one-line error
+    naming ``--later`` when that is none or all of them (nothing to fit or nothing to score)."""
+    later = df["table_id"].astype(str).str.contains(match, regex=False).to_numpy()
+    if not later.any() or later.all():
+        raise SystemExit(
+            f"--later {match!r}: matches {int(later.sum())} of {len(df)} rows "
+            "(it must match some tables, not all)"
+        )
+    return later
+
+
 def later_tables(
     df: pd.DataFrame, match: str, mtu: int, plot: Path | None = None
 ) -> dict[str, Any]:
@@ -149,9 +161,7 @@ def later_tables(
     other table, per size class and VM count; ``plot``: a figure of measured and predicted
     bus bandwidth against buffer size, one panel per VM count."""
     df = with_hardware(df)
-    later = df["table_id"].astype(str).str.contains(match, regex=False).to_numpy()
-    if not later.any() or later.all():
-        raise SystemExit(f"--later {match!r}: matches {int(later.sum())} of {len(df)} rows")
+    later = later_rows(df, match)
     out: dict[str, Any] = {"match": match, "tables": int(df[later]["table_id"].nunique())}
     scored: list[pd.DataFrame] = []
     for cls, mask in size_masks(df, mtu).items():
@@ -297,6 +307,8 @@ def main() -> None:
         ap.error(f"--trials: must be >= 1, got {args.trials}")
     if args.skip_public and not (args.probe_store or args.emulated):
         ap.error("--skip-public without --probe-store or --emulated: nothing to measure")
+    if args.skip_public and args.later is not None:
+        ap.error("--later scores public tables: it cannot go with --skip-public")
     if args.emulated:
         import tempfile
 
@@ -324,13 +336,15 @@ def main() -> None:
         print(table(f"(a) {args.label}, held out by allocation", res))
     if not args.skip_public:
         df = nccl_tests_frame(args.table)
+        if args.later is not None:
+            later_rows(df, args.later)  # before the long part: a match of none fails now
         config = [*FEATURE_COLUMNS, "num_nodes"]
         # one fold per table: leave-one-table-out
         n_tables = int(df["table_id"].nunique())
         res = evaluate(df, "table_id", args.trials, args.mtu, args.seed, config, n_tables)
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
-        if args.later:
+        if args.later is not None:
             later = later_tables(df, args.later, args.mtu, RESULTS / "bandwidth_later_tables.png")
             results["later_tables"] = later
             print(f"(c) the {later['tables']} tables matching {args.later!r}, fitted on the rest")
