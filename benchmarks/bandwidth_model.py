@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.predictors.bandwidth import (
     DEFAULT_MTU,
     LARGE,
@@ -361,8 +362,7 @@ def main() -> None:
                         f"(ring-only prior {r['mape_default_ring_prior']:.1f}%), "
                         f"prior alone {r['mape_prior']:.1f}%; {per}"
                     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bandwidth_model.json").write_text(json.dumps(results, indent=1, default=str))
+    write_text_atomic(RESULTS / "bandwidth_model.json", json.dumps(results, indent=1, default=str))
 
 
 if __name__ == "__main__":
