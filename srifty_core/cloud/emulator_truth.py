@@ -86,8 +86,9 @@ reference for another machine. Each VM draws a spatial factor (normal, sd 2.5 %,
 at +-5 %, so VMs differ by up to 1.1x) and each pass a temporal factor (log-normal, sd the
 profile's own coefficient of variation, at least 1.5 %, truncated at +-4.8 %: right-skewed)
 and, rarely (``STRAGGLER_P``), a straggler's 1.2-1.6x. Every step also copies the
-gradients (DDP, three passes) and runs the optimizer (SGD with momentum), both bound by
-the GPU's memory bandwidth (``step_costs``).
+gradients (DDP, two passes: into its buckets, divided by the world size on the way as
+PyTorch's reducer does in ``copy_grad_to_bucket``, and back out) and runs the optimizer (SGD
+with momentum), both bound by the GPU's memory bandwidth (``step_costs``).
 
 Training iteration (the emulator's own, not the planner's simulator): per iteration, each
 VM's forward and backward time is drawn; gradient bucket ``j`` is ready on a VM at
@@ -659,7 +660,7 @@ def training_iterations_detail(
 
     copy = max(gr.copy_s for gr in groups) if world >= 2 else 0.0
     after = copy + max(gr.step_s for gr in groups)
-    t_compute = max(gr.t_fw + gr.t_bw for gr in groups) + 2 * copy
+    t_compute = max(gr.t_fw + gr.t_bw for gr in groups) + copy
     left = float(warm_s)
     while left > 0 and comm and any(c > 0 for c in credit):  # fast-forward the warm-up
         busy = float(ar_times().sum())
@@ -686,10 +687,10 @@ def training_iterations_detail(
             fw = gr.t_fw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_fw)
             bw = gr.t_bw * gr.spatial * draw_temporal(rng, (gr.count,), gr.cv_bw)
             fw_end.append(fw)
-            bw_len.append(bw + 2 * copy)  # into the buckets and scaled, on the compute stream
+            bw_len.append(bw + copy)  # into the buckets (divided), on the compute stream
         fw_all = np.concatenate(fw_end)
         bw_all = np.concatenate(bw_len)
-        passes[it] = fw_all + bw_all - 2 * copy
+        passes[it] = fw_all + bw_all - copy
         done = float(np.max(fw_all + bw_all))
         compute[it] = done + after
         end = 0.0

@@ -156,20 +156,23 @@ class ComputeProfile:
         """DDP's own work per step with ``workers`` sharing the device: (seconds on the
         backward thread, seconds after the last exchange).
 
-        Measured (``ddp_overhead``): the copy back out of the buckets is the part after
-        the exchange (one copy pass, at most the whole overhead); the rest ran on the
-        backward thread, plus the scaling of each bucket by 1/world that the no-op hook of
-        the measurement skips (one copy pass). Copy passes slow by the same factor as the
-        measured overhead. Not measured: three copy passes (``ddp_copy_s``: into the
-        buckets and the scaling on the backward thread, back out after)."""
+        DDP divides each gradient by the world size while it copies it into its bucket
+        (PyTorch's ``Reducer::copy_grad_to_bucket``: one ``mul_out``, "to save one scan
+        over all the input parameters"), and Srifty's worker folds the division into the
+        loss (``runtime.exchange_timer``): no pass of its own. Measured
+        (``ddp_overhead``, a no-op hook whose plain copy into the buckets costs what the
+        dividing copy does): the copy back out of the buckets is the part after the
+        exchange (one copy pass, at most the whole overhead), the rest ran on the backward
+        thread; both slow by the measured factor with ``workers`` sharing the device. Not
+        measured: two copy passes (``ddp_copy_s``), into the buckets on the backward thread
+        and back out after."""
         copy = self.ddp_copy_s()
         if not self.ddp_overhead:
-            return 2.0 * copy, copy
+            return copy, copy
         slowdown = self.pass_slowdown(workers)
         overhead = dict(self.ddp_overhead)[1] * slowdown
-        copy *= slowdown
-        after = min(overhead, copy)
-        return overhead - after + copy, after
+        after = min(overhead, copy * slowdown)
+        return overhead - after, after
 
     def pass_slowdown(self, workers: int) -> float:
         """Factor on the memory-bound passes (DDP's, the optimizer step) with ``workers``
@@ -185,8 +188,8 @@ class ComputeProfile:
     def ddp_copy_s(self) -> float:
         """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
 
-        DDP makes such passes on top of the backward pass: copying each gradient into its
-        bucket, scaling the bucket by 1/world, and copying the reduced bucket back."""
+        DDP makes two such passes on top of the backward pass: copying each gradient into
+        its bucket (divided by the world size on the way) and the reduced bucket back."""
         if self.copy_bytes_per_s <= 0:
             return 0.0
         return self.gradient_bytes / self.copy_bytes_per_s

@@ -635,10 +635,11 @@ def ddp_overhead(
     this process alone (an in-memory store, gloo on the CPU, NCCL on CUDA) with a no-op
     communication hook: what remains is DDP's own work (autograd hooks, gradients copied
     into the buckets and back, buffer broadcasts), which the copy bandwidth alone does not
-    predict (ShuffleNet's 170 small tensors cost 1.9 ms where three copy passes take 0.3;
-    DLRM's 38 large ones 7 ms where they take 11). Median DDP step minus median plain
-    step over ``SHARE_ROUNDS`` alternating rounds, at least 0. Empty where a process group
-    already exists in this process (a profile taken inside a training job)."""
+    predict (ShuffleNet's 170 small tensors cost 1.9 ms where its two copy passes take 0.2;
+    DLRM's 38 large ones 7 ms where they take 7, and 17 ms on a busier host). Median DDP
+    step minus median plain step over ``SHARE_ROUNDS`` alternating rounds, at least 0.
+    Empty where a process group already exists in this process (a profile taken inside a
+    training job)."""
     import torch.distributed as dist
 
     if not dist.is_available() or dist.is_initialized():

@@ -243,6 +243,8 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         # unannotated: DDP checks a hook's annotations, and this module's are strings
         ddp.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))
     scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
+    if timer is not None:  # its hook sums: DDP's 1/world rides on the loss
+        scale *= timer.loss_factor
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     if scaler is not None and ckpt is not None and ckpt.scaler is not None:
         scaler.load_state_dict(ckpt.scaler)

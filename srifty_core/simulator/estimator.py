@@ -68,11 +68,12 @@ class Simulator:
     All ``local`` workers share one host.
 
     DDP's own work per step is added where the profile measured it
-    (``ComputeProfile.ddp_passes_s``: its measured ``ddp_overhead``, or else three passes
-    at its copy bandwidth): its hooks, the copies of each gradient into its bucket and the
-    scaling of the bucket by 1/world run on the backward thread (added to ``t_bw``), and
-    copying the reduced buckets back into the gradients follows the last transfer (added
-    to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on a CPU core.
+    (``ComputeProfile.ddp_passes_s``: its measured ``ddp_overhead``, or else two passes
+    at its copy bandwidth): its hooks and the copies of each gradient into its bucket
+    (divided by the world size on the way) run on the backward thread (added to
+    ``t_bw``), and copying the reduced buckets back into the gradients follows the last
+    transfer (added to ``t_iter``). Negligible on GPUs, milliseconds per 10 MB on a CPU
+    core.
 
     The optimizer step (``ComputeProfile.optimizer_step_s``, the slowest group's) follows,
     with one worker as with many: every rank steps its optimizer once the gradients are in.
@@ -661,7 +662,7 @@ class Simulator:
         cap = overlap = 0.0
         extrapolated: tuple[str, ...] = ()
         if world > 1:
-            if ddp_bw > 0:  # hooks, into the buckets, scaled: on the backward thread
+            if ddp_bw > 0:  # hooks, into the buckets (divided): on the backward thread
                 bw = bw + ddp_bw
                 bw_slow = bw_slow + ddp_bw
                 t_bw += ddp_bw
