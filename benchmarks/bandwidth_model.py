@@ -24,13 +24,14 @@ other groups (rows whose configuration no other group measured have no floor:
 ``--later TEXT`` adds (c): the public tables whose ``table_id`` contains ``TEXT`` scored by
 the default model fitted on all the others, per VM count (a model asked about tables
 published after the ones it learned from: ``--later crazyguitar`` for the 2-32-VM p5 tables
-added last), and draws them (``benchmarks/results/bandwidth_later_tables.png``).
+added last), and draws them (``bandwidth_later_tables.png`` beside the results file).
 
 ``--nested`` adds to (b) the model as the refresh makes it: tuned (``--trials`` trials) on
 the training tables of each held-out table alone, so that the held-out table plays no part
 in choosing the parameters (the *tuned* column includes that choice and is optimistic).
 
-Writes ``benchmarks/results/bandwidth_model.json`` (or ``--out``).
+Writes ``benchmarks/results/bandwidth_model.json`` (``bandwidth_model_nested.json`` with
+``--nested``; or ``--out``).
 """
 
 from __future__ import annotations
@@ -345,13 +346,14 @@ def main() -> None:
         "--nested",
         action="store_true",
         help="(b): also tune inside each held-out table's training tables (--trials trials "
-        "per fold: about 26x the tuning time), the model as the refresh makes it",
+        "per fold: about 26x the tuning time), the model as the refresh makes it; results "
+        "default to benchmarks/results/bandwidth_model_nested.json",
     )
     ap.add_argument(
         "--out",
         type=Path,
-        default=RESULTS / "bandwidth_model.json",
-        help="results file (default benchmarks/results/bandwidth_model.json)",
+        help="results file (default benchmarks/results/bandwidth_model.json); the --later "
+        "figure goes beside it",
     )
     ap.add_argument(
         "--emulated",
@@ -370,6 +372,11 @@ def main() -> None:
         ap.error("--skip-public without --probe-store or --emulated: nothing to measure")
     if args.skip_public and args.nested:
         ap.error("--nested tunes on the public tables: it cannot go with --skip-public")
+    if args.out is None:
+        name = "bandwidth_model_nested.json" if args.nested else "bandwidth_model.json"
+        args.out = RESULTS / name
+    if args.nested and (args.probe_store or args.emulated):
+        print("note: --nested applies to (b), the public tables; (a) is measured as without it")
     if args.skip_public and args.later is not None:
         ap.error("--later scores public tables: it cannot go with --skip-public")
     if args.emulated:
@@ -410,7 +417,8 @@ def main() -> None:
         results["nccl_tests_public"] = res
         print(table("(b) public nccl-tests tables, held out by table", res))
         if args.later is not None:
-            later = later_tables(df, args.later, args.mtu, RESULTS / "bandwidth_later_tables.png")
+            figure = args.out.parent / "bandwidth_later_tables.png"
+            later = later_tables(df, args.later, args.mtu, figure)
             results["later_tables"] = later
             print(f"(c) the {later['tables']} tables matching {args.later!r}, fitted on the rest")
             for cls in (SMALL, LARGE):

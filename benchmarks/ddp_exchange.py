@@ -4,9 +4,12 @@ Two gloo ranks (1 thread each) on this host, which leaves no core spare for gloo
 zoo model. Iteration by iteration they alternate: a DDP step, the same step with a no-op
 comm hook (compute and DDP's bookkeeping), the allreduce of buffers the size of DDP's
 buckets launched together (what the probes see; the faster rank's time, since the rank
-that arrived last waits for nobody), and DDP's scaling pass over those buffers. Per model:
+that arrived last waits for nobody), and a pass dividing those buffers by the world size
+(shown, not subtracted: DDP's built-in path divides while it copies each gradient into its
+bucket, which the no-op step does too, so the DDP step makes no such pass; the factors of
+``benchmarks/results/ddp_exchange.txt`` predate this and subtracted it). Per model:
 
-    factor = (DDP step - no-op step - scaling pass) / allreduce alone     (medians)
+    factor = (DDP step - no-op step) / allreduce alone     (medians)
 
 1 means that what DDP exposes on this host is exactly the probed allreduce started after
 the backward pass (the simulator's rule here). Alternating keeps a host that speeds up or
@@ -161,7 +164,7 @@ def measure_exchange_factor(
         with open(os.path.join(out_dir, "exchange.json")) as fh:
             d = json.load(fh)
     ddp, noop, alone, scale = (statistics.median(d[k]) for k in ("ddp", "noop", "alone", "scale"))
-    factor = max(0.0, ddp - noop - scale) / alone
+    factor = max(0.0, ddp - noop) / alone
     return ExchangeFactor(factor, ddp, noop, alone, scale)
 
 

@@ -184,6 +184,11 @@ def main() -> None:
                     "t_pe": est.t_pe,
                     "t_opt": profile.optimizer_step_s,
                     "t_after": after,
+                    # one pass over the gradients at the profile's copy bandwidth, slowed as
+                    # the two ranks' passes are: what the estimate counted for DDP's
+                    # division by the world size before it learned the division rides on
+                    # the copy into the buckets (benchmarks/ddp_division_pass.py)
+                    "t_division_pass": profile.ddp_copy_s() * profile.pass_slowdown(2),
                 },
                 "srifty_overlapped_s": ovl.t_iter,
                 "srifty_concurrent_s": conc.t_iter,

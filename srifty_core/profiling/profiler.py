@@ -671,7 +671,7 @@ def copy_bandwidth(
 ) -> float:
     """Bytes/s of copying ``n_bytes`` of float32 from one buffer into another on ``device``
     (median of ``repeats`` after a warm-up), with this process's thread setting: what DDP's
-    passes over the gradients (into the buckets, scaling, back out) run at."""
+    passes over the gradients (into the buckets, divided on the way, and back out) run at."""
     n = max(1, n_bytes // 4)
     src = torch.ones(n, device=device)
     dst = torch.empty(n, device=device)

@@ -27,12 +27,12 @@ def step_timings(rows: Sequence[Sequence[float]]) -> tuple[tuple[float, ...] | N
 
 
 class ExchangeTimer:
-    """A DDP communication hook that is DDP's own all-reduce (the gradients summed over the
-    ranks, each divided by the world size: the same arithmetic as DDP's built-in path),
-    timed: per step, when the last gradient bucket was ready (the end of this rank's
-    backward computation) and how long the exchange kept the links busy (each bucket
-    from when it was issued, or the previous one finished, to when it finished; the
-    buckets run one after the other).
+    """A DDP communication hook that sums the gradient buckets over the ranks (with the
+    loss multiplied by ``loss_factor``, the result is DDP's built-in average), timed: per
+    step, when the last gradient bucket was ready (the end of this rank's backward
+    computation) and how long the exchange kept the links busy (each bucket from when it
+    was issued, or the previous one finished, to when it finished; the buckets run one
+    after the other).
 
     On the CPU (gloo) the all-reduce's future completes when the transfer has; on CUDA
     (NCCL) its callbacks run as the work is queued on the GPU's stream, so these times
@@ -43,8 +43,9 @@ class ExchangeTimer:
     multiplies its loss by): the backward pass then yields the divided gradients at no
     cost, as DDP's built-in path divides while it copies each gradient into its bucket
     (``Reducer::copy_grad_to_bucket``), while a hook gets a plain copy and dividing each
-    bucket would take one more pass over the gradients (DLRM's 34 MB: about 3 ms per
-    step on one CPU core)."""
+    bucket would take one more pass over the gradients (DLRM's 34 MB: 3-5 ms per step on
+    one CPU core, ``benchmarks/ddp_division_pass.py``). Registered without the factor, the
+    gradients come out ``world`` times DDP's."""
 
     def __init__(self, world: int) -> None:
         import threading

@@ -23,6 +23,8 @@ Unequal local batches: DDP averages gradients over ranks, so with a mean-reduced
 sample on a small-batch rank would weigh more than one on a large-batch rank. Each rank
 scales its loss by ``world_size * b_rank / B_global``; after DDP's average every sample
 counts ``1 / B_global``, exactly the gradient of one process on the whole global batch.
+(On the CPU the timed hook sums instead of averaging, and the loss carries the 1/world
+too: ``b_rank / B_global`` in all, the same gradients.)
 
 Data are addressed by global sample index: iteration ``i``'s global batch is a seeded
 synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting at

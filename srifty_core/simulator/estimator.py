@@ -622,7 +622,8 @@ class Simulator:
             ddp_bw = max(ddp_bw, c_bw)
             ddp_after = max(ddp_after, c_after)
             step = max(step, o)
-            no_copy = no_copy or c_bw <= 0
+            prof = workload.profile(g.instance.device_type)
+            no_copy = no_copy or not (prof.ddp_overhead or prof.copy_bytes_per_s > 0)
             no_step = no_step or o <= 0
             z_f, z_b = self._z(col, g.count)
             t_f, t_b = s_f, s_b
@@ -666,7 +667,7 @@ class Simulator:
                 bw = bw + ddp_bw
                 bw_slow = bw_slow + ddp_bw
                 t_bw += ddp_bw
-                copy_out = ddp_after  # back out of the buckets, after the exchange
+            copy_out = ddp_after  # back out of the buckets, after the exchange
             slow = max(range(j), key=lambda i: mu_bw[i])
             buckets = workload.profile(groups[slow].instance.device_type).buckets
             sizes = tuple(b.size_bytes for b in buckets)

@@ -33,6 +33,5 @@ def test_the_hook_sums_and_the_loss_carries_one_over_world() -> None:
             # one rank's share of the average: its gradient / 4, from the loss alone
             torch.testing.assert_close(a.grad, b.grad / 4)
         assert timer.compute_s(time.perf_counter()) > 0.0
-        assert timer.busy_s >= 0.0
     finally:
         dist.destroy_process_group()

@@ -569,3 +569,12 @@ def test_a_measured_ddp_overhead_is_what_the_estimate_adds() -> None:
     assert ddp.t_bw == pytest.approx(plain.t_bw + 0.007)  # hooks, copy in (divided)
     assert ddp.t_iter == pytest.approx(plain.t_iter + 0.009)  # ... and the copy out
     assert "ddp_copy" not in ddp.missing
+    # an overhead of at most one copy pass is all copy out: added after the exchange,
+    # and a measured 0 is a measurement, not a missing term
+    for measured_s in (0.001, 0.002, 0.0):
+        small = dataclasses.replace(measured, ddp_overhead=((1, measured_s),))
+        est = sim.estimate(Workload("m", {"cpu": small}), c)
+        assert est.t_bw == pytest.approx(plain.t_bw)
+        assert est.t_iter == pytest.approx(plain.t_iter + measured_s)
+        assert "ddp_copy" not in est.missing
+    assert "ddp_copy" in plain.missing  # neither measured nor a copy bandwidth
