@@ -256,11 +256,9 @@ def plot_later(rows: pd.DataFrame, match: str, path: Path) -> None:
     """Measured bus bandwidth of the later tables against buffer size, one panel per VM
     count, with what the default model, the same with a ring-only prior, and the prior
     alone predicted without having seen them."""
-    import matplotlib
+    from srifty_core.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     counts = sorted(set(rows["vms"].tolist()))
     fig, axes = plt.subplots(1, len(counts), figsize=(3.2 * len(counts), 3.4), sharey=True)
     for ax, v in zip(np.atleast_1d(axes), counts, strict=True):
@@ -276,10 +274,7 @@ def plot_later(rows: pd.DataFrame, match: str, path: Path) -> None:
     np.atleast_1d(axes)[0].set_ylabel("bus bandwidth (GB/s)")
     np.atleast_1d(axes)[-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"Tables matching {match!r}, predicted by models fitted on the others")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)  # atomic: a killed run leaves the previous picture whole
 
 
 def table(name: str, res: dict[str, Any]) -> str:

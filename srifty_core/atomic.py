@@ -6,23 +6,33 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file on a temporary beside ``path`` (folders made), renamed over ``path``
+    when the block ends; on any failure the temporary file is removed and ``path``
+    untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder, then rename
     it over ``path``; on any failure the temporary file is removed and ``path`` untouched.
-    The text is written verbatim (no newline translation)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    The text is written verbatim (UTF-8, no newline translation)."""
+    with replacing(path) as fh:
+        fh.write(text.encode("utf-8"))
     return path
 
 

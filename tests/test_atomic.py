@@ -62,3 +62,32 @@ def test_open_for_append_cuts_a_torn_last_line_and_keeps_whole_ones(tmp_path: Pa
     with open_for_append(clean) as fh:
         fh.write("b\n")
     assert clean.read_text() == "a\n" + "y" * 100_000 + "\nb\n"
+
+
+def test_a_figure_that_fails_to_save_leaves_the_old_picture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srifty_core.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    p = tmp_path / "plots" / "f.png"
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    save_figure(fig, p)
+    old = p.read_bytes()
+    assert old.startswith(b"\x89PNG")
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    real = fig.savefig
+
+    def torn(fh, **kw):  # type: ignore[no-untyped-def]
+        real(fh, **kw)  # the whole picture written, then the process dies
+        raise Boom()
+
+    monkeypatch.setattr(fig, "savefig", torn)
+    with pytest.raises(Boom):
+        save_figure(fig, p)
+    assert p.read_bytes() == old
+    assert [x.name for x in p.parent.iterdir()] == ["f.png"]
+    assert not plt.fignum_exists(fig.number)  # closed even so
