@@ -33,7 +33,6 @@ import copy
 import dataclasses
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,13 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
     import torch.distributed as dist
 
     from srifty_core import host_allocator
-    from srifty_core.profiling.profiler import _bytes, copy_bandwidth, trainable
+    from srifty_core.profiling.profiler import (
+        ProfilerConfig,
+        _bytes,
+        copy_bandwidth,
+        step_seconds,
+        trainable,
+    )
     from srifty_core.profiling.zoo import build
     from srifty_core.runtime.measure import skip_allreduce
 
@@ -67,15 +72,10 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
         fut.set_result(bucket.buffer().div_(2))
         return fut
 
+    config = ProfilerConfig(repeats=repeats, warmup=1)  # a round's first step warms up
+
     def steps(workload: Any, data: Any) -> float:
-        times = []
-        for i in range(repeats + 1):
-            workload.module.zero_grad(set_to_none=True)
-            t0 = time.perf_counter()
-            workload.loss(data).backward()
-            if i:  # the first step of a round warms up
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return statistics.median(step_seconds(workload, data, config, lambda: None))
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     out: dict[str, Any] = {}
@@ -201,8 +201,9 @@ def main() -> None:
     ap.add_argument("--after", nargs="*", default=AFTER, help="runs made after the change")
     ap.add_argument("--out", type=Path, default=RESULTS / "ddp_division_pass.json")
     args = ap.parse_args()
-    if min(args.batch, args.rounds, args.repeats) < 1:
-        ap.error("--batch, --rounds and --repeats must be >= 1")
+    for flag in ("batch", "rounds", "repeats"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag}: must be >= 1, got {getattr(args, flag)}")
     missing = [str(p) for p in args.runs if not p.is_file()]
     if missing:
         ap.error(f"--runs: no such file {missing}")

@@ -16,16 +16,14 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: Path, *, dpi: int = 110, layout: bool = True) -> Path:
-    """Lay out ``fig`` (unless ``layout`` is False), write it to ``path`` (folders made; in
-    the format its suffix names, png by default) through a temporary file renamed over it,
-    so that a failed or killed write leaves the previous picture whole, and close it;
-    returns ``path``."""
+def save_figure(fig: Any, path: Path, *, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it to ``path`` (folders made; in the format its suffix names,
+    png by default) through a temporary file renamed over it, so that a failed or killed
+    write leaves the previous picture whole, and close it; returns ``path``."""
     from srifty_core.atomic import replacing
 
     try:
-        if layout:
-            fig.tight_layout()
+        fig.tight_layout()
         with replacing(path) as fh:
             fig.savefig(fh, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
     finally:
