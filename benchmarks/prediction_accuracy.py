@@ -239,13 +239,18 @@ def plan_quality(
     ``args.allocations`` fresh allocations (common seeds); a plan breaks a limit on an
     allocation where its time or cost is over it. The optimum for a risk quantile q is the
     best mean objective among the configurations whose q-quantile over those allocations
-    meets both limits; quality = optimum / the plan's mean objective."""
+    meets both limits; quality = optimum / the plan's mean objective. Each entry also says
+    how Srifty sees that optimum (``optimum_seen``: its predicted time and cost, at the
+    mean and at q, beside the truth's, and the limits its q-quantile breaks), which tells a
+    plan lost to the profiles' means from one lost to the width of the quantile."""
     import dataclasses
 
     from srifty_core.planner.request import Objective
+    from srifty_core.planner.result import evaluate
     from srifty_core.planner.search import plan
     from srifty_core.planner.space import Space
     from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.types import ClusterConfig, Group
 
     rows = []
     for k, req in enumerate(plan_requests(args.plans, args.seed, catalog, refs, args.profile_vms)):
@@ -284,8 +289,24 @@ def plan_quality(
                 and np.quantile(r[:, 1], q) <= limited.budget_usd
             ]
             best = min((float(runs_of[c][:, obj].mean()) for c in ok), default=None)
-            res = plan(dataclasses.replace(limited, risk_quantile=q), sim)
+            checked = dataclasses.replace(limited, risk_quantile=q)
+            res = plan(checked, sim)
             entry: dict[str, Any] = {"feasible": res.best is not None, "optimum": best}
+            if ok:  # the truth's optimum as Srifty sees it: does its quantile reject it?
+                top = min(ok, key=lambda c: float(runs_of[c][:, obj].mean()))
+                config = ClusterConfig(
+                    tuple(Group(checked.offers[i].instance, c, b) for i, c, b in top)
+                )
+                mine_q = evaluate(checked, top, sim.estimate(req.workload, config))
+                runs = runs_of[top]
+                entry["optimum_seen"] = {
+                    "choice": [list(x) for x in top],
+                    "predicted": [mine_q.time_s, mine_q.cost_usd],
+                    "predicted_q": [mine_q.time_q_s, mine_q.cost_q_usd],
+                    "truth_mean": runs.mean(axis=0).tolist(),
+                    "truth_q": np.quantile(runs, q, axis=0).tolist(),
+                    "rejected": list(mine_q.violations),
+                }
             if res.best is not None:
                 mine = runs_of[tuple(sorted(res.best.choice))]
                 entry["label"] = res.best.label
@@ -318,6 +339,7 @@ def plan_quality(
             ),
             "plans_whose_quantile_breaks_a_limit": sum(e.get("quantile_breaks", False) for e in es),
             "runs_breaking_a_limit": f"{sum(e.get('breaks', 0) for e in es)}/{runs}",
+            "optima_rejected": sum(bool(e.get("optimum_seen", {}).get("rejected")) for e in es),
             "quality_median": round(float(np.median(quality)), 3) if quality else None,
             "quality_worst": round(float(min(quality)), 3) if quality else None,
         }
@@ -526,7 +548,8 @@ def format_plans(p: Mapping[str, Any]) -> str:
             f"the first allocation {s['plans_breaking_on_their_first_allocation']}, on any "
             f"{s['plans_breaking_a_limit']} (runs {s['runs_breaking_a_limit']}), at the "
             f"checked quantile {s['plans_whose_quantile_breaks_a_limit']}, quality "
-            f"median {s['quality_median']} worst {s['quality_worst']}"
+            f"median {s['quality_median']} worst {s['quality_worst']}, the truth's optimum "
+            f"rejected by the checked quantile in {s['optima_rejected']}"
         )
     return "\n".join(lines)
 
