@@ -69,8 +69,9 @@ from numpy.typing import ArrayLike, NDArray
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.network import (
-    MixedRingFactors,
+    DecadeFactors,
     level_sigmas,
+    mean_time_factors,
     mix_mask,
     mixed_ring_factors,
     nearest_world,
@@ -605,8 +606,10 @@ class BandwidthCaps:
     """Sustained over burst bus bandwidth, per type and world size."""
     sigmas: Mapping[str, float] = field(default_factory=dict)
     """Spread of network levels across allocations, per type."""
-    mixed: MixedRingFactors = field(default_factory=MixedRingFactors)
+    mixed: DecadeFactors = field(default_factory=DecadeFactors)
     """Measured over composed bus bandwidth of mixed-type rings, by buffer size."""
+    mean_time: Mapping[str, DecadeFactors] = field(default_factory=dict)
+    """Typical over mean-time bus bandwidth per type, by buffer size."""
 
     @classmethod
     def from_probes(
@@ -663,6 +666,7 @@ class BandwidthCaps:
             "factors": {t: {str(k): v for k, v in m.items()} for t, m in self.factors.items()},
             "sigmas": dict(self.sigmas),
             "mixed": self.mixed.to_dict(),
+            "mean_time": {t: f.to_dict() for t, f in self.mean_time.items()},
         }
 
     @classmethod
@@ -680,7 +684,8 @@ class BandwidthCaps:
                 t: {int(k): float(v) for k, v in m.items()} for t, m in d.get("factors", {}).items()
             },
             sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
-            mixed=MixedRingFactors.from_dict(d.get("mixed")),
+            mixed=DecadeFactors.from_dict(d.get("mixed")),
+            mean_time={t: DecadeFactors.from_dict(f) for t, f in d.get("mean_time", {}).items()},
         )
 
 
@@ -909,6 +914,7 @@ class BandwidthModel:
             sustained=sustained_caps(sustained, group),
             factors=sustained_factors(probes, sustained, group),
             sigmas=level_sigmas(probes, group=group),
+            mean_time=mean_time_factors(probes, group=group),
         )
         self.caps_ = dataclasses.replace(
             self.caps_,
@@ -923,6 +929,12 @@ class BandwidthModel:
         type whose sweep ran no sustained probe."""
         table = self.caps_.factors.get(instance_type)
         return nearest_world(table, int(world_size)) if table else 1.0
+
+    def mean_time_factors(self, instance_type: str, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """Typical over mean-time bus bandwidth at each size (``predictors.network``): the
+        regressors fit the typical transfer, a job's time adds up the mean ones; 1 for a
+        type or size without repeated samples in the probes (a type never probed)."""
+        return self.caps_.mean_time.get(instance_type, DecadeFactors()).at(buffer_bytes)
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations of a type

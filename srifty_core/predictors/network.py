@@ -21,6 +21,18 @@ predictors (the probe table and the XGBoost model):
   type, so the level of the next one is Student-t distributed around them. The simulator
   turns it into the network level of a 10th-percentile allocation
   (``IterationEstimate.t_iter_p90``).
+- **Mean time** (``mean_time_factors``): a job's time is the sum of its iterations, so the
+  simulator needs each transfer's *mean* time, while both predictors give the typical one
+  (the table the median of the probes, the regressors a robust fit in log space). On a
+  host or network whose times are right-skewed (a late wake-up, a retransmission) the mean
+  exceeds the median: on two gloo ranks on 2 shared cores the mean of 10 probes at one
+  size was up to 4.5x their median below 1 MB and 1.0-1.7x at 1-12 MB. Per instance type
+  and decade of buffer size (grid rows at concurrency 1 with ``time_s``; each point, i.e.
+  world size, buffer size and allocation, with at least ``MEAN_TIME_MIN_SAMPLES`` samples),
+  every sample's time over its point's median; the factor is 1 over the mean of these,
+  clipped to ``MEAN_TIME_RANGE``. The simulator multiplies a bucket's predicted bus
+  bandwidth by it (a point of one row, e.g. a published table's mean over its iterations,
+  says nothing and is left out; 1 for a type or decade without samples).
 - **Mixed rings** (``split_mixes``, ``mixed_ring_factors``): rows probed over a ring of
   several instance types (``probing.mix``) are never any type's: every per-type fit above
   (and the bandwidth regressors, the caps) runs on the other rows. They check the rule the
@@ -54,6 +66,10 @@ if TYPE_CHECKING:
 
 LEVEL_MIN_BUFFER = 1 << 20
 GROUP = "allocation_id"
+MEAN_TIME_MIN_SAMPLES = 3
+MEAN_TIME_RANGE = (0.2, 1.5)
+"""A mean-time factor stays within these: a decade of a few wild samples cannot make a
+transfer predicted 5x slower, or a left-skewed one much faster, than its median."""
 MIXED_FACTOR_MAX = 1.5
 """A mixed ring is never predicted more than 1.5x faster than its members compose to."""
 
@@ -128,6 +144,45 @@ def level_sigmas(
     return pooled_spreads(spread)
 
 
+def mean_time_factors(grid: pd.DataFrame, group: str = GROUP) -> dict[str, DecadeFactors]:
+    """``{instance_type: mean-time factors by decade}`` (rule: module docstring); empty
+    where the rows carry no ``time_s``."""
+    import pandas as pd
+
+    need = {"instance_type", "world_size", "buffer_bytes", "concurrent", "time_s"}
+    if grid.empty or not need <= set(grid.columns):
+        return {}
+    rows = grid[(grid["concurrent"] == 1) & (grid["time_s"] > 0)]
+    if "status" in rows.columns:
+        rows = rows[rows["status"] == "ok"]
+    point = ["instance_type", "world_size", "buffer_bytes"]
+    if group in rows.columns:
+        point.append(group)
+    times = rows.groupby(point)["time_s"]
+    keep = (times.transform("size") >= MEAN_TIME_MIN_SAMPLES).to_numpy(dtype=bool)
+    if not keep.any():
+        return {}
+    rel = (rows["time_s"] / times.transform("median")).to_numpy(dtype=float)[keep]
+    sizes = rows["buffer_bytes"].to_numpy(dtype=float)[keep]
+    frame = pd.DataFrame(
+        {
+            "instance_type": rows["instance_type"].astype(str).to_numpy()[keep],
+            "decade": np.floor(np.log10(np.maximum(sizes, 1.0))).astype(int),
+            "rel": rel,
+        }
+    )
+    lo, hi = MEAN_TIME_RANGE
+    out: dict[str, DecadeFactors] = {}
+    for itype, part in frame.groupby("instance_type"):
+        means = part.groupby("decade")["rel"].mean()
+        factors = np.clip(1.0 / means.to_numpy(dtype=float), lo, hi)
+        decades = means.index.to_numpy(dtype=int)
+        out[str(itype)] = DecadeFactors(
+            {int(d): float(f) for d, f in zip(decades, factors, strict=True)}
+        )
+    return out
+
+
 def pooled_spreads(spread: Mapping[str, tuple[float, int]]) -> dict[str, float]:
     """``{key: predictive sd}`` from ``{key: (sample sd, draws)}``: the variance pooled over
     every key with two or more draws (each weighted by its degrees of freedom), made
@@ -200,9 +255,10 @@ def split_mixes(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 @dataclass(frozen=True)
-class MixedRingFactors:
-    """Measured over composed bus bandwidth of mixed rings, by decade of buffer size
-    (rule: module docstring); 1 everywhere when empty."""
+class DecadeFactors:
+    """A factor on bus bandwidth by decade of buffer size (``floor(log10 bytes)``; a size
+    between the decades held takes the nearest one's, ties the larger): the mixed-ring
+    factor and the mean-time factor (rules: module docstring); 1 everywhere when empty."""
 
     by_decade: Mapping[int, float] = field(default_factory=dict)
 
@@ -224,7 +280,7 @@ class MixedRingFactors:
         return {str(k): float(v) for k, v in sorted(self.by_decade.items())}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> MixedRingFactors:
+    def from_dict(cls, d: Mapping[str, Any] | None) -> DecadeFactors:
         return cls({int(k): float(v) for k, v in (d or {}).items()})
 
 
@@ -234,7 +290,7 @@ def mixed_ring_factors(
     predict: Callable[[pd.DataFrame], NDArray[np.float64]],
     sustained_factor: Callable[[str, int], float],
     features: Sequence[str],
-) -> MixedRingFactors:
+) -> DecadeFactors:
     """The mixed-ring factors (rule: module docstring) of the mix rows ``mixes``, against
     a predictor fitted on ``per_type`` (its ``predict`` and ``sustained_factor``). Each
     member type is queried with the ``features`` of its own rows (those of the mix's
@@ -242,12 +298,12 @@ def mixed_ring_factors(
     import pandas as pd
 
     if mixes.empty:
-        return MixedRingFactors()
+        return DecadeFactors()
     if "gpus_per_vm" not in per_type.columns:
         raise ConfigError("probe rows of mixed rings need the gpus_per_vm of their member types")
     ok = mixes[mixes["concurrent"] == 1] if "concurrent" in mixes.columns else mixes
     if ok.empty:
-        return MixedRingFactors()
+        return DecadeFactors()
     ok = ok.assign(_sustained=sustained_mask(ok))
     where = [c for c in ("provider", "region") if c in ok.columns and c in per_type.columns]
     keys = ["instance_type", *where, "world_size", "buffer_bytes", "_sustained"]
@@ -278,7 +334,7 @@ def mixed_ring_factors(
             rows.append({**feat, "world_size": world, "buffer_bytes": size, "concurrent": 1})
             member_of.append((g, t, world, bool(r["_sustained"])))
     if not rows:
-        return MixedRingFactors()
+        return DecadeFactors()
     frame = pd.DataFrame(rows)
     for c in ("world_size", "buffer_bytes", "concurrent"):
         frame[c] = frame[c].astype("int64")
@@ -293,6 +349,6 @@ def mixed_ring_factors(
     for g, value in composed.items():
         decade = int(np.floor(np.log10(max(sizes[g], 1.0))))
         ratios.setdefault(decade, []).append(float(measured[g]) / value)
-    return MixedRingFactors(
+    return DecadeFactors(
         {d: float(min(np.median(v), MIXED_FACTOR_MAX)) for d, v in sorted(ratios.items())}
     )

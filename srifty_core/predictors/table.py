@@ -8,7 +8,8 @@ baseline for the XGBoost model, and what a simulation of *this* machine needs wh
 local probes exist. The cap is the sustained bus bandwidth (``predictors.network``) where
 the sweep ran the sustained-transfer probe, else the largest aggregate (concurrent x median
 busbw) seen for the type and world size; ``level_sigma`` is the spread of network levels
-across the probed allocations. Rows of mixed-type rings (``probing.mix``) are no type's
+across the probed allocations; ``mean_time_factors`` turn the medians into the mean
+transfer's bandwidth. Rows of mixed-type rings (``probing.mix``) are no type's
 curve: they only give the mixed-ring factor (``mixed_factor``, ``predictors.network``).
 """
 
@@ -21,8 +22,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.network import (
-    MixedRingFactors,
+    DecadeFactors,
     level_sigmas,
+    mean_time_factors,
     mixed_ring_factors,
     nearest_world,
     split_mixes,
@@ -44,7 +46,8 @@ class ProbeTableBandwidth:
         self.sustained_: dict[str, dict[int, float]]
         self.factors_: dict[str, dict[int, float]]
         self.sigmas_: dict[str, float]
-        self.mixed_: MixedRingFactors
+        self.mean_time_: dict[str, DecadeFactors]
+        self.mixed_: DecadeFactors
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
         need = {"instance_type", "world_size", "concurrent", "buffer_bytes", "busbw"}
@@ -66,6 +69,7 @@ class ProbeTableBandwidth:
         self.sustained_ = sustained_caps(sustained)
         self.factors_ = sustained_factors(ok, sustained)
         self.sigmas_ = level_sigmas(ok)
+        self.mean_time_ = mean_time_factors(ok)
         med = (
             ok.groupby(["instance_type", "world_size", "concurrent", "buffer_bytes"])["busbw"]
             .median()
@@ -119,6 +123,12 @@ class ProbeTableBandwidth:
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations."""
         return self.sigmas_.get(instance_type, 0.0)
+
+    def mean_time_factors(self, instance_type: str, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """Typical over mean-time bus bandwidth at each size (``predictors.network``): the
+        factor that turns the table's medians into what the mean transfer gets; 1 for a
+        type or size the probes have no repeated samples of."""
+        return self.mean_time_.get(instance_type, DecadeFactors()).at(buffer_bytes)
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size

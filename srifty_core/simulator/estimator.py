@@ -67,6 +67,11 @@ class Simulator:
     cores, while on a 16-core host the exchange hid behind the backward; BENCHMARKS.md).
     All ``local`` workers share one host.
 
+    Every bucket runs at the mean transfer's bus bandwidth, not the typical one: the
+    predictor's curve times its ``mean_time_factors`` (``predictors.network``; 1 where it
+    has none), since a job's time adds up its transfers and right-skewed ones average
+    above their median.
+
     DDP's own work per step is added where the profile measured it
     (``ComputeProfile.ddp_passes_s``: its measured ``ddp_overhead``, or else two passes
     at its copy bandwidth): its hooks and the copies of each gradient into its bucket
@@ -168,8 +173,9 @@ class Simulator:
     def _curves(
         self, pairs: Sequence[tuple[SimInstance, int]], sizes: tuple[int, ...]
     ) -> list[NDArray[np.float64]]:
-        """Per (type, world size): the predicted bus bandwidth at ``sizes`` (at the
-        type's sustained rate under DDP's schedule). What is not cached yet is asked in
+        """Per (type, world size): the predicted bus bandwidth at ``sizes``, the mean
+        transfer's (``_mean_time_factors``; at the type's sustained rate under DDP's
+        schedule). What is not cached yet is asked in
         one batched call: a model call costs about the same for 10 rows or 10,000."""
         missing = list(
             {(inst.name, n): (inst, n) for inst, n in pairs if (inst.name, n, sizes) not in
@@ -194,6 +200,7 @@ class Simulator:
             factor = getattr(self.bandwidth, "sustained_factor", None)
             for k, (inst, n) in enumerate(missing):
                 curve = pred[k * len(sizes) : (k + 1) * len(sizes)]
+                curve = curve * _mean_time_factors(self.bandwidth, inst.name, sizes)
                 if not inside[k * len(sizes) : (k + 1) * len(sizes)].all():
                     self._outside.add((inst.name, n))
                 if self.schedule == "ddp" and factor is not None:  # a long job: sustained
@@ -760,6 +767,24 @@ def _ring_world(inst: SimInstance, vms: int, world: int, types: int) -> int:
     """The world size to ask the bandwidth model for one type of a ring of ``vms`` VMs:
     the job's own with one type, else a ring of ``vms`` VMs of this type."""
     return world if types == 1 else max(2, vms * inst.ranks_per_vm)
+
+
+def _mean_time_factors(
+    bandwidth: BandwidthPredictor, instance_type: str, sizes: tuple[int, ...]
+) -> NDArray[np.float64]:
+    """What turns the predictor's typical bus bandwidth into the mean transfer's
+    (``predictors.network``: a job's time adds up mean iterations, and on right-skewed
+    links the mean transfer is slower than the typical one), by buffer size; 1 where the
+    bandwidth model learned none."""
+    fn = getattr(bandwidth, "mean_time_factors", None)
+    if fn is None:
+        return np.ones(len(sizes))
+    out = np.asarray(fn(instance_type, np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
+    if out.shape != (len(sizes),) or not np.all(out > 0):
+        raise ConfigError(
+            "the bandwidth predictor's mean_time_factors are non-positive or misshapen"
+        )
+    return out
 
 
 def _mixed_factors(bandwidth: BandwidthPredictor, sizes: tuple[int, ...]) -> NDArray[np.float64]:

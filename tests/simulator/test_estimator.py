@@ -356,6 +356,45 @@ def test_a_long_job_runs_at_the_sustained_factor() -> None:
     )
 
 
+class SkewedBandwidth(ConstantBandwidth):
+    """Probes whose mean transfer is twice the typical one above 2 KB."""
+
+    def mean_time_factors(self, instance_type: str, buffer_bytes: np.ndarray) -> np.ndarray:
+        return np.where(np.asarray(buffer_bytes) > 2000, 0.5, 1.0)
+
+
+def test_each_bucket_runs_at_the_mean_transfers_bandwidth() -> None:
+    """The estimate is a mean: a bucket's bus bandwidth is scaled by the predictor's
+    mean-time factor at its size, in both schedules; a misshapen factor is an error."""
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    c = config((inst("a"), 2, 32))
+    t_bw = float(p.t_bw(32))
+    sizes = [b.size_bytes for b in p.buckets]  # 1500 and 2500 bytes: the second is slowed
+    slowed = sum(bus_bytes(s, 2) / 1e6 * (2.0 if s > 2000 else 1.0) for s in sizes)
+    typical = Simulator(ConstantBandwidth(1e6), overlap=0.0)
+    mean = Simulator(SkewedBandwidth(1e6), overlap=0.0)
+    # DDP's schedule, one bucket after the other: the slowed transfer adds its extra time
+    assert typical.estimate(w, c).t_pe - t_bw == pytest.approx(
+        sum(bus_bytes(s, 2) / 1e6 for s in sizes)
+    )
+    assert mean.estimate(w, c).t_pe - t_bw == pytest.approx(slowed)
+    # the concurrent schedule, both at once without a cap: the larger one ends last, twice
+    # as late
+    typical = Simulator(ConstantBandwidth(1e6), overlap=0.0, schedule="concurrent")
+    mean = Simulator(SkewedBandwidth(1e6), overlap=0.0, schedule="concurrent")
+    late = max(bus_bytes(s, 2) for s in sizes) / 1e6
+    assert typical.estimate(w, c).t_pe - t_bw == pytest.approx(late)
+    assert mean.estimate(w, c).t_pe - t_bw == pytest.approx(2 * late)
+
+    class Broken(ConstantBandwidth):
+        def mean_time_factors(self, instance_type: str, buffer_bytes: np.ndarray) -> np.ndarray:
+            return np.zeros(1)
+
+    with pytest.raises(ConfigError, match="mean_time_factors"):
+        Simulator(Broken(1e6)).estimate(w, c)
+
+
 def test_vm_spread_raises_the_slowest_vm_and_the_p90() -> None:
     base = steady(make_profile())
     spread = dataclasses.replace(base, vm_cv=0.05, profiled_vms=3)
