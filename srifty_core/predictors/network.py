@@ -68,8 +68,8 @@ LEVEL_MIN_BUFFER = 1 << 20
 GROUP = "allocation_id"
 MEAN_TIME_MIN_SAMPLES = 3
 MEAN_TIME_RANGE = (0.2, 1.5)
-"""A mean-time factor stays within these: a decade of a few wild samples cannot make a
-transfer predicted 5x slower, or a left-skewed one much faster, than its median."""
+"""A mean-time factor stays within these: a decade of a few wild samples makes a transfer
+predicted at most 5x slower than its median, and a left-skewed one at most 1.5x faster."""
 MIXED_FACTOR_MAX = 1.5
 """A mixed ring is never predicted more than 1.5x faster than its members compose to."""
 
