@@ -292,7 +292,7 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"host": host, "summary": result, "summary_by_median": by_median, "cases": rows}
-    args.out.write_text(json.dumps(report, indent=1))
+    write_text_atomic(args.out, json.dumps(report, indent=1))
 
 
 def case_config(instance: Any, a: int, b: int) -> Any:
