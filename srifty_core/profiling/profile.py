@@ -98,17 +98,19 @@ class ComputeProfile:
     errors of t(B). Empty where the profile made no checks."""
     shared_slowdown: tuple[tuple[int, float], ...] = ()
     """``(workers, factor)`` pairs: how much slower a training step (forward and backward)
-    runs when that many workers of this kind share the device, each stepping (CPU ranks on
-    one host share its cores, caches and memory bus), measured at the schedule batch
-    against the same step alone. Empty where not measured (a GPU per rank, older
-    profiles): the simulator then assumes no slowdown and says so."""
+    runs when that many workers of this kind share the device, each stepping, all starting
+    each step together as a job's ranks do (CPU ranks on one host share its cores, caches
+    and memory bus), measured at the schedule batch against the same step alone. Empty
+    where not measured (a GPU per rank, older profiles): the simulator then assumes no
+    slowdown and says so."""
     ddp_overhead: tuple[tuple[int, float], ...] = ()
     """``(workers, seconds)`` pairs: what DDP adds to a training step, measured (a step of
     the model wrapped in DDP over a process group of one, the exchange replaced by a no-op
     hook, minus the same step unwrapped, in alternating rounds): its autograd hooks, the
     copies of the gradients into the buckets and back, its buffer broadcasts. At 1 worker
-    alone, and at k workers with k - 1 others on the device doing the same (CPU ranks on
-    one host; these passes are memory-bound and slow more than the compute does). Empty
+    alone, and at k workers with k - 1 others on the device doing the same in step with it
+    (CPU ranks on one host; these passes are memory-bound, come at the same moment of
+    every rank's step, and slow more than the compute does). Empty
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
 

@@ -23,6 +23,7 @@ import dataclasses
 import os
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -380,13 +381,18 @@ def measure_latency(
     repeats: int,
     warmup: int,
     sync: Callable[[], None],
+    before_step: Callable[[], None] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Forward and backward seconds of ``repeats`` steps, after ``warmup`` steps."""
+    """Forward and backward seconds of ``repeats`` steps, after ``warmup`` steps;
+    ``before_step`` (if given) runs before each, outside the clock (``_colocated_load``'s
+    lockstep)."""
     fw: list[float] = []
     bw: list[float] = []
     for i in range(warmup + repeats):
         workload.module.zero_grad(set_to_none=True)
         sync()
+        if before_step is not None:
+            before_step()
         t0 = time.perf_counter()
         loss = workload.loss(batch)
         sync()
@@ -401,11 +407,20 @@ def measure_latency(
 
 
 def step_seconds(
-    workload: Workload, batch: Batch, config: ProfilerConfig, sync: Callable[[], None]
+    workload: Workload,
+    batch: Batch,
+    config: ProfilerConfig,
+    sync: Callable[[], None],
+    before_step: Callable[[], None] | None = None,
 ) -> list[float]:
     """Forward-plus-backward seconds of ``config.repeats`` steps (``measure_latency``)."""
     fw, bw = measure_latency(
-        workload, batch, repeats=config.repeats, warmup=config.warmup, sync=sync
+        workload,
+        batch,
+        repeats=config.repeats,
+        warmup=config.warmup,
+        sync=sync,
+        before_step=before_step,
     )
     return [f + b for f, b in zip(fw, bw, strict=True)]
 
@@ -589,7 +604,8 @@ def shared_slowdown(
     sync: Callable[[], None],
 ) -> tuple[tuple[int, float], ...]:
     """``(k, factor)`` for k = 2..``config.share_host``: the median forward-plus-backward
-    time at ``batch`` with ``k - 1`` background workers doing the same steps, over the
+    time at ``batch`` with ``k - 1`` background workers doing the same steps in step with
+    it (``_colocated_load``'s lockstep: a job's ranks start each step together), over the
     median alone. The workers start once and are paused and resumed for ``SHARE_ROUNDS``
     alternating rounds (alone, shared, alone, ...), so that drift and one-off disturbances
     of the host (another process starting, a page-fault storm) fall on both sides; at
@@ -604,18 +620,22 @@ def shared_slowdown(
         go = mp.get_context("spawn").Event()
         alone: list[float] = []
         shared: list[float] = []
-        with _colocated_load(name, size, batch, config, device, others=k - 1, go=go):
+        with _colocated_load(
+            name, size, batch, config, device, others=k - 1, go=go, lockstep=True
+        ) as together:
             for _ in range(SHARE_ROUNDS):
                 go.clear()
                 alone += step_seconds(workload, data, config, sync)
                 go.set()
-                shared += step_seconds(workload, data, config, sync)
+                shared += step_seconds(workload, data, config, sync, together)
         out.append((k, max(1.0, statistics.median(shared) / statistics.median(alone))))
     return tuple(out)
 
 
 SHARE_ROUNDS = 3
 """Alternating alone/shared rounds of ``shared_slowdown``."""
+LOCKSTEP_TIMEOUT_S = 120.0
+"""How long a lockstep step waits for the load workers before the profile fails."""
 
 
 def ddp_overhead(
@@ -629,7 +649,11 @@ def ddp_overhead(
 ) -> tuple[tuple[int, float], ...]:
     """``(k, seconds)`` for k = 1..``config.share_host`` (1 on a GPU): what wrapping the
     model in DDP adds to a forward-plus-backward step at ``batch``, with ``k - 1``
-    background workers doing DDP steps of their own (and ``colocated - 1`` as always).
+    background workers doing DDP steps of their own in step with it (and ``colocated - 1``
+    as always): DDP's passes over the gradients are memory-bound and come at the same
+    moment of every rank's step, so workers that step together slow them more than
+    workers at random moments of theirs (ResNet-18 at batch 8 beside one worker: 5.0-6.9
+    ms in step, -3.6..+4.6 ms at random moments, in three alternated tries).
 
     A copy of the model is wrapped in ``DistributedDataParallel`` over a process group of
     this process alone (an in-memory store, gloo on the CPU, NCCL on CUDA) with a no-op
@@ -654,10 +678,12 @@ def ddp_overhead(
         for k in range(1, (1 if cuda else config.share_host) + 1):
             plain: list[float] = []
             ddp: list[float] = []
-            with _colocated_load(name, size, batch, config, device, others=base + k - 1, ddp=True):
+            with _colocated_load(
+                name, size, batch, config, device, others=base + k - 1, ddp=True, lockstep=True
+            ) as together:
                 for _ in range(SHARE_ROUNDS):
-                    plain += step_seconds(workload, data, config, sync)
-                    ddp += step_seconds(wrapped, data, config, sync)
+                    plain += step_seconds(workload, data, config, sync, together)
+                    ddp += step_seconds(wrapped, data, config, sync, together)
             out.append((k, max(0.0, statistics.median(ddp) - statistics.median(plain))))
         del module, wrapped
         return tuple(out)
@@ -718,12 +744,14 @@ def _load_worker(
     go: Any = None,
     ddp: bool = False,
     caller: int | None = None,
+    together: Any = None,
 ) -> None:
     """Background training steps until ``stop`` is set (a co-located worker); while
     ``go`` (if given) is clear it idles between steps. ``ddp``: the model wrapped in DDP
     over a process group of this worker alone, the exchange a no-op (DDP's own passes).
-    It ends with ``caller`` (the profiler) if that is killed before it can set ``stop``:
-    an orphan would keep stepping and slow every measurement after it."""
+    ``together`` (a barrier, if given): each step after the first starts when the
+    profiler's does. It ends with ``caller`` (the profiler) if that is killed before it
+    can set ``stop``: an orphan would keep stepping and slow every measurement after it."""
     die_with_caller(caller)
     host_allocator.steady()
     if threads:
@@ -738,6 +766,11 @@ def _load_worker(
         if go is not None and not first and not go.wait(0.05):
             continue
         workload.module.zero_grad(set_to_none=True)
+        if together is not None and not first:
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:  # the profiler is done with us
+                break
         workload.loss(data).backward()
         if first:
             ready.set()
@@ -754,18 +787,33 @@ def _colocated_load(
     others: int | None = None,
     go: Any = None,
     ddp: bool = False,
-) -> Iterator[None]:
+    lockstep: bool = False,
+) -> Iterator[Callable[[], None] | None]:
     """Run ``others`` (default ``config.colocated - 1``) background workers for the
     duration of the block (stepping only while ``go``, an event of the spawn context, is
-    set, if given)."""
+    set, if given). With ``lockstep`` the block gets a function to call before each
+    step it times (``measure_latency``'s ``before_step``): every worker then starts a
+    step with it, as a job's ranks do (it raises ``SriftyError`` if a worker stops
+    stepping for ``LOCKSTEP_TIMEOUT_S``); else ``None``."""
     n = config.colocated - 1 if others is None else others
     if n <= 0:
-        yield
+        yield None
         return
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
+    together = ctx.Barrier(n + 1) if lockstep else None
+
+    def step_together() -> None:
+        assert together is not None
+        try:
+            together.wait(LOCKSTEP_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            raise SriftyError(
+                f"a co-located load worker stopped stepping (no step in {LOCKSTEP_TIMEOUT_S:g} s)"
+            ) from None
+
     procs, readies = [], []
     for _ in range(n):
         ready = ctx.Event()
@@ -782,6 +830,7 @@ def _colocated_load(
                 go,
                 ddp,
                 os.getpid(),
+                together,
             ),
             daemon=True,
         )
@@ -793,9 +842,11 @@ def _colocated_load(
             while not ready.wait(0.5):
                 if not p.is_alive():
                     raise SriftyError(f"a co-located load worker died (exit {p.exitcode})")
-        yield
+        yield step_together if together is not None else None
     finally:
         stop.set()
+        if together is not None:
+            together.abort()  # a worker waiting for the next step leaves
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():

@@ -221,6 +221,46 @@ def test_step_peak_sees_the_temporaries_the_estimate_does_not() -> None:
     assert peak > 1.3 * training_memory_bytes(w, batch, CPU)
 
 
+def test_lockstep_load_workers_start_each_step_with_the_profiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In lockstep a load worker starts a step only when the profiler starts one (a job's
+    ranks step together): while the profiler sleeps between steps the worker waits, so its
+    steps overlap the profiler's; a worker that dies makes the next step fail, not hang;
+    and none is left when the block ends."""
+    import multiprocessing as mp
+    import time
+
+    from srifty_core.errors import SriftyError
+    from srifty_core.profiling import profiler
+
+    before = set(mp.active_children())
+    config = ProfilerConfig(threads=1)
+    with profiler._colocated_load(
+        "dlrm", "tiny", 4, config, CPU, others=1, lockstep=True
+    ) as together:
+        assert together is not None
+        for _ in range(3):  # each call releases one step of the worker
+            together()
+            time.sleep(0.05)
+    assert set(mp.active_children()) == before
+    with profiler._colocated_load("dlrm", "tiny", 4, config, CPU, others=1) as free:
+        assert free is None  # not in lockstep: nothing to call
+
+    monkeypatch.setattr(profiler, "LOCKSTEP_TIMEOUT_S", 3.0)
+    with profiler._colocated_load(
+        "dlrm", "tiny", 4, config, CPU, others=1, lockstep=True
+    ) as together:
+        assert together is not None
+        together()
+        for child in set(mp.active_children()) - before:
+            child.kill()
+            child.join()
+        with pytest.raises(SriftyError, match="stopped stepping"):
+            together()
+    assert set(mp.active_children()) == before
+
+
 def test_a_load_worker_ends_with_a_killed_profiler() -> None:
     """A profiler killed mid-measurement cannot set ``stop``: its background worker must
     not keep stepping (and slowing every later measurement on the host)."""
