@@ -101,9 +101,9 @@ def main() -> None:
     bad = [m for m in args.models if m not in MODELS]
     if bad:
         ap.error(f"--models: unknown {bad}; choose from {list(MODELS)}")
-    for flag in ("batch", "rounds", "repeats"):
-        if getattr(args, flag) < (2 if flag == "repeats" else 1):
-            ap.error(f"--{flag}: must be at least {2 if flag == 'repeats' else 1}")
+    for flag, least in (("batch", 1), ("rounds", 1), ("repeats", 2)):
+        if getattr(args, flag) < least:
+            ap.error(f"--{flag}: must be at least {least}")
     t0 = time.perf_counter()
     results = {}
     for name in args.models:

@@ -329,15 +329,17 @@ def rescore(run: Path, root: Path) -> dict[str, Any]:
     probes = read_probes(root=root / "probes")
     profiles = ProfileStore(root / "profiles")
     instance = SimInstance.local_cpu()
+    workloads = {
+        m: Workload(m, {"cpu": profiles.load(m, "small", "cpu")})
+        for m in {c["model"] for c in cases}
+    }
+    configs = [case_config(instance, *c["batches"]) for c in cases]
     out: dict[str, Any] = {"run": run.name}
     for label, table in (("mean_time", ProbeTableBandwidth()), ("typical", TypicalTransfers())):
         sim = Simulator(table.fit(probes), iters=512, seed=0)
         est = [
-            sim.estimate(
-                Workload(c["model"], {"cpu": profiles.load(c["model"], "small", "cpu")}),
-                case_config(instance, *c["batches"]),
-            ).t_iter
-            for c in cases
+            sim.estimate(workloads[c["model"]], config).t_iter
+            for c, config in zip(cases, configs, strict=True)
         ]
         for truth in ("measured_mean_s", "measured_s"):
             if truth in cases[0]:

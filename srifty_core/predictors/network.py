@@ -167,7 +167,7 @@ def mean_time_factors(grid: pd.DataFrame, group: str = GROUP) -> dict[str, Decad
     frame = pd.DataFrame(
         {
             "instance_type": rows["instance_type"].astype(str).to_numpy()[keep],
-            "decade": np.floor(np.log10(np.maximum(sizes, 1.0))).astype(int),
+            "decade": decades(sizes),
             "rel": rel,
         }
     )
@@ -176,9 +176,9 @@ def mean_time_factors(grid: pd.DataFrame, group: str = GROUP) -> dict[str, Decad
     for itype, part in frame.groupby("instance_type"):
         means = part.groupby("decade")["rel"].mean()
         factors = np.clip(1.0 / means.to_numpy(dtype=float), lo, hi)
-        decades = means.index.to_numpy(dtype=int)
+        held = means.index.to_numpy(dtype=int)
         out[str(itype)] = DecadeFactors(
-            {int(d): float(f) for d, f in zip(decades, factors, strict=True)}
+            {int(d): float(f) for d, f in zip(held, factors, strict=True)}
         )
     return out
 
@@ -254,6 +254,13 @@ def split_mixes(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return probes[~mixed], probes[mixed]
 
 
+def decades(buffer_bytes: ArrayLike) -> NDArray[np.int64]:
+    """The decade of each buffer size, ``floor(log10 bytes)`` (0 for sizes under 10 bytes)."""
+    s = np.maximum(np.asarray(buffer_bytes, dtype=np.float64), 1.0)
+    out: NDArray[np.int64] = np.floor(np.log10(s)).astype(np.int64)
+    return out
+
+
 @dataclass(frozen=True)
 class DecadeFactors:
     """A factor on bus bandwidth by decade of buffer size (``floor(log10 bytes)``; a size
@@ -269,7 +276,7 @@ class DecadeFactors:
             return np.ones(s.shape)
         keys = np.asarray(sorted(self.by_decade), dtype=np.float64)
         values = np.asarray([self.by_decade[int(k)] for k in keys], dtype=np.float64)
-        d = np.floor(np.log10(np.maximum(s, 1.0)))
+        d = decades(s)
         hi = np.clip(np.searchsorted(keys, d), 0, keys.size - 1)
         lo = np.clip(hi - 1, 0, keys.size - 1)
         pick = np.where(np.abs(keys[lo] - d) < np.abs(keys[hi] - d), lo, hi)
@@ -347,8 +354,7 @@ def mixed_ring_factors(
     measured = med["busbw"].to_numpy(dtype=np.float64)
     ratios: dict[int, list[float]] = {}
     for g, value in composed.items():
-        decade = int(np.floor(np.log10(max(sizes[g], 1.0))))
-        ratios.setdefault(decade, []).append(float(measured[g]) / value)
+        ratios.setdefault(int(decades(sizes[g])), []).append(float(measured[g]) / value)
     return DecadeFactors(
         {d: float(min(np.median(v), MIXED_FACTOR_MAX)) for d, v in sorted(ratios.items())}
     )

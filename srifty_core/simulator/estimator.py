@@ -776,27 +776,27 @@ def _mean_time_factors(
     (``predictors.network``: a job's time adds up mean iterations, and on right-skewed
     links the mean transfer is slower than the typical one), by buffer size; 1 where the
     bandwidth model learned none."""
-    fn = getattr(bandwidth, "mean_time_factors", None)
-    if fn is None:
-        return np.ones(len(sizes))
-    out = np.asarray(fn(instance_type, np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
-    if out.shape != (len(sizes),) or not np.all(out > 0):
-        raise ConfigError(
-            "the bandwidth predictor's mean_time_factors are non-positive or misshapen"
-        )
-    return out
+    return _size_factors(bandwidth, "mean_time_factors", sizes, instance_type)
 
 
 def _mixed_factors(bandwidth: BandwidthPredictor, sizes: tuple[int, ...]) -> NDArray[np.float64]:
     """What the probes of mixed-type rings say of the composition ``_busbw`` makes of
     several types (``predictors.network``: measured over composed bus bandwidth, by buffer
     size); 1 where the bandwidth model learned none."""
-    fn = getattr(bandwidth, "mixed_factors", None)
+    return _size_factors(bandwidth, "mixed_factors", sizes)
+
+
+def _size_factors(
+    bandwidth: BandwidthPredictor, method: str, sizes: tuple[int, ...], *args: str
+) -> NDArray[np.float64]:
+    """``bandwidth.<method>(*args, sizes)``, checked (positive, one per size); ones where
+    the predictor has no such method."""
+    fn = getattr(bandwidth, method, None)
     if fn is None:
         return np.ones(len(sizes))
-    out = np.asarray(fn(np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
+    out = np.asarray(fn(*args, np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
     if out.shape != (len(sizes),) or not np.all(out > 0):
-        raise ConfigError("the bandwidth predictor's mixed_factors are non-positive or misshapen")
+        raise ConfigError(f"the bandwidth predictor's {method} are non-positive or misshapen")
     return out
 
 
