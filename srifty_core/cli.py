@@ -283,12 +283,14 @@ def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> 
     from srifty_core.profiling.store import ProfileStore
 
     catalog = Catalog.load()
-    load = whatif.profile_loader(ProfileStore().load)
+    store = ProfileStore()
+    load = whatif.profile_loader(store.load)
+    evidence = store.vm_spreads()
     scenarios = [whatif.parse_scenario(t) for t in args.what_if]  # bad input fails first
     what = whatif.WhatIf(
         read_request_file(Path(args.request)),
         estimator,  # type: ignore[arg-type]
-        lambda d: request_from_dict(d, catalog=catalog, load_profile=load),
+        lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence),
         {"method": args.method},
     )
     answers = [what.ask(s) for s in scenarios]

@@ -127,7 +127,9 @@ def load_request(data: dict[str, Any], profiles_root: Path | None = None) -> Pla
     from srifty_core.profiling.store import ProfileStore
 
     store = ProfileStore(profiles_root)
-    return request_from_dict(data, catalog=Catalog.load(), load_profile=store.load)
+    return request_from_dict(
+        data, catalog=Catalog.load(), load_profile=store.load, vm_evidence=store.vm_spreads()
+    )
 
 
 def load_bandwidth(

@@ -214,6 +214,7 @@ def request_from_dict(
     *,
     catalog: Any,
     load_profile: Any,
+    vm_evidence: Mapping[str, tuple[float, int]] | None = None,
 ) -> PlanRequest:
     """A request from its YAML/JSON form (see ``docs`` in the README), checked by
     ``planner.schema.RequestSpec`` before anything is looked up::
@@ -232,8 +233,10 @@ def request_from_dict(
           - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
           - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
 
-    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``. Every problem
-    with a field is a ``ConfigError`` whose message starts with the field's path.
+    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``;
+    ``vm_evidence`` is what the other stored profiles say about VM-to-VM spread
+    (``ProfileStore.vm_spreads``, ``Workload.vm_evidence``). Every problem with a field is
+    a ``ConfigError`` whose message starts with the field's path.
     """
     spec = RequestSpec.parse(d)
     region = _named("region", catalog.check_region, spec.region)
@@ -244,7 +247,7 @@ def request_from_dict(
     }
     oh = spec.overheads or schema.OverheadsSpec()
     return PlanRequest(
-        workload=Workload(spec.model, profiles),
+        workload=Workload(spec.model, profiles, vm_evidence or {}),
         global_batch=spec.global_batch,
         iterations=spec.iterations,
         offers=offers,

@@ -49,11 +49,13 @@ def what_if_report(
     calibration = for_request(base, model)
     estimator = Simulator(model, calibration=calibration)
     catalog = Catalog.load()
-    load = whatif.profile_loader(ProfileStore().load)
+    store = ProfileStore()
+    load = whatif.profile_loader(store.load)
+    evidence = store.vm_spreads()
     what = whatif.WhatIf(
         dict(request),
         estimator,
-        lambda d: request_from_dict(d, catalog=catalog, load_profile=load),
+        lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence),
         {"method": method},
     )
     answers = [what.ask(s) for s in parsed]

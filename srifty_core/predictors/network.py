@@ -183,28 +183,62 @@ def mean_time_factors(grid: pd.DataFrame, group: str = GROUP) -> dict[str, Decad
     return out
 
 
-def pooled_spreads(spread: Mapping[str, tuple[float, int]]) -> dict[str, float]:
-    """``{key: predictive sd}`` from ``{key: (sample sd, draws)}``: the variance pooled over
-    every key with two or more draws (each weighted by its degrees of freedom), made
-    predictive with the pooled degrees of freedom and the key's own draws
-    (``predictive_spread``), and never below the key's own sample sd (a key that really
-    spreads more than the others keeps it). 0 for a key with fewer than two draws.
+WIDER_LEVEL = 0.95
+"""How sure the pooled spreads must be that a key spreads more than the rest before it
+keeps its own (``pooled_spreads``): the usual one-sided 5% test on the F ratio of its
+sample variance over the others' pooled variance, Bonferroni-corrected for the number of
+keys tested (of 14 types that all spread alike, a plain 5% test flags one by chance in
+about half of the sweeps, and that type's own 2 degrees of freedom widen it 1.7x)."""
+
+
+def pooled_spreads(
+    spread: Mapping[str, tuple[float, int]],
+    evidence: Mapping[str, tuple[float, int]] | None = None,
+) -> dict[str, float]:
+    """``{key: predictive sd}`` for every key of ``spread`` (``{key: (sample sd, draws)}``):
+    the variance pooled over every key with two or more draws, of ``spread`` and of
+    ``evidence`` (more draws of the same kind whose own keys are not asked for: the VM
+    spreads of the other profiles taken on this cloud, ``ProfileStore.vm_spreads``), each
+    weighted by its degrees of freedom, made predictive with the pooled degrees of freedom
+    and the key's own draws (``predictive_spread``). A key whose sample variance is wider
+    than the others' pooled variance beyond chance (an F test at ``WIDER_LEVEL``, corrected
+    for the number of keys) keeps
+    its own, made predictive with its own degrees of freedom, and is left out of the
+    others' pool. 0 for a key with fewer than two draws.
 
     Few draws per key (three allocations of a type, three VMs of a device) make a
     Student t with 2 degrees of freedom, which alone would widen the spread 1.7x; the
-    spread from one allocation to the next is a property of the cloud more than of one
-    type, and pooling puts every sweep's allocations behind it."""
-    dof = sum(k - 1 for _, k in spread.values() if k >= 2)
-    if dof <= 0:
-        return {key: 0.0 for key in spread}
-    var = sum((k - 1) * sd**2 for sd, k in spread.values() if k >= 2) / dof
+    spread from one allocation or VM to the next is a property of the cloud more than of
+    one type or model, and pooling puts every sweep's allocations, and every profile's
+    VMs, behind it. A sample of three that happens to spread 1.7x the pool is not evidence
+    of a wider key (alone, the F test's 95th percentile on 2 degrees of freedom is 3x the
+    variance); one of 0.2 among 0.01s is."""
+    from scipy.special import fdtri
+
+    every = {("own", k): v for k, v in spread.items()}
+    every.update({("evidence", k): v for k, v in (evidence or {}).items()})
+    drawn = {k: (sd, n) for k, (sd, n) in every.items() if n >= 2}
+
+    def pool(keys: list[tuple[str, str]]) -> tuple[float, int]:
+        dof = sum(drawn[k][1] - 1 for k in keys)
+        var = sum((drawn[k][1] - 1) * drawn[k][0] ** 2 for k in keys) / dof if dof else 0.0
+        return var, dof
+
+    wider: set[tuple[str, str]] = set()
+    level = 1.0 - (1.0 - WIDER_LEVEL) / max(1, len(drawn))
+    for tagged, (sd, n) in drawn.items():
+        var, dof = pool([k for k in drawn if k != tagged])
+        if dof and var > 0 and sd**2 / var > float(fdtri(n - 1, dof, level)):
+            wider.add(tagged)
+    var, dof = pool([k for k in drawn if k not in wider])
     out: dict[str, float] = {}
-    for key, (sd, k) in spread.items():
-        if k < 2:
+    for key, (sd, n) in spread.items():
+        if n < 2:
             out[key] = 0.0
-            continue
-        pooled = float(np.sqrt(var)) * predictive_spread(k, dof=dof)
-        out[key] = max(pooled, sd * float(np.sqrt(1.0 + 1.0 / k)))
+        elif ("own", key) in wider or dof <= 0:
+            out[key] = sd * predictive_spread(n)
+        else:
+            out[key] = float(np.sqrt(var)) * predictive_spread(n, dof=dof)
     return out
 
 

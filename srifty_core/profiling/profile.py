@@ -114,6 +114,12 @@ class ComputeProfile:
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
 
+    @property
+    def store_key(self) -> str:
+        """``model/size/device``: where the profile store keeps it, and its label in a
+        workload's ``vm_evidence``."""
+        return f"{self.model}/{self.size}/{self.device_type}"
+
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
         b = np.asarray(batch, dtype=np.float64)

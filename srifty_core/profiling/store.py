@@ -11,7 +11,7 @@ from pathlib import Path
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.profiling.profile import ComputeProfile
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -57,3 +57,18 @@ class ProfileStore:
 
     def list_paths(self) -> list[Path]:
         return sorted(self.root.glob("*/*/*.json")) if self.root.is_dir() else []
+
+    def vm_spreads(self) -> dict[str, tuple[float, int]]:
+        """``{"model/size/device": (vm_cv, VMs profiled)}`` of every stored profile taken
+        on two VMs or more: what the store knows about how much one VM's speed differs from
+        the next (``Workload.vm_evidence``). A file that does not read as a profile is
+        named in the error."""
+        out: dict[str, tuple[float, int]] = {}
+        for path in self.list_paths():
+            try:
+                p = ComputeProfile.from_json(path.read_text(encoding="utf-8"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}: not a compute profile ({exc})") from exc
+            if p.profiled_vms >= 2:
+                out[p.store_key] = (p.vm_cv, p.profiled_vms)
+        return out

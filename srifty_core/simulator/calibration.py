@@ -67,7 +67,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.network import pooled_spreads
 from srifty_core.simulator.estimator import compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
 
@@ -224,7 +223,7 @@ def prior(
     simulator learned (``vm_cv`` pooled per device type; the bandwidth model's
     ``level_sigma`` per instance type; ``PRIOR_FLOOR`` where it is 0), or, for keys in
     ``stored``, the stored posterior widened by that width (``Factor.carried``)."""
-    vm = pooled_spreads({d: (p.vm_cv, p.profiled_vms) for d, p in workload.profiles.items()})
+    vm = workload.vm_spreads()
     sigma = getattr(bandwidth, "level_sigma", None)
     compute: dict[str, Factor] = {}
     comm: dict[str, Factor] = {}

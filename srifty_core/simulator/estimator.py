@@ -24,7 +24,6 @@ from scipy.special import ndtri
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthPredictor
-from srifty_core.predictors.network import pooled_spreads
 from srifty_core.simulator.compute import expected_max, shared_host_factors
 from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
@@ -353,18 +352,20 @@ class Simulator:
 
     def _vm_spreads(self, workload: Workload) -> dict[str, float]:
         """Per device type, the predictive spread of a VM's speed (``vm_cv`` of its
-        profile), pooled over the workload's profiles taken on several VMs
-        (``predictors.network.pooled_spreads``: a few VMs per device leave 2 degrees of
-        freedom alone). Cached per set of profiles."""
-        key = tuple(sorted((d, id(p)) for d, p in workload.profiles.items()))
+        profile), pooled over the workload's profiles taken on several VMs and its
+        ``vm_evidence`` (``Workload.vm_spreads``: a few VMs per device leave 2 degrees of
+        freedom alone). Cached per set of profiles and evidence."""
+        key = (
+            *sorted((d, id(p)) for d, p in workload.profiles.items()),
+            id(workload.vm_evidence),
+        )
         hit = self._spread_cache.get(key)
-        if hit is None or hit[0] != tuple(workload.profiles.values()):
-            spreads = pooled_spreads(
-                {d: (p.vm_cv, p.profiled_vms) for d, p in workload.profiles.items()}
-            )
+        held = (*workload.profiles.values(), workload.vm_evidence)
+        if hit is None or hit[0] != held:
+            spreads = workload.vm_spreads()
             if self.calibration is not None:  # these VMs measured: posterior spread
                 spreads = {d: self.calibration.compute_sigma(d, s) for d, s in spreads.items()}
-            hit = (tuple(workload.profiles.values()), spreads)
+            hit = (held, spreads)
             self._spread_cache[key] = hit
         return hit[1]
 

@@ -154,15 +154,41 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class Workload:
-    """A model's compute profiles by device type (``ComputeProfile.device_type``)."""
+    """A model's compute profiles by device type (``ComputeProfile.device_type``).
+
+    ``vm_evidence`` is what other profiles taken on the same cloud say about how much one
+    VM's speed differs from the next (``{label: (vm_cv, VMs profiled)}``, from
+    ``ProfileStore.vm_spreads``): pooled with these profiles' own ``vm_cv``, it narrows the
+    predictive spread that three VMs of one profile alone would leave wide
+    (``predictors.network.pooled_spreads``). Empty: these profiles alone."""
 
     model: str
     profiles: Mapping[str, ComputeProfile]
+    vm_evidence: Mapping[str, tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
+        object.__setattr__(self, "vm_evidence", MappingProxyType(dict(self.vm_evidence)))
         if not self.profiles:
             raise ConfigError(f"workload {self.model}: no compute profile")
+        for label, (sd, vms) in self.vm_evidence.items():
+            if not (sd >= 0 and vms >= 0):
+                raise ConfigError(
+                    f"vm_evidence[{label!r}]: needs a spread >= 0 and a VM count >= 0, "
+                    f"got ({sd}, {vms})"
+                )
+
+    def vm_spreads(self) -> dict[str, float]:
+        """Per device type, the predictive spread of a VM's speed: the profiles' ``vm_cv``
+        pooled with ``vm_evidence`` (``predictors.network.pooled_spreads``), less the
+        evidence that is these profiles themselves (``ComputeProfile.store_key``: a store
+        lists this model's profiles too, and a profile counted twice would count double)."""
+        from srifty_core.predictors.network import pooled_spreads
+
+        own = {d: (p.vm_cv, p.profiled_vms) for d, p in self.profiles.items()}
+        mine = {p.store_key for p in self.profiles.values()}
+        others = {k: v for k, v in self.vm_evidence.items() if k not in mine}
+        return pooled_spreads(own, others)
 
     def __hash__(self) -> int:
         return hash((self.model, tuple(sorted(self.profiles))))

@@ -105,6 +105,20 @@ def test_store_round_trip_and_not_found(data_dir: Path) -> None:
         store.load("vgg16", "small", "cpu")
 
 
+def test_store_lists_the_vm_spreads_of_profiles_taken_on_several_vms(data_dir: Path) -> None:
+    store = ProfileStore()
+    assert store.vm_spreads() == {}
+    store.save(make_profile(vm_cv=0.03, profiled_vms=3))
+    store.save(make_profile(model="vgg16", device_type="T4", vm_cv=0.02, profiled_vms=5))
+    store.save(make_profile(model="bert", device_type="A10G", vm_cv=0.0, profiled_vms=1))
+    assert store.vm_spreads() == {"resnet18/small/cpu": (0.03, 3), "vgg16/small/T4": (0.02, 5)}
+    bad = data_dir / "profiles" / "x" / "small" / "cpu.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{}")
+    with pytest.raises(ConfigError, match=r"x/small/cpu.json: not a compute profile"):
+        store.vm_spreads()
+
+
 def test_measured_ddp_overhead_replaces_the_copy_model() -> None:
     p = make_profile(copy_bytes_per_s=4000 / 0.002)  # one copy pass: 2 ms
     # modelled: into the buckets (divided on the way: no pass of its own) + back out
