@@ -202,9 +202,8 @@ def pooled_spreads(
     weighted by its degrees of freedom, made predictive with the pooled degrees of freedom
     and the key's own draws (``predictive_spread``). A key whose sample variance is wider
     than the others' pooled variance beyond chance (an F test at ``WIDER_LEVEL``, corrected
-    for the number of keys) keeps
-    its own, made predictive with its own degrees of freedom, and is left out of the
-    others' pool. 0 for a key with fewer than two draws.
+    for the number of keys) keeps its own, made predictive with its own degrees of
+    freedom, and is left out of the others' pool. 0 for a key with fewer than two draws.
 
     Few draws per key (three allocations of a type, three VMs of a device) make a
     Student t with 2 degrees of freedom, which alone would widen the spread 1.7x; the
@@ -219,18 +218,18 @@ def pooled_spreads(
     every.update({("evidence", k): v for k, v in (evidence or {}).items()})
     drawn = {k: (sd, n) for k, (sd, n) in every.items() if n >= 2}
 
-    def pool(keys: list[tuple[str, str]]) -> tuple[float, int]:
-        dof = sum(drawn[k][1] - 1 for k in keys)
-        var = sum((drawn[k][1] - 1) * drawn[k][0] ** 2 for k in keys) / dof if dof else 0.0
-        return var, dof
-
+    dof_all = sum(n - 1 for _, n in drawn.values())
+    ss_all = sum((n - 1) * sd**2 for sd, n in drawn.values())
     wider: set[tuple[str, str]] = set()
     level = 1.0 - (1.0 - WIDER_LEVEL) / max(1, len(drawn))
-    for tagged, (sd, n) in drawn.items():
-        var, dof = pool([k for k in drawn if k != tagged])
+    for tagged, (sd, n) in drawn.items():  # against the pool of all the others
+        dof = dof_all - (n - 1)
+        var = (ss_all - (n - 1) * sd**2) / dof if dof else 0.0
         if dof and var > 0 and sd**2 / var > float(fdtri(n - 1, dof, level)):
             wider.add(tagged)
-    var, dof = pool([k for k in drawn if k not in wider])
+    dof = dof_all - sum(drawn[k][1] - 1 for k in wider)
+    ss = ss_all - sum((drawn[k][1] - 1) * drawn[k][0] ** 2 for k in wider)
+    var = ss / dof if dof > 0 else 0.0
     out: dict[str, float] = {}
     for key, (sd, n) in spread.items():
         if n < 2:
