@@ -278,19 +278,15 @@ def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> 
 
     from srifty_core.catalog import Catalog
     from srifty_core.planner import whatif
-    from srifty_core.planner.job import read_request_file
-    from srifty_core.planner.request import request_from_dict
+    from srifty_core.planner.job import read_request_file, store_requests
     from srifty_core.profiling.store import ProfileStore
 
-    catalog = Catalog.load()
-    store = ProfileStore()
-    load = whatif.profile_loader(store.load)
-    evidence = store.vm_spreads()
+    build = store_requests(Catalog.load(), ProfileStore())
     scenarios = [whatif.parse_scenario(t) for t in args.what_if]  # bad input fails first
     what = whatif.WhatIf(
         read_request_file(Path(args.request)),
         estimator,  # type: ignore[arg-type]
-        lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence),
+        build,
         {"method": args.method},
     )
     answers = [what.ask(s) for s in scenarios]

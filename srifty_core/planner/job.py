@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +123,24 @@ def _short(key: Any) -> str:
     return "a key" if isinstance(key, int) and abs(key) > 10**20 else repr(key)[:40]
 
 
+def store_requests(catalog: Any, store: Any) -> Callable[[Mapping[str, Any]], PlanRequest]:
+    """Request dict -> ``PlanRequest`` with the profiles of ``store`` (a
+    ``ProfileStore``): each profile read once (``whatif.profile_loader``: every request
+    built holds the same profile objects, which the simulator's caches key on) and the
+    store's VM spreads (``ProfileStore.vm_spreads``, the workloads' ``vm_evidence``) read
+    once for all of them."""
+    from srifty_core.planner.whatif import profile_loader
+
+    load = profile_loader(store.load)
+    evidence = store.vm_spreads()
+    return lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence)
+
+
 def load_request(data: dict[str, Any], profiles_root: Path | None = None) -> PlanRequest:
     from srifty_core.catalog import Catalog
     from srifty_core.profiling.store import ProfileStore
 
-    store = ProfileStore(profiles_root)
-    return request_from_dict(
-        data, catalog=Catalog.load(), load_profile=store.load, vm_evidence=store.vm_spreads()
-    )
+    return store_requests(Catalog.load(), ProfileStore(profiles_root))(data)
 
 
 def load_bandwidth(

@@ -214,7 +214,8 @@ class WhatIf:
     data: Mapping[str, Any]
     estimator: Estimator
     build: Callable[[Mapping[str, Any]], PlanRequest]
-    """Request dict -> ``PlanRequest`` (validated; profiles through ``profile_loader``)."""
+    """Request dict -> ``PlanRequest`` (validated; profiles through ``profile_loader``, as
+    ``planner.job.store_requests`` builds it)."""
     plan_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

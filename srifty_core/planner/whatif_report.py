@@ -33,8 +33,7 @@ def what_if_report(
     scenario) is a ``ConfigError`` naming it before anything is planned."""
     from srifty_core.catalog import Catalog
     from srifty_core.planner import whatif
-    from srifty_core.planner.job import load_bandwidth_with_source, load_request
-    from srifty_core.planner.request import request_from_dict
+    from srifty_core.planner.job import load_bandwidth_with_source, store_requests
     from srifty_core.profiling.store import ProfileStore
     from srifty_core.simulator.calibration import for_request
     from srifty_core.simulator.estimator import Simulator
@@ -44,20 +43,12 @@ def what_if_report(
     parsed = [whatif.parse_scenario(str(t)) for t in scenarios]  # bad input fails first
     if not parsed and not one_more_vm:
         raise ConfigError("scenarios: give at least one, or ask for one_more_vm")
-    base = load_request(dict(request))  # the schema's checks, with the field named
+    build = store_requests(Catalog.load(), ProfileStore())
+    base = build(dict(request))  # the schema's checks, with the field named
     model, source = load_bandwidth_with_source(bandwidth)
     calibration = for_request(base, model)
     estimator = Simulator(model, calibration=calibration)
-    catalog = Catalog.load()
-    store = ProfileStore()
-    load = whatif.profile_loader(store.load)
-    evidence = store.vm_spreads()
-    what = whatif.WhatIf(
-        dict(request),
-        estimator,
-        lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence),
-        {"method": method},
-    )
+    what = whatif.WhatIf(dict(request), estimator, build, {"method": method})
     answers = [what.ask(s) for s in parsed]
     marginal = what.marginal_values() if one_more_vm else []
     out = whatif.to_dict(what, answers, marginal) | {
