@@ -38,6 +38,10 @@ def main() -> None:
     parser.add_argument("--truth-allocations", type=int, default=20)
     parser.add_argument("--out", type=Path, default=OUT / "input_sampling.json")
     args = parser.parse_args()
+    for flag, least in (("sweeps", 1), ("allocations", 1), ("profile_vms", 1),
+                        ("truth_allocations", 1)):  # fmt: skip
+        if getattr(args, flag) < least:
+            parser.error(f"--{flag.replace('_', '-')}: must be at least {least}")
 
     from srifty_core.atomic import write_text_atomic
     from srifty_core.case_studies import load_reference_profile, one_core

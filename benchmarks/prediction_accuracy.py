@@ -267,7 +267,11 @@ def seen(request: Any, choice: Any, sim: Any, runs: NDArray[np.float64]) -> dict
 
 
 def plan_quality(
-    args: Any, catalog: Any, refs: Mapping[str, Any], bandwidth_for: Any
+    args: Any,
+    catalog: Any,
+    refs: Mapping[str, Any],
+    bandwidth_for: Any,
+    evidence: Mapping[str, tuple[float, int]],
 ) -> dict[str, Any]:
     """Plans with the limits checked at p90 (and at the typical, for contrast), scored on
     the ground truth. Every configuration of the power-of-two space runs on the same
@@ -287,7 +291,7 @@ def plan_quality(
     from srifty_core.simulator.estimator import Simulator
 
     rows = []
-    requests = plan_requests(args.plans, args.seed, catalog, refs, args.profile_vms, args.evidence)
+    requests = plan_requests(args.plans, args.seed, catalog, refs, args.profile_vms, evidence)
     for k, req in enumerate(requests):
         sim = Simulator(bandwidth_for([o.instance.name for o in req.offers]))
         ref = refs[req.workload.model]
@@ -402,9 +406,14 @@ def main() -> None:
     parser.add_argument("--plans", type=int, default=20, help="planning requests (0: none)")
     parser.add_argument("--allocations", type=int, default=16, help="truth runs per configuration")
     args = parser.parse_args()
+    for flag, least in (("configs", 1), ("iterations", 1), ("sweep_allocations", 1),
+                        ("profile_vms", 1), ("plans", 0), ("allocations", 1)):  # fmt: skip
+        if getattr(args, flag) < least:
+            parser.error(f"--{flag.replace('_', '-')}: must be at least {least}")
 
     import pyarrow as pa
 
+    from srifty_core.atomic import write_text_atomic
     from srifty_core.case_studies import load_reference_profile, one_core
     from srifty_core.catalog import Catalog
     from srifty_core.cloud.emulated import emulate_training, emulated_probe_sweep, emulated_profiles
@@ -466,9 +475,9 @@ def main() -> None:
             )
     # what the profile store holds after the nightly profiling: every model's profiles,
     # whose VM spreads each request pools with its own (``Workload.vm_evidence``)
-    args.evidence = {}
+    evidence: dict[str, tuple[float, int]] = {}
     if args.vm_evidence == "store":
-        args.evidence = {
+        evidence = {
             p.store_key: (p.vm_cv, p.profiled_vms) for m in profiles for p in profiles[m].values()
         }
     sim = Simulator(bandwidth)
@@ -482,7 +491,7 @@ def main() -> None:
             for t, n in c.counts.items()
         )
         config = ClusterConfig(groups)
-        wl = Workload(c.model, profiles[c.model], args.evidence)
+        wl = Workload(c.model, profiles[c.model], evidence)
         est = sim.estimate(wl, config)
         base = apm.estimate(wl, config)
         vm_batches = {t: c.batch_per_gpu[t] * inst[t].ranks_per_vm for t in c.counts}
@@ -547,7 +556,7 @@ def main() -> None:
         def bandwidth_for(names: list[str]) -> Any:
             return everything
 
-        plans = plan_quality(args, catalog, refs, bandwidth_for)
+        plans = plan_quality(args, catalog, refs, bandwidth_for, evidence)
         print(format_plans(plans))
 
     report = {
@@ -574,9 +583,9 @@ def main() -> None:
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    write_text_atomic(args.out, json.dumps(report, indent=1))
     text = format_report(report)
-    args.out.with_suffix(".txt").write_text(text + "\n")
+    write_text_atomic(args.out.with_suffix(".txt"), text + "\n")
     print(text)
 
 
