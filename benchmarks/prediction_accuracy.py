@@ -311,50 +311,40 @@ def plan_quality(
         }
         obj = 0 if req.objective is Objective.TIME else 1
         runs_of: dict[Any, NDArray[np.float64]] = {}
+        floor_of: dict[Any, NDArray[np.float64]] = {}
         for ch in Space.build(limited, saturate=False).enumerate():
             key = tuple(sorted(ch))
-            runs_of[key] = np.asarray(
-                [
-                    truth_time(limited, key, ref, req.iterations, 7_000 + 100 * k + j, args.warm_s)
-                    for j in range(args.allocations)
-                ]
-            )
+            for base, into in ((7_000, runs_of), (FLOOR_SEED, floor_of)):
+                if into is floor_of and not args.floor:
+                    continue  # the floor: the same configurations on as many other allocations
+                into[key] = np.asarray(
+                    [
+                        truth_time(limited, key, ref, req.iterations, seed, args.warm_s)
+                        for seed in range(base + 100 * k, base + 100 * k + args.allocations)
+                    ]
+                )
         row["space"] = len(runs_of)
         for q in (0.9, 0.5):
-            ok = [
-                c
-                for c, r in runs_of.items()
-                if allocation_quantile(r[:, 0], q) <= limited.time_limit_s
-                and allocation_quantile(r[:, 1], q) <= limited.budget_usd
-            ]
-            best = min((float(runs_of[c][:, obj].mean()) for c in ok), default=None)
+            top = truth_plan(runs_of, limited, q, obj)
+            best = None if top is None else float(runs_of[top][:, obj].mean())
             checked = dataclasses.replace(limited, risk_quantile=q)
             res = plan(checked, sim)
             entry: dict[str, Any] = {"feasible": res.best is not None, "optimum": best}
 
-            if ok:  # the truth's optimum as Srifty sees it: does its quantile reject it?
-                top = min(ok, key=lambda c: float(runs_of[c][:, obj].mean()))
+            if top is not None:  # the truth's optimum as Srifty sees it: does its q reject it?
                 entry["optimum_seen"] = seen(checked, top, sim, runs_of[top])
             if res.best is not None:
                 chosen = tuple(sorted(res.best.choice))
-                mine = runs_of[chosen]
-                entry["plan_seen"] = seen(checked, chosen, sim, mine)
+                entry["plan_seen"] = seen(checked, chosen, sim, runs_of[chosen])
                 entry["label"] = res.best.label
-                broke = (mine[:, 0] > limited.time_limit_s) | (mine[:, 1] > limited.budget_usd)
-                entry["breaks"] = int(np.sum(broke))
-                entry["first_breaks"] = bool(broke[0])
-                # what the plan promised: its q-quantile over allocations within the limits
-                entry["quantile_breaks"] = bool(
-                    allocation_quantile(mine[:, 0], q) > limited.time_limit_s
-                    or allocation_quantile(mine[:, 1], q) > limited.budget_usd
-                )
-                if best is not None:
-                    entry["quality"] = best / float(mine[:, obj].mean())
+                entry.update(score(runs_of[chosen], limited, q, obj, best))
+            if args.floor:
+                entry["floor"] = floor_entry(floor_of, runs_of, limited, q, obj, best, top)
             row[f"q{int(100 * q)}"] = entry
         rows.append(row)
 
-    def summary(key: str) -> dict[str, Any]:
-        es = [r[key] for r in rows]
+    def summary(key: str, floor: bool = False) -> dict[str, Any]:
+        es = [r[key]["floor"] if floor else r[key] for r in rows]
         quality = [e["quality"] for e in es if "quality" in e]
         runs = sum(args.allocations for e in es if e["feasible"])
         return {
@@ -374,7 +364,82 @@ def plan_quality(
             "quality_worst": round(float(min(quality)), 3) if quality else None,
         }
 
-    return {"p90": summary("q90"), "typical": summary("q50"), "rows": rows}
+    out = {"p90": summary("q90"), "typical": summary("q50")}
+    if args.floor:
+        out["floor_p90"] = summary("q90", floor=True)
+        out["floor_typical"] = summary("q50", floor=True)
+    return {**out, "rows": rows}
+
+
+FLOOR_SEED = 500_000
+
+
+def truth_plan(
+    runs_of: Mapping[Any, NDArray[np.float64]], request: Any, q: float, obj: int
+) -> Any | None:
+    """The configuration with the best mean objective over ``runs_of`` (allocations x
+    (time, cost) per configuration) among those whose ``q``-quantile over allocations meets
+    both of the request's limits; None when none does."""
+    ok = [
+        c
+        for c, r in runs_of.items()
+        if allocation_quantile(r[:, 0], q) <= request.time_limit_s
+        and allocation_quantile(r[:, 1], q) <= request.budget_usd
+    ]
+    return min(ok, key=lambda c: float(runs_of[c][:, obj].mean()), default=None)
+
+
+def score(
+    runs: NDArray[np.float64], request: Any, q: float, obj: int, best: float | None
+) -> dict[str, Any]:
+    """A chosen plan scored on the truth's ``runs`` of it: how many allocations break a
+    limit, whether the first does, whether its ``q``-quantile does (what the plan
+    promised), and its quality (the truth's optimum over the plan's mean objective)."""
+    broke = (runs[:, 0] > request.time_limit_s) | (runs[:, 1] > request.budget_usd)
+    out: dict[str, Any] = {
+        "breaks": int(np.sum(broke)),
+        "first_breaks": bool(broke[0]),
+        "quantile_breaks": bool(
+            allocation_quantile(runs[:, 0], q) > request.time_limit_s
+            or allocation_quantile(runs[:, 1], q) > request.budget_usd
+        ),
+    }
+    if best is not None:
+        out["quality"] = best / float(runs[:, obj].mean())
+    return out
+
+
+def floor_entry(
+    floor_of: Mapping[Any, NDArray[np.float64]],
+    runs_of: Mapping[Any, NDArray[np.float64]],
+    request: Any,
+    q: float,
+    obj: int,
+    best: float | None,
+    top: Any | None,
+) -> dict[str, Any]:
+    """The planning noise floor: a planner whose prediction of every configuration is the
+    truth itself, measured on as many other allocations (``floor_of``), scored on the
+    evaluation allocations (``runs_of``) as Srifty's plan is. It knows each
+    configuration's mean and quantile up to the allocations' draw alone, more than any
+    profile or probe can tell, so what it misses no estimator can be held to."""
+    chosen = truth_plan(floor_of, request, q, obj)
+    entry: dict[str, Any] = {"feasible": chosen is not None, "optimum": best}
+    if top is not None:  # the evaluation's optimum, rejected by the other allocations?
+        entry["optimum_seen"] = {
+            "rejected": [
+                f"{name} {100 * (v / limit - 1):+.1f}%"
+                for name, v, limit in (
+                    ("time", allocation_quantile(floor_of[top][:, 0], q), request.time_limit_s),
+                    ("cost", allocation_quantile(floor_of[top][:, 1], q), request.budget_usd),
+                )
+                if v > limit
+            ]
+        }
+    if chosen is not None:
+        entry["label"] = "+".join(f"{c}x{request.offers[i].key}@{b}" for i, c, b in chosen)
+        entry.update(score(runs_of[chosen], request, q, obj, best))
+    return entry
 
 
 def main() -> None:
@@ -405,6 +470,13 @@ def main() -> None:
     )
     parser.add_argument("--plans", type=int, default=20, help="planning requests (0: none)")
     parser.add_argument("--allocations", type=int, default=16, help="truth runs per configuration")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the planning noise floor (a planner fed the truth on as many other "
+        "allocations; doubles the truth's runs)",
+    )
     args = parser.parse_args()
     for flag, least in (("configs", 1), ("iterations", 1), ("sweep_allocations", 1),
                         ("profile_vms", 1), ("plans", 0), ("allocations", 1)):  # fmt: skip
@@ -591,10 +663,12 @@ def main() -> None:
 
 def format_plans(p: Mapping[str, Any]) -> str:
     lines = ["planning with limits checked at:"]
-    for key in ("p90", "typical"):
+    for key in ("p90", "typical", "floor_p90", "floor_typical"):
+        if key not in p:
+            continue
         s = p[key]
         lines.append(
-            f"  {key:<8} {s['plans']} plans, infeasible {s['infeasible']} "
+            f"  {key:<13} {s['plans']} plans, infeasible {s['infeasible']} "
             f"({s['infeasible_with_an_option']} with an option on the truth), breaking a limit on "
             f"the first allocation {s['plans_breaking_on_their_first_allocation']}, on any "
             f"{s['plans_breaking_a_limit']} (runs {s['runs_breaking_a_limit']}), at the "
