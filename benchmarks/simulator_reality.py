@@ -27,7 +27,6 @@ Writes benchmarks/results/simulator_reality.json (or --out).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -80,8 +79,7 @@ def main() -> None:
         type=Path,
         metavar="RUN.json",
         help="measure nothing: re-estimate a recorded run from the probes and profiles it "
-        "kept in --data-dir, with and without the mean-time factor and the profiles' in-step "
-        "exchange factor (writes RUN.rescored.json)",
+        "kept in --data-dir, with and without the mean-time factor (writes RUN.rescored.json)",
     )
     args = parser.parse_args()
     if args.rescore is not None:
@@ -207,9 +205,6 @@ def main() -> None:
                     "predicted_s": est.t_pe - est.t_bw,
                 },
                 "srifty_s": est.t_iter,
-                # the profile's factor on the probed exchange inside DDP's step (None:
-                # not measured, the exchange taken as probed)
-                "in_step_factor": profile.exchange_factor(2),
                 "srifty_parts": {
                     "t_fw": est.t_fw,
                     "t_bw": est.t_bw,
@@ -313,10 +308,9 @@ def case_config(instance: Any, a: int, b: int) -> Any:
 def rescore(run: Path, root: Path) -> dict[str, Any]:
     """Today's Srifty estimate of every case of a recorded run, from the probes and
     profiles it kept in ``root``, with and without the mean-time factor
-    (``predictors.network``), and without the profiles' in-step exchange factor
-    (``ComputeProfile.ddp_exchange``, where they have one): the same measurements scored
-    each way, so the host's drift between runs stays out of the comparison. Against each
-    case's mean iteration where the run recorded it, and its median."""
+    (``predictors.network``): the same measurements scored both ways, so the host's drift
+    between runs stays out of the comparison. Against each case's mean iteration where
+    the run recorded it, and its median."""
     import numpy as np
 
     from srifty_core.predictors.table import ProbeTableBandwidth
@@ -339,24 +333,12 @@ def rescore(run: Path, root: Path) -> dict[str, Any]:
         m: Workload(m, {"cpu": profiles.load(m, "small", "cpu")})
         for m in {c["model"] for c in cases}
     }
-    # the same profiles without their in-step exchange factor (ComputeProfile.ddp_exchange)
-    probed = {
-        m: Workload(m, {"cpu": dataclasses.replace(w.profile("cpu"), ddp_exchange=())})
-        for m, w in workloads.items()
-    }
     configs = [case_config(instance, *c["batches"]) for c in cases]
     out: dict[str, Any] = {"run": run.name}
-    variants = (
-        ("mean_time", ProbeTableBandwidth(), workloads),
-        ("typical", TypicalTransfers(), workloads),
-        ("no_in_step_factor", ProbeTableBandwidth(), probed),
-    )
-    for label, table, chosen in variants:
-        if label == "no_in_step_factor" and chosen == workloads:
-            continue  # the run's profiles have no factor: the same as mean_time
+    for label, table in (("mean_time", ProbeTableBandwidth()), ("typical", TypicalTransfers())):
         sim = Simulator(table.fit(probes), iters=512, seed=0)
         est = [
-            sim.estimate(chosen[c["model"]], config).t_iter
+            sim.estimate(workloads[c["model"]], config).t_iter
             for c, config in zip(cases, configs, strict=True)
         ]
         for truth in ("measured_mean_s", "measured_s"):

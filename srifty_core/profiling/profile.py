@@ -113,16 +113,6 @@ class ComputeProfile:
     every rank's step, and slow more than the compute does). Empty
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
-    ddp_exchange: tuple[tuple[int, float], ...] = ()
-    """``(workers, factor)`` pairs: how much longer DDP's exchange keeps a step waiting
-    when that many ranks of this model share the device (CPU ranks on one host, gloo)
-    than the same buckets allreduced by themselves in the same processes: the median DDP
-    step minus the median step with a no-op hook, over the median allreduce of DDP's
-    buckets one after the other (``runtime.measure``, interleaved rounds). On a host whose
-    cores all run the ranks' compute, gloo's reductions (CPU work) wait for the backward
-    pass and slow it; an allreduce on idle cores, as the probe sweep runs it, sees none of
-    that. Empty where not measured (a GPU per rank, older profiles); the simulator then
-    takes the probed allreduce as it is and, for ranks sharing a host, says so."""
 
     @property
     def store_key(self) -> str:
@@ -203,16 +193,6 @@ class ComputeProfile:
             return self.host_slowdown(workers)
         return max(1.0, _along(tuple((k, t / alone) for k, t in self.ddp_overhead), workers))
 
-    def exchange_factor(self, workers: int) -> float | None:
-        """Factor on the probed exchange for ``workers`` ranks sharing the device
-        (``ddp_exchange``): at a measured count its factor, between counts interpolated,
-        beyond the largest the largest's (no trend is extrapolated from a noisy ratio);
-        None where not measured or for one worker."""
-        if workers <= 1 or not self.ddp_exchange:
-            return None
-        ks = [float(k) for k, _ in self.ddp_exchange]
-        return float(np.interp(workers, ks, [f for _, f in self.ddp_exchange]))
-
     def ddp_copy_s(self) -> float:
         """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
 
@@ -268,7 +248,6 @@ class ComputeProfile:
             "probe_checks": [[b, e] for b, e in self.probe_checks],
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
             "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
-            "ddp_exchange": [[k, f] for k, f in self.ddp_exchange],
         }
 
     def to_json(self) -> str:
@@ -319,7 +298,6 @@ class ComputeProfile:
                 profiled_vms=int(d.get("profiled_vms", 1)),
                 probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
-                ddp_exchange=_slowdown_pairs(d.get("ddp_exchange", ()), "ddp_exchange"),
                 ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
             )
         except KeyError as exc:
@@ -330,19 +308,20 @@ class ComputeProfile:
         return cls.from_dict(json.loads(text))
 
 
-def _slowdown_pairs(raw: Any, field: str = "shared_slowdown") -> tuple[tuple[int, float], ...]:
-    """``shared_slowdown`` (or ``ddp_exchange``, named by ``field``) from JSON:
-    ``[workers, factor]`` pairs, workers >= 2 and increasing, factors finite and
-    positive."""
+def _slowdown_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
+    """``shared_slowdown`` from JSON: ``[workers, factor]`` pairs, workers >= 2 and
+    increasing, factors finite and positive."""
     try:
         pairs = tuple((int(k), float(f)) for k, f in raw)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{field}: expected [workers, factor] pairs, got {raw!r}") from exc
+        raise ConfigError(
+            f"shared_slowdown: expected [workers, factor] pairs, got {raw!r}"
+        ) from exc
     ks = [k for k, _ in pairs]
     if any(k < 2 for k in ks) or ks != sorted(set(ks)):
-        raise ConfigError(f"{field}: worker counts must be >= 2 and increasing: {ks}")
+        raise ConfigError(f"shared_slowdown: worker counts must be >= 2 and increasing: {ks}")
     if not all(math.isfinite(f) and f > 0 for _, f in pairs):
-        raise ConfigError(f"{field}: factors must be finite and > 0: {pairs}")
+        raise ConfigError(f"shared_slowdown: factors must be finite and > 0: {pairs}")
     return pairs
 
 

@@ -99,9 +99,6 @@ class ProfilerConfig:
     device (``ComputeProfile.shared_slowdown``, for 2..``share_host`` workers): what local
     CPU ranks on one host do to each other. 1 (default): not measured, as on GPUs where
     each rank has its own device. Cannot be combined with ``colocated``."""
-    exchange_iterations: int = 40
-    """With ``share_host``: DDP iterations per mode (with the exchange, with a no-op hook,
-    the buckets allreduced alone) that ``ComputeProfile.ddp_exchange`` is measured over."""
     schedule_repeats: int = 3
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
@@ -113,7 +110,6 @@ class ProfilerConfig:
             "max_batch",
             "min_batch",
             "schedule_repeats",
-            "exchange_iterations",
             "colocated",
             "share_host",
             "threads",
@@ -560,11 +556,6 @@ def profile_model(
     overhead = ddp_overhead(name, size, workload, sched_b, config, device, sync)
     if progress:
         progress("DDP overhead", 1, 1)
-    exchange = ddp_exchange(
-        name, size, min((b for b in sizes if b >= 2), default=2), config, device
-    )
-    if exchange and progress:
-        progress("DDP exchange in step", 1, 1)
     with _colocated_load(name, size, sched_b, config, device):
         copy_bw = copy_bandwidth(_bytes(params), device, sync)
         # last: the steps move the weights, and nothing is measured after them
@@ -600,7 +591,6 @@ def profile_model(
         probe_checks=tuple(checks),
         shared_slowdown=shared,
         ddp_overhead=overhead,
-        ddp_exchange=exchange,
     )
 
 
@@ -701,43 +691,6 @@ def ddp_overhead(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def ddp_exchange(
-    name: str, size: str, batch: int, config: ProfilerConfig, device: torch.device
-) -> tuple[tuple[int, float], ...]:
-    """``(k, factor)`` for k = 2..``config.share_host`` on a CPU: ``k`` gloo ranks of the
-    model, each at ``batch`` with ``config.threads`` threads, run DDP steps with the
-    exchange, with a no-op hook, and DDP's buckets allreduced by themselves, interleaved
-    in rounds in the same processes (``runtime.measure.measure_ddp_cases``); the factor is
-    (median step - median no-op step) / median allreduce alone: what the exchange costs
-    inside the step over what the same allreduce costs on idle cores. Measured at a small
-    batch, where the step's noise is smallest beside the exchange. Empty on a GPU (a rank
-    per device), without ``share_host``, and where the exchange's cost came out at 0 or
-    below (less than the noise: the simulator then says the term is missing rather than
-    drop the exchange)."""
-    if device.type != "cpu" or config.share_host <= 1:
-        return ()
-    from srifty_core.runtime.measure import measure_ddp_cases
-
-    threads = config.threads or torch.get_num_threads()
-    out: list[tuple[int, float]] = []
-    for k in range(2, config.share_host + 1):
-        (m,) = measure_ddp_cases(
-            name,
-            size,
-            [(batch,) * k],
-            iterations=config.exchange_iterations,
-            threads=threads,
-            split=True,
-            alone=True,
-        )
-        exposed = statistics.median(m.iteration_s) - statistics.median(m.no_comm_s)
-        alone = statistics.median(m.alone_s)
-        if exposed <= 0 or alone <= 0:
-            return tuple(out)
-        out.append((k, exposed / alone))
-    return tuple(out)
 
 
 def copy_bandwidth(

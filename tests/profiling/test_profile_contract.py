@@ -143,17 +143,6 @@ def test_measured_ddp_overhead_replaces_the_copy_model() -> None:
     assert tiny.ddp_passes_s() == pytest.approx((0.0, 0.001))
 
 
-def test_ddp_exchange_round_trips_and_bad_pairs_name_the_field() -> None:
-    p = make_profile(ddp_exchange=((2, 1.17),))
-    d = json.loads(p.to_json())
-    assert ComputeProfile.from_dict(d).ddp_exchange == ((2, 1.17),)
-    del d["ddp_exchange"]  # written before the field existed
-    assert ComputeProfile.from_dict(d).ddp_exchange == ()
-    for bad in ([[1, 1.2]], [[2, 0.0]], [[2, float("nan")]], [[3, 1.1], [2, 1.2]], "x"):
-        with pytest.raises(ConfigError, match="ddp_exchange"):
-            ComputeProfile.from_dict({**d, "ddp_exchange": bad})
-
-
 def test_ddp_overhead_round_trips_and_bad_pairs_name_the_field() -> None:
     p = make_profile(ddp_overhead=((1, 0.009), (2, 0.0135)))
     assert ComputeProfile.from_json(p.to_json()) == p

@@ -113,18 +113,9 @@ def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None
     p = profile_model(
         "dlrm",
         "tiny",
-        ProfilerConfig(
-            max_batch=8,
-            repeats=2,
-            warmup=1,
-            threads=1,
-            share_host=2,
-            probes=2,
-            exchange_iterations=4,
-        ),
+        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, share_host=2, probes=2),
     )
     assert [k for k, _ in p.shared_slowdown] == [2]
-    assert [k for k, _ in p.ddp_exchange] in ([2], [])  # [] where it came out under noise
     assert p.host_slowdown(2) >= 1.0 and p.host_slowdown(1) == 1.0
     assert [k for k, _ in p.ddp_overhead] == [1, 2]  # alone, and beside a DDP worker
     assert set(mp.active_children()) == before
@@ -168,23 +159,6 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     assert [k for k, _ in pairs] == [1]
     assert pairs[0][1] > 5e-4
     assert not dist.is_initialized()  # its process group of one is gone
-
-
-def test_ddp_exchange_measures_the_exchange_inside_the_step() -> None:
-    """DLRM's 32 MiB of gradients over two gloo ranks: an exchange of tens of
-    milliseconds, far above a step's noise, so the in-step factor comes out near the
-    allreduce alone (0.8-1.1 in every recorded local run) and nowhere near 0 or 3."""
-    import torch
-
-    from srifty_core.profiling.profiler import ddp_exchange
-
-    config = ProfilerConfig(threads=1, share_host=2, exchange_iterations=10)
-    pairs = ddp_exchange("dlrm", "small", 16, config, torch.device("cpu"))
-    assert [k for k, _ in pairs] == [2]
-    assert 0.4 < pairs[0][1] < 2.5
-    assert ddp_exchange("dlrm", "small", 16, ProfilerConfig(), torch.device("cpu")) == ()
-    with pytest.raises(ConfigError, match="exchange_iterations"):
-        ProfilerConfig(exchange_iterations=0)
 
 
 def test_the_footprint_estimate_frees_what_the_forward_saved() -> None:

@@ -500,39 +500,6 @@ def test_local_workers_share_the_host_by_processor_sharing() -> None:
     assert vms.t_fw == pytest.approx(plain.t_fw) and "shared_slowdown" not in vms.missing
 
 
-def test_local_ranks_take_the_exchange_their_profile_measured_in_step() -> None:
-    """Two local ranks on a host with no core left for gloo: the exchange (after the
-    backward pass) is the probed one times the profile's in-step factor; without the
-    measurement the estimate says so; a core free, one worker, or cloud VMs: no factor."""
-    base = dataclasses.replace(steady(make_profile()), shared_slowdown=((2, 1.0),))
-    factored = dataclasses.replace(base, ddp_exchange=((2, 1.5),))
-    sim = Simulator(ConstantBandwidth(1e9), overlap=0.0)
-    plain = sim.estimate(Workload("m", {"cpu": base}), config((local(), 2, 32)))
-    assert "ddp_exchange" in plain.missing
-    assert plain.exposed_comm > 0
-    est = sim.estimate(Workload("m", {"cpu": factored}), config((local(), 2, 32)))
-    assert "ddp_exchange" not in est.missing
-    assert est.exposed_comm == pytest.approx(1.5 * plain.exposed_comm, rel=1e-9)
-    assert est.t_iter - plain.t_iter == pytest.approx(0.5 * plain.exposed_comm, rel=1e-9)
-    assert est.t_iter_p90 > plain.t_iter_p90 or est.t_iter_p90 == est.t_iter
-    free = Simulator(ConstantBandwidth(1e9), overlap=1.0)  # gloo has a core of its own
-    a = free.estimate(Workload("m", {"cpu": base}), config((local(), 2, 32)))
-    b = free.estimate(Workload("m", {"cpu": factored}), config((local(), 2, 32)))
-    assert a.t_iter == b.t_iter and "ddp_exchange" not in a.missing
-    vms = sim.estimate(Workload("m", {"cpu": factored}), config((inst("a"), 2, 32)))
-    cloud = sim.estimate(Workload("m", {"cpu": base}), config((inst("a"), 2, 32)))
-    assert vms.t_iter == cloud.t_iter and "ddp_exchange" not in cloud.missing
-
-
-def test_the_in_step_factor_interpolates_and_holds_beyond_the_largest() -> None:
-    p = dataclasses.replace(make_profile(), ddp_exchange=((2, 1.2), (4, 1.6)))
-    assert p.exchange_factor(1) is None
-    assert p.exchange_factor(2) == pytest.approx(1.2)
-    assert p.exchange_factor(3) == pytest.approx(1.4)
-    assert p.exchange_factor(8) == pytest.approx(1.6)
-    assert make_profile().exchange_factor(2) is None
-
-
 def test_host_slowdown_interpolates_and_extends() -> None:
     p = dataclasses.replace(make_profile(), shared_slowdown=((2, 1.2), (4, 2.0)))
     assert p.host_slowdown(1) == 1.0
