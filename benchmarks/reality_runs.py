@@ -31,6 +31,30 @@ RUNS = RESULTS / "simulator_reality_runs"
 BOOTSTRAP = 20_000
 
 
+ORDINALS = (
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+    "eleventh",
+    "twelfth",
+)
+
+
+def run_order(path: Path) -> tuple[str, int, str]:
+    """Recorded runs in the order they ran: by date, then by the ordinal in their name
+    (``2026-12-01_ninth`` before ``2026-12-01_tenth``), then by name."""
+    date, _, rest = path.stem.partition("_")
+    word = rest.split("_")[0]
+    return date, ORDINALS.index(word) + 1 if word in ORDINALS else 0, path.stem
+
+
 def signed_errors(run: Mapping[str, Any]) -> dict[str, list[float]]:
     """Per case, signed errors in percent of the measured mean iteration (negative: too
     fast): Srifty's (``srifty``), the floor's (``floor``), and Srifty's split where the run
@@ -108,7 +132,7 @@ def pooled(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
 def main() -> None:
     paths = [Path(p) for p in sys.argv[1:]]
     if not paths:
-        paths = sorted(p for p in RUNS.glob("*.json") if not p.name.endswith(".rescored.json"))
+        paths = sorted((p for p in RUNS.glob("*.json") if ".rescored" not in p.name), key=run_order)
         latest = RESULTS / "simulator_reality.json"
         text = latest.read_text()
         if latest.exists() and all(p.read_text() != text for p in paths):
@@ -154,6 +178,37 @@ def main() -> None:
     write_text_atomic(
         RESULTS / "reality_runs.json", json.dumps({"runs": rows, "pooled": total}, indent=1)
     )
+    print(f"figure: {draw(rows, total, RESULTS / 'reality_runs.png')}")
+
+
+def draw(rows: Sequence[Mapping[str, Any]], total: Mapping[str, Any], path: Path) -> Path:
+    """Per run, MAPE and the share of cases too fast, Srifty beside its run's floor, with
+    the pooled shares and their intervals over runs as bands."""
+    from srifty_core.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    x = np.arange(len(rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    left.bar(x - 0.2, [r["srifty_mape"] for r in rows], 0.4, label="Srifty")
+    left.bar(x + 0.2, [r["floor_mape"] for r in rows], 0.4, label="noise floor", color="0.6")
+    left.set_ylabel("MAPE against the mean iteration (%)")
+    left.set_title("error per run")
+    for who, color, mark in (("srifty", "C0", "o"), ("floor", "0.4", "x")):
+        share = [100 * r[f"{who}_too_fast"] / r["cases"] for r in rows]
+        lo, hi = total[who]["too_fast_pct_90"]
+        right.axhspan(lo, hi, color=color, alpha=0.15)
+        right.plot(
+            x, share, mark, color=color, label=f"{who}: pooled {total[who]['too_fast_pct']}%"
+        )
+    right.axhline(50, color="k", lw=0.8, ls="--")
+    right.set_ylim(0, 100)
+    right.set_ylabel("cases too fast (%)")
+    right.set_title("too fast per run; bands: pooled, 90% over runs")
+    for ax in (left, right):
+        ax.set_xticks(x, [str(r["run"]).replace("2026-", "") for r in rows], rotation=60,
+                      ha="right", fontsize=7)  # fmt: skip
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":
