@@ -27,7 +27,6 @@ Writes benchmarks/results/simulator_reality.json (or --out).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -80,8 +79,7 @@ def main() -> None:
         type=Path,
         metavar="RUN.json",
         help="measure nothing: re-estimate a recorded run from the probes and profiles it "
-        "kept in --data-dir, with and without the mean-time factor and the profiles' in-step "
-        "exchange factor (writes RUN.rescored.json)",
+        "kept in --data-dir, with and without the mean-time factor (writes RUN.rescored.json)",
     )
     args = parser.parse_args()
     if args.rescore is not None:
@@ -174,8 +172,7 @@ def main() -> None:
                 ),
             )
             profiles.save(profile)
-        # pooled with the in-step exchange of the models profiled before it on this host
-        workload = Workload(name, {"cpu": profile}, {}, profiles.exchange_factors())
+        workload = Workload(name, {"cpu": profile})
         runs = measure(name, batches, alone=True)
         for (a, b), meas in zip(batches, runs, strict=True):
             config = case_config(instance, a, b)
@@ -208,10 +205,6 @@ def main() -> None:
                     "predicted_s": est.t_pe - est.t_bw,
                 },
                 "srifty_s": est.t_iter,
-                # the profile's factor on the probed exchange inside DDP's step (None:
-                # not measured, the exchange taken as probed)
-                "in_step_factor": workload.exchange_factor("cpu", 2),
-                "in_step_factor_own": profile.exchange_factor(2),
                 "srifty_parts": {
                     "t_fw": est.t_fw,
                     "t_bw": est.t_bw,
@@ -315,10 +308,9 @@ def case_config(instance: Any, a: int, b: int) -> Any:
 def rescore(run: Path, root: Path) -> dict[str, Any]:
     """Today's Srifty estimate of every case of a recorded run, from the probes and
     profiles it kept in ``root``, with and without the mean-time factor
-    (``predictors.network``), and, where the profiles measured DDP's exchange inside the
-    step, with each model's own factor unpooled and with none: the same measurements scored
-    each way, so the host's drift between runs stays out of the comparison. Against each
-    case's mean iteration where the run recorded it, and its median."""
+    (``predictors.network``): the same measurements scored both ways, so the host's drift
+    between runs stays out of the comparison. Against each case's mean iteration where
+    the run recorded it, and its median."""
     import numpy as np
 
     from srifty_core.predictors.table import ProbeTableBandwidth
@@ -337,29 +329,16 @@ def rescore(run: Path, root: Path) -> dict[str, Any]:
     probes = read_probes(root=root / "probes")
     profiles = ProfileStore(root / "profiles")
     instance = SimInstance.local_cpu()
-    # as the planner builds them: each model's profile with the store's evidence
-    evidence = profiles.exchange_factors()
-    own = {m: profiles.load(m, "small", "cpu") for m in {c["model"] for c in cases}}
-    workloads = {m: Workload(m, {"cpu": p}, {}, evidence) for m, p in own.items()}
-    alone = {m: Workload(m, {"cpu": p}) for m, p in own.items()}  # its own factor only
-    probed = {  # no in-step factor at all (ComputeProfile.ddp_exchange)
-        m: Workload(m, {"cpu": dataclasses.replace(p, ddp_exchange=())}) for m, p in own.items()
+    workloads = {
+        m: Workload(m, {"cpu": profiles.load(m, "small", "cpu")})
+        for m in {c["model"] for c in cases}
     }
     configs = [case_config(instance, *c["batches"]) for c in cases]
     out: dict[str, Any] = {"run": run.name}
-    variants = [
-        ("mean_time", ProbeTableBandwidth(), workloads),
-        ("typical", TypicalTransfers(), workloads),
-    ]
-    if evidence:  # else the run's profiles have no factor: the same as mean_time
-        variants += [
-            ("own_in_step_factor", ProbeTableBandwidth(), alone),
-            ("no_in_step_factor", ProbeTableBandwidth(), probed),
-        ]
-    for label, table, chosen in variants:
+    for label, table in (("mean_time", ProbeTableBandwidth()), ("typical", TypicalTransfers())):
         sim = Simulator(table.fit(probes), iters=512, seed=0)
         est = [
-            sim.estimate(chosen[c["model"]], config).t_iter
+            sim.estimate(workloads[c["model"]], config).t_iter
             for c, config in zip(cases, configs, strict=True)
         ]
         for truth in ("measured_mean_s", "measured_s"):

@@ -127,15 +127,13 @@ def store_requests(catalog: Any, store: Any) -> Callable[[Mapping[str, Any]], Pl
     """Request dict -> ``PlanRequest`` with the profiles of ``store`` (a
     ``ProfileStore``): each profile read once (``whatif.profile_loader``: every request
     built holds the same profile objects, which the simulator's caches key on) and the
-    store's evidence (``ProfileStore.evidence``: VM spreads and in-step exchange factors,
-    the workloads' ``vm_evidence`` and ``exchange_evidence``) read once for all of them."""
+    store's VM spreads (``ProfileStore.vm_spreads``, the workloads' ``vm_evidence``) read
+    once for all of them."""
     from srifty_core.planner.whatif import profile_loader
 
     load = profile_loader(store.load)
-    vm, exchange = store.evidence()
-    return lambda d: request_from_dict(
-        d, catalog=catalog, load_profile=load, vm_evidence=vm, exchange_evidence=exchange
-    )
+    evidence = store.vm_spreads()
+    return lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence)
 
 
 def load_request(data: dict[str, Any], profiles_root: Path | None = None) -> PlanRequest:

@@ -215,7 +215,6 @@ def request_from_dict(
     catalog: Any,
     load_profile: Any,
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
-    exchange_evidence: Mapping[str, tuple[tuple[int, float, float], ...]] | None = None,
 ) -> PlanRequest:
     """A request from its YAML/JSON form (see ``docs`` in the README), checked by
     ``planner.schema.RequestSpec`` before anything is looked up::
@@ -236,9 +235,7 @@ def request_from_dict(
 
     ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``;
     ``vm_evidence`` is what the other stored profiles say about VM-to-VM spread
-    (``ProfileStore.vm_spreads``, ``Workload.vm_evidence``), ``exchange_evidence`` what
-    they say about DDP's exchange inside the step (``ProfileStore.exchange_factors``,
-    ``Workload.exchange_evidence``). Every problem with a field is
+    (``ProfileStore.vm_spreads``, ``Workload.vm_evidence``). Every problem with a field is
     a ``ConfigError`` whose message starts with the field's path.
     """
     spec = RequestSpec.parse(d)
@@ -250,7 +247,7 @@ def request_from_dict(
     }
     oh = spec.overheads or schema.OverheadsSpec()
     return PlanRequest(
-        workload=Workload(spec.model, profiles, vm_evidence or {}, exchange_evidence or {}),
+        workload=Workload(spec.model, profiles, vm_evidence or {}),
         global_batch=spec.global_batch,
         iterations=spec.iterations,
         offers=offers,

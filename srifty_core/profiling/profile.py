@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,19 +113,6 @@ class ComputeProfile:
     every rank's step, and slow more than the compute does). Empty
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
-    ddp_exchange: tuple[tuple[int, float, float], ...] = ()
-    """``(workers, factor, standard error)``: how much longer DDP's exchange keeps a step
-    waiting when that many ranks of this model share the device (CPU ranks on one host,
-    gloo) than the same buckets allreduced by themselves in the same processes, from
-    interleaved rounds of DDP steps with the exchange, with a no-op hook, and the buckets
-    alone (``runtime.measure``): the rounds' exposed exchange over their allreduce alone,
-    with the ratio's standard error over the rounds. On a host whose cores all run the
-    ranks' compute, gloo's reductions (CPU work) wait for the backward pass and slow it;
-    the probe sweep's allreduce on idle cores sees none of that. One model's factor is as
-    noisy as its exchange is small beside its step's jitter, so the simulator pools it
-    with the store's other profiles of the device, weighted by their errors
-    (``Workload.exchange_factor``). Empty where not measured (a GPU per rank, older
-    profiles)."""
 
     @property
     def store_key(self) -> str:
@@ -207,13 +193,6 @@ class ComputeProfile:
             return self.host_slowdown(workers)
         return max(1.0, _along(tuple((k, t / alone) for k, t in self.ddp_overhead), workers))
 
-    def exchange_factor(self, workers: int) -> tuple[float, float] | None:
-        """``(factor, standard error)`` of ``ddp_exchange`` for ``workers`` ranks sharing
-        the device: at a measured count its own, between counts interpolated, beyond the
-        largest the largest's (no trend is extrapolated from a noisy ratio); None where not
-        measured or for one worker."""
-        return exchange_at(self.ddp_exchange, workers)
-
     def ddp_copy_s(self) -> float:
         """Time of one pass over the gradients at the profiled copy bandwidth (0 if unknown).
 
@@ -269,7 +248,6 @@ class ComputeProfile:
             "probe_checks": [[b, e] for b, e in self.probe_checks],
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
             "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
-            "ddp_exchange": [[k, f, e] for k, f, e in self.ddp_exchange],
         }
 
     def to_json(self) -> str:
@@ -320,7 +298,6 @@ class ComputeProfile:
                 profiled_vms=int(d.get("profiled_vms", 1)),
                 probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
-                ddp_exchange=_exchange_triples(d.get("ddp_exchange", ())),
                 ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
             )
         except KeyError as exc:
@@ -346,40 +323,6 @@ def _slowdown_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
     if not all(math.isfinite(f) and f > 0 for _, f in pairs):
         raise ConfigError(f"shared_slowdown: factors must be finite and > 0: {pairs}")
     return pairs
-
-
-def exchange_at(
-    triples: Sequence[tuple[int, float, float]], workers: int
-) -> tuple[float, float] | None:
-    """``(factor, standard error)`` of ``ddp_exchange``-shaped ``triples`` at ``workers``
-    (see ``ComputeProfile.exchange_factor``)."""
-    if workers <= 1 or not triples:
-        return None
-    ks = [float(k) for k, _, _ in triples]
-    return (
-        float(np.interp(workers, ks, [f for _, f, _ in triples])),
-        float(np.interp(workers, ks, [e for _, _, e in triples])),
-    )
-
-
-def _exchange_triples(raw: Any) -> tuple[tuple[int, float, float], ...]:
-    """``ddp_exchange`` from JSON: ``[workers, factor, standard error]``, workers >= 2 and
-    increasing, factors finite and >= 0 (a noisy round can put the exposed exchange at
-    nothing), errors finite and > 0."""
-    try:
-        out = tuple((int(k), float(f), float(e)) for k, f, e in raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"ddp_exchange: expected [workers, factor, standard error], got {raw!r}"
-        ) from exc
-    ks = [k for k, _, _ in out]
-    if any(k < 2 for k in ks) or ks != sorted(set(ks)):
-        raise ConfigError(f"ddp_exchange: worker counts must be >= 2 and increasing: {ks}")
-    if not all(math.isfinite(f) and f >= 0 and math.isfinite(e) and e > 0 for _, f, e in out):
-        raise ConfigError(
-            f"ddp_exchange: factors must be finite and >= 0, errors finite and > 0: {out}"
-        )
-    return out
 
 
 def _along(points: tuple[tuple[int, float], ...], workers: int) -> float:

@@ -25,12 +25,11 @@ import platform
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import torch
 
 from srifty_core import host_allocator
@@ -100,9 +99,6 @@ class ProfilerConfig:
     device (``ComputeProfile.shared_slowdown``, for 2..``share_host`` workers): what local
     CPU ranks on one host do to each other. 1 (default): not measured, as on GPUs where
     each rank has its own device. Cannot be combined with ``colocated``."""
-    exchange_iterations: int = 40
-    """With ``share_host``: DDP iterations per mode (with the exchange, with a no-op hook,
-    the buckets allreduced alone) that ``ComputeProfile.ddp_exchange`` is measured over."""
     schedule_repeats: int = 3
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
@@ -114,7 +110,6 @@ class ProfilerConfig:
             "max_batch",
             "min_batch",
             "schedule_repeats",
-            "exchange_iterations",
             "colocated",
             "share_host",
             "threads",
@@ -561,11 +556,6 @@ def profile_model(
     overhead = ddp_overhead(name, size, workload, sched_b, config, device, sync)
     if progress:
         progress("DDP overhead", 1, 1)
-    exchange = ddp_exchange(
-        name, size, min((b for b in sizes if b >= 2), default=2), config, device
-    )
-    if exchange and progress:
-        progress("DDP exchange in step", 1, 1)
     with _colocated_load(name, size, sched_b, config, device):
         copy_bw = copy_bandwidth(_bytes(params), device, sync)
         # last: the steps move the weights, and nothing is measured after them
@@ -601,7 +591,6 @@ def profile_model(
         probe_checks=tuple(checks),
         shared_slowdown=shared,
         ddp_overhead=overhead,
-        ddp_exchange=exchange,
     )
 
 
@@ -702,66 +691,6 @@ def ddp_overhead(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def ddp_exchange(
-    name: str, size: str, batch: int, config: ProfilerConfig, device: torch.device
-) -> tuple[tuple[int, float, float], ...]:
-    """``(k, factor, standard error)`` for k = 2..``config.share_host`` on a CPU: ``k``
-    gloo ranks of the model, each at ``batch`` with ``config.threads`` threads, run DDP
-    steps with the exchange, with a no-op hook, and DDP's buckets allreduced by
-    themselves, in interleaved rounds of ``EXCHANGE_BLOCK`` iterations in the same
-    processes (``runtime.measure.measure_ddp_cases``: a drifting host drifts for all
-    three alike). Per round the exposed exchange is the mean step minus the mean no-op
-    step; the factor is the rounds' exposed exchange over their allreduce alone (a ratio
-    of sums, at least 0) and its standard error the ratio estimator's over the rounds:
-    what the exchange costs inside the step over what the same allreduce costs on idle
-    cores. Measured at a small batch, where the step's jitter is smallest beside the
-    exchange. Empty on a GPU (a rank per device) and without ``share_host``."""
-    if device.type != "cpu" or config.share_host <= 1:
-        return ()
-    from srifty_core.runtime.measure import measure_ddp_cases
-
-    threads = config.threads or torch.get_num_threads()
-    rounds = max(2, config.exchange_iterations // EXCHANGE_BLOCK)
-    out: list[tuple[int, float, float]] = []
-    for k in range(2, config.share_host + 1):
-        (m,) = measure_ddp_cases(
-            name,
-            size,
-            [(batch,) * k],
-            iterations=rounds * EXCHANGE_BLOCK,
-            threads=threads,
-            split=True,
-            alone=True,
-            block=EXCHANGE_BLOCK,
-        )
-        out.append((k, *exchange_ratio(m.iteration_s, m.no_comm_s, m.alone_s)))
-    return tuple(out)
-
-
-EXCHANGE_BLOCK = 5
-"""Iterations per mode in one round of ``ddp_exchange`` (``measure_ddp_cases``'s block)."""
-
-
-def exchange_ratio(
-    steps: Sequence[float], no_comm: Sequence[float], alone: Sequence[float]
-) -> tuple[float, float]:
-    """``(factor, standard error)`` from per-iteration times in rounds of
-    ``EXCHANGE_BLOCK``: per round r the exposed exchange e_r (mean step - mean no-op
-    step) and the allreduce alone a_r; factor = sum e_r / sum a_r (at least 0), error
-    sqrt(sum (e_r - factor a_r)^2 / (R - 1) / R) / mean a_r, the ratio estimator's."""
-    n = len(steps) // EXCHANGE_BLOCK
-    if n < 2 or min(len(no_comm), len(alone)) < n * EXCHANGE_BLOCK:
-        raise ConfigError(f"exchange_ratio: needs 2 rounds of {EXCHANGE_BLOCK} iterations")
-    shape = (n, EXCHANGE_BLOCK)
-    e = np.reshape(steps[: n * EXCHANGE_BLOCK], shape).mean(axis=1) - np.reshape(
-        no_comm[: n * EXCHANGE_BLOCK], shape
-    ).mean(axis=1)
-    a = np.reshape(alone[: n * EXCHANGE_BLOCK], shape).mean(axis=1)
-    factor = float(e.sum() / a.sum())
-    spread = float(np.sqrt(np.sum((e - factor * a) ** 2) / (n - 1) / n) / a.mean())
-    return max(0.0, factor), max(spread, 1e-9)
 
 
 def copy_bandwidth(

@@ -26,11 +26,6 @@ def _per_step(p: ComputeProfile) -> list[str]:
             "DDP's own work (measured) "
             + ", ".join(f"{t * 1e3:.2f} ms with {k} worker(s)" for k, t in p.ddp_overhead)
         )
-    if p.ddp_exchange:
-        parts.append(
-            "DDP's exchange in step over the allreduce alone "
-            + ", ".join(f"{f:.2f}x (+-{e:.2f}) with {k} workers" for k, f, e in p.ddp_exchange)
-        )
     if p.optimizer_step_s > 0:
         parts.append(f"optimizer step {p.optimizer_step_s * 1e3:.2f} ms")
     return [f"per step, any batch: {'; '.join(parts)}"] if parts else []

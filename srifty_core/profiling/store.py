@@ -58,34 +58,17 @@ class ProfileStore:
     def list_paths(self) -> list[Path]:
         return sorted(self.root.glob("*/*/*.json")) if self.root.is_dir() else []
 
-    def exchange_factors(self) -> dict[str, tuple[tuple[int, float, float], ...]]:
-        """``{"model/size/device": ddp_exchange}`` of every stored profile that measured
-        DDP's exchange inside the step (``Workload.exchange_evidence``). A file that does
-        not read as a profile is named in the error."""
-        return self.evidence()[1]
-
-    def evidence(
-        self,
-    ) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[tuple[int, float, float], ...]]]:
-        """``(vm_spreads(), exchange_factors())`` from one read of the store: what a
-        workload pools with its own profiles (``Workload.vm_evidence``,
-        ``Workload.exchange_evidence``)."""
-        profiles = self._profiles()
-        vm = {p.store_key: (p.vm_cv, p.profiled_vms) for p in profiles if p.profiled_vms >= 2}
-        return vm, {p.store_key: p.ddp_exchange for p in profiles if p.ddp_exchange}
-
-    def _profiles(self) -> list[ComputeProfile]:
-        out = []
-        for path in self.list_paths():
-            try:
-                out.append(ComputeProfile.from_json(path.read_text(encoding="utf-8")))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{path}: not a compute profile ({exc})") from exc
-        return out
-
     def vm_spreads(self) -> dict[str, tuple[float, int]]:
         """``{"model/size/device": (vm_cv, VMs profiled)}`` of every stored profile taken
         on two VMs or more: what the store knows about how much one VM's speed differs from
         the next (``Workload.vm_evidence``). A file that does not read as a profile is
         named in the error."""
-        return self.evidence()[0]
+        out: dict[str, tuple[float, int]] = {}
+        for path in self.list_paths():
+            try:
+                p = ComputeProfile.from_json(path.read_text(encoding="utf-8"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}: not a compute profile ({exc})") from exc
+            if p.profiled_vms >= 2:
+                out[p.store_key] = (p.vm_cv, p.profiled_vms)
+        return out

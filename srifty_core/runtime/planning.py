@@ -87,7 +87,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
     }
     launch_s = DEFAULT_LAUNCH_S[spec.provider] if spec.launch_s is None else spec.launch_s
     return PlanRequest(
-        workload=Workload(spec.model, profiles, *store.evidence()),
+        workload=Workload(spec.model, profiles, store.vm_spreads()),
         global_batch=spec.global_batch,
         iterations=spec.iterations,
         offers=offers,

@@ -90,13 +90,7 @@ class Simulator:
     the passes all workers make at once (DDP's, the optimizer step: memory-bound) by
     ``ComputeProfile.pass_slowdown``, the measured slowdown of DDP's own work where the
     profile has it, else the full step slowdown. A profile without the measurement leaves
-    them alone and the estimate lists ``shared_slowdown`` in ``missing``. Where their
-    exchange waits for the backward pass (no core left for gloo), it takes the probed
-    allreduce times the factor the profile measured inside DDP's step
-    (``ComputeProfile.ddp_exchange``: gloo's reductions and the ranks' compute on the same
-    cores; too fast in 70% of recorded local case-runs without it, BENCHMARKS.md); a
-    profile without it leaves the exchange as probed and the estimate lists
-    ``ddp_exchange`` in ``missing``.
+    them alone and the estimate lists ``shared_slowdown`` in ``missing``.
 
     ``calibration`` (``simulator.calibration.Calibration``, what a running job measured of
     itself) scales every compute term of a device type by its compute factor and divides
@@ -323,21 +317,6 @@ class Simulator:
             if int(inst.features.get("vcpus") or 0) < ranks * (threads + 1):
                 return 0.0  # no core left for gloo: the exchange waits for the backward pass
         return 1.0
-
-    def _in_step(
-        self, workload: Workload, groups: Sequence[Group], overlap: float
-    ) -> tuple[float, bool]:
-        """Local ranks sharing this host whose exchange waits for the backward pass
-        (``overlap`` 0, no core left for gloo): (the factor on the probed exchange that
-        the profiles measured inside DDP's step, ``Workload.exchange_factor``; whether
-        none did). Elsewhere (1, False): with a core free, or a
-        device per rank, the probed allreduce is what the exchange costs."""
-        workers = shared_workers(groups)
-        if workers <= 1 or overlap > 0.0:
-            return 1.0, False
-        local = next(g for g in groups if is_local(g.instance))
-        factor = workload.exchange_factor(local.instance.device_type, workers)
-        return (1.0, True) if factor is None or factor <= 0 else (factor, False)
 
     def _host_sharing(
         self,
@@ -690,7 +669,6 @@ class Simulator:
         volumes: tuple[float, ...] = ()
         busbw = np.zeros(0)
         cap = overlap = 0.0
-        no_in_step = False
         extrapolated: tuple[str, ...] = ()
         if world > 1:
             if ddp_bw > 0:  # hooks, into the buckets (divided): on the backward thread
@@ -709,10 +687,6 @@ class Simulator:
             fractions = tuple(b.ready_fraction for b in buckets)
             volumes = tuple(bus_bytes(s, world) for s in sizes)
             overlap = self._overlap(workload, groups)
-            in_step, no_in_step = self._in_step(workload, groups, overlap)
-            if in_step != 1.0:  # the exchange as DDP's step sees it on this host's cores
-                busbw = busbw / in_step
-                cap = cap / in_step
             t_pe = self._exchange(
                 fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw, overlap
             )
@@ -770,7 +744,6 @@ class Simulator:
                     ("optimizer_step", no_step),
                     ("ddp_copy", no_copy and world > 1),
                     ("shared_slowdown", no_share),
-                    ("ddp_exchange", no_in_step),
                 )
                 if lacks
             ),

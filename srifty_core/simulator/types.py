@@ -160,32 +160,15 @@ class Workload:
     VM's speed differs from the next (``{label: (vm_cv, VMs profiled)}``, from
     ``ProfileStore.vm_spreads``): pooled with these profiles' own ``vm_cv``, it narrows the
     predictive spread that three VMs of one profile alone would leave wide
-    (``predictors.network.pooled_spreads``). Empty: these profiles alone.
-
-    ``exchange_evidence`` is what other profiles of the same host say about DDP's exchange
-    inside the step (``{label: ddp_exchange triples}``, from
-    ``ProfileStore.exchange_factors``): pooled with these profiles' own
-    (``exchange_factor``)."""
+    (``predictors.network.pooled_spreads``). Empty: these profiles alone."""
 
     model: str
     profiles: Mapping[str, ComputeProfile]
     vm_evidence: Mapping[str, tuple[float, int]] = field(default_factory=dict)
-    exchange_evidence: Mapping[str, tuple[tuple[int, float, float], ...]] = field(
-        default_factory=dict
-    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
         object.__setattr__(self, "vm_evidence", MappingProxyType(dict(self.vm_evidence)))
-        object.__setattr__(
-            self, "exchange_evidence", MappingProxyType(dict(self.exchange_evidence))
-        )
-        for label, triples in self.exchange_evidence.items():
-            if not all(k >= 2 and f >= 0 and e > 0 for k, f, e in triples):
-                raise ConfigError(
-                    f"exchange_evidence[{label!r}]: needs (workers >= 2, factor >= 0, "
-                    f"error > 0) triples, got {list(triples)}"
-                )
         if not self.profiles:
             raise ConfigError(f"workload {self.model}: no compute profile")
         for label, (sd, vms) in self.vm_evidence.items():
@@ -206,30 +189,6 @@ class Workload:
         mine = {p.store_key for p in self.profiles.values()}
         others = {k: v for k, v in self.vm_evidence.items() if k not in mine}
         return pooled_spreads(own, others)
-
-    def exchange_factor(self, device_type: str, workers: int) -> float | None:
-        """The factor on the probed exchange inside DDP's step with ``workers`` ranks of
-        this model sharing a ``device_type`` host: this profile's ``ddp_exchange``
-        partially pooled with the other stored profiles of the device
-        (``exchange_evidence``; ``predictors.pooling.partial_pool``: a model whose own
-        measurement is noisy beside how much models differ takes mostly the host's mean,
-        a precise one keeps its own); the host's mean where this profile did not measure
-        it; None where nothing did."""
-        from srifty_core.predictors.pooling import partial_pool
-        from srifty_core.profiling.profile import exchange_at
-
-        mine = self.profile(device_type)
-        own = mine.exchange_factor(workers)
-        others = [
-            hit
-            for label, triples in self.exchange_evidence.items()
-            if label != mine.store_key and label.endswith(f"/{device_type}")
-            for hit in (exchange_at(triples, workers),)
-            if hit is not None
-        ]
-        if own is None and not others:
-            return None
-        return partial_pool([*others, own] if own else others, len(others) if own else None)
 
     def __hash__(self) -> int:
         return hash((self.model, tuple(sorted(self.profiles))))

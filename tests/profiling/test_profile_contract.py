@@ -112,16 +112,11 @@ def test_store_lists_the_vm_spreads_of_profiles_taken_on_several_vms(data_dir: P
     store.save(make_profile(model="vgg16", device_type="T4", vm_cv=0.02, profiled_vms=5))
     store.save(make_profile(model="bert", device_type="A10G", vm_cv=0.0, profiled_vms=1))
     assert store.vm_spreads() == {"resnet18/small/cpu": (0.03, 3), "vgg16/small/T4": (0.02, 5)}
-    assert store.exchange_factors() == {}
-    store.save(make_profile(model="dlrm", ddp_exchange=((2, 0.93, 0.02),)))
-    assert store.exchange_factors() == {"dlrm/small/cpu": ((2, 0.93, 0.02),)}
-    assert store.evidence() == (store.vm_spreads(), store.exchange_factors())
     bad = data_dir / "profiles" / "x" / "small" / "cpu.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{}")
-    for read in (store.vm_spreads, store.exchange_factors):
-        with pytest.raises(ConfigError, match=r"x/small/cpu.json: not a compute profile"):
-            read()
+    with pytest.raises(ConfigError, match=r"x/small/cpu.json: not a compute profile"):
+        store.vm_spreads()
 
 
 def test_measured_ddp_overhead_replaces_the_copy_model() -> None:
@@ -146,26 +141,6 @@ def test_measured_ddp_overhead_replaces_the_copy_model() -> None:
     # an overhead smaller than one copy pass: all of it after the exchange at most
     tiny = dataclasses.replace(p, ddp_overhead=((1, 0.001),))
     assert tiny.ddp_passes_s() == pytest.approx((0.0, 0.001))
-
-
-def test_ddp_exchange_round_trips_and_bad_triples_name_the_field() -> None:
-    p = make_profile(ddp_exchange=((2, 1.17, 0.05),))
-    d = json.loads(p.to_json())
-    assert ComputeProfile.from_dict(d).ddp_exchange == ((2, 1.17, 0.05),)
-    del d["ddp_exchange"]  # written before the field existed
-    assert ComputeProfile.from_dict(d).ddp_exchange == ()
-    bad_ones = (
-        [[1, 1.2, 0.1]],  # one worker shares nothing
-        [[2, -0.1, 0.1]],
-        [[2, 1.2, 0.0]],  # no error: nothing to weigh it by
-        [[2, float("nan"), 0.1]],
-        [[3, 1.1, 0.1], [2, 1.2, 0.1]],
-        [[2, 1.2]],
-        "x",
-    )
-    for bad in bad_ones:
-        with pytest.raises(ConfigError, match="ddp_exchange"):
-            ComputeProfile.from_dict({**d, "ddp_exchange": bad})
 
 
 def test_ddp_overhead_round_trips_and_bad_pairs_name_the_field() -> None:

@@ -113,18 +113,9 @@ def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None
     p = profile_model(
         "dlrm",
         "tiny",
-        ProfilerConfig(
-            max_batch=8,
-            repeats=2,
-            warmup=1,
-            threads=1,
-            share_host=2,
-            probes=2,
-            exchange_iterations=4,
-        ),
+        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, share_host=2, probes=2),
     )
     assert [k for k, _ in p.shared_slowdown] == [2]
-    assert [k for k, _, _ in p.ddp_exchange] == [2]
     assert p.host_slowdown(2) >= 1.0 and p.host_slowdown(1) == 1.0
     assert [k for k, _ in p.ddp_overhead] == [1, 2]  # alone, and beside a DDP worker
     assert set(mp.active_children()) == before
@@ -168,46 +159,6 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     assert [k for k, _ in pairs] == [1]
     assert pairs[0][1] > 5e-4
     assert not dist.is_initialized()  # its process group of one is gone
-
-
-def test_ddp_exchange_measures_the_exchange_inside_the_step() -> None:
-    """DLRM's 32 MiB of gradients over two gloo ranks: an exchange of tens of
-    milliseconds, far above a step's noise, so the in-step factor comes out near the
-    allreduce alone (0.8-1.1 in every recorded local run) and nowhere near 0 or 3, with
-    an error well under the factor."""
-    import torch
-
-    from srifty_core.profiling.profiler import ddp_exchange
-
-    config = ProfilerConfig(threads=1, share_host=2, exchange_iterations=10)
-    triples = ddp_exchange("dlrm", "small", 16, config, torch.device("cpu"))
-    assert [k for k, _, _ in triples] == [2]
-    _, factor, error = triples[0]
-    assert 0.4 < factor < 2.5 and 0 < error < factor
-    assert ddp_exchange("dlrm", "small", 16, ProfilerConfig(), torch.device("cpu")) == ()
-    with pytest.raises(ConfigError, match="exchange_iterations"):
-        ProfilerConfig(exchange_iterations=0)
-
-
-def test_the_exchange_ratio_pairs_rounds_and_reports_its_error() -> None:
-    from srifty_core.profiling.profiler import EXCHANGE_BLOCK, exchange_ratio
-
-    rounds = 4
-    no_comm = [1.0] * (rounds * EXCHANGE_BLOCK)
-    alone = [0.2] * (rounds * EXCHANGE_BLOCK)
-    # the host drifts by round (the same for every mode), the exchange inside is 0.3
-    drift = [0.1 * (i // EXCHANGE_BLOCK) for i in range(rounds * EXCHANGE_BLOCK)]
-    steps = [n + d + 0.3 for n, d in zip(no_comm, drift, strict=True)]
-    no_comm = [n + d for n, d in zip(no_comm, drift, strict=True)]
-    factor, error = exchange_ratio(steps, no_comm, alone)
-    assert factor == pytest.approx(1.5) and error < 1e-6
-    noisy = [s + (0.1 if i // EXCHANGE_BLOCK % 2 else -0.1) for i, s in enumerate(steps)]
-    factor, error = exchange_ratio(noisy, no_comm, alone)
-    assert factor == pytest.approx(1.5)
-    assert error == pytest.approx((0.04 / 3 / 4) ** 0.5 / 0.2, rel=1e-6)  # rounds off by 0.1
-    assert exchange_ratio([0.5] * 10, [1.0] * 10, [0.2] * 10)[0] == 0.0  # never below 0
-    with pytest.raises(ConfigError, match="2 rounds"):
-        exchange_ratio(steps[:EXCHANGE_BLOCK], no_comm, alone)
 
 
 def test_the_footprint_estimate_frees_what_the_forward_saved() -> None:

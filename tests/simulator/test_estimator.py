@@ -500,66 +500,6 @@ def test_local_workers_share_the_host_by_processor_sharing() -> None:
     assert vms.t_fw == pytest.approx(plain.t_fw) and "shared_slowdown" not in vms.missing
 
 
-def test_local_ranks_take_the_exchange_their_profile_measured_in_step() -> None:
-    """Two local ranks on a host with no core left for gloo: the exchange (after the
-    backward pass) is the probed one times the profile's in-step factor; without the
-    measurement the estimate says so; a core free, one worker, or cloud VMs: no factor."""
-    base = dataclasses.replace(steady(make_profile()), shared_slowdown=((2, 1.0),))
-    factored = dataclasses.replace(base, ddp_exchange=((2, 1.5, 0.1),))
-    sim = Simulator(ConstantBandwidth(1e9), overlap=0.0)
-    plain = sim.estimate(Workload("m", {"cpu": base}), config((local(), 2, 32)))
-    assert "ddp_exchange" in plain.missing
-    assert plain.exposed_comm > 0
-    est = sim.estimate(Workload("m", {"cpu": factored}), config((local(), 2, 32)))
-    assert "ddp_exchange" not in est.missing
-    assert est.exposed_comm == pytest.approx(1.5 * plain.exposed_comm, rel=1e-9)
-    assert est.t_iter - plain.t_iter == pytest.approx(0.5 * plain.exposed_comm, rel=1e-9)
-    assert est.t_iter_p90 > plain.t_iter_p90 or est.t_iter_p90 == est.t_iter
-    free = Simulator(ConstantBandwidth(1e9), overlap=1.0)  # gloo has a core of its own
-    a = free.estimate(Workload("m", {"cpu": base}), config((local(), 2, 32)))
-    b = free.estimate(Workload("m", {"cpu": factored}), config((local(), 2, 32)))
-    assert a.t_iter == b.t_iter and "ddp_exchange" not in a.missing
-    vms = sim.estimate(Workload("m", {"cpu": factored}), config((inst("a"), 2, 32)))
-    cloud = sim.estimate(Workload("m", {"cpu": base}), config((inst("a"), 2, 32)))
-    assert vms.t_iter == cloud.t_iter and "ddp_exchange" not in cloud.missing
-
-
-def test_the_in_step_factor_interpolates_and_holds_beyond_the_largest() -> None:
-    p = dataclasses.replace(make_profile(), ddp_exchange=((2, 1.2, 0.1), (4, 1.6, 0.3)))
-    assert p.exchange_factor(1) is None
-    assert p.exchange_factor(2) == pytest.approx((1.2, 0.1))
-    assert p.exchange_factor(3) == pytest.approx((1.4, 0.2))
-    assert p.exchange_factor(8) == pytest.approx((1.6, 0.3))
-    assert make_profile().exchange_factor(2) is None
-
-
-def test_a_workload_pools_its_in_step_factor_with_the_hosts_other_profiles() -> None:
-    """A noisy own factor takes mostly the host's mean, a precise one keeps its own, and a
-    profile that measured nothing takes the host's mean; the workload's own entry in the
-    store is not counted twice, and other devices' entries are not counted at all."""
-    noisy = dataclasses.replace(make_profile(), ddp_exchange=((2, 3.0, 1.5),))
-    precise = dataclasses.replace(make_profile(), ddp_exchange=((2, 0.8, 0.01),))
-    host = {
-        "dlrm/small/cpu": ((2, 0.9, 0.02),),
-        "bert_base/small/cpu": ((2, 1.3, 0.05),),
-        "alexnet/small/cpu": ((2, 1.1, 0.05),),
-        "alexnet/small/T4": ((2, 9.0, 0.01),),  # another device: not this host's
-    }
-    pooled_noisy = Workload("m", {"cpu": noisy}, {}, host).exchange_factor("cpu", 2)
-    assert pooled_noisy is not None and 0.9 < pooled_noisy < 1.3  # not 3.0
-    kept = Workload("m", {"cpu": precise}, {}, host).exchange_factor("cpu", 2)
-    assert kept == pytest.approx(0.8, abs=0.01)
-    none = Workload("m", {"cpu": make_profile()}, {}, host).exchange_factor("cpu", 2)
-    assert none is not None and 0.9 < none < 1.3
-    assert Workload("m", {"cpu": make_profile()}).exchange_factor("cpu", 2) is None
-    alone = Workload("m", {"cpu": noisy}).exchange_factor("cpu", 2)
-    assert alone == pytest.approx(3.0)  # nothing to pool with: its own
-    mine = {noisy.store_key: ((2, 50.0, 0.001),)}  # the store's copy of this very profile
-    assert Workload("m", {"cpu": noisy}, {}, mine).exchange_factor("cpu", 2) == alone
-    with pytest.raises(ConfigError, match="exchange_evidence"):
-        Workload("m", {"cpu": noisy}, {}, {"x/small/cpu": ((2, 1.0, 0.0),)})
-
-
 def test_host_slowdown_interpolates_and_extends() -> None:
     p = dataclasses.replace(make_profile(), shared_slowdown=((2, 1.2), (4, 2.0)))
     assert p.host_slowdown(1) == 1.0
