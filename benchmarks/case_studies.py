@@ -391,9 +391,9 @@ def run_case(case: Case, args: argparse.Namespace, catalog: Any, fit_bw: Any) ->
 
 def _cand(request: Any, choice: Any) -> Any:
     """A Candidate shell for ``actual`` (only its choice and label are read)."""
-    from srifty_core.planner.result import Candidate
+    from srifty_core.planner.result import Candidate, choice_label
 
-    label = "+".join(f"{c}x{request.offers[i].key}@{b}" for i, c, b in choice)
+    label = choice_label(request.offers, choice)
     return Candidate(choice, label, None, 0.0, 0.0, ())  # type: ignore[arg-type]
 
 

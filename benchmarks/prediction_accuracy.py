@@ -314,13 +314,18 @@ def plan_quality(
         floor_of: dict[Any, NDArray[np.float64]] = {}
         for ch in Space.build(limited, saturate=False).enumerate():
             key = tuple(sorted(ch))
-            for base, into in ((7_000, runs_of), (FLOOR_SEED, floor_of)):
-                if into is floor_of and not args.floor:
-                    continue  # the floor: the same configurations on as many other allocations
-                into[key] = np.asarray(
+            seeds = [100 * k + j for j in range(args.allocations)]
+            runs_of[key] = np.asarray(
+                [
+                    truth_time(limited, key, ref, req.iterations, 7_000 + s, args.warm_s)
+                    for s in seeds
+                ]
+            )
+            if args.floor:  # the same configurations on as many other allocations
+                floor_of[key] = np.asarray(
                     [
-                        truth_time(limited, key, ref, req.iterations, seed, args.warm_s)
-                        for seed in range(base + 100 * k, base + 100 * k + args.allocations)
+                        truth_time(limited, key, ref, req.iterations, FLOOR_SEED + s, args.warm_s)
+                        for s in seeds
                     ]
                 )
         row["space"] = len(runs_of)
@@ -423,21 +428,15 @@ def floor_entry(
     evaluation allocations (``runs_of``) as Srifty's plan is. It knows each
     configuration's mean and quantile up to the allocations' draw alone, more than any
     profile or probe can tell, so what it misses no estimator can be held to."""
+    from srifty_core.planner.result import choice_label, violations
+
     chosen = truth_plan(floor_of, request, q, obj)
     entry: dict[str, Any] = {"feasible": chosen is not None, "optimum": best}
     if top is not None:  # the evaluation's optimum, rejected by the other allocations?
-        entry["optimum_seen"] = {
-            "rejected": [
-                f"{name} {100 * (v / limit - 1):+.1f}%"
-                for name, v, limit in (
-                    ("time", allocation_quantile(floor_of[top][:, 0], q), request.time_limit_s),
-                    ("cost", allocation_quantile(floor_of[top][:, 1], q), request.budget_usd),
-                )
-                if v > limit
-            ]
-        }
+        time_q, cost_q = (float(allocation_quantile(floor_of[top][:, i], q)) for i in (0, 1))
+        entry["optimum_seen"] = {"rejected": list(violations(request, time_q, cost_q))}
     if chosen is not None:
-        entry["label"] = "+".join(f"{c}x{request.offers[i].key}@{b}" for i, c, b in chosen)
+        entry["label"] = choice_label(request.offers, chosen)
         entry.update(score(runs_of[chosen], request, q, obj, best))
     return entry
 

@@ -133,16 +133,19 @@ def main() -> None:
     paths = [Path(p) for p in sys.argv[1:]]
     if not paths:
         paths = sorted((p for p in RUNS.glob("*.json") if ".rescored" not in p.name), key=run_order)
-        latest = RESULTS / "simulator_reality.json"
-        text = latest.read_text()
-        if latest.exists() and all(p.read_text() != text for p in paths):
-            paths.append(latest)
-    rows = []
+        paths.append(RESULTS / "simulator_reality.json")  # the latest, unless kept above
+    rows, seen = [], set()
     for p in paths:
         try:
-            errors = signed_errors(json.loads(p.read_text()))
-        except (KeyError, ValueError) as e:
-            raise SystemExit(f"{p}: not a simulator_reality run ({e})") from None
+            text = p.read_text()
+            if text in seen:  # simulator_reality.json is a copy of a kept run
+                continue
+            seen.add(text)
+            errors = signed_errors(json.loads(text))
+        except OSError as e:
+            raise SystemExit(f"{p}: cannot read the run ({e.strerror})") from None
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
+            raise SystemExit(f"{p}: not a simulator_reality run ({e!r})") from None
         if errors["srifty"]:  # runs without a noise floor measured are left out
             rows.append(run_row(p.stem, errors))
     if len(rows) < 2:

@@ -114,13 +114,25 @@ def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) 
         time_s, time_q = time_s + risk.extra_s, time_q + risk.extra_q_s
     cost = rate * time_s / 3600.0
     cost_q = rate * time_q / 3600.0
-    violations = []
-    if time_q > request.time_limit_s:
-        violations.append(f"time +{100 * (time_q / request.time_limit_s - 1):.1f}%")
-    if cost_q > request.budget_usd:
-        violations.append(f"cost +{100 * (cost_q / request.budget_usd - 1):.1f}%")
-    label = "+".join(f"{c}x{offers[i].key}@{b}" for i, c, b in choice)
-    return Candidate(choice, label, estimate, time_s, cost, tuple(violations), time_q, cost_q, risk)
+    broken = violations(request, time_q, cost_q)
+    label = choice_label(offers, choice)
+    return Candidate(choice, label, estimate, time_s, cost, broken, time_q, cost_q, risk)
+
+
+def choice_label(offers: Any, choice: Choice) -> str:
+    """``2xp3.8xlarge/spot@512+8xg3.8xlarge/on-demand@64``: a choice over ``offers``."""
+    return "+".join(f"{c}x{offers[i].key}@{b}" for i, c, b in choice)
+
+
+def violations(request: Any, time_s: float, cost_usd: float) -> tuple[str, ...]:
+    """The limits of ``request`` that ``time_s`` and ``cost_usd`` break, each with how
+    far (``time +1.1%``)."""
+    out = []
+    if time_s > request.time_limit_s:
+        out.append(f"time +{100 * (time_s / request.time_limit_s - 1):.1f}%")
+    if cost_usd > request.budget_usd:
+        out.append(f"cost +{100 * (cost_usd / request.budget_usd - 1):.1f}%")
+    return tuple(out)
 
 
 def rank_key(objective: Objective, c: Candidate) -> tuple[float, float, int, str]:
