@@ -63,11 +63,10 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from srifty_core.profiling.job import run_profile_job
     from srifty_core.profiling.profiler import ProfilerConfig
     from srifty_core.profiling.report import summary_text
+    from srifty_core.training_settings import TrainingSettings
 
     config = ProfilerConfig(
         device=args.device,
@@ -81,25 +80,18 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         colocated=args.colocated,
         share_host=args.share_host,
         refine=args.refine,
+        settings=TrainingSettings(
+            precision=args.precision,
+            optimizer=args.optimizer,
+            compile=args.compile,
+            channels_last=args.channels_last,
+        ),
     )
-    bars: list[tqdm[None]] = []  # made at the first step: a bad model or size stays one line
+    from srifty_core.console import StageProgress
+    from srifty_core.workload import parse_model
 
-    def progress(stage: str, done: int, total: int) -> None:
-        if not bars:
-            bars.append(
-                # disable=None: no bar when stderr is no terminal (a log, a pipe), where
-                # its redraws would be lines before an error
-                tqdm(total=0, unit="step", desc=f"profiling {args.model}", leave=False,
-                     disable=None)
-            )  # fmt: skip
-        bar = bars[0]
-        bar.set_description(f"{args.model}: {stage}")
-        if total:
-            bar.total = total
-            bar.n = done
-        bar.refresh()
-
-    try:
+    parse_model(args.model)  # a bad reference is one line before anything starts
+    with StageProgress(f"profile {args.model}") as progress:
         result = run_profile_job(
             args.model,
             args.size,
@@ -108,9 +100,6 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             log_to_mlflow=not args.no_mlflow,
             progress=progress,
         )
-    finally:
-        for bar in bars:
-            bar.close()
     print(summary_text(result.profile))
     print(f"\nprofile: {result.path}")
     if args.plot:
@@ -342,8 +331,9 @@ def read_train_plan(path: Path) -> TrainPlan:
     import dataclasses
     import json
 
-    from srifty_core.profiling import MODEL_NAMES, SIZES
+    from srifty_core.profiling import SIZES
     from srifty_core.runtime.train_plan import TrainPlan
+    from srifty_core.workload import parse_model
 
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -376,8 +366,7 @@ def read_train_plan(path: Path) -> TrainPlan:
     for name in ("model", "size", "run_dir", "config_id", "dtype", "device", "precision"):
         if name in d and (not isinstance(d[name], str) or not d[name].strip()):
             raise ConfigError(f"{name}: must be a non-empty string, got {d[name]!r}")
-    if d["model"] not in MODEL_NAMES:
-        raise ConfigError(f"model: unknown model {d['model']!r}; valid: {', '.join(MODEL_NAMES)}")
+    parse_model(d["model"])
     if d["size"] not in SIZES:
         raise ConfigError(f"size: must be one of {', '.join(SIZES)}, got {d['size']!r}")
     if "extra" in d and not isinstance(d["extra"], dict):
@@ -396,6 +385,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from srifty_core.runtime.progress import read_progress
 
     plan = read_train_plan(Path(args.plan))
+    command = list(getattr(args, "command", []))
+    if command:
+        import dataclasses
+
+        plan = dataclasses.replace(plan, entrypoint=tuple(command))
     if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
         read_progress_checked(plan.progress_path)
     bar = tqdm(
@@ -560,15 +554,33 @@ def build_parser() -> argparse.ArgumentParser:
     cat.set_defaults(func=_cmd_catalog)
 
     from srifty_core.profiling import MODEL_NAMES, SIZES
+    from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
+    from srifty_core.workload import shipped_hf_configs
 
     prof = sub.add_parser(
         "profile",
-        help="profile a zoo model's compute latency, memory and gradient schedule",
+        help="profile a model's compute latency, memory and gradient schedule",
         description="Profile one model on the device this runs on; writes the compute profile "
         "to DATA/profiles/ (or --out) and logs it to MLflow.",
     )
-    prof.add_argument("--model", required=True, help=f"one of: {', '.join(MODEL_NAMES)}")
+    prof.add_argument(
+        "--model",
+        required=True,
+        help=f"a zoo model ({', '.join(MODEL_NAMES)}), package.module:factory, "
+        "path/to/file.py:factory, or hf:NAME (a shipped config: "
+        f"{', '.join(shipped_hf_configs())}; or a config.json)",
+    )
     prof.add_argument("--size", default="small", help=f"one of {', '.join(SIZES)} (default small)")
+    prof.add_argument(
+        "--precision", default="fp32", choices=PRECISIONS, help="as you train (default fp32)"
+    )
+    prof.add_argument(
+        "--optimizer", default="sgd", choices=OPTIMIZERS, help="as you train (default sgd)"
+    )
+    prof.add_argument("--compile", action="store_true", help="torch.compile the model first")
+    prof.add_argument(
+        "--channels-last", action="store_true", help="channels-last memory format (vision)"
+    )
     prof.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     prof.add_argument("--probes", type=int, default=4, help="batch sizes to measure (default 4)")
     prof.add_argument("--dense", action="store_true", help="measure every power of two instead")
@@ -731,8 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser(
         "train",
         help="train a plan on worker processes, re-planning on preemption",
+        usage="srifty train PLAN [options] [-- COMMAND ...]",
         description="Run PLAN (JSON: model, size, global_batch, iterations, local_batches, "
-        "run_dir, ...) with one DDP worker per local batch; resumes from run_dir's checkpoint.",
+        "run_dir, ...) with one DDP worker per local batch; resumes from run_dir's checkpoint. "
+        "After '--', your own training script runs on every rank instead of the built-in "
+        "worker (e.g. '-- python train.py --lr 0.1'; it uses srifty_core.runtime.user); "
+        "default: the plan's entrypoint, else the built-in worker.",
     )
     tr.add_argument("plan", help="plan file (.json)")
     tr.add_argument("--provider", default="local", choices=("local",))
@@ -779,7 +795,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "train" in words and "--" in words[words.index("train") :]:
+        cut = words.index("--", words.index("train"))
+        words, command = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
+    args.command = command  # `srifty train PLAN -- COMMAND`: the script every rank runs
     args.as_program = argv is None  # the `srifty` command, not a caller in its own process
     if args.as_program:
         # MLflow's INFO lines ("Creating initial MLflow database tables...") on stderr would

@@ -118,7 +118,9 @@ def test_a_bad_model_to_profile_is_one_line_without_a_progress_bar(
 ) -> None:
     assert main(["profile", "--model", "nope", "--no-mlflow"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("srifty: error: unknown model 'nope'") and err.count("\n") == 1, err
+    assert err.startswith("srifty: error: model: unknown model 'nope'") and err.count("\n") == 1, (
+        err
+    )
 
 
 def test_mlflow_info_lines_do_not_join_an_error(data_dir: Path, tmp_path: Path) -> None:
@@ -272,8 +274,9 @@ def test_a_data_dir_that_is_a_file_is_one_line_naming_the_path(
 def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    """The progress bar stays off when stderr is no terminal: its redraws were 15 lines
-    before the error of a profile that could not be written."""
+    """Off a terminal progress is one plain line per stage (no bar redraws, which were 15
+    lines of control characters before the error of a profile that could not be
+    written), and the error stays one line, the last."""
     afile = tmp_path / "afile"
     afile.write_text("x")
     proc = subprocess.run(
@@ -283,7 +286,13 @@ def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"srifty: error: {afile}") and len(proc.stderr.splitlines()) == 1
+    *stages, error = proc.stderr.splitlines()
+    assert error.startswith(f"srifty: error: {afile}") and "\r" not in proc.stderr
+    assert stages and all(line.startswith("profile dlrm: ") for line in stages), stages
+    names = [line.split(": ")[1] for line in stages]
+    assert len(names) == len(set(names))  # a line per stage, not per step
     ok = subprocess.run([*proc.args[:-1], str(tmp_path / "p.json")], capture_output=True,
                         text=True, check=False, timeout=300)  # fmt: skip
-    assert ok.returncode == 0 and ok.stderr == ""  # no bar on a pipe, though it profiled
+    assert ok.returncode == 0 and "\r" not in ok.stderr
+    lines = ok.stderr.splitlines()
+    assert lines[-1].startswith("profile dlrm: done [") and "B_max search" in lines[0]

@@ -13,6 +13,7 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.planner import schema, spot
 from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE, OfferSpec, RequestSpec
 from srifty_core.simulator.types import SimInstance, Workload
+from srifty_core.training_settings import TrainingSettings
 
 
 class Objective(StrEnum):
@@ -233,7 +234,8 @@ def request_from_dict(
           - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
           - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
 
-    ``load_profile(model, size, device_type)`` returns a ``ComputeProfile``;
+    ``load_profile(model, size, device_type[, settings])`` returns a ``ComputeProfile``
+    (the request's ``TrainingSettings`` are passed where they are not the defaults);
     ``vm_evidence`` is what the other stored profiles say about VM-to-VM spread
     (``ProfileStore.vm_spreads``, ``Workload.vm_evidence``). Every problem with a field is
     a ``ConfigError`` whose message starts with the field's path.
@@ -241,8 +243,12 @@ def request_from_dict(
     spec = RequestSpec.parse(d)
     region = _named("region", catalog.check_region, spec.region)
     offers = offers_from_catalog(catalog, spec.offers, region, provider=spec.provider)
+    settings = TrainingSettings.from_dict(spec.model_dump())
+    # the settings go to the loader only where they differ from the defaults: a loader of
+    # (model, size, device) serves every fp32 SGD request
+    extra = () if settings.is_default else (settings,)
     profiles = {
-        o.instance.device_type: load_profile(spec.model, spec.size, o.instance.device_type)
+        o.instance.device_type: load_profile(spec.model, spec.size, o.instance.device_type, *extra)
         for o in offers
     }
     oh = spec.overheads or schema.OverheadsSpec()

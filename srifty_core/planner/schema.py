@@ -174,13 +174,37 @@ SizeName = Annotated[
     WithJsonSchema({"type": "string", "enum": list(SIZES)}),
     Rule(f"one of {', '.join(SIZES)}"),
 ]
-ZooModel = Annotated[
+
+
+def _model_ref(value: str) -> str:
+    from srifty_core.workload import ModelRefError, parse_model
+
+    try:
+        return parse_model(value).text
+    except ModelRefError as exc:
+        raise ValueError(value) from exc
+
+
+ModelName = Annotated[
     str,
-    Field(strict=True),
-    _one_of(MODEL_NAMES),
-    WithJsonSchema({"type": "string", "enum": list(MODEL_NAMES)}),
-    Rule(f"one of {', '.join(MODEL_NAMES)}"),
+    Field(strict=True, min_length=1, max_length=4096),
+    AfterValidator(_model_ref),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": (f"^(({'|'.join(MODEL_NAMES)})|hf:.+|[^:]+:[A-Za-z_][A-Za-z0-9_]*)$"),
+            "examples": [*MODEL_NAMES, "examples/digits/model.py:build", "hf:gpt2"],
+        }
+    ),
+    Rule(
+        f"a zoo model ({', '.join(MODEL_NAMES)}), 'package.module:factory', "
+        "'path/to/file.py:factory' or 'hf:NAME'"
+    ),
 ]
+"""A model reference (``srifty_core.workload``), normalised."""
+PrecisionName = Annotated[Literal["fp32", "fp16", "bf16"], Rule("'fp32', 'fp16' or 'bf16'")]
+OptimizerName = Annotated[Literal["sgd", "adamw"], Rule("'sgd' or 'adamw'")]
+Flag = Annotated[bool, Field(strict=True), Rule("true or false")]
 
 
 # ---------------------------------------------------------------------- the models
@@ -247,7 +271,14 @@ class RequestSpec(Strict):
     kind = "request"
     rule = "a mapping of request fields (model, global_batch, iterations, offers, ...)"
     model: Text
+    """A model reference (``workload``), or the name its profiles are stored under."""
     size: SizeName = "full"
+    precision: PrecisionName = "fp32"
+    optimizer: OptimizerName = "sgd"
+    compile: Flag = False
+    channels_last: Flag = False
+    """Training settings (``training_settings``): the profiles read are those taken with
+    them."""
     region: Text = "us-east-1"
     provider: Text = "ec2"
     global_batch: GlobalBatch
@@ -338,7 +369,7 @@ class JobConf(Strict):
 
     kind = "conf"
     rule = "a mapping of conf fields (model, size, global_batch, iterations, offers, ...)"
-    model: ZooModel
+    model: ModelName
     size: SizeName
     global_batch: GlobalBatch
     iterations: Iterations = Field(description="Iterations this run should do.")
@@ -371,6 +402,18 @@ class JobConf(Strict):
         0.0, description="Extra seconds per step (slows a demo job so it can be interrupted)."
     )
     seed: Seed = 0
+    precision: PrecisionName = "fp32"
+    optimizer: OptimizerName = "sgd"
+    compile: Flag = False
+    channels_last: Flag = False
+    entrypoint: Annotated[list[LongText], Field(max_length=256), Rule("a list of strings")] = Field(
+        [],
+        description=(
+            "Your training script's command, run on every rank torchrun-style "
+            "(srifty_core.runtime.user), e.g. ['python', 'train.py', '--lr', '0.1']; "
+            "empty: the built-in worker."
+        ),
+    )
     resume: ResumeSpec | None = Field(
         None, description="Set by a re-plan: where the earlier run stopped."
     )

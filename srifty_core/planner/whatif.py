@@ -173,16 +173,17 @@ class MemoEstimator:
 
 
 def profile_loader(
-    load: Callable[[str, str, str], ComputeProfile],
-) -> Callable[[str, str, str], ComputeProfile]:
-    """``load`` with each (model, size, device) read once: every scenario's workload then
-    holds the same profile objects, which the memo and the simulator's caches key on."""
-    seen: dict[tuple[str, str, str], ComputeProfile] = {}
+    load: Callable[..., ComputeProfile],
+) -> Callable[..., ComputeProfile]:
+    """``load`` with each (model, size, device[, settings]) read once: every scenario's
+    workload then holds the same profile objects, which the memo and the simulator's
+    caches key on."""
+    seen: dict[tuple[Any, ...], ComputeProfile] = {}
 
-    def cached(model: str, size: str, device: str) -> ComputeProfile:
-        key = (model, size, device)
+    def cached(model: str, size: str, device: str, *settings: Any) -> ComputeProfile:
+        key = (model, size, device, *settings)
         if key not in seen:
-            seen[key] = load(model, size, device)
+            seen[key] = load(model, size, device, *settings)
         return seen[key]
 
     return cached

@@ -153,7 +153,7 @@ def _ddp_worker(
     iterations: int,
     out_dir: str,
 ) -> None:
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workload import build
 
     torch.set_num_threads(1)
     dist.init_process_group(

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.compute import PiecewiseLinear
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
 SCHEMA_VERSION = 1
 
@@ -113,12 +114,25 @@ class ComputeProfile:
     every rank's step, and slow more than the compute does). Empty
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
+    settings: TrainingSettings = DEFAULT_SETTINGS
+    """The training settings the profile was taken with (precision, optimizer, compile,
+    channels-last): a plan with other settings does not read it."""
+    effective_precision: str = ""
+    """The precision the steps actually ran in (a CPU computes fp32 whatever the setting,
+    as CPU workers do); empty where the profile predates the field."""
+    b_max_limit: str = "memory"
+    """What bounds ``b_max``: ``memory`` (the device's, or the CPU cap), ``step time S s``
+    (the profiler's ``max_step_s``: larger batches fit but step longer than that) or
+    ``max_batch N`` (the search's ceiling)."""
+    noisy: tuple[str, ...] = ()
+    """Measurements whose repeats disagreed beyond the profiler's bound even after it
+    re-measured them (``profiler.NOISY_CV``): what to distrust, one line each."""
 
     @property
     def store_key(self) -> str:
         """``model/size/device``: where the profile store keeps it, and its label in a
         workload's ``vm_evidence``."""
-        return f"{self.model}/{self.size}/{self.device_type}"
+        return f"{self.model}/{self.size}/{self.device_type}{self.settings.suffix}"
 
     # ------------------------------------------------------------------ predictions
     def _check_batch(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -248,6 +262,10 @@ class ComputeProfile:
             "probe_checks": [[b, e] for b, e in self.probe_checks],
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
             "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
+            "settings": self.settings.to_dict(),
+            "effective_precision": self.effective_precision,
+            "b_max_limit": self.b_max_limit,
+            "noisy": list(self.noisy),
         }
 
     def to_json(self) -> str:
@@ -299,6 +317,10 @@ class ComputeProfile:
                 probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
                 ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
+                settings=TrainingSettings.from_dict(d.get("settings")),
+                effective_precision=str(d.get("effective_precision", "")),
+                b_max_limit=str(d.get("b_max_limit", "memory")),
+                noisy=tuple(str(x) for x in d.get("noisy", ())),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

@@ -38,12 +38,20 @@ def summary_text(p: ComputeProfile) -> str:
             f", breakpoint(s) at B={', '.join(f'{b:g}' for b in bp)}" if bp else ""
         )
 
+    ran = (
+        f" (ran as {p.effective_precision})"
+        if p.effective_precision and p.effective_precision != p.settings.precision
+        else ""
+    )
+    bound = "" if p.b_max_limit == "memory" else f", bounded by {p.b_max_limit}"
     lines = [
         f"{p.model}/{p.size} on {p.device_type} ({p.device_name}), {p.probe_mode}, "
         f"{p.fw.repeats} repeats, {p.threads} thread(s)",
-        f"B_max {p.b_max} (cap {p.memory_cap_bytes / 2**20:.0f} MiB; "
+        f"trained as: {p.settings.label()}{ran}",
+        f"B_max {p.b_max}{bound} (cap {p.memory_cap_bytes / 2**20:.0f} MiB; "
         f"{format_size(round(p.memory_per_sample_bytes))}/sample"
         f" + {p.memory_fixed_bytes / 2**20:.0f} MiB)",
+        *(f"warning: noisy measurement: {n}" for n in p.noisy),
         f"parameters {p.n_parameters:,} ({p.gradient_bytes / 2**20:.1f} MiB of gradients) in "
         f"{len(p.buckets)} DDP bucket(s)",
         f"forward: {pieces(p.fw_fit)}; backward: {pieces(p.bw_fit)}",

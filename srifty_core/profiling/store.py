@@ -1,7 +1,11 @@
-"""The profile store: one JSON file per (model, size, device type) under the data folder.
+"""The profile store: one JSON file per (model, size, device type, training settings)
+under the data folder.
 
-Layout: ``<data dir>/profiles/<model>/<size>/<device type>.json``. Writes are atomic
-(temporary file, then rename): a reader never sees half a profile, and a rerun replaces it.
+Layout: ``<data dir>/profiles/<model key>/<size>/<device type><settings suffix>.json``: the
+model key is ``workload.model_key`` of the reference (a zoo name as it is, a factory or
+``hf:`` reference as a stem and a digest), the suffix ``TrainingSettings.suffix`` (empty
+for fp32 SGD, ``@adamw+bf16`` otherwise). Writes are atomic (temporary file, then rename):
+a reader never sees half a profile, and a rerun replaces it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+from srifty_core.workload import model_key, parse_model
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -32,30 +38,48 @@ class ProfileStore:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or paths.profiles_dir()
 
-    def path(self, model: str, size: str, device_type: str) -> Path:
-        return self.root / _safe(model) / _safe(size) / f"{_safe(device_type)}.json"
+    def path(
+        self,
+        model: str,
+        size: str,
+        device_type: str,
+        settings: TrainingSettings = DEFAULT_SETTINGS,
+    ) -> Path:
+        name = f"{_safe(device_type)}{settings.suffix}"  # the suffix's characters are fixed
+        return self.root / _safe(model_key(model)) / _safe(size) / f"{name}.json"
 
     def save(self, profile: ComputeProfile) -> Path:
         """Write ``profile`` to its place in the store."""
-        return self.save_to(profile, self.path(profile.model, profile.size, profile.device_type))
+        return self.save_to(
+            profile,
+            self.path(profile.model, profile.size, profile.device_type, profile.settings),
+        )
 
     @staticmethod
     def save_to(profile: ComputeProfile, path: Path) -> Path:
         """Write ``profile`` to ``path`` atomically."""
         return write_text_atomic(path, profile.to_json())
 
-    def load(self, model: str, size: str, device_type: str) -> ComputeProfile:
-        path = self.path(model, size, device_type)
+    def load(
+        self,
+        model: str,
+        size: str,
+        device_type: str,
+        settings: TrainingSettings = DEFAULT_SETTINGS,
+    ) -> ComputeProfile:
+        path = self.path(model, size, device_type, settings)
         if not path.is_file():
             have = [f"{p.parent.parent.name}/{p.parent.name}/{p.stem}" for p in self.list_paths()]
             raise ProfileNotFoundError(
-                f"no compute profile for {model}/{size} on {device_type} in {self.root} "
-                f"(have: {', '.join(have) or 'none'}); run `srifty profile --model {model}` or "
-                f"the srifty_profile_model DAG"
+                f"no compute profile for {model}/{size} on {device_type}"
+                f"{' (' + settings.label() + ')' if not settings.is_default else ''} in "
+                f"{self.root} (have: {', '.join(have) or 'none'}); "
+                f"{profile_hint(model, size, device_type, settings)}"
             )
         return ComputeProfile.from_json(path.read_text(encoding="utf-8"))
 
     def list_paths(self) -> list[Path]:
+        """Every stored profile file."""
         return sorted(self.root.glob("*/*/*.json")) if self.root.is_dir() else []
 
     def vm_spreads(self) -> dict[str, tuple[float, int]]:
@@ -72,3 +96,32 @@ class ProfileStore:
             if p.profiled_vms >= 2:
                 out[p.store_key] = (p.vm_cv, p.profiled_vms)
         return out
+
+
+def profile_hint(
+    model: str, size: str, device_type: str, settings: TrainingSettings = DEFAULT_SETTINGS
+) -> str:
+    """The command that would make the missing profile, where it must run."""
+    try:
+        parse_model(model)
+    except ConfigError as exc:
+        return (
+            f"{model!r} is a stored name, not a model Srifty can build ({exc}); profile the "
+            "model under its reference"
+        )
+    flags = f"--model {model} --size {size}"
+    if settings.optimizer != "sgd":
+        flags += f" --optimizer {settings.optimizer}"
+    if settings.precision != "fp32":
+        flags += f" --precision {settings.precision}"
+    if settings.compile:
+        flags += " --compile"
+    if settings.channels_last:
+        flags += " --channels-last"
+    if device_type == "cpu":
+        return f"run `srifty profile {flags} --device cpu`"
+    return (
+        f"run `srifty profile {flags} --device cuda` on a machine with a {device_type} GPU "
+        f"(and copy the file to {device_type}{settings.suffix}.json here), or the "
+        "srifty_profile_model DAG on a worker with one"
+    )

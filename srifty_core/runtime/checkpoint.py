@@ -54,6 +54,9 @@ class Checkpoint:
     """fp16's ``GradScaler`` state (its loss scale and growth tracker), ``None`` otherwise:
     a resumed fp16 run continues with the scale it had reached instead of relearning it
     from 65536 through a burst of skipped steps."""
+    extra: dict[str, Any] | None = None
+    """A training script's own state (``runtime.user.save_checkpoint(extra=...)``: a
+    learning-rate schedule, a data position of its own), tensors and plain values."""
 
 
 def save_checkpoint(
@@ -65,6 +68,7 @@ def save_checkpoint(
     global_batch: int,
     config_id: str,
     scaler: torch.amp.GradScaler | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path | str:
     """Write a checkpoint and publish it whole (``run_store.publish``); returns where."""
     payload: dict[str, Any] = {
@@ -77,6 +81,8 @@ def save_checkpoint(
     }
     if scaler is not None:
         payload["scaler"] = scaler.state_dict()
+    if extra is not None:
+        payload["extra"] = extra
     buf = io.BytesIO()
     torch.save(payload, buf)
     data = buf.getvalue()
@@ -155,6 +161,7 @@ def load_checkpoint(path: Path | str) -> Checkpoint | None:
             model=d["model"],
             optimizer=d["optimizer"],
             scaler=d.get("scaler"),
+            extra=d.get("extra"),
         )
     except Exception as exc:  # torch raises many kinds on a damaged file
         raise CheckpointError(

@@ -22,6 +22,7 @@ from srifty_core.planner.request import offer_key
 from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
 from srifty_core.runtime import run_store
 from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
+from srifty_core.training_settings import TrainingSettings
 
 if TYPE_CHECKING:
     from srifty_core.runtime.train_plan import TrainPlan
@@ -115,7 +116,19 @@ class JobSpec:
     checkpoint_every: int = 10
     step_sleep_s: float = 0.0
     seed: int = 0
+    precision: str = "fp32"
+    optimizer: str = "sgd"
+    compile: bool = False
+    channels_last: bool = False
+    entrypoint: tuple[str, ...] = ()
+    """Your training script's command on every rank (``runtime.launch``); empty: the
+    built-in worker."""
     resume: Resume | None = None
+
+    @property
+    def settings(self) -> TrainingSettings:
+        """The training settings the profiles must have been taken with."""
+        return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> JobSpec:
@@ -142,6 +155,11 @@ class JobSpec:
             checkpoint_every=c.checkpoint_every,
             step_sleep_s=c.step_sleep_s,
             seed=c.seed,
+            precision=c.precision,
+            optimizer=c.optimizer,
+            compile=c.compile,
+            channels_last=c.channels_last,
+            entrypoint=tuple(c.entrypoint),
             resume=Resume.from_dict(c.resume.model_dump()) if c.resume is not None else None,
         )
 

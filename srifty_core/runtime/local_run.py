@@ -1,7 +1,8 @@
 """Run a training plan on local worker processes, watch it and recover from preemptions.
 
-``train_local`` launches one ``local.cpu`` instance per rank, starts the worker on each
-(``python -m srifty_core.runtime.worker PLAN.json``), then polls the provider and the
+``train_local`` launches one ``local.cpu`` instance per rank, starts the plan's rank on each
+(``python -m srifty_core.runtime.launch PLAN.json``: the built-in worker, or the plan's
+``entrypoint``, your own script), then polls the provider and the
 progress log every ``poll_s``. When the provider reports an interruption the monitor marks
 the type depleted and asks for a re-plan; on this machine there is one instance type, so
 the re-plan continues on the surviving capacity through the ``Replanner`` (the same one
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
 from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
+from srifty_core.runtime.launch import launch_argv
 from srifty_core.runtime.monitor import Decision, Limits, decide
 from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.replanner import Replanner
@@ -156,7 +157,7 @@ def _train_local(
             plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
             provider.run(  # this loop waits for them: they end with it
                 alloc,
-                [sys.executable, "-m", "srifty_core.runtime.worker", str(plan_path)],
+                launch_argv(str(plan_path)),
                 caller_env(),
             )
             exited_at: float | None = None

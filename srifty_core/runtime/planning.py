@@ -82,7 +82,9 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
     store = ProfileStore(profiles_root)
     profiles = {
-        o.instance.device_type: store.load(spec.model, spec.size, o.instance.device_type)
+        o.instance.device_type: store.load(
+            spec.model, spec.size, o.instance.device_type, spec.settings
+        )
         for o in offers
     }
     launch_s = DEFAULT_LAUNCH_S[spec.provider] if spec.launch_s is None else spec.launch_s
@@ -227,6 +229,11 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
         seed=spec.seed,
         checkpoint_every=spec.checkpoint_every,
         step_sleep_s=spec.step_sleep_s,
+        precision=spec.precision,
+        optimizer=spec.optimizer,
+        compile=spec.compile,
+        channels_last=spec.channels_last,
+        entrypoint=spec.entrypoint,
     )
     train_path = train.save(run_store.join(run_dir, f"plan-{config_id}.json"))
     usd_per_hour = sum(request.offers[i].usd_per_hour * c for i, c, _ in chosen.choice)

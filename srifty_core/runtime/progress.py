@@ -59,6 +59,9 @@ class ProgressRecord:
     """Seconds of ``step_s`` that rank 0 spent on the job's own writes after the step before
     (this log's line, a checkpoint, the state file): job time, but not the training step
     the simulator predicts (``train_s``); ``None`` where not measured (older logs)."""
+    loss: float | None = None
+    """The global batch's mean loss at this step, where the writer knows it (a training
+    script's ``runtime.user.report``; the built-in worker logs rank 0's share)."""
 
     @property
     def train_s(self) -> float:
@@ -68,7 +71,7 @@ class ProgressRecord:
     def to_dict(self) -> dict[str, Any]:
         """The record as a log line holds it (the optional fields only when measured)."""
         d = asdict(self)
-        for k in ("compute_s", "exchange_s", "upkeep_s"):
+        for k in ("compute_s", "exchange_s", "upkeep_s", "loss"):
             if d[k] is None:
                 del d[k]
         if self.compute_s is not None:
@@ -88,6 +91,9 @@ class ProgressRecord:
         compute = d.get("compute_s")
         exchange = d.get("exchange_s")
         upkeep = d.get("upkeep_s")
+        loss = d.get("loss")
+        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+            raise ConfigError(f"progress record: loss must be a number, got {_show(loss)}")
         if compute is not None and not isinstance(compute, list):
             raise ConfigError(f"progress record: compute_s must be a list, got {_show(compute)}")
         if not isinstance(d["config_id"], str):
@@ -102,6 +108,7 @@ class ProgressRecord:
             compute_s=None if compute is None else tuple(_time("compute_s", x) for x in compute),
             exchange_s=None if exchange is None else _time("exchange_s", exchange),
             upkeep_s=None if upkeep is None else _time("upkeep_s", upkeep),
+            loss=None if loss is None else float(loss),
         )
 
 

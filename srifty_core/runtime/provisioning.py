@@ -9,7 +9,6 @@ data, so a stopped EC2 worker cannot be restarted and nothing is handed over).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,7 +59,11 @@ def make_provider(
 
 
 def worker_command(job: JobPlan) -> list[str]:
-    return [sys.executable, "-m", "srifty_core.runtime.worker", job.train_plan]
+    """Every rank's command: the launcher, which runs the plan's entrypoint (your script)
+    or the built-in worker (``runtime.launch``)."""
+    from srifty_core.runtime.launch import launch_argv
+
+    return launch_argv(job.train_plan)
 
 
 def _split(provider_name: str, requests: Sequence[LaunchRequest]) -> list[LaunchRequest]:

@@ -175,7 +175,7 @@ def torchrun_argv(
         f"--local-addr={local_addr}",
         "--max-restarts=0",  # a lost VM ends the group; the monitor re-plans
         "--module",
-        "srifty_core.runtime.worker",
+        "srifty_core.runtime.launch",  # the plan's entrypoint, or the built-in worker
         plan_path,
     ]
 

@@ -9,10 +9,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
+
+if TYPE_CHECKING:
+    from srifty_core.training_settings import TrainingSettings
 
 DTYPES = ("float32", "float64")
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
@@ -54,6 +57,15 @@ class TrainPlan:
     """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``choose_device``)."""
     precision: str = "fp32"
     """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
+    optimizer: str = "sgd"
+    """``sgd`` (with ``momentum``) or ``adamw`` (``training_settings.OPTIMIZERS``)."""
+    compile: bool = False
+    """``torch.compile`` the module (``nn.Module.compile``: checkpoints keep their keys)."""
+    channels_last: bool = False
+    """Module and 4-D inputs in channels-last memory format."""
+    entrypoint: tuple[str, ...] = ()
+    """Your training script's command, run on every rank (``runtime.launch``; the script
+    uses ``runtime.user``); empty: the built-in worker trains the plan's model."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -63,6 +75,13 @@ class TrainPlan:
             raise ConfigError(f"local_batches: a list of integers, got {self.local_batches!r}")
         batches = tuple(_whole("local_batches", b) for b in self.local_batches)
         object.__setattr__(self, "local_batches", batches)
+        if isinstance(self.entrypoint, (str, bytes)) or not all(
+            isinstance(a, str) for a in self.entrypoint
+        ):
+            raise ConfigError(f"entrypoint: a list of strings (a command), got {self.entrypoint!r}")
+        object.__setattr__(self, "entrypoint", tuple(self.entrypoint))
+        if self.entrypoint and not self.entrypoint[0].strip():
+            raise ConfigError("entrypoint: the command's first word is empty")
         for name in ("global_batch", "iterations", "seed", "checkpoint_every", "threads"):
             object.__setattr__(self, name, _whole(name, getattr(self, name)))
         for name, lo, hi in (
@@ -98,11 +117,23 @@ class TrainPlan:
             raise ConfigError(
                 f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
             )
+        from srifty_core.training_settings import TrainingSettings
+        from srifty_core.workload import parse_model
+
+        parse_model(self.model)
+        TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
         if self.precision != "fp32" and self.dtype != "float32":
             raise ConfigError(
                 f"precision: {self.precision} mixed precision keeps float32 parameters; "
                 f"the plan's dtype is {self.dtype}"
             )
+
+    @property
+    def settings(self) -> TrainingSettings:
+        """The step-time-relevant settings (what the plan's profiles must match)."""
+        from srifty_core.training_settings import TrainingSettings
+
+        return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
 
     @property
     def world_size(self) -> int:
@@ -122,6 +153,7 @@ class TrainPlan:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["local_batches"] = list(self.local_batches)
+        d["entrypoint"] = list(self.entrypoint)
         return d
 
     @classmethod

@@ -172,14 +172,17 @@ def local_batch(
 def _build(
     plan: TrainPlan, device: torch.device | None = None
 ) -> tuple[Any, torch.optim.Optimizer]:
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workload import build, make_optimizer, prepare
 
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])
     if device is not None and device.type != "cpu":
         workload.module.to(device)
     workload.module.train()
-    opt = torch.optim.SGD(workload.module.parameters(), lr=plan.lr, momentum=plan.momentum)
+    prepare(workload, plan.settings)  # channels-last, compile; train_step autocasts
+    opt = make_optimizer(
+        plan.settings, workload.module.parameters(), lr=plan.lr, momentum=plan.momentum
+    )
     return workload, opt
 
 
@@ -284,6 +287,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             stopping = bool(gathered[:, 0].max().item() > 0)
             if log is not None:
                 compute_s, exchange_s = step_timings(gathered[:, 1:].tolist())
+                local_loss = loss.item() / scale if scale else None  # rank 0's samples
                 log.append(
                     ProgressRecord(
                         done,
@@ -294,6 +298,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         compute_s,
                         exchange_s,
                         upkeep,
+                        local_loss,
                     )
                 )
                 if stopping or done == plan.iterations or done % plan.checkpoint_every == 0:
@@ -307,7 +312,6 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         scaler=scaler,
                     )
                     saved = done
-                local_loss = loss.item() / scale if scale else None  # rank 0's samples
                 now = time.monotonic()
                 # on object storage a state write is a PUT: once per flush window, and
                 # always at a checkpoint and at the end (the monitor lags by the window)

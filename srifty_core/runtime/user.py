@@ -1,0 +1,311 @@
+"""The library side of your own training script under a Srifty plan.
+
+``srifty train plan.json -- python train.py ARGS`` (or a plan's ``entrypoint``) runs your
+script on every rank with its share of the plan in the environment (``runtime.launch``);
+these functions read it, so the monitor sees progress and a re-plan resumes your state::
+
+    import torch
+    from srifty_core.runtime import user as srifty
+
+    device = srifty.init()                      # joins the ranks (gloo on CPU, NCCL on GPUs)
+    model = torch.nn.parallel.DistributedDataParallel(Net().to(device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = srifty.load_checkpoint(model.module, opt)   # 0, or where the job stopped
+    for it in range(start, srifty.iterations()):
+        idx = srifty.sample_indices(it, len(dataset))  # this rank's slice of the batch
+        x, y = dataset[idx]
+        opt.zero_grad()
+        loss = loss_fn(model(x.to(device)), y.to(device)) * srifty.loss_scale()
+        loss.backward()
+        opt.step()
+        srifty.report(it + 1, loss, model=model.module, optimizer=opt)
+    srifty.finish()
+
+- ``local_batch()`` is this rank's share of the global batch (they differ between
+  ranks on mixed VM types); ``loss_scale()`` is ``world_size * b_rank / B_global``: a
+  mean-reduced loss times it makes DDP's average over ranks the gradient of the whole
+  global batch, every sample weighing the same.
+- ``sample_indices(iteration, n)`` addresses data by global sample position: iteration
+  ``i``'s global batch is positions ``i*B .. (i+1)*B`` of a sequence of seeded
+  permutations of ``range(n)`` (one per epoch), and this rank takes its slice. The samples
+  a step sees therefore do not depend on the world size, and a job resumed on other VMs
+  continues the same sequence.
+- ``report(iteration, loss, ...)`` ends a step: every rank calls it. It agrees with the
+  other ranks whether the job is stopping (a rank got SIGTERM: a preemption or a
+  re-plan), logs the step with the global batch's mean loss to the progress log the
+  monitor reads (rank 0), checkpoints (rank 0) every ``checkpoint_every`` iterations, at
+  the last one and when stopping, and on stopping ends the process with
+  ``EXIT_STOPPED`` after the checkpoint, as the built-in worker does.
+- ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
+  re-plan resumes from); ``extra`` keeps your own state beside the model and optimizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from srifty_core import host_allocator
+from srifty_core.errors import ConfigError
+from srifty_core.runtime import run_store
+from srifty_core.runtime.checkpoint import load_checkpoint as _load
+from srifty_core.runtime.checkpoint import save_checkpoint as _save
+from srifty_core.runtime.launch import PLAN_ENV
+from srifty_core.runtime.progress import (
+    STATE_FILE,
+    ProgressLog,
+    ProgressRecord,
+    TrainState,
+    write_state,
+)
+from srifty_core.runtime.train_plan import TrainPlan
+
+__all__ = [
+    "EXIT_STOPPED",
+    "checkpoint_extra",
+    "finish",
+    "global_batch",
+    "init",
+    "iterations",
+    "load_checkpoint",
+    "local_batch",
+    "loss_scale",
+    "plan",
+    "rank",
+    "report",
+    "sample_indices",
+    "save_checkpoint",
+    "should_stop",
+    "world_size",
+]
+
+EXIT_STOPPED = 3
+"""Exit code of a rank that stopped on SIGTERM after the checkpoint (as the worker's)."""
+
+
+class _State:
+    stop = False
+    device: torch.device | None = None
+    log: ProgressLog | None = None
+    last_step: float | None = None
+    saved = 0
+    extra: dict[str, Any] | None = None
+
+
+_state = _State()
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if value is None:
+        raise ConfigError(
+            f"{name} is not set: run this script under a plan (srifty train PLAN.json -- "
+            "python SCRIPT), which sets it on every rank"
+        )
+    return value
+
+
+@functools.cache
+def plan() -> TrainPlan:
+    """The plan this rank runs (``SRIFTY_PLAN``)."""
+    return TrainPlan.load(_env(PLAN_ENV))
+
+
+def rank() -> int:
+    """This rank in the plan's order (its local batch is ``local_batches[rank]``)."""
+    return int(_env("SRIFTY_PLAN_RANK"))
+
+
+def world_size() -> int:
+    return int(_env("SRIFTY_WORLD_SIZE"))
+
+
+def local_batch() -> int:
+    """Samples this rank takes from each global batch."""
+    return int(_env("SRIFTY_LOCAL_BATCH"))
+
+
+def global_batch() -> int:
+    return int(_env("SRIFTY_GLOBAL_BATCH"))
+
+
+def loss_scale() -> float:
+    """``world_size * b_rank / B_global``: multiply your mean-reduced loss by it."""
+    return float(_env("SRIFTY_LOSS_SCALE"))
+
+
+def iterations() -> int:
+    """The iteration the job ends at (counted from the job's start, not this run's)."""
+    return int(_env("SRIFTY_ITERATIONS"))
+
+
+def init(timeout_s: float | None = None) -> torch.device:
+    """Join this plan's ranks and return the device this rank trains on: a GPU per rank
+    with NCCL where the host has one per rank, else the CPU with gloo (the built-in
+    worker's ``place``). Installs the SIGTERM handler ``report`` answers."""
+    from srifty_core.runtime.worker import place
+
+    p = plan()
+    host_allocator.steady()
+    torch.set_num_threads(p.threads)
+    where = place(p, rank(), world_size())
+    if where.is_cuda:
+        torch.cuda.set_device(where.local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            where.backend,
+            init_method=f"tcp://{_env('MASTER_ADDR')}:{_env('MASTER_PORT')}",
+            rank=rank(),
+            world_size=world_size(),
+            timeout=timedelta(seconds=timeout_s or p.timeout_s),
+        )
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        _state.stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    _state.device = where.torch_device
+    _state.log = ProgressLog(p.progress_path) if rank() == 0 else None
+    _state.last_step = time.perf_counter()
+    return where.torch_device
+
+
+def sample_indices(iteration: int, n_samples: int) -> torch.Tensor:
+    """This rank's sample indices (into a data set of ``n_samples``) for ``iteration``:
+    its slice of positions ``iteration*B .. (iteration+1)*B`` of a sequence of seeded
+    permutations of ``range(n_samples)``, one per epoch (module doc)."""
+    if n_samples < 1:
+        raise ConfigError(f"n_samples must be >= 1, got {n_samples}")
+    start = iteration * global_batch() + int(_env("SRIFTY_BATCH_OFFSET"))
+    positions = torch.arange(start, start + local_batch())
+    epochs = positions // n_samples
+    out = torch.empty_like(positions)
+    for epoch in epochs.unique().tolist():
+        gen = torch.Generator().manual_seed(int(_env("SRIFTY_SEED")) * 1_000_003 + epoch)
+        perm = torch.randperm(n_samples, generator=gen)
+        mask = epochs == epoch
+        out[mask] = perm[positions[mask] % n_samples]
+    return out
+
+
+def load_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Load the run folder's checkpoint into ``model`` (and ``optimizer``) if there is
+    one; returns the iteration to start from (0 for a fresh job). Your own state saved
+    with it is ``checkpoint_extra()``."""
+    p = plan()
+    ck = _load(p.checkpoint_path)
+    if ck is None:
+        return 0
+    if ck.global_batch != p.global_batch:
+        raise ConfigError(
+            f"checkpoint has global batch {ck.global_batch}, the plan {p.global_batch}: "
+            "resuming needs the same global batch"
+        )
+    model.load_state_dict(ck.model)
+    if optimizer is not None and ck.optimizer:
+        optimizer.load_state_dict(ck.optimizer)
+    _state.saved = ck.iteration
+    _state.extra = ck.extra
+    return ck.iteration
+
+
+def checkpoint_extra() -> dict[str, Any] | None:
+    """The ``extra`` state of the checkpoint ``load_checkpoint`` loaded, if any."""
+    return _state.extra
+
+
+def save_checkpoint(
+    iteration: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Rank 0 writes the run folder's checkpoint (whole or not at all); other ranks do
+    nothing. ``report`` calls it when one is due."""
+    if rank() != 0:
+        return
+    p = plan()
+    _save(
+        p.checkpoint_path,
+        model=model,
+        optimizer=optimizer or _NoOptimizer(),  # type: ignore[arg-type]
+        iteration=iteration,
+        global_batch=p.global_batch,
+        config_id=p.config_id,
+        extra=extra,
+    )
+    _state.saved = iteration
+
+
+class _NoOptimizer:
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+
+def should_stop() -> bool:
+    """Whether this rank got SIGTERM (``report`` agrees on it with every rank)."""
+    return _state.stop
+
+
+def report(
+    iteration: int,
+    loss: torch.Tensor | float,
+    *,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """End of a step, on every rank (module doc): ``iteration`` is the number of
+    iterations done, ``loss`` this rank's loss as it went into ``backward`` (scaled by
+    ``loss_scale()``). With ``model`` it checkpoints when due and before stopping."""
+    if _state.device is None:
+        raise ConfigError("report: call srifty_core.runtime.user.init() first")
+    p = plan()
+    value = float(loss.detach().item() if isinstance(loss, torch.Tensor) else loss)
+    row = torch.tensor([1.0 if _state.stop else 0.0, value], dtype=torch.float64)
+    if _state.device.type == "cuda":
+        row = row.to(_state.device)
+    dist.all_reduce(row)  # the stop flags and the scaled losses, summed over ranks
+    stopping = bool(row[0].item() > 0)
+    # the scaled losses sum to world * the global batch's mean loss (loss_scale's weights)
+    mean_loss = row[1].item() / world_size()
+    now = time.perf_counter()
+    step_s = now - (_state.last_step or now)
+    due = stopping or iteration >= p.iterations or iteration % p.checkpoint_every == 0
+    if model is not None and due and iteration > _state.saved:
+        save_checkpoint(iteration, model, optimizer, extra)
+    if _state.log is not None:
+        _state.log.append(
+            ProgressRecord(
+                iteration, time.time(), step_s, p.global_batch, p.config_id, loss=mean_loss
+            )
+        )
+        loss_value = mean_loss if math.isfinite(mean_loss) else None
+        state = TrainState(iteration, time.time(), p.config_id, _state.saved, loss_value)
+        write_state(run_store.join(p.run_dir, STATE_FILE), state)
+    _state.last_step = time.perf_counter()
+    if stopping:
+        finish(wait=False)  # a peer may be gone (preempted): no barrier
+        sys.exit(EXIT_STOPPED)
+
+
+def finish(wait: bool = True) -> None:
+    """Close the progress log and leave the process group after the last ``report``
+    (with ``wait``, once every rank is there)."""
+    if _state.log is not None:
+        _state.log.close()
+        _state.log = None
+    if dist.is_initialized():
+        if wait:
+            dist.barrier()
+        dist.destroy_process_group()
