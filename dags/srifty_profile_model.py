@@ -1,4 +1,5 @@
-"""Profile one zoo model on each requested device type and store the compute profiles.
+"""Profile one model (a zoo name or your factory or ``hf:`` reference) on each requested
+device type, with the training settings you train with, and store the compute profiles.
 
 Manual trigger. One mapped task per device type runs the profiler where that device is
 (``cpu`` here; ``cuda`` on a GPU worker), in the ``srifty_local_host`` pool, writes
@@ -17,8 +18,13 @@ from airflow.sdk import Param, dag, get_current_context, task
 # Shared policy (plugins/): the probe-store Asset, start date, task defaults.
 from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 
-# Light constants (no torch): the zoo's names and sizes, so a bad trigger fails at once.
-from srifty_core.profiling import MODEL_NAMES, SIZES
+# Light constants (no torch): sizes, settings and the model field's schema, so a bad
+# trigger fails at once.
+from srifty_core.planner.schema import JobConf, param_schemas
+from srifty_core.profiling import SIZES
+from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
+
+_MODEL = param_schemas(JobConf)["model"]["schema"]
 
 DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
 
@@ -32,8 +38,17 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
     tags=["srifty", "profiling"],
     doc_md=__doc__,
     params={
-        "model": Param("resnet18", type="string", enum=list(MODEL_NAMES)),
+        "model": Param(
+            "resnet18",
+            **_MODEL,
+            description="A zoo model, package.module:factory, path/to/file.py:factory "
+            "(on the worker) or hf:NAME.",
+        ),
         "size": Param("small", type="string", enum=list(SIZES)),
+        "precision": Param("fp32", type="string", enum=list(PRECISIONS)),
+        "optimizer": Param("sgd", type="string", enum=list(OPTIMIZERS)),
+        "compile": Param(False, type="boolean"),
+        "channels_last": Param(False, type="boolean"),
         "device_types": Param(
             ["cpu"],
             type="array",
@@ -92,6 +107,7 @@ def srifty_profile_model() -> None:
     def profile_on(device: str) -> dict[str, Any]:
         from srifty_core.profiling.job import run_profile_job
         from srifty_core.profiling.profiler import ProfilerConfig
+        from srifty_core.training_settings import TrainingSettings
 
         p = get_current_context()["params"]
         config = ProfilerConfig(
@@ -103,6 +119,7 @@ def srifty_profile_model() -> None:
             threads=p["threads"],
             share_host=p["share_host"] if device == "cpu" else 1,
             refine=p["refine"],
+            settings=TrainingSettings.from_dict(p),
         )
         result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])
         return {

@@ -76,6 +76,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         memory_cap_bytes=args.memory_cap,
         max_batch=args.max_batch,
+        max_step_s=args.max_step_s,
         threads=args.threads,
         colocated=args.colocated,
         share_host=args.share_host,
@@ -595,6 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prof.add_argument(
         "--memory-cap", type=parse_bytes, help="CPU memory budget, e.g. 4GiB (default 4GiB)"
+    )
+    prof.add_argument(
+        "--max-step-s",
+        type=float,
+        help="B_max stops at batches whose step takes longer (default: 2 on a CPU, none "
+        "on CUDA; 0: no bound, the memory alone)",
     )
     prof.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     prof.add_argument(

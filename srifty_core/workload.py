@@ -401,7 +401,7 @@ def _hf(ref: ModelRef, size: str) -> Workload:
 # ------------------------------------------------------------------- training settings
 def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = False) -> str:
     """Apply ``settings`` to a built workload in place, on the device its module is on, as
-    training runs it: channels-last module and 4-D inputs, ``nn.Module.compile`` (the
+    training runs it: channels-last module and 4-D inputs, ``torch.compile`` of its forward (the
     state dict keeps its keys), and with ``autocast`` (the profiler: the worker's step
     has its own) the loss under ``torch.autocast`` of the precision that runs there.
     Returns that precision (``runtime.placement.choose_precision``: fp32 on a CPU)."""
@@ -425,7 +425,10 @@ def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = Fal
 
         workload._make_batch = make
     if settings.compile:
-        workload.module.compile()
+        # the instance's forward, compiled: the state dict keeps its keys (a checkpoint
+        # loads compiled or not). nn.Module.compile() left this torch build's calls eager.
+        module = workload.module
+        module.forward = torch.compile(module.forward)  # type: ignore[method-assign]
     if autocast and precision != "fp32":
         inner_loss = workload._loss
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16

@@ -296,3 +296,26 @@ def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
     assert ok.returncode == 0 and "\r" not in ok.stderr
     lines = ok.stderr.splitlines()
     assert lines[-1].startswith("profile dlrm: done [") and "B_max search" in lines[0]
+
+
+def test_train_runs_the_command_after_the_double_dash_on_every_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`srifty train PLAN -- COMMAND`: the options before `--` are srifty's, everything
+    after it is the script's (its own `--lr` included)."""
+    root = Path(__file__).resolve().parents[1]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({
+        "model": "examples/digits/model.py:build", "size": "tiny", "global_batch": 16,
+        "iterations": 6, "local_batches": [10, 6], "run_dir": str(tmp_path / "run"),
+        "checkpoint_every": 3,
+    }))  # fmt: skip
+    script = str(root / "examples" / "digits" / "train.py")
+    code = main(["train", str(plan), "--no-progress", "--", "python", script, "--lr", "0.05"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "iterations 0..6, finished" in out
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["iterations"] == 6
+    saved = json.loads((tmp_path / "run" / "plan-c0.json").read_text())
+    assert saved["entrypoint"] == ["python", script, "--lr", "0.05"]

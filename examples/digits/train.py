@@ -29,15 +29,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
 
     device = srifty.init()
     torch.manual_seed(srifty.plan().seed)  # the same initial weights on every rank
-    net = DigitNet(args.width).to(device)
+    net = DigitNet(args.width).to(device, dtype)
     model = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     start = srifty.load_checkpoint(net, opt)
     x, y = digits()
+    x = x.to(dtype)
     for it in range(start, srifty.iterations()):
         idx = srifty.sample_indices(it, len(x))
         opt.zero_grad(set_to_none=True)

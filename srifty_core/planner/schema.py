@@ -202,6 +202,24 @@ ModelName = Annotated[
     ),
 ]
 """A model reference (``srifty_core.workload``), normalised."""
+
+
+def _model_or_name(value: str) -> str:
+    from srifty_core.workload import ModelRefError, parse_model
+
+    try:
+        return parse_model(value).text
+    except ModelRefError:
+        return value  # a name profiles are stored under (the store says if there are none)
+
+
+StoredModel = Annotated[
+    str,
+    Field(strict=True, min_length=1, max_length=4096),
+    AfterValidator(_model_or_name),
+    Rule("a model reference or the name its profiles are stored under"),
+]
+"""A request's model: a reference (normalised) or a stored name."""
 PrecisionName = Annotated[Literal["fp32", "fp16", "bf16"], Rule("'fp32', 'fp16' or 'bf16'")]
 OptimizerName = Annotated[Literal["sgd", "adamw"], Rule("'sgd' or 'adamw'")]
 Flag = Annotated[bool, Field(strict=True), Rule("true or false")]
@@ -270,7 +288,7 @@ class RequestSpec(Strict):
 
     kind = "request"
     rule = "a mapping of request fields (model, global_batch, iterations, offers, ...)"
-    model: Text
+    model: StoredModel
     """A model reference (``workload``), or the name its profiles are stored under."""
     size: SizeName = "full"
     precision: PrecisionName = "fp32"

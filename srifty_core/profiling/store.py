@@ -119,7 +119,7 @@ def profile_hint(
     if settings.channels_last:
         flags += " --channels-last"
     if device_type == "cpu":
-        return f"run `srifty profile {flags} --device cpu`"
+        return f"run `srifty profile {flags} --device cpu` or the srifty_profile_model DAG"
     return (
         f"run `srifty profile {flags} --device cuda` on a machine with a {device_type} GPU "
         f"(and copy the file to {device_type}{settings.suffix}.json here), or the "

@@ -60,7 +60,8 @@ class TrainPlan:
     optimizer: str = "sgd"
     """``sgd`` (with ``momentum``) or ``adamw`` (``training_settings.OPTIMIZERS``)."""
     compile: bool = False
-    """``torch.compile`` the module (``nn.Module.compile``: checkpoints keep their keys)."""
+    """``torch.compile`` the module's forward (``workload.prepare``: checkpoints keep their
+    keys)."""
     channels_last: bool = False
     """Module and 4-D inputs in channels-last memory format."""
     entrypoint: tuple[str, ...] = ()

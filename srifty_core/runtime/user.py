@@ -271,6 +271,8 @@ def report(
     if _state.device is None:
         raise ConfigError("report: call srifty_core.runtime.user.init() first")
     p = plan()
+    if p.step_sleep_s:  # a demo's or a test's slowed job (TrainPlan.step_sleep_s)
+        time.sleep(p.step_sleep_s)
     value = float(loss.detach().item() if isinstance(loss, torch.Tensor) else loss)
     row = torch.tensor([1.0 if _state.stop else 0.0, value], dtype=torch.float64)
     if _state.device.type == "cuda":

@@ -78,7 +78,7 @@ def test_torchrun_command_line() -> None:
         "--local-addr=10.0.0.7",
         "--max-restarts=0",
         "--module",
-        "srifty_core.runtime.worker",
+        "srifty_core.runtime.launch",
         "p.json",
     ]
 

@@ -1,0 +1,263 @@
+"""Your model by reference: parsing, store keys, building factories and ``hf:`` configs,
+the one-line errors of a bad reference, and profiling and planning a model that is not in
+the zoo."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from srifty_core.profiling.store import ProfileStore
+from srifty_core.training_settings import TrainingSettings
+from srifty_core.workload import (
+    ModelRefError,
+    build,
+    model_key,
+    parse_model,
+    shipped_hf_configs,
+)
+
+DIGITS = "examples/digits/model.py:build"
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_BERT = {
+    "architectures": ["BertForMaskedLM"],
+    "model_type": "bert",
+    "vocab_size": 128,
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.fixture
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(ROOT)  # file references are relative to the working directory
+    return ROOT
+
+
+@pytest.fixture
+def tiny_hf(tmp_path: Path) -> str:
+    folder = tmp_path / "tiny-bert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_BERT))
+    return f"hf:{folder}"
+
+
+def test_references_parse_and_keep_distinct_stable_keys() -> None:
+    assert parse_model("resnet18").kind == "zoo" and model_key("resnet18") == "resnet18"
+    file_ref = parse_model("./examples//digits/model.py:build")
+    assert file_ref.kind == "file" and file_ref.text == DIGITS
+    assert model_key("./examples/digits/model.py:build") == model_key(DIGITS)
+    assert parse_model("pkg.mod:make").kind == "module"
+    assert parse_model("hf:gpt2").kind == "hf"
+    keys = {
+        model_key(r)
+        for r in (DIGITS, "examples/digits/model.py:other", "other/model.py:build",
+                  "pkg.mod:build", "hf:gpt2", "hf:bert-base-uncased")
+    }  # fmt: skip
+    assert len(keys) == 6
+    assert model_key(DIGITS).startswith("file-model.build-")
+    assert model_key("m") == "m"  # a stored name: planning needs its profiles only
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("", "must be a zoo model"),
+        ("vgg17", "unknown model 'vgg17'"),
+        ("x.py:1bad", "is not a Python name"),
+        ("hf:", "'hf:' needs a config"),
+        ("missing/model.py:build", "file missing/model.py not found"),
+        ("examples/digits/model.py:nothere", "has no 'nothere'"),
+        ("no_such_package_xyz:build", "importing no_such_package_xyz failed"),
+        ("tests.workload_fixtures.factories:NOT_CALLABLE", "not a callable factory"),
+        ("tests.workload_fixtures.factories:raises", "raised RuntimeError: no GPU driver"),
+        ("tests.workload_fixtures.factories:wrong_type", "returned int; expected"),
+        ("tests.workload_fixtures.factories:not_a_module", "not a torch.nn.Module"),
+        ("hf:/nonexistent/config.json", "no config at /nonexistent/config.json"),
+    ],
+)
+def test_a_bad_reference_is_one_line_naming_the_model(
+    in_repo: Path, ref: str, message: str
+) -> None:
+    with pytest.raises(ModelRefError) as exc:
+        build(ref, "tiny")
+    text = str(exc.value)
+    assert text.startswith("model: ") and message in text and "\n" not in text, text
+
+
+def test_a_factory_whose_batch_or_loss_is_wrong_says_which(in_repo: Path) -> None:
+    w = build("tests.workload_fixtures.factories:bad_batch", "tiny")
+    with pytest.raises(ModelRefError, match=r"first dimension must be the batch size 4"):
+        w.make_batch(4, torch.device("cpu"))
+    w = build("tests.workload_fixtures.factories:bad_loss", "tiny")
+    with pytest.raises(ModelRefError, match=r"loss returned Tensor\(4, 3\); expected a scalar"):
+        w.loss(w.make_batch(4, torch.device("cpu")))
+
+
+def test_factories_in_every_shape_build_with_seeded_weights(in_repo: Path) -> None:
+    for ref in (
+        "tests.workload_fixtures.factories:good",
+        "tests.workload_fixtures.factories:good_tuple",
+    ):
+        w = build(ref, "small", seed=3)
+        batch = w.make_batch(5, torch.device("cpu"), seed=1)
+        assert [t.shape[0] for t in batch] == [5, 5] and w.loss(batch).dim() == 0
+        again = build(ref, "small", seed=3)
+        a, b = w.module.state_dict(), again.module.state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    small = build("tests.workload_fixtures.factories:sized", "small")
+    full = build("tests.workload_fixtures.factories:sized", "full")
+    assert full.n_parameters > small.n_parameters  # the size preset reaches the factory
+    digits = build(DIGITS, "tiny")
+    x, y = digits.make_batch(16, torch.device("cpu"))
+    assert x.shape == (16, 64) and float(x.min()) >= 0 and float(x.max()) <= 1
+    assert y.dtype == torch.long and set(y.tolist()) <= set(range(10))
+
+
+def test_hf_models_build_from_a_local_or_a_shipped_config(tiny_hf: str) -> None:
+    w = build(tiny_hf, "tiny")
+    ids, labels = w.make_batch(3, torch.device("cpu"))
+    assert ids.shape == (3, 16) and int(ids.max()) < 128
+    assert torch.isfinite(w.loss((ids, labels)))
+    assert {"bert-base-uncased", "gpt2"} <= set(shipped_hf_configs())
+    bert = build("hf:bert-base-uncased", "tiny")
+    assert 109e6 < bert.n_parameters < 111e6  # BERT-base with its MLM head
+
+
+def _quick(settings: TrainingSettings | None = None) -> object:
+    from srifty_core.profiling.profiler import ProfilerConfig
+
+    return ProfilerConfig(
+        batch_sizes=(1, 4, 8), repeats=2, warmup=1, refine=0, threads=1, max_batch=8,
+        schedule_repeats=1, settings=settings or TrainingSettings(),
+    )  # fmt: skip
+
+
+def test_a_factory_and_an_hf_model_are_profiled_under_their_own_keys(
+    in_repo: Path, tiny_hf: str
+) -> None:
+    from srifty_core.profiling.job import run_profile_job
+
+    store = ProfileStore()
+    for ref in (DIGITS, tiny_hf):
+        result = run_profile_job(ref, "tiny", _quick(), log_to_mlflow=False)  # type: ignore[arg-type]
+        assert result.profile.model == parse_model(ref).text
+        assert result.path == store.path(ref, "tiny", "cpu")
+        assert result.path.parent.parent.name == model_key(ref)
+        assert store.load(ref, "tiny", "cpu") == result.profile
+        assert result.profile.buckets and result.profile.b_max == 8
+    adamw = TrainingSettings(optimizer="adamw")
+    result = run_profile_job(DIGITS, "tiny", _quick(adamw), log_to_mlflow=False)  # type: ignore[arg-type]
+    assert result.path.name == "cpu@adamw.json" and result.profile.settings == adamw
+    assert store.load(DIGITS, "tiny", "cpu", adamw).settings == adamw
+    assert store.load(DIGITS, "tiny", "cpu").settings == TrainingSettings()
+
+
+def test_adamw_steps_cost_more_than_sgd_and_the_profile_says_which() -> None:
+    from srifty_core.profiling.profiler import optimizer_step_seconds
+    from srifty_core.profiling.zoo import Workload
+
+    module = torch.nn.Linear(1024, 2048)
+    w = Workload(
+        "m", "tiny", module, {}, lambda b, d, g: (torch.randn(b, 1024, generator=g),),
+        lambda m, batch: m(batch[0]).square().mean(),
+    )  # fmt: skip
+    batch = w.make_batch(2, torch.device("cpu"))
+    times = {
+        opt: optimizer_step_seconds(
+            w, batch, lambda: None, repeats=15, settings=TrainingSettings(optimizer=opt)
+        )
+        for opt in ("sgd", "adamw")
+    }
+    assert times["adamw"] > 1.2 * times["sgd"], times
+
+
+def test_srifty_plan_plans_a_factory_model_from_its_profile_alone(
+    in_repo: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store holding only the user model's profile. It was taken on this CPU and is
+    filed as a T4's (a real T4 profile needs a T4): what this checks is that the request's
+    reference finds its profile and plans, not the T4's speed."""
+    from datetime import date
+
+    import yaml
+
+    from srifty_core.cli import main
+    from srifty_core.probing.store import records_to_table, write_partition
+    from srifty_core.profiling.profiler import profile_model
+    from tests.planner.test_cli_plan import _probes
+
+    profile = profile_model(DIGITS, "full", _quick())  # type: ignore[arg-type]
+    store = ProfileStore()
+    store.save(dataclasses.replace(profile, device_type="T4"))
+    assert [p.name for p in store.list_paths()] == ["T4.json"]
+    write_partition(
+        records_to_table(_probes("g4dn.xlarge", "T4", 1.0)),
+        day=date(2026, 3, 1), provider="ec2-emulated", instance_type="g4dn.xlarge",
+    )  # fmt: skip
+    request = data_dir / "req.yaml"
+    request.write_text(yaml.safe_dump({
+        "model": "./examples/digits/model.py:build", "size": "full", "global_batch": 16,
+        "iterations": 100, "offers": [{"type": "g4dn.xlarge", "market": "on-demand", "quota": 2}],
+    }))  # fmt: skip
+    assert main(["plan", str(request), "--bandwidth", "probes", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["best"] is not None
+    request.write_text(request.read_text().replace("size: full", "size: small"))
+    assert main(["plan", str(request), "--bandwidth", "probes"]) == 2
+    err = capsys.readouterr().err
+    assert "no compute profile for examples/digits/model.py:build/small on T4" in err
+    assert "srifty profile --model examples/digits/model.py:build --size small --device cuda" in err
+
+
+@pytest.mark.slow
+def test_the_built_in_worker_trains_a_factory_and_an_hf_model(
+    in_repo: Path, tiny_hf: str, tmp_path: Path
+) -> None:
+    """Two local ranks with unequal batches end with the parameters of one process on the
+    whole global batch, for a model that is not in the zoo."""
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.checkpoint import load_checkpoint
+    from srifty_core.runtime.local_run import train_local
+    from srifty_core.runtime.worker import TrainPlan, train_single
+
+    for i, ref in enumerate((DIGITS, tiny_hf)):
+        plan = TrainPlan(
+            model=ref, size="tiny", global_batch=6, iterations=4, local_batches=(4, 2),
+            run_dir=str(tmp_path / f"run{i}"), dtype="float64", checkpoint_every=2,
+            optimizer="adamw", lr=1e-3,
+        )  # fmt: skip
+        report = train_local(plan, LocalProvider(tmp_path / f"cloud{i}"), timeout_s=240)
+        assert report.iterations == 4
+        ck = load_checkpoint(plan.checkpoint_path)
+        assert ck is not None and ck.iteration == 4
+        assert ck.optimizer["state"][0].keys() >= {"exp_avg", "exp_avg_sq"}  # AdamW's
+        straight = train_single(plan)
+        for k, v in straight.items():
+            assert torch.allclose(ck.model[k], v, atol=1e-10), (ref, k)
+
+
+@pytest.mark.slow
+def test_compile_and_channels_last_keep_the_loss_and_the_state_dict() -> None:
+    from srifty_core.workload import prepare
+
+    eager = build("resnet18", "tiny", seed=1)
+    batch = eager.make_batch(2, torch.device("cpu"), seed=2)
+    want = eager.loss(batch).item()
+    fast = build("resnet18", "tiny", seed=1)
+    precision = prepare(fast, TrainingSettings(compile=True, channels_last=True))
+    assert precision == "fp32"
+    x, _ = fast.make_batch(2, torch.device("cpu"), seed=2)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert fast.loss(fast.make_batch(2, torch.device("cpu"), seed=2)).item() == pytest.approx(
+        want, rel=1e-4
+    )
+    assert list(fast.module.state_dict()) == list(eager.module.state_dict())

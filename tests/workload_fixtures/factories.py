@@ -1,0 +1,56 @@
+"""Model factories for the tests of ``srifty_core.workload``: good ones and each way a
+user's factory can be wrong."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from srifty_core.workload import Parts
+
+NOT_CALLABLE = 42
+
+
+def _batch(b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(b, 8, generator=gen), torch.randint(0, 3, (b,), generator=gen)
+
+
+def _loss(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+
+def good() -> Parts:
+    return Parts(nn.Linear(8, 3), _batch, _loss)
+
+
+def good_tuple() -> tuple[object, object, object]:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)), _batch, _loss
+
+
+def sized(size: str = "small") -> dict[str, object]:
+    width = {"tiny": 4, "small": 16, "full": 64}[size]
+    return {
+        "module": nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 3)),
+        "make_batch": _batch,
+        "loss": _loss,
+    }
+
+
+def raises() -> Parts:
+    raise RuntimeError("no GPU driver found\nsecond line")
+
+
+def wrong_type() -> int:
+    return 7
+
+
+def not_a_module() -> Parts:
+    return Parts("linear", _batch, _loss)
+
+
+def bad_batch() -> Parts:
+    return Parts(nn.Linear(8, 3), lambda b, gen: torch.randn(b + 1, 8), _loss)
+
+
+def bad_loss() -> Parts:
+    return Parts(nn.Linear(8, 3), _batch, lambda m, batch: m(batch[0]))
