@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from srifty_core import __version__, paths
 from srifty_core.errors import ConfigError, SriftyError
@@ -142,16 +142,12 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         day = date.fromisoformat(args.day) if args.day else None
     except ValueError as exc:
         raise ConfigError(f"--day: {args.day!r} is not a date YYYY-MM-DD ({exc})") from None
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
+    from srifty_core.console import StageProgress
 
-        bar = tqdm(unit="point", desc=f"probe {args.instance_type}", file=sys.stderr)
+    bar = StageProgress(f"probe {args.instance_type}", disable=args.no_progress)
 
     def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.update(done - bar.n)
+        bar("allreduce sweep: points", done, total)
 
     try:
         result = probe_sweep(
@@ -164,8 +160,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             on_progress=progress,
         )
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     print(
         f"{result.measured} point(s) measured, {result.skipped} already stored, "
         f"{len(result.failed)} failed, in {result.wall_s:.1f}s on "
@@ -215,7 +210,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     )
     from srifty_core.planner.search import plan
 
-    request = load_request(read_request_file(Path(args.request)))
+    data = read_request_file(Path(args.request))
+    request = load_request(data)
     bandwidth: dict[str, object] | None = None
     calibration = None  # factors earlier runs of this model measured (simulator.calibration)
     if args.estimator == "apm":
@@ -257,7 +253,49 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         path = plot_frontier(result, Path(args.frontier))
         if not args.json:
             print(f"frontier plot: {path}")
+    if args.write_plan and result.best is not None:
+        written = write_train_plan(data, request, result.best, args)
+        if not args.json:
+            print(f"training plan: {written} (run it: srifty train {written})")
+    elif args.write_plan:
+        print("no training plan written: nothing meets the limits", file=sys.stderr)
     return 0 if result.feasible else 1
+
+
+def write_train_plan(data: Any, request: Any, best: Any, args: argparse.Namespace) -> Path:
+    """``srifty plan --write-plan``: the best configuration as the plan ``srifty train``
+    runs (one rank per GPU in launch order, the request's model, size and settings), the
+    launches and the prediction kept in its ``extra``; written atomically."""
+    import dataclasses
+    import json
+
+    from srifty_core.atomic import write_text_atomic
+    from srifty_core.planner.schema import RequestSpec
+    from srifty_core.runtime.planning import launches_for, train_plan_for
+    from srifty_core.training_settings import TrainingSettings
+    from srifty_core.workload import model_key
+
+    spec = RequestSpec.parse(data)
+    launches = launches_for(request, best.choice)
+    run_dir = args.run_dir or str(paths.data_dir() / "runs" / model_key(spec.model))
+    plan = train_plan_for(
+        launches,
+        model=spec.model,
+        size=spec.size,
+        global_batch=spec.global_batch,
+        iterations=spec.iterations,
+        run_dir=run_dir,
+        checkpoint_every=spec.checkpoint_every,
+        settings=TrainingSettings.from_dict(spec.model_dump()),
+        extra={
+            "launches": [dataclasses.asdict(x) for x in launches],
+            "predicted": best.to_dict(request),
+            "request": str(args.request),
+        },
+    )
+    out = Path(args.write_plan)
+    write_text_atomic(out, json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
+    return out
 
 
 def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> int:
@@ -375,6 +413,34 @@ def read_train_plan(path: Path) -> TrainPlan:
     return TrainPlan.from_dict(d)
 
 
+def _train_job(args: argparse.Namespace) -> int:
+    """``srifty train --job JOB.yaml``: the whole job with the DAG's steps
+    (``runtime.job_run``)."""
+    from pathlib import Path
+
+    from srifty_core.console import StageProgress
+    from srifty_core.runtime.job_run import read_job_file, run_job
+
+    conf = read_job_file(Path(args.job))
+    if args.command:
+        conf["entrypoint"] = list(args.command)
+    with StageProgress(f"job {Path(args.job).name}", disable=args.no_progress) as show:
+        run = run_job(
+            conf,
+            on_poll=lambda r: show(
+                f"{r.config_id}: {r.status}", r.iterations_done, int(conf["iterations"])
+            ),
+        )
+    for c in run.configurations:
+        print(
+            f"{c.config_id}: {', '.join(c.launches)}, local batches {list(c.local_batches)}: "
+            f"{c.status} ({c.reason})"
+        )
+    outcome = dict(run.outcome)
+    print("done: " + ", ".join(f"{k} {v}" for k, v in outcome.items() if not isinstance(v, dict)))
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -385,6 +451,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from srifty_core.runtime.local_run import train_local
     from srifty_core.runtime.progress import read_progress
 
+    if (args.plan is None) == (args.job is None):
+        raise ConfigError("train: give a plan file or --job JOB.yaml (one of them)")
+    if args.job is not None:
+        return _train_job(args)
     plan = read_train_plan(Path(args.plan))
     command = list(getattr(args, "command", []))
     if command:
@@ -677,6 +747,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="machine-readable answer")
     pl.add_argument("--frontier", metavar="PNG", help="also draw the cost/time frontier")
     pl.add_argument(
+        "--write-plan",
+        metavar="PLAN.json",
+        help="also write the best configuration as the training plan `srifty train` runs",
+    )
+    pl.add_argument(
+        "--run-dir",
+        help="the written plan's run folder (default: DATA/runs/<model key>)",
+    )
+    pl.add_argument(
         "--what-if",
         action="append",
         default=[],
@@ -698,7 +777,12 @@ def build_parser() -> argparse.ArgumentParser:
         "communication-aware approximation), or one of them; exhaustive and ilp are the "
         "method's plain searches",
     )
-    pl.add_argument("--estimator", default="srifty", choices=("srifty", "apm"))
+    pl.add_argument(
+        "--estimator",
+        default="srifty",
+        choices=("srifty", "apm"),
+        help="the Srifty simulator (default) or the APM baseline",
+    )
     pl.add_argument(
         "--bandwidth",
         default="champion",
@@ -757,8 +841,21 @@ def build_parser() -> argparse.ArgumentParser:
         "worker (e.g. '-- python train.py --lr 0.1'; it uses srifty_core.runtime.user); "
         "default: the plan's entrypoint, else the built-in worker.",
     )
-    tr.add_argument("plan", help="plan file (.json)")
-    tr.add_argument("--provider", default="local", choices=("local",))
+    tr.add_argument("plan", nargs="?", help="plan file (.json)")
+    tr.add_argument(
+        "--job",
+        metavar="JOB.yaml",
+        help="instead of a plan: a whole job (the srifty_plan_and_train DAG's conf: model, "
+        "global_batch, iterations, offers, limits, provider local or ec2), planned, "
+        "provisioned, trained, monitored, re-planned and released with the DAG's own steps",
+    )
+    tr.add_argument(
+        "--provider",
+        default="local",
+        choices=("local",),
+        help="where the ranks run (default local: processes on this machine; on EC2 "
+        "use the srifty_plan_and_train DAG)",
+    )
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.add_argument(
         "--restart",
@@ -771,30 +868,45 @@ def build_parser() -> argparse.ArgumentParser:
     mon = sub.add_parser(
         "monitor",
         help="read a run's progress log and say continue or replan (exit 1: replan)",
+        description="Judge a run from its progress log as the plan-and-train DAG's monitor "
+        "does: the windowed throughput, its 95% optimistic bound against what the limits "
+        "need, and the loss; prints continue or replan (exit 0 or 1).",
     )
     mon.add_argument("run", help="run folder (with progress.jsonl) or the log itself")
     mon.add_argument("--iterations", type=int, required=True, help="the job's N")
-    mon.add_argument("--time-limit", type=float, help="seconds since the first step started")
-    mon.add_argument("--budget", type=float, help="US dollars")
-    mon.add_argument("--usd-per-hour", type=float, default=0.0, help="the configuration's rate")
+    mon.add_argument(
+        "--time-limit", type=float, help="seconds since the first step started (default: none)"
+    )
+    mon.add_argument("--budget", type=float, help="US dollars (default: none)")
+    mon.add_argument(
+        "--usd-per-hour", type=float, default=0.0, help="the configuration's rate (default 0)"
+    )
     mon.add_argument("--window", type=float, default=5.0, help="minutes (default 5)")
     mon.add_argument("--now", type=float, help="Unix time to judge at (default: now)")
-    mon.add_argument("--json", action="store_true")
+    mon.add_argument("--json", action="store_true", help="machine-readable answer")
     mon.set_defaults(func=_cmd_monitor)
 
     ui = sub.add_parser(
         "ui",
         help="start the Airflow and MLflow UIs on the data folder (Ctrl-C stops them)",
+        description="Start the Airflow UI (user admin) and the MLflow UI on the data "
+        "folder's metadata database and tracking store, on loopback; Ctrl-C stops both.",
     )
-    ui.add_argument("--airflow-port", type=int, default=8080)
-    ui.add_argument("--mlflow-port", type=int, default=5001)
-    ui.add_argument("--password", default="srifty-admin", help="Airflow admin password")
+    ui.add_argument("--airflow-port", type=int, default=8080, help="(default 8080)")
+    ui.add_argument("--mlflow-port", type=int, default=5001, help="(default 5001)")
+    ui.add_argument(
+        "--password", default="srifty-admin", help="Airflow admin password (default srifty-admin)"
+    )
     ui.add_argument("--once", action="store_true", help="stop as soon as both answer")
     ui.set_defaults(func=_cmd_ui)
 
     demo = sub.add_parser(
         "demo",
         help="run the main job through Airflow on embedded defaults (SQLite, local files)",
+        description="Run the whole loop for real through Airflow on this machine (probe "
+        "sweep, model refresh, profiling, plan-and-train with a preemption and its "
+        "re-plan, the case studies), keeping everything under the data folder; about "
+        "three minutes.",
     )
     demo.set_defaults(func=_cmd_demo)
     return parser

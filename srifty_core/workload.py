@@ -428,7 +428,7 @@ def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = Fal
         # the instance's forward, compiled: the state dict keeps its keys (a checkpoint
         # loads compiled or not). nn.Module.compile() left this torch build's calls eager.
         module = workload.module
-        module.forward = torch.compile(module.forward)  # type: ignore[method-assign]
+        module.forward = torch.compile(module.forward)
     if autocast and precision != "fp32":
         inner_loss = workload._loss
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16

@@ -208,9 +208,19 @@ def test_srifty_plan_plans_a_factory_model_from_its_profile_alone(
         "model": "./examples/digits/model.py:build", "size": "full", "global_batch": 16,
         "iterations": 100, "offers": [{"type": "g4dn.xlarge", "market": "on-demand", "quota": 2}],
     }))  # fmt: skip
-    assert main(["plan", str(request), "--bandwidth", "probes", "--json"]) == 0
+    written = data_dir / "plan.json"
+    argv = ["plan", str(request), "--bandwidth", "probes", "--write-plan", str(written)]
+    assert main([*argv, "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["best"] is not None
+    from srifty_core.cli import read_train_plan
+
+    train = read_train_plan(written)  # what `srifty train` reads
+    assert train.model == DIGITS and train.size == "full" and train.global_batch == 16
+    assert sum(train.local_batches) == 16 and train.iterations == 100
+    launches = train.extra["launches"]
+    assert {x["instance_type"] for x in launches} == {"g4dn.xlarge"}
+    assert len(train.local_batches) == sum(x["count"] * x["ranks_per_vm"] for x in launches)
     request.write_text(request.read_text().replace("size: full", "size: small"))
     assert main(["plan", str(request), "--bandwidth", "probes"]) == 2
     err = capsys.readouterr().err

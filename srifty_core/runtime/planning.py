@@ -27,6 +27,8 @@ from srifty_core.runtime.job import (
     runs_dir,
 )
 from srifty_core.runtime.replanner import Progress, Replanner
+from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
 
 def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
@@ -54,6 +56,63 @@ def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
         price, min_batch = float(item["price"]), item.get("min_batch")
         out.append(Offer(SimInstance.local_cpu(), market, quota, price, min_batch=min_batch))
     return tuple(out)
+
+
+def launches_for(request: Any, choice: Sequence[tuple[int, int, int]]) -> tuple[Launch, ...]:
+    """What to launch for a candidate's ``choice`` (offer index, VMs, batch per VM) of
+    ``request``: per type, its VMs, ranks per VM and batch per rank."""
+    return tuple(
+        Launch(
+            instance_type=request.offers[i].instance.name,
+            market=request.offers[i].market.value,
+            count=count,
+            ranks_per_vm=request.offers[i].instance.ranks_per_vm,
+            batch_per_rank=batch // request.offers[i].instance.ranks_per_vm,
+            zone=request.offers[i].zone,
+        )
+        for i, count, batch in choice
+    )
+
+
+def train_plan_for(
+    launches: Sequence[Launch],
+    *,
+    model: str,
+    size: str,
+    global_batch: int,
+    iterations: int,
+    run_dir: str,
+    config_id: str = "c0",
+    seed: int = 0,
+    checkpoint_every: int = 10,
+    step_sleep_s: float = 0.0,
+    settings: TrainingSettings = DEFAULT_SETTINGS,
+    entrypoint: Sequence[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> TrainPlan:
+    """The workers' plan of ``launches``: one rank per GPU in launch order, each with its
+    type's batch per rank (the plan-and-train DAG's and ``srifty plan --write-plan``'s)."""
+    local_batches = tuple(
+        x.batch_per_rank for x in launches for _ in range(x.count * x.ranks_per_vm)
+    )
+    return TrainPlan(
+        model=model,
+        size=size,
+        global_batch=global_batch,
+        iterations=iterations,
+        local_batches=local_batches,
+        run_dir=run_dir,
+        config_id=config_id,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        step_sleep_s=step_sleep_s,
+        precision=settings.precision,
+        optimizer=settings.optimizer,
+        compile=settings.compile,
+        channels_last=settings.channels_last,
+        entrypoint=tuple(entrypoint),
+        extra=dict(extra or {}),
+    )
 
 
 def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
@@ -172,7 +231,6 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     from srifty_core.planner.request import Overheads
     from srifty_core.planner.search import plan
     from srifty_core.runtime.recalibration import planning_simulator
-    from srifty_core.runtime.train_plan import TrainPlan
     from srifty_core.simulator.estimator import Simulator
 
     run_dir = _run_dir(spec, run_key)
@@ -204,35 +262,19 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     except ConfigError as exc:
         raise NoFeasiblePlan(str(exc)) from None
     config_id = _config_id(run_dir, spec.resume)
-    launches = tuple(
-        Launch(
-            instance_type=request.offers[i].instance.name,
-            market=request.offers[i].market.value,
-            count=count,
-            ranks_per_vm=request.offers[i].instance.ranks_per_vm,
-            batch_per_rank=batch // request.offers[i].instance.ranks_per_vm,
-            zone=request.offers[i].zone,
-        )
-        for i, count, batch in chosen.choice
-    )
-    local_batches = tuple(
-        x.batch_per_rank for x in launches for _ in range(x.count * x.ranks_per_vm)
-    )
-    train = TrainPlan(
+    launches = launches_for(request, chosen.choice)
+    train = train_plan_for(
+        launches,
         model=spec.model,
         size=spec.size,
         global_batch=spec.global_batch,
         iterations=spec.target_iterations,
-        local_batches=local_batches,
         run_dir=str(run_dir),
         config_id=config_id,
         seed=spec.seed,
         checkpoint_every=spec.checkpoint_every,
         step_sleep_s=spec.step_sleep_s,
-        precision=spec.precision,
-        optimizer=spec.optimizer,
-        compile=spec.compile,
-        channels_last=spec.channels_last,
+        settings=spec.settings,
         entrypoint=spec.entrypoint,
     )
     train_path = train.save(run_store.join(run_dir, f"plan-{config_id}.json"))

@@ -1,0 +1,118 @@
+"""A whole plan-and-train job in one process, with the DAG's own steps (``srifty train
+--job JOB.yaml``).
+
+The ``srifty_plan_and_train`` DAG runs each step as a task and each re-plan as a new DAG
+run; ``run_job`` runs the same steps (``orchestrate``: plan, provision, start the ranks,
+monitor, on a re-plan the child conf, finish, release) in a loop, so a job started from
+the shell plans, provisions (local processes, or EC2 through the deployment's AWS
+connection), trains, re-plans on a preemption or a projected broken limit, and gives back
+every VM it launched, however it ends. Each configuration is one entry of the returned
+``JobRun``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srifty_core.cloud.base import Provider
+from srifty_core.errors import SriftyError
+from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec
+from srifty_core.runtime.monitor_step import Monitor, PollResult
+
+MAX_CONFIGURATIONS = 20
+"""Re-plans one job may make before ``run_job`` gives up (a job that keeps losing VMs)."""
+
+
+class JobRunError(SriftyError):
+    """The job could not go on (the message says why); nothing it launched is left up."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration of the job: its plan and how its monitor ended."""
+
+    job_path: str
+    config_id: str
+    local_batches: tuple[int, ...]
+    launches: tuple[str, ...]
+    status: str
+    """``finished`` or ``replan``."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobRun:
+    configurations: tuple[Configuration, ...]
+    outcome: Mapping[str, Any] = field(default_factory=dict)
+    """``orchestrate.finish``'s summary (iterations, time, cost) of the finished job."""
+
+
+def run_job(
+    params: Mapping[str, Any],
+    *,
+    run_key: str | None = None,
+    provider: Provider | None = None,
+    poll_s: float = 1.0,
+    on_poll: Callable[[PollResult], None] | None = None,
+    timeout_s: float = float("inf"),
+) -> JobRun:
+    """Run the job ``params`` (the DAG's conf, ``planner.schema.JobConf``) to its end."""
+    from srifty_core.runtime import orchestrate as orc
+
+    key = run_key or f"shell__{time.strftime('%Y%m%dT%H%M%S')}"
+    conf = dict(params)
+    deadline = time.monotonic() + timeout_s
+    done: list[Configuration] = []
+    for n in range(MAX_CONFIGURATIONS):
+        spec = JobSpec.from_params(conf)
+        try:
+            job_path = orc.plan_job(spec, key if n == 0 else f"{key}.r{n}")
+        except Exception:
+            if orc.handed_over(spec):  # nothing will provision: give the parent's back
+                orc.release(orc.handed_over(spec), provider)
+            raise
+        job = JobPlan.load(job_path)
+        alloc = orc.provision(job_path, provider, keep=orc.handed_over(spec))
+        kept: list[str] = []
+        try:
+            started = orc.start_training(job_path, alloc, provider)
+            monitor = Monitor(job_path, alloc, spec, started, provider=provider)
+            while (result := monitor.step()).status == RUNNING:
+                if on_poll is not None:
+                    on_poll(result)
+                if time.monotonic() > deadline:
+                    raise JobRunError(f"the job did not finish within {timeout_s:.0f} s")
+                time.sleep(poll_s)
+            train = job.train
+            done.append(
+                Configuration(
+                    str(job_path), job.config_id, train.local_batches,
+                    tuple(f"{x.count} x {x.instance_type} ({x.market})" for x in job.launches),
+                    result.status, result.reason,
+                )
+            )  # fmt: skip
+            if result.status == FINISHED:
+                return JobRun(tuple(done), orc.finish(job_path, result.to_dict()))
+            child = orc.continue_or_finish(conf, job_path, alloc, result.to_dict(), key)
+            if child is None:  # the last iteration came before the workers were stopped
+                return JobRun(tuple(done), {"status": "finished"})
+            kept = list(child.get("resume", {}).get("allocations", []))
+            conf = child
+        except BaseException as exc:
+            if not isinstance(exc, SriftyError | KeyboardInterrupt):
+                orc.job_failed(job_path, f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            orc.release(alloc, provider, job_path, except_ids=kept)
+    raise JobRunError(f"the job re-planned {MAX_CONFIGURATIONS} times without finishing")
+
+
+def read_job_file(path: Path) -> dict[str, Any]:
+    """A job file (YAML or JSON: the plan-and-train DAG's conf), read as requests are."""
+    from srifty_core.planner.job import read_request_file
+
+    return dict(read_request_file(path))

@@ -1,0 +1,101 @@
+"""A whole job from the shell with the DAG's own steps (``runtime.job_run``): planned,
+provisioned on local workers, one taken back mid-run, re-planned onto the survivor,
+finished after exactly N iterations, and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.runtime.job_run import run_job
+from srifty_core.runtime.progress import read_progress
+
+PARAMS: dict[str, Any] = {
+    "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": 20,
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
+    "objective": "time", "provider": "local", "budget_usd": 10.0, "checkpoint_every": 5,
+    "step_sleep_s": 0.05,
+}  # fmt: skip
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reclaim_one(provider: LocalProvider, progress: Path, after: int) -> list[str]:
+    taken: list[str] = []
+
+    def reclaim() -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            recs = read_progress(progress)
+            states = sorted(provider.state_dir.glob("local-*.json"))
+            if recs and recs[-1].iteration >= after and states:
+                alloc = provider.get_allocation(states[-1].stem)
+                taken.append(alloc.instance_ids[0])
+                provider.interrupt(alloc.instance_ids[0])
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=reclaim, daemon=True).start()
+    return taken
+
+
+@pytest.mark.slow
+def test_a_job_from_the_shell_replans_on_a_preemption_and_releases_everything(
+    ready_to_plan: Path,
+) -> None:
+    provider = LocalProvider()
+    taken = _reclaim_one(provider, ready_to_plan / "runs" / "t1" / "progress.jsonl", 6)
+    run = run_job(PARAMS, run_key="t1", provider=provider, poll_s=0.1, timeout_s=240)
+    assert taken
+    first, second = run.configurations
+    assert first.status == "replan" and first.local_batches == (8, 8)
+    assert second.status == "finished" and second.local_batches == (16,)
+    recs = read_progress(ready_to_plan / "runs" / "t1" / "progress.jsonl")
+    assert sorted({r.iteration for r in recs}) == list(range(1, 21))
+    assert run.outcome
+    for state in provider.state_dir.glob("local-*.json"):  # every allocation released
+        alloc = json.loads(state.read_text())
+        assert all(s != "running" for s in alloc["instances"].values()), alloc
+        assert not any(pid_alive(p["pid"], p["start_ticks"]) for p in alloc["processes"])
+
+
+@pytest.mark.slow
+def test_srifty_train_job_runs_your_script_with_the_dags_steps(
+    ready_to_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from srifty_core.cli import main
+    from srifty_core.profiling.job import run_profile_job
+    from srifty_core.profiling.profiler import ProfilerConfig
+
+    monkeypatch.chdir(ROOT)
+    model = "examples/digits/model.py:build"
+    quick = ProfilerConfig(batch_sizes=(1, 8, 16), repeats=2, warmup=1, refine=0, threads=1)
+    run_profile_job(model, "tiny", quick, log_to_mlflow=False)
+    job = ready_to_plan / "job.yaml"
+    job.write_text(yaml.safe_dump({**PARAMS, "model": model, "iterations": 8, "step_sleep_s": 0}))
+    script = [sys.executable, str(ROOT / "examples" / "digits" / "train.py")]
+    assert main(["train", "--job", str(job), "--no-progress", "--", *script]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^c0: \d x local\.cpu \(on-demand\), local batches \[[\d, ]+\]: finished", out, re.M
+    ), out
+    (run_dir,) = [p for p in (ready_to_plan / "runs").iterdir() if p.is_dir()]
+    assert json.loads((run_dir / "result.json").read_text())["iterations"] == 8
+    recs = read_progress(run_dir / "progress.jsonl")
+    assert [r.iteration for r in recs] == list(range(1, 9)) and recs[-1].loss is not None
+
+
+def test_train_takes_a_plan_or_a_job_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    from srifty_core.cli import main
+
+    assert main(["train"]) == 2
+    assert "give a plan file or --job" in capsys.readouterr().err
