@@ -444,8 +444,6 @@ def _train_job(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from srifty_core.cloud.local import LocalProvider
     from srifty_core.runtime import run_store
     from srifty_core.runtime.local_run import train_local
@@ -463,17 +461,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, entrypoint=tuple(command))
     if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
         read_progress_checked(plan.progress_path)
-    bar = tqdm(
-        total=plan.iterations, unit="it", desc=f"train {plan.model}", file=sys.stderr,
-        disable=args.no_progress,
-    )  # fmt: skip
+    from srifty_core.console import StageProgress
+
+    bar = StageProgress(f"train {plan.model}", disable=args.no_progress)
+    bar(f"{plan.config_id}: starting {plan.world_size} rank(s)", 0, plan.iterations)
 
     def show(_alloc: object) -> None:
         recs = read_progress(plan.progress_path)
         if recs:
-            bar.n = recs[-1].iteration
-            bar.set_postfix_str(recs[-1].config_id, refresh=False)
-            bar.refresh()
+            last = recs[-1]
+            loss = f", loss {last.loss:.4g}" if last.loss is not None else ""
+            bar(f"{last.config_id}: training{loss}", last.iteration, plan.iterations)
 
     try:
         report = train_local(plan, LocalProvider(), on_poll=show, poll_s=0.2, restart=args.restart)
