@@ -275,3 +275,25 @@ def test_compile_and_channels_last_keep_the_loss_and_the_state_dict() -> None:
         want, rel=1e-4
     )
     assert list(fast.module.state_dict()) == list(eager.module.state_dict())
+
+
+def test_a_missing_profile_hints_a_command_that_would_make_it() -> None:
+    from srifty_core.profiling.store import ProfileNotFoundError
+
+    store = ProfileStore()
+    with pytest.raises(ProfileNotFoundError) as exc:
+        store.load("resnet18", "small", "cpu", TrainingSettings(optimizer="adamw"))
+    assert "run `srifty profile --model resnet18 --size small --optimizer adamw --device cpu`" in (
+        str(exc.value)
+    )
+    with pytest.raises(ProfileNotFoundError) as exc:
+        store.load("resnet50", "full", "V100")
+    text = str(exc.value)
+    assert (
+        "srifty profile --model resnet50 --size full --device cuda` on a machine with a V100"
+        in (text)
+    )
+    with pytest.raises(ProfileNotFoundError) as exc:
+        store.load("m", "full", "T4")  # a stored name, not a model Srifty can build
+    assert "'m' is a stored name, not a model Srifty can build" in str(exc.value)
+    assert "srifty profile --model m" not in str(exc.value)
