@@ -23,7 +23,6 @@ import dataclasses
 import os
 import platform
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -841,9 +840,10 @@ def _load_worker(
     """Background training steps until ``stop`` is set (a co-located worker); while
     ``go`` (if given) is clear it idles between steps. ``ddp``: the model wrapped in DDP
     over a process group of this worker alone, the exchange a no-op (DDP's own passes).
-    ``together`` (a barrier, if given): each step after the first starts when the
-    profiler's does. It ends with ``caller`` (the profiler) if that is killed before it
-    can set ``stop``: an orphan would keep stepping and slow every measurement after it."""
+    ``together`` (this worker's end of a pipe, if given): each step after the first
+    starts when the profiler's does (``_step_when_told``). It ends with ``caller`` (the
+    profiler) if that is killed before it can set ``stop``: an orphan would keep stepping
+    and slow every measurement after it."""
     die_with_caller(caller)
     host_allocator.steady()
     if threads:
@@ -859,15 +859,26 @@ def _load_worker(
         if go is not None and not first and not go.wait(0.05):
             continue
         workload.module.zero_grad(set_to_none=True)
-        if together is not None and not first:
-            try:
-                together.wait()
-            except threading.BrokenBarrierError:  # the profiler is done with us
-                break
+        if together is not None and not first and not _step_when_told(together, stop):
+            break  # the profiler is done with us
         workload.loss(data).backward()
         if first:
             ready.set()
             first = False
+
+
+def _step_when_told(conn: Any, stop: Any) -> bool:
+    """A load worker in lockstep: say it is ready for a step, then wait for the profiler's
+    go. False when the profiler is done (``stop``, or its end of the pipe closed)."""
+    try:
+        conn.send(b"ready")
+        while not conn.poll(0.05):
+            if stop.is_set():
+                return False
+        conn.recv()
+    except (EOFError, OSError):
+        return False
+    return not stop.is_set()
 
 
 @contextlib.contextmanager
@@ -896,19 +907,33 @@ def _colocated_load(
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    together = ctx.Barrier(n + 1) if lockstep else None
+    # Lockstep through one pipe per worker, not a shared barrier: a worker killed inside a
+    # barrier's wait can die holding its lock, and the profiler's next wait then blocks
+    # forever, its timeout never reached; a dead worker's pipe just reads as closed.
+    pipes = [ctx.Pipe() for _ in range(n)] if lockstep else []
 
     def step_together() -> None:
-        assert together is not None
-        try:
-            together.wait(LOCKSTEP_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            raise SriftyError(
-                f"a co-located load worker stopped stepping (no step in {LOCKSTEP_TIMEOUT_S:g} s)"
-            ) from None
+        stopped = SriftyError(
+            f"a co-located load worker stopped stepping (no step in {LOCKSTEP_TIMEOUT_S:g} s)"
+        )
+        deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
+        for (mine, _), p in zip(pipes, procs, strict=True):
+            try:
+                while not mine.poll(0.05):
+                    if not p.is_alive() or time.monotonic() > deadline:
+                        raise stopped
+                mine.recv()  # the worker is ready for a step
+            except (EOFError, OSError):
+                raise stopped from None
+        for mine, _ in pipes:
+            try:
+                mine.send(b"go")
+            except OSError:
+                raise stopped from None
 
-    procs, readies = [], []
-    for _ in range(n):
+    procs: list[Any] = []
+    readies = []
+    for i in range(n):
         ready = ctx.Event()
         p = ctx.Process(
             target=_load_worker,
@@ -923,7 +948,7 @@ def _colocated_load(
                 go,
                 ddp,
                 os.getpid(),
-                together,
+                pipes[i][1] if lockstep else None,
                 config.settings.to_dict(),
             ),
             daemon=True,
@@ -936,11 +961,11 @@ def _colocated_load(
             while not ready.wait(0.5):
                 if not p.is_alive():
                     raise SriftyError(f"a co-located load worker died (exit {p.exitcode})")
-        yield step_together if together is not None else None
+        yield step_together if lockstep else None
     finally:
-        stop.set()
-        if together is not None:
-            together.abort()  # a worker waiting for the next step leaves
+        stop.set()  # a worker waiting for its next step sees it and leaves
+        for mine, _ in pipes:
+            mine.close()
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
