@@ -9,21 +9,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
-
-if TYPE_CHECKING:
-    from srifty_core.training_settings import TrainingSettings
+from srifty_core.training_settings import PRECISIONS as PRECISIONS
+from srifty_core.training_settings import TrainingSettings
 
 DTYPES = ("float32", "float64")
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
 DEVICES = ("auto", "cpu", "cuda")
 """A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
 ``cpu``, or ``cuda`` (an error without one GPU per rank)."""
-PRECISIONS = ("fp32", "fp16", "bf16")
-"""A plan's ``precision`` on GPUs (the CPU path computes in ``dtype``)."""
 CHECKPOINT_FILE = "checkpoint.pt"
 """The checkpoint's name in a run folder (``runtime.checkpoint``)."""
 
@@ -118,11 +115,10 @@ class TrainPlan:
             raise ConfigError(
                 f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
             )
-        from srifty_core.training_settings import TrainingSettings
         from srifty_core.workload import parse_model
 
         parse_model(self.model)
-        TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
+        self.settings  # noqa: B018 - builds TrainingSettings, which checks the four fields
         if self.precision != "fp32" and self.dtype != "float32":
             raise ConfigError(
                 f"precision: {self.precision} mixed precision keeps float32 parameters; "
@@ -132,8 +128,6 @@ class TrainPlan:
     @property
     def settings(self) -> TrainingSettings:
         """The step-time-relevant settings (what the plan's profiles must match)."""
-        from srifty_core.training_settings import TrainingSettings
-
         return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
 
     @property
