@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import die_with_caller
 from srifty_core.runtime.train_plan import TrainPlan, loss_scale
 
 PLAN_ENV = "SRIFTY_PLAN"
@@ -98,6 +99,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"launch: environment variable {exc.args[0]} is not set", file=sys.stderr)
         return 2
     cmd = command(plan, args[0])
+    # SIGTERM when the launcher's caller dies; it survives the exec, so your script stops
+    # (``runtime.user`` checkpoints on SIGTERM) instead of training on as an orphan beside
+    # a rerun of the job
+    die_with_caller()
     try:
         os.execvpe(cmd[0], cmd, {**env, **extra})
     except OSError as exc:
