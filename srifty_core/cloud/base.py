@@ -11,6 +11,7 @@ later process (an Airflow teardown, say) can release what an earlier one launche
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -194,6 +195,11 @@ class Provider(abc.ABC):
     def now(self) -> datetime:
         """The provider's clock (UTC): wall time, or the simulated clock of an emulator."""
         return datetime.now(UTC)
+
+    def wait(self, seconds: float) -> None:
+        """Let ``seconds`` of the provider's time pass (``now``): a sleep in wall time; an
+        emulator moves its simulated clock, and what runs on it, instead."""
+        time.sleep(seconds)
 
     def cost(self, allocation: Allocation, until: datetime | None = None) -> float:
         """US dollars the allocation has cost from launch until ``until`` (default: now).

@@ -24,6 +24,12 @@ on-demand and zone spot prices) and draws every measurement from ``cloud.emulato
 * **Workers.** ``run`` records the argv and environment and marks the workers done at
   once (exit code 0); ``stop`` marks them stopped (-15). Nothing is executed: use
   ``probe`` and ``train`` for measurements.
+* **Training as the clock runs.** ``start_training`` draws a run's iterations (as
+  ``train``) without moving the clock; then each step of the clock (``advance``, ``wait``)
+  hands the iterations that ended by then to a callback (``TrainingStep``: what a rank 0
+  would log), until the run ends (exit code 0) or an interruption stops its ranks
+  (``preempt_after``: the first instance of a type that trains is taken back that many
+  seconds into its training, once).
 
 State lives in the provider object (one simulated world per object); ``get_allocation``
 answers for allocations this object launched.
@@ -152,9 +158,37 @@ class TrainingRun:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class TrainingStep:
+    """One iteration of a ``start_training`` run, handed over once the clock passed its end:
+    what rank 0 of a real run would log of it."""
+
+    index: int
+    """0 for the run's first iteration."""
+    ended_at: datetime
+    iteration_s: float
+    pass_s: tuple[float, ...]
+    """Each VM's forward + backward pass, VMs in the order of ``vm_types``."""
+    vm_types: tuple[str, ...]
+    exchange_s: float
+
+
+@dataclass
+class _Session:
+    """A run started by ``start_training``, handed out as the clock passes its iterations."""
+
+    allocs: list[_Alloc]
+    run: TrainingRun
+    iterations: int
+    ends: list[datetime]
+    on_step: Callable[[TrainingStep], None]
+    delivered: int = 0
+
+
 class EmulatedProvider(Provider):
     name = PROVIDER_NAME
     cloud = "aws"
+    reruns_workers = True
 
     def __init__(
         self,
@@ -172,11 +206,13 @@ class EmulatedProvider(Provider):
         spread_small: float = truth.SPREAD_SMALL,
         spread_large: float = truth.SPREAD_LARGE,
         hidden_slowdown: Mapping[str, float] | None = None,
+        preempt_after: Mapping[str, float] | None = None,
     ) -> None:
         """``hidden_slowdown``: per instance type, a factor on its GPUs' step times that
         only ``train`` applies (``emulator_truth.slowed``): ``profile`` never sees it, as
         a profile taken on other VMs or days would not (the online recalibration
-        benchmark's injected fault)."""
+        benchmark's injected fault). ``preempt_after``: per instance type, seconds into
+        its first ``start_training`` at which its first instance is taken back (once)."""
         from srifty_core.catalog import Catalog
 
         self.region = region
@@ -197,8 +233,14 @@ class EmulatedProvider(Provider):
         for name, factor in self.hidden_slowdown.items():
             if not factor > 0:
                 raise ConfigError(f"hidden_slowdown[{name}]: must be > 0, got {factor}")
+        self._preempt_after = dict(preempt_after or {})
+        for name, after in self._preempt_after.items():
+            self.catalog_type(name)  # an unknown type: the closest names
+            if not (math.isfinite(after) and after >= 0):
+                raise ConfigError(f"preempt_after[{name}]: must be seconds >= 0, got {after}")
         self._allocs: dict[str, _Alloc] = {}
         self._scripted: list[tuple[datetime, str, str]] = []
+        self._sessions: list[_Session] = []
         self._n = 0
 
     # ------------------------------------------------------------------ clock
@@ -211,7 +253,12 @@ class EmulatedProvider(Provider):
             raise ConfigError(f"seconds: the clock only moves forward, got {seconds}")
         self._clock = self._clock + timedelta(seconds=float(seconds))
         self._apply_interruptions()
+        self._deliver_steps()
         return self._clock
+
+    def wait(self, seconds: float) -> None:
+        """Let ``seconds`` of simulated time pass (``advance``): no wall time."""
+        self.advance(seconds)
 
     def advance_to(self, t: datetime) -> datetime:
         return self.advance(max(0.0, (t - self._clock).total_seconds()))
@@ -305,6 +352,10 @@ class EmulatedProvider(Provider):
     def get_allocation(self, allocation_id: str) -> Allocation:
         return self._get(allocation_id).allocation
 
+    def allocations(self) -> tuple[Allocation, ...]:
+        """Every allocation this provider launched (released ones too), oldest first."""
+        return tuple(a.allocation for a in self._allocs.values())
+
     def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
         a = self._get(allocation.id)
         per = allocation.spec.ranks_per_instance
@@ -363,6 +414,7 @@ class EmulatedProvider(Provider):
 
     def stop(self, allocation: Allocation) -> None:
         a = self._get(allocation.id)
+        self._end_sessions(allocation.id)
         a.exit_codes = {r: (c if c is not None else -15) for r, c in a.exit_codes.items()}
 
     def release(self, allocation: Allocation | str) -> None:
@@ -370,6 +422,8 @@ class EmulatedProvider(Provider):
         a = self._allocs.get(alloc_id)
         if a is None:
             return
+        self._end_sessions(alloc_id)
+        a.exit_codes = {r: (c if c is not None else -15) for r, c in a.exit_codes.items()}
         live = [i for i in a.instances if i.state in (InstanceState.RUNNING, InstanceState.PENDING)]
         for i in live:
             i.state = InstanceState.TERMINATED
@@ -641,9 +695,12 @@ class EmulatedProvider(Provider):
         reference: truth.DeviceRate | None = None,
         seed: int | None = None,
         warm_s: float = 0.0,
+        advance: bool = True,
     ) -> TrainingRun:
         """Run ``iterations`` synchronous data-parallel iterations over the RUNNING
         instances of ``allocations`` (mixed types allowed), in simulated time.
+        ``advance=False``: draw the run from now without moving the clock (its
+        ``ended_at`` is when it would end; ``start_training`` lets the clock run it).
 
         ``warm_s``: seconds of the same training that ran before the first iteration
         counted (not billed, no clock move): NICs that burst have spent that much of their
@@ -700,9 +757,8 @@ class EmulatedProvider(Provider):
         if first_stop is not None:
             elapsed = (first_stop - started).total_seconds()
             completed = int(np.searchsorted(np.cumsum(iters), elapsed, side="right"))
-            self.advance_to(first_stop)
-        else:
-            self.advance_to(ends)
+        if advance:
+            self.advance_to(first_stop if first_stop is not None else ends)
         hit = tuple(
             x
             for a in allocs
@@ -716,11 +772,81 @@ class EmulatedProvider(Provider):
             completed=completed,
             interrupted=hit,
             started_at=started,
-            ended_at=self._clock,
+            ended_at=self._clock if advance else (first_stop or ends),
             pass_s=detail.pass_s[:completed],
             vm_types=tuple(vm_types),
             exchange_s=detail.exchange_s[:completed],
         )
+
+    def start_training(
+        self,
+        allocations: Sequence[Allocation],
+        profile: ComputeProfile,
+        batches: Mapping[str, int],
+        iterations: int,
+        on_step: Callable[[TrainingStep], None],
+        *,
+        reference: truth.DeviceRate | None = None,
+    ) -> TrainingRun:
+        """Start ``iterations`` iterations on ``allocations`` (as ``train``) that run as the
+        clock moves: each ``advance`` hands the iterations that ended by then to
+        ``on_step``, in order. The ranks run (exit code ``None``) until the last iteration
+        (then 0), an interruption of one of their instances (its ranks -9, the others wait
+        in the collective until ``stop``), ``stop`` or ``release``. ``preempt_after`` is
+        armed here. Returns the run as drawn (``ended_at``: when it would end)."""
+        allocs = [self._running(a) for a in allocations]
+        for a in allocs:
+            after = self._preempt_after.pop(a.allocation.spec.name, None)
+            if after is not None:
+                victim = a.instances[0].id
+                self.schedule_interruption(victim, after, "spot interruption (preempt_after)")
+        run = self.train(allocations, profile, batches, iterations, reference=reference,
+                         advance=False)  # fmt: skip
+        ends = [run.started_at + timedelta(seconds=float(t)) for t in np.cumsum(run.iteration_s)]
+        for a in allocs:
+            a.runs.append({"argv": ["<emulated training>"], "env": {}, "at": self._clock})
+            a.exit_codes = {r: None for r in range(a.allocation.ranks)}
+        self._sessions.append(_Session(allocs, run, iterations, ends, on_step))
+        self._deliver_steps()
+        return run
+
+    def _deliver_steps(self) -> None:
+        """Hand each started run the iterations the clock has passed (``start_training``)."""
+        for s in list(self._sessions):
+            ids = {i.id for a in s.allocs for i in a.instances}
+            stops = [
+                x.at for a in s.allocs for x in a.interruptions
+                if x.instance_id in ids and x.at >= s.run.started_at
+            ]  # fmt: skip
+            stop = min(stops) if stops else None
+            while (
+                s.delivered < s.run.completed
+                and s.ends[s.delivered] <= self._clock
+                and (stop is None or s.ends[s.delivered] <= stop)
+            ):
+                k = s.delivered
+                s.delivered += 1
+                s.on_step(
+                    TrainingStep(
+                        k,
+                        s.ends[k],
+                        float(s.run.iteration_s[k]),
+                        tuple(float(x) for x in s.run.pass_s[k]),
+                        s.run.vm_types,
+                        float(s.run.exchange_s[k]),
+                    )
+                )
+            if stop is not None and stop <= self._clock:
+                self._sessions.remove(s)  # the interrupted ranks are -9, the rest wait
+            elif stop is None and s.delivered >= s.iterations:
+                self._sessions.remove(s)
+                for a in s.allocs:
+                    a.exit_codes = {r: 0 if c is None else c for r, c in a.exit_codes.items()}
+
+    def _end_sessions(self, alloc_id: str) -> None:
+        self._sessions = [
+            s for s in self._sessions if all(a.allocation.id != alloc_id for a in s.allocs)
+        ]
 
     def profile(
         self,

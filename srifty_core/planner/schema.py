@@ -166,6 +166,18 @@ MarketName = Annotated[
 ObjectiveName = Annotated[Literal["time", "cost"], _canonical(_objective), Rule("'time' or 'cost'")]
 Granularity = Annotated[Literal["pow2", "any"], Rule("'pow2' or 'any'")]
 JobProvider = Annotated[Literal["local", "ec2"], Rule("'local' or 'ec2'")]
+
+
+def _shell_provider(value: str) -> str:
+    key = value.strip().lower()
+    return "ec2-emulated" if key == "emulated" else key
+
+
+ShellJobProvider = Annotated[
+    Literal["local", "ec2", "ec2-emulated"],
+    _canonical(_shell_provider),
+    Rule("'local', 'ec2' or 'ec2-emulated' (alias 'emulated')"),
+]
 BandwidthSource = Annotated[Literal["champion", "probes"], Rule("'champion' or 'probes'")]
 SizeName = Annotated[
     str,
@@ -441,6 +453,14 @@ class JobConf(Strict):
         if self.provider == "ec2" and (self.ec2 is None or not self.ec2.image_id):
             raise _PathError("ec2.image_id", "the ec2 provider needs an AMI to launch")
         return self
+
+
+class ShellJobConf(JobConf):
+    """A job file of ``srifty train --job``: the DAG's conf, whose ``provider`` may also be
+    the emulated EC2 (``ec2-emulated``, alias ``emulated``), which lives in one process and
+    so runs only from the shell (``runtime.emulated_job``), never as the DAG's tasks."""
+
+    provider: ShellJobProvider = "local"  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------------- errors

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 RUNNING = "running"
 FINISHED = "finished"
 REPLAN = "replan"
-DEFAULT_LAUNCH_S = {"local": 0.0, "ec2": 150.0}
+DEFAULT_LAUNCH_S = {"local": 0.0, "ec2": 150.0, "ec2-emulated": 150.0}
 """Seconds from the request to running VMs, charged by the planner (EC2: about 150 s)."""
-DETACH_S = {"local": 0.0, "ec2": 5.0}
+DETACH_S = {"local": 0.0, "ec2": 5.0, "ec2-emulated": 5.0}
 """Moving the checkpoint volume when a re-plan switches VMs (EBS detach: about 5 s)."""
 
 
@@ -131,12 +131,13 @@ class JobSpec:
         return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
 
     @classmethod
-    def from_params(cls, p: Mapping[str, Any]) -> JobSpec:
+    def from_params(cls, p: Mapping[str, Any], *, shell: bool = False) -> JobSpec:
         """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
-        unknown keys): every problem is a ``ConfigError`` naming the field."""
-        from srifty_core.planner.schema import JobConf
+        unknown keys): every problem is a ``ConfigError`` naming the field. ``shell``: a
+        job run from the shell (``ShellJobConf``: the emulated EC2 allowed too)."""
+        from srifty_core.planner.schema import JobConf, ShellJobConf
 
-        c = JobConf.parse(p)
+        c = (ShellJobConf if shell else JobConf).parse(p)
         return cls(
             model=c.model,
             size=c.size,

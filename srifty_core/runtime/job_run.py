@@ -5,9 +5,10 @@ The ``srifty_plan_and_train`` DAG runs each step as a task and each re-plan as a
 run; ``run_job`` runs the same steps (``orchestrate``: plan, provision, start the ranks,
 monitor, on a re-plan the child conf, finish, release) in a loop, so a job started from
 the shell plans, provisions (local processes, or EC2 through the deployment's AWS
-connection), trains, re-plans on a preemption or a projected broken limit, and gives back
-every VM it launched, however it ends. Each configuration is one entry of the returned
-``JobRun``.
+connection, or the emulated EC2: ``emulated_job``), trains, re-plans on a preemption or a
+projected broken limit, and gives back every VM it launched, however it ends. Each
+configuration is one entry of the returned ``JobRun``. Time between two looks is the
+provider's (``Provider.wait``): on the emulated EC2 its simulated clock, no wall time.
 """
 
 from __future__ import annotations
@@ -60,15 +61,21 @@ def run_job(
     on_poll: Callable[[PollResult], None] | None = None,
     timeout_s: float = float("inf"),
 ) -> JobRun:
-    """Run the job ``params`` (the DAG's conf, ``planner.schema.JobConf``) to its end."""
+    """Run the job ``params`` (the DAG's conf, ``planner.schema.ShellJobConf``: provider
+    ``ec2-emulated`` too) to its end. ``timeout_s``: of wall time; ``poll_s``: of the
+    provider's time between two looks of the monitor."""
     from srifty_core.runtime import orchestrate as orc
 
     key = run_key or f"shell__{time.strftime('%Y%m%dT%H%M%S')}"
     conf = dict(params)
+    if provider is None and JobSpec.from_params(conf, shell=True).provider == "ec2-emulated":
+        from srifty_core.runtime.emulated_job import make_provider
+
+        provider = make_provider(conf)
     deadline = time.monotonic() + timeout_s
     done: list[Configuration] = []
     for n in range(MAX_CONFIGURATIONS):
-        spec = JobSpec.from_params(conf)
+        spec = JobSpec.from_params(conf, shell=True)
         try:
             job_path = orc.plan_job(spec, key if n == 0 else f"{key}.r{n}")
         except Exception:
@@ -86,7 +93,10 @@ def run_job(
                     on_poll(result)
                 if time.monotonic() > deadline:
                     raise JobRunError(f"the job did not finish within {timeout_s:.0f} s")
-                time.sleep(poll_s)
+                if provider is not None:
+                    provider.wait(poll_s)
+                else:
+                    time.sleep(poll_s)
             train = job.train
             done.append(
                 Configuration(
@@ -97,7 +107,9 @@ def run_job(
             )  # fmt: skip
             if result.status == FINISHED:
                 return JobRun(tuple(done), orc.finish(job_path, result.to_dict()))
-            child = orc.continue_or_finish(conf, job_path, alloc, result.to_dict(), key)
+            child = orc.continue_or_finish(
+                conf, job_path, alloc, result.to_dict(), key, provider=provider
+            )
             if child is None:  # the last iteration came before the workers were stopped
                 return JobRun(tuple(done), {"status": "finished"})
             kept = list(child.get("resume", {}).get("allocations", []))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -124,7 +123,7 @@ class Monitor:
         ``cloud``: the allocations' state already read (``cloud_watch.AsyncObserver``, in
         the trigger's event loop); read here through the provider when not given."""
         job, facts, spec, provider = self.job, self.facts, self.spec, self.provider
-        now = time.time() if now is None else now
+        now = provider.now().timestamp() if now is None else now  # simulated on an emulator
         prior_s = spec.resume.time_spent_s if spec.resume else 0.0
         prior_usd = spec.resume.cost_spent_usd if spec.resume else 0.0
         # A resumed run's conf carries what is left of the time and the budget.

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from srifty_core.cloud.base import Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
 from srifty_core.runtime import run_store
@@ -106,12 +107,16 @@ def continue_or_finish(
     allocation_ids: list[str],
     result: Mapping[str, Any],
     parent_run_id: str,
+    provider: Provider | None = None,
 ) -> dict[str, Any] | None:
     """After a ``replan`` decision: the conf of the run that continues the job
     (``child_conf``), or ``None`` when the job finished before its workers were stopped,
-    which is then recorded as finished (``finish``) rather than failed."""
+    which is then recorded as finished (``finish``) rather than failed. ``provider``:
+    the one the job runs on (default: the job's own, ``make_provider``)."""
     try:
-        return child_conf(params, job_path, allocation_ids, result, parent_run_id)
+        return child_conf(
+            params, job_path, allocation_ids, result, parent_run_id, provider=provider
+        )
     except JobFinished:
         finish(job_path, {**result, "status": "finished"})
         return None

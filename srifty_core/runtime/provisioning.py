@@ -4,7 +4,9 @@ starting the workers, and giving everything back.
 Providers: ``local`` (worker processes on this machine; one allocation per worker, so a
 worker taken back leaves its peers' allocations whole and keepable) and ``ec2`` (the
 catalog's types through the Airflow AWS connection; the workers start from the VMs' user
-data, so a stopped EC2 worker cannot be restarted and nothing is handed over).
+data, so a stopped EC2 worker cannot be restarted and nothing is handed over) and
+``ec2-emulated`` (the emulated EC2, which lives in one process: ``srifty train --job``
+passes it in; its workers are ``runtime.emulated_job``'s).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def make_provider(
     this source, built and uploaded to the run storage once."""
     if job.provider == "local":
         return LocalProvider()
+    if job.provider == "ec2-emulated":
+        raise ConfigError(
+            "provider: the emulated EC2 lives in the process that runs the job; run it with "
+            "`srifty train --job JOB.yaml --provider ec2-emulated` (not as the DAG's tasks)"
+        )
     from srifty_core.cloud.ec2 import EC2Provider, EC2Training, deployment_conn_id
 
     plan = EC2Training.for_plan(job.train_plan, job.config_id) if training else None
@@ -119,7 +126,8 @@ def start_training(
 
     Local: one process per rank, one process group over the allocations (ranks in their
     order). EC2: the workers started from the user data at launch; this only notes the
-    time.
+    time. The emulated EC2: its emulated ranks start (``emulated_job.start``). The time is
+    the provider's clock (simulated on the emulator).
     """
     job = JobPlan.load(job_path)
     if job.provider == "local":
@@ -128,7 +136,13 @@ def start_training(
             raise ConfigError(f"provider: a local plan needs the local provider, got {local.name}")
         allocs = [local.get_allocation(a) for a in allocation_ids]
         local.run_group(allocs, worker_command(job))
-    return time.time()
+    elif job.provider == "ec2-emulated":
+        from srifty_core.runtime import emulated_job
+
+        started = (provider or make_provider(job)).now().timestamp()
+        emulated_job.start(job_path, allocation_ids, provider)
+        return started
+    return provider.now().timestamp() if provider is not None else time.time()
 
 
 def handed_over(spec: JobSpec) -> tuple[str, ...]:
