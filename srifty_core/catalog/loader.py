@@ -80,6 +80,7 @@ def load_gpu_specs(catalog_dir: Path) -> dict[str, GpuSpec]:
             nvlink=r["nvlink"].strip().lower() == "yes",
             nvlink_bw_gbs=_opt_float(r["nvlink_bw_gbs_per_gpu_total"]),
             host_interface=r["host_interface"],
+            tf32_tflops=_opt_float(r["tf32_tensor_dense_tflops"]),
         )
         for fam in families:
             if re.fullmatch(r"[a-z0-9]+", fam):

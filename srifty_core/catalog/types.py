@@ -86,6 +86,8 @@ class GpuSpec:
     nvlink_bw_gbs: float | None
     """Total NVLink bandwidth per GPU, GB/s."""
     host_interface: str
+    tf32_tflops: float | None = None
+    """TF32 dense tensor-core throughput (Ampere and later), where published."""
 
 
 @dataclass(frozen=True, slots=True)

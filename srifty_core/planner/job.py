@@ -125,13 +125,14 @@ def _short(key: Any) -> str:
 
 def store_requests(catalog: Any, store: Any) -> Callable[[Mapping[str, Any]], PlanRequest]:
     """Request dict -> ``PlanRequest`` with the profiles of ``store`` (a
-    ``ProfileStore``): each profile read once (``whatif.profile_loader``: every request
+    ``ProfileStore``; a GPU it has no profile of, estimated: ``load_or_estimate``): each
+    profile read once (``whatif.profile_loader``: every request
     built holds the same profile objects, which the simulator's caches key on) and the
     store's VM spreads (``ProfileStore.vm_spreads``, the workloads' ``vm_evidence``) read
     once for all of them."""
     from srifty_core.planner.whatif import profile_loader
 
-    load = profile_loader(store.load)
+    load = profile_loader(functools.partial(store.load_or_estimate, catalog=catalog))
     evidence = store.vm_spreads()
     return lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence)
 
@@ -150,7 +151,8 @@ def load_bandwidth(
     fit-bandwidth`` or the srifty_model_refresh DAG makes one), from its local copy when
     that is still the champion's (``refresh_model``: asked of the store);
     ``probes``: the measured-table model over the probe store (no learning, only probed
-    types)."""
+    types); ``public``: the model fitted on the shipped public nccl-tests tables, which
+    ``champion`` also falls back to while there is no champion (a fresh install)."""
     return load_bandwidth_with_source(source, probe_root, refresh_model=refresh_model)[0]
 
 
@@ -160,10 +162,17 @@ def load_bandwidth_with_source(
     """``load_bandwidth``, and what was loaded: ``{"kind", "text", ...}`` (for the champion,
     ``champion_cache.ChampionSource.to_dict()``: version, run, store, local copy or store)."""
     if source == "champion":
-        from srifty_core.predictors.registry import load_champion_with_source
+        from srifty_core.predictors.registry import NoChampionError, load_champion_with_source
 
-        model, where = load_champion_with_source(refresh=refresh_model)
+        try:
+            model, where = load_champion_with_source(refresh=refresh_model)
+        except NoChampionError as exc:  # a fresh install: plan on public measurements
+            fitted, text = public_bandwidth()
+            return fitted, {"kind": "public", "text": f"{text} ({exc})"}
         return model, {"kind": "champion", **where.to_dict(), "text": where.describe()}
+    if source == "public":
+        fitted, text = public_bandwidth()
+        return fitted, {"kind": "public", "text": text}
     if source == "probes":
         from srifty_core.predictors.table import ProbeTableBandwidth
         from srifty_core.probing.store import read_probes
@@ -175,7 +184,23 @@ def load_bandwidth_with_source(
             )
         text = f"probe table over {len(probes)} probe rows"
         return ProbeTableBandwidth().fit(probes), {"kind": "probes", "text": text}
-    raise ConfigError(f"bandwidth: {source!r} is not one of champion, probes")
+    raise ConfigError(f"bandwidth: {source!r} is not one of champion, probes, public")
+
+
+def public_bandwidth() -> tuple[BandwidthPredictor, str]:
+    """The bus-bandwidth model fitted on the shipped public nccl-tests tables
+    (``predictors.nccl_tests``; about 2 s): what planning uses before this deployment has
+    probed anything (its held-out error on those tables: BENCHMARKS.md)."""
+    from srifty_core.predictors.bandwidth import BandwidthModel
+    from srifty_core.predictors.nccl_tests import nccl_tests_frame
+
+    rows = nccl_tests_frame()
+    text = (
+        f"fitted now on the {len(rows)} rows of the shipped public nccl-tests tables, no "
+        "probes of yours: run `srifty probe` and `srifty fit-bandwidth` for a model of your "
+        "cloud"
+    )
+    return BandwidthModel().fit(rows), text
 
 
 def render(result: PlanResult, bandwidth: str | None = None) -> str:

@@ -82,6 +82,7 @@ class Candidate:
             },
             "missing_terms": list(self.estimate.missing),
             "bandwidth_extrapolated": list(self.estimate.extrapolated),
+            "compute_estimated": list(self.estimate.estimated),
             "bottleneck": self.estimate.bottleneck,
             "throughput": self.estimate.throughput,
             "time_s": self.time_s,
@@ -231,6 +232,13 @@ class PlanResult:
             lines.append(
                 f"Not in the estimate (the profiles did not measure them): "
                 f"{', '.join(e.missing)}; it is that much too fast."
+            )
+        if e.estimated:
+            lines.append(
+                f"Compute estimated, not measured: {'; '.join(e.estimated)} (from the "
+                "model's operator census and the GPU's sheet; the p90 carries the estimate's "
+                "held-out error, and a running job recalibrates it in its first window). "
+                "Profile the model on that GPU to plan on measurements."
             )
         if e.extrapolated:
             lines.append(

@@ -127,6 +127,12 @@ class ComputeProfile:
     noisy: tuple[str, ...] = ()
     """Measurements whose repeats disagreed beyond the profiler's bound even after it
     re-measured them (``profiler.NOISY_CV``): what to distrust, one line each."""
+    estimate: str = ""
+    """Empty for a measured profile; else how it was estimated without measuring this
+    device (``predictors.roofline``): ``specs`` or ``scaled from <device>``."""
+    estimate_cv: float = 0.0
+    """The estimate's own spread (sd of its log error, held out by GPU): the simulator
+    widens ``t_iter_p90`` by it and the online recalibration's prior starts that wide."""
 
     @property
     def store_key(self) -> str:
@@ -266,6 +272,8 @@ class ComputeProfile:
             "effective_precision": self.effective_precision,
             "b_max_limit": self.b_max_limit,
             "noisy": list(self.noisy),
+            "estimate": self.estimate,
+            "estimate_cv": self.estimate_cv,
         }
 
     def to_json(self) -> str:
@@ -321,6 +329,8 @@ class ComputeProfile:
                 effective_precision=str(d.get("effective_precision", "")),
                 b_max_limit=str(d.get("b_max_limit", "memory")),
                 noisy=tuple(str(x) for x in d.get("noisy", ())),
+                estimate=str(d.get("estimate", "")),
+                estimate_cv=float(d.get("estimate_cv", 0.0)),
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
@@ -78,9 +79,43 @@ class ProfileStore:
             )
         return ComputeProfile.from_json(path.read_text(encoding="utf-8"))
 
+    def load_or_estimate(
+        self,
+        model: str,
+        size: str,
+        device_type: str,
+        settings: TrainingSettings = DEFAULT_SETTINGS,
+        *,
+        catalog: Any = None,
+    ) -> ComputeProfile:
+        """The measured profile, or, where there is none and ``device_type`` is a GPU the
+        catalog has a sheet for, one estimated from the model's operator census
+        (``profiling.estimate``: scaled from a measured GPU profile of the model, else from
+        the specs; ``ComputeProfile.estimate`` says which). A CPU or an unknown device
+        without a profile is the ``load`` error with its hint."""
+        try:
+            return self.load(model, size, device_type, settings)
+        except ProfileNotFoundError as missing:
+            if device_type == "cpu" or device_type.startswith("local"):
+                raise
+            from srifty_core.catalog import Catalog
+            from srifty_core.profiling import estimate
+
+            cat = catalog if catalog is not None else Catalog.load()
+            if estimate.device_spec(cat, device_type) is None:
+                raise
+            try:
+                return estimate.estimate(
+                    model, size, device_type, settings, catalog=cat, store=self
+                )
+            except ConfigError as exc:
+                raise ProfileNotFoundError(f"{missing}; no estimate either: {exc}") from exc
+
     def list_paths(self) -> list[Path]:
-        """Every stored profile file."""
-        return sorted(self.root.glob("*/*/*.json")) if self.root.is_dir() else []
+        """Every stored profile file (not the operator censuses kept beside them)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.glob("*/*/*.json") if not p.stem.startswith("census"))
 
     def vm_spreads(self) -> dict[str, tuple[float, int]]:
         """``{"model/size/device": (vm_cv, VMs profiled)}`` of every stored profile taken

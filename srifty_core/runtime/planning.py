@@ -140,8 +140,8 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
     if not without_depleted(offers, gone):
         raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
     store = ProfileStore(profiles_root)
-    profiles = {
-        o.instance.device_type: store.load(
+    profiles = {  # a GPU nobody profiled: estimated, and recalibrated in the first window
+        o.instance.device_type: store.load_or_estimate(
             spec.model, spec.size, o.instance.device_type, spec.settings
         )
         for o in offers

@@ -221,7 +221,8 @@ def prior(
 ) -> Calibration:
     """The prior of a job over ``instances``: every factor centred on 1 with the width the
     simulator learned (``vm_cv`` pooled per device type; the bandwidth model's
-    ``level_sigma`` per instance type; ``PRIOR_FLOOR`` where it is 0), or, for keys in
+    ``level_sigma`` per instance type; a profile estimated from specs adds its
+    ``estimate_cv`` in quadrature; ``PRIOR_FLOOR`` where it is 0), or, for keys in
     ``stored``, the stored posterior widened by that width (``Factor.carried``)."""
     vm = workload.vm_spreads()
     sigma = getattr(bandwidth, "level_sigma", None)
@@ -230,7 +231,8 @@ def prior(
     for inst in instances:
         d = inst.device_type
         if d not in compute and d in workload.profiles:
-            s = vm.get(d, 0.0) or PRIOR_FLOOR
+            # an estimated profile: as wide as its own error too, so a window moves it
+            s = math.hypot(vm.get(d, 0.0) or PRIOR_FLOOR, workload.profiles[d].estimate_cv)
             old = None if stored is None else stored.compute.get(d)
             compute[d] = Factor(0.0, s) if old is None else old.carried(s)
         if inst.name not in comm:

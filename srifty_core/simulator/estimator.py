@@ -692,11 +692,14 @@ class Simulator:
             )
             sigma = self._net_sigma(instances)
         after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
+        estimated = [workload.profile(g.instance.device_type) for g in groups]
+        estimated = [p for p in estimated if p.estimate]
+        est_cv = max((p.estimate_cv for p in estimated), default=0.0)
         it = fw + np.maximum(bw, t_pe) + after
         exact = self.mean == "exact"
         t_iter = t_fw + max(t_bw, t_pe) + after if exact else float(it.mean())
         slow_it = t_iter
-        if sigma > 0 or vm_spread:
+        if sigma > 0 or vm_spread or est_cv > 0:
             # a 90th-percentile allocation, from two independent sources combined in
             # quadrature: the network at the level 10% of allocations fell below, and the
             # slowest VM at the 90th percentile of its spread
@@ -721,7 +724,10 @@ class Simulator:
                     )
                 slow_vm = float((fw_slow + np.maximum(bw_slow, t_pe_vm) + after).mean())
                 d_vm = slow_vm - t_iter
-            slow_it = t_iter + float(np.hypot(max(d_net, 0.0), max(d_vm, 0.0)))
+            # and a third: an estimated profile's own error, common to every VM of its GPU
+            # (the compute at the 90th percentile of the estimate's log error)
+            d_est = (t_fw + t_bw + after) * float(np.expm1(-P90_Z * est_cv))
+            slow_it = t_iter + float(np.sqrt(max(d_net, 0.0) ** 2 + max(d_vm, 0.0) ** 2 + d_est**2))
         p50, p90, p95 = _quantiles(it, (0.5, 0.9, 0.95))
         return IterationEstimate(
             t_iter=t_iter,
@@ -738,6 +744,7 @@ class Simulator:
             t_iter_p90=slow_it,
             net_sigma=sigma,
             extrapolated=extrapolated,
+            estimated=tuple(sorted({f"{p.device_type}: {p.estimate}" for p in estimated})),
             missing=tuple(
                 name
                 for name, lacks in (

@@ -249,6 +249,9 @@ class IterationEstimate:
     net_sigma: float = 0.0
     missing: tuple[str, ...] = ()
     extrapolated: tuple[str, ...] = ()
+    estimated: tuple[str, ...] = ()
+    """``DEVICE: how`` per device whose compute profile is an estimate nobody measured
+    (``ComputeProfile.estimate``): ``t_iter_p90`` carries its spread."""
 
     @property
     def throughput(self) -> float:

@@ -1,0 +1,509 @@
+"""Compute latency on a GPU nobody profiled: an operator roofline over the model's census,
+with efficiencies learned from measurements.
+
+Each operator of a training step (``profiling.census.OpCensus``: its floating-point
+operations ``F`` and the bytes it reads and writes ``M`` at batch ``B``) takes
+
+    t_op = max(F / (eta_class * peak_class), M / (eta_mem * memory_bw), launch)
+
+on a device whose peaks come from its specification sheet (``DeviceSpec``: the catalog's
+GPU specs). ``peak_class`` depends on the operator and the precision: convolutions and
+matrix products on tensor cores where the precision allows (PyTorch's defaults run
+convolutions in TF32 and matrix products in FP32 unless ``tf32`` is asked for; ``amp``
+runs both in FP16/BF16 and halves the bytes of activations), the rest on the vector units.
+``launch`` is what one operator costs however small (eager PyTorch's dispatch and the
+kernel launch). A pass is the sum over its operators; the optimizer step is memory-bound
+(multi-tensor kernels: one launch per update).
+
+Nothing in it is a constant of the device beyond its sheet: the four efficiencies
+``(eta_conv, eta_matmul, eta_mem, launch)`` are fitted (``fit``) to every measured time
+there is: the per-batch forward and backward means of measured GPU profiles and published
+single-GPU training throughput (``shipped/reference/public_training_throughput.csv``),
+by least squares on log time. ``held_out`` scores the fit leaving one GPU out at a time,
+which is the spread an estimate carries (``estimate_cv``).
+
+Two paths give a profile (``estimate_profile``):
+
+* **specs**: the roofline's times on the device;
+* **scaled** from a measured profile of the same model on another GPU: the measured times
+  times the roofline's ratio between the two devices, batch by batch (Habitat's idea: the
+  compute-bound and memory-bound operators move with different specs, and what the roofline
+  gets wrong about the model cancels in the ratio).
+
+Pure numpy and scipy; no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from srifty_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from srifty_core.catalog.types import GpuSpec
+    from srifty_core.profiling.census import OpCensus
+    from srifty_core.profiling.profile import ComputeProfile
+
+MODES = ("fp32", "tf32", "amp")
+"""``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
+in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
+
+MEMORY_HEADROOM = 0.9
+"""Share of a GPU's usable memory a batch may fill (the CUDA context, cuDNN's workspaces
+and the allocator's fragmentation take the rest)."""
+MAX_BATCH = 4096
+"""Largest local batch an estimate offers (the profiler's GPU searches stop near here)."""
+
+
+def mode_of(precision: str) -> str:
+    """The roofline mode of a training setting's precision (``fp32``, ``fp16``, ``bf16``)."""
+    return "amp" if precision in ("fp16", "bf16") else "fp32"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """What the roofline reads of a GPU's sheet: peaks in FLOP/s, bandwidth in bytes/s."""
+
+    name: str
+    fp32_flops: float
+    memory_bytes_per_s: float
+    memory_gib: float
+    tf32_flops: float | None = None
+    fp16_flops: float | None = None
+    """FP16/BF16 dense tensor-core peak, else the vector units' FP16 peak."""
+    variant: str = ""
+
+    @classmethod
+    def from_gpu(cls, gpu: GpuSpec, memory_gib: float) -> DeviceSpec:
+        if gpu.memory_bw_gbs is None:
+            raise ConfigError(f"{gpu.model}: the catalog has no memory bandwidth for it")
+        return cls(
+            name=gpu.model,
+            fp32_flops=gpu.fp32_tflops * 1e12,
+            memory_bytes_per_s=gpu.memory_bw_gbs * 1e9,
+            memory_gib=memory_gib,
+            tf32_flops=gpu.tf32_tflops * 1e12 if gpu.tf32_tflops else None,
+            fp16_flops=gpu.fp16_tflops * 1e12 if gpu.fp16_tflops else None,
+            variant=gpu.variant,
+        )
+
+    def peaks(self, mode: str) -> tuple[float, float, float]:
+        """(convolution, matrix product, other) peak FLOP/s in ``mode``."""
+        if mode not in MODES:
+            raise ConfigError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
+        tf32 = self.tf32_flops or self.fp32_flops
+        if mode == "amp":
+            half = self.fp16_flops or self.fp32_flops
+            return half, half, self.fp32_flops
+        if mode == "tf32":
+            return tf32, tf32, self.fp32_flops
+        return tf32, self.fp32_flops, self.fp32_flops
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiencies:
+    """The learned part: shares of the peaks reached (a convolution's can pass 1: cuDNN's
+    Winograd and FFT algorithms do fewer multiplications than the direct count), the bytes
+    of a 16-bit step relative to a 32-bit one, and the cost of one operator in each pass."""
+
+    conv: float = 0.6
+    matmul: float = 0.6
+    conv_half: float = 0.4
+    matmul_half: float = 0.4
+    memory: float = 0.7
+    half_bytes: float = 0.6
+    launch_fw_s: float = 3e-5
+    launch_bw_s: float = 5e-5
+
+    def as_log(self) -> NDArray[np.float64]:
+        return np.log([getattr(self, f) for f in self.__slots__])
+
+    @classmethod
+    def from_log(cls, x: Sequence[float] | NDArray[np.float64]) -> Efficiencies:
+        v = np.exp(np.asarray(x, dtype=np.float64))
+        return cls(*(float(a) for a in v))
+
+    def to_dict(self) -> dict[str, float]:
+        return {f: float(getattr(self, f)) for f in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, float]) -> Efficiencies:
+        return cls(**{f: float(d[f]) for f in cls.__slots__})
+
+
+_LOWER = np.log([1e-2, 1e-2, 1e-2, 1e-2, 1e-2, 0.25, 1e-7, 1e-7])
+_UPPER = np.log([4.0, 2.0, 4.0, 2.0, 1.0, 1.0, 1e-3, 1e-3])
+
+
+class _Ops:
+    """A census as arrays, per phase (cached per census object)."""
+
+    def __init__(self, census: OpCensus) -> None:
+        phase = np.asarray(census.phase, dtype=np.int64)
+        cls = np.asarray(census.op_class, dtype=np.int64)
+        f0, f1 = np.asarray(census.flops0), np.asarray(census.flops1)
+        m0, m1 = np.asarray(census.bytes0), np.asarray(census.bytes1)
+        self.parts = []
+        for k in range(3):
+            sel = phase == k
+            self.parts.append((cls[sel], f0[sel], f1[sel], m0[sel], m1[sel]))
+        self.param_bytes = float(census.gradient_bytes)
+        self.ready_op = np.asarray(census.bucket_ready_op, dtype=np.int64)
+
+
+_OPS_CACHE: dict[int, tuple[Any, _Ops]] = {}
+
+
+def _ops(census: OpCensus) -> _Ops:
+    hit = _OPS_CACHE.get(id(census))
+    if hit is None or hit[0] is not census:
+        hit = (census, _Ops(census))
+        _OPS_CACHE[id(census)] = hit
+    return hit[1]
+
+
+def op_times(
+    census: OpCensus,
+    device: DeviceSpec,
+    mode: str,
+    eff: Efficiencies,
+    batch: float,
+    phase: int,
+) -> NDArray[np.float64]:
+    """Each operator's time (s) of ``phase`` (0 forward, 1 backward, 2 optimizer step) at
+    ``batch`` on ``device``."""
+    cls, f0, f1, m0, m1 = _ops(census).parts[phase]
+    conv, mm, other = device.peaks(mode)
+    half = mode == "amp"
+    rate = np.array(
+        [
+            conv * (eff.conv_half if half else eff.conv),
+            mm * (eff.matmul_half if half else eff.matmul),
+            other * eff.memory,
+        ]
+    )[cls]
+    flops = f0 + f1 * batch
+    moved = m0 + m1 * batch
+    if half and phase < 2:  # activations in 16 bits
+        moved = moved * eff.half_bytes
+    bandwidth = device.memory_bytes_per_s * eff.memory
+    launch = eff.launch_bw_s if phase == 1 else eff.launch_fw_s
+    if phase == 2:  # multi-tensor updates: memory-bound, one launch each
+        out: NDArray[np.float64] = np.maximum(moved / bandwidth, launch)
+        return out
+    out = np.maximum(np.maximum(flops / rate, moved / bandwidth), launch)
+    return out
+
+
+def pass_times(
+    census: OpCensus, device: DeviceSpec, mode: str, eff: Efficiencies, batch: float
+) -> tuple[float, float, float]:
+    """(forward, backward, optimizer step) seconds at ``batch``."""
+    return (
+        float(op_times(census, device, mode, eff, batch, 0).sum()),
+        float(op_times(census, device, mode, eff, batch, 1).sum()),
+        float(op_times(census, device, mode, eff, batch, 2).sum()),
+    )
+
+
+# ----------------------------------------------------------------------------- fitting
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One measured time: ``what`` is ``fw``, ``bw`` or ``step`` (forward + backward +
+    optimizer step, what a published throughput's batch over samples/s gives)."""
+
+    census: OpCensus
+    device: DeviceSpec
+    mode: str
+    batch: int
+    seconds: float
+    what: str
+    source: str = ""
+    group: str = ""
+    """What is left out together in ``held_out`` (the GPU)."""
+
+
+def predict(obs: Observation, eff: Efficiencies) -> float:
+    fw, bw, opt = pass_times(obs.census, obs.device, obs.mode, eff, obs.batch)
+    return {"fw": fw, "bw": bw, "step": fw + bw + opt}[obs.what]
+
+
+def fit(observations: Sequence[Observation], start: Efficiencies | None = None) -> Efficiencies:
+    """The efficiencies that minimise the squared log error over ``observations`` (each
+    source weighted equally within its GPU, each GPU equally: one GPU's many rows do not
+    outvote the others)."""
+    from scipy.optimize import least_squares
+
+    if not observations:
+        raise ConfigError("roofline fit: no measured times to learn from")
+    weights = _weights(observations)
+    logs = np.log([o.seconds for o in observations])
+
+    def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        eff = Efficiencies.from_log(x)
+        pred = np.log([predict(o, eff) for o in observations])
+        out: NDArray[np.float64] = (pred - logs) * weights
+        return out
+
+    x0 = np.clip((start or Efficiencies()).as_log(), _LOWER + 1e-9, _UPPER - 1e-9)
+    res = least_squares(residuals, x0, bounds=(_LOWER, _UPPER))
+    return Efficiencies.from_log(res.x)
+
+
+def _weights(observations: Sequence[Observation]) -> NDArray[np.float64]:
+    per_group: dict[str, int] = {}
+    for o in observations:
+        per_group[o.group] = per_group.get(o.group, 0) + 1
+    w = np.array([1.0 / per_group[o.group] for o in observations])
+    out: NDArray[np.float64] = np.sqrt(w / w.mean())
+    return out
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Relative errors of predictions made without the GPU they predict."""
+
+    specs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Per GPU left out: (predicted - measured) / measured of its observations, from the
+    specs with efficiencies fitted on the other GPUs."""
+
+    def log_sd(self) -> float:
+        """The spread of the log errors over every GPU left out (0 with none)."""
+        errs = [math.log1p(e) for v in self.specs.values() for e in v]
+        return float(np.sqrt(np.mean(np.square(errs)))) if errs else 0.0
+
+
+def held_out(observations: Sequence[Observation]) -> HeldOut:
+    """Leave each GPU (``Observation.group``) out in turn: fit on the rest, predict it."""
+    groups = sorted({o.group for o in observations})
+    out: dict[str, tuple[float, ...]] = {}
+    for g in groups:
+        train = [o for o in observations if o.group != g]
+        if not train:
+            continue
+        eff = fit(train)
+        out[g] = tuple(predict(o, eff) / o.seconds - 1.0 for o in observations if o.group == g)
+    return HeldOut(out)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A fitted roofline: the efficiencies, what they were learned from and the spread its
+    estimates carry (held out by GPU)."""
+
+    efficiencies: Efficiencies
+    observations: int
+    gpus: tuple[str, ...]
+    specs_cv: float
+    """sd of the log error of a spec estimate for a GPU left out of the fit."""
+    scaled_cv: float
+    """sd of the log error scaling a measured profile to another GPU (left out)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "efficiencies": self.efficiencies.to_dict(),
+            "observations": self.observations,
+            "gpus": list(self.gpus),
+            "specs_cv": self.specs_cv,
+            "scaled_cv": self.scaled_cv,
+        }
+
+
+def scaled_errors(observations: Sequence[Observation]) -> dict[str, tuple[float, ...]]:
+    """Per GPU left out: errors of predicting each of its observations from an observation
+    of the same model, mode and kind on every other GPU, the roofline's ratio between
+    the two (efficiencies fitted without the GPU predicted)."""
+    groups = sorted({o.group for o in observations})
+    out: dict[str, tuple[float, ...]] = {}
+    for g in groups:
+        train = [o for o in observations if o.group != g]
+        if not train:
+            continue
+        eff = fit(train)
+        errs = []
+        for o in observations:
+            if o.group != g:
+                continue
+            for src in train:
+                if src.census.key == o.census.key and src.mode == o.mode and src.what == o.what:
+                    est = src.seconds * predict(o, eff) / predict(src, eff)
+                    errs.append(est / o.seconds - 1.0)
+        out[g] = tuple(errs)
+    return out
+
+
+def learn(observations: Sequence[Observation]) -> Roofline:
+    """``fit`` on every observation, with the spreads ``held_out`` and ``scaled_errors``
+    measure (0 where fewer than two GPUs were measured)."""
+    eff = fit(observations)
+    gpus = tuple(sorted({o.group for o in observations}))
+    specs_cv = scaled_cv = 0.0
+    if len(gpus) > 1:
+        specs_cv = held_out(observations).log_sd()
+        errs = [math.log1p(e) for v in scaled_errors(observations).values() for e in v]
+        scaled_cv = float(np.sqrt(np.mean(np.square(errs)))) if errs else specs_cv
+    return Roofline(eff, len(observations), gpus, specs_cv, scaled_cv)
+
+
+def profile_observations(
+    profile: ComputeProfile, census: OpCensus, device: DeviceSpec
+) -> list[Observation]:
+    """The forward and backward means of a measured GPU profile, one per probed batch."""
+    mode = mode_of(profile.settings.precision)
+    out = []
+    for what, stats in (("fw", profile.fw), ("bw", profile.bw)):
+        for b, m in zip(stats.batch_sizes, stats.mean_s, strict=True):
+            out.append(
+                Observation(
+                    census, device, mode, int(b), float(m), what, profile.store_key, device.name
+                )
+            )
+    return out
+
+
+# ----------------------------------------------------------------------------- profiles
+def batch_limit(
+    census: OpCensus, device: DeviceSpec, optimizer_states: int
+) -> tuple[int, float, float]:
+    """(B_max, fixed bytes, bytes per sample) on ``device``: the tensors saved for the
+    backward pass (the census's), plus the weights, their gradients and the optimizer's
+    state; a batch may fill ``MEMORY_HEADROOM`` of the GPU."""
+    fixed = census.saved_bytes0 + (2 + optimizer_states) * census.gradient_bytes
+    per_sample = max(census.saved_bytes1, 1.0)
+    room = device.memory_gib * 2**30 * MEMORY_HEADROOM - fixed
+    return max(0, min(MAX_BATCH, int(room // per_sample))), fixed, per_sample
+
+
+def estimate_profile(
+    census: OpCensus,
+    device: DeviceSpec,
+    roofline: Roofline,
+    *,
+    source: ComputeProfile | None = None,
+    source_device: DeviceSpec | None = None,
+    relative_std: float = 0.02,
+) -> ComputeProfile:
+    """A ``ComputeProfile`` of ``census``'s model on ``device`` that nobody measured: from
+    the specs, or scaled from ``source`` (a measured profile of the same model, size and
+    settings on ``source_device``). ``estimate`` says which, ``estimate_cv`` is the
+    roofline's held-out spread for that path; ``relative_std`` the step-to-step jitter the
+    passes are given (the pooled spread of measured profiles, where there are some)."""
+    from srifty_core.predictors.compute import budget_batch_sizes, fit_piecewise
+    from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
+
+    settings = census.settings if source is None else source.settings
+    mode = mode_of(settings.precision)
+    eff = roofline.efficiencies
+    states = 2 if settings.optimizer == "adamw" else 1
+    b_max, fixed, per_sample = batch_limit(census, device, states)
+    if b_max < 1:
+        raise ConfigError(
+            f"{census.model}/{census.size} does not fit one {device.name} "
+            f"({device.memory_gib:g} GiB): one sample needs about "
+            f"{(fixed + per_sample) / 2**30:.1f} GiB"
+        )
+    dense = sorted({1, b_max, *(1 << k for k in range(b_max.bit_length()) if 1 << k <= b_max)})
+
+    def times(b: int) -> tuple[float, float, float]:
+        fw, bw, opt = pass_times(census, device, mode, eff, b)
+        if source is None or source_device is None:
+            return fw, bw, opt
+        s_fw, s_bw, s_opt = pass_times(census, source_device, mode, eff, b)
+        return (
+            float(source.fw_fit.at(b)) * fw / s_fw,
+            float(source.bw_fit.at(b)) * bw / s_bw,
+            (source.optimizer_step_s * opt / s_opt) if source.optimizer_step_s > 0 else opt,
+        )
+
+    rows = [times(b) for b in dense]
+    fw_mean = [r[0] for r in rows]
+    bw_mean = [r[1] for r in rows]
+    probes = budget_batch_sizes(b_max, 4) if b_max > 1 else [1]
+    fw_at = dict(zip(dense, fw_mean, strict=True))
+    bw_at = dict(zip(dense, bw_mean, strict=True))
+    for b in probes:
+        if b not in fw_at:
+            fw_at[b], bw_at[b], _ = times(b)
+    probes = sorted(set(probes))
+    fw_stats = PassStats(
+        tuple(probes),
+        tuple(fw_at[b] for b in probes),
+        tuple(fw_at[b] * relative_std for b in probes),
+        5,
+    )
+    bw_stats = PassStats(
+        tuple(probes),
+        tuple(bw_at[b] for b in probes),
+        tuple(bw_at[b] * relative_std for b in probes),
+        5,
+    )
+    xs = dense if len(dense) > 1 else [1, 2]
+    ys_fw = fw_mean if len(dense) > 1 else [fw_mean[0], fw_mean[0]]
+    ys_bw = bw_mean if len(dense) > 1 else [bw_mean[0], bw_mean[0]]
+    fw_fit = fit_piecewise(xs, ys_fw, cv=[relative_std] * len(xs), repeats=5)
+    bw_fit = fit_piecewise(xs, ys_bw, cv=[relative_std] * len(xs), repeats=5)
+    sched_b = probes[len(probes) // 2]
+    bw_ops = op_times(census, device, mode, eff, sched_b, 1)
+    done = np.cumsum(bw_ops) / max(float(bw_ops.sum()), 1e-12)
+    buckets = tuple(
+        GradientBucket(i, size, n, float(done[min(op, done.size - 1)]) if done.size else 1.0)
+        for i, (size, n, op) in enumerate(
+            zip(census.bucket_sizes, census.bucket_params, census.bucket_ready_op, strict=True)
+        )
+    )
+    _, _, opt_s = times(sched_b)
+    path = "specs" if source is None else f"scaled from {source.device_type}"
+    cv = roofline.specs_cv if source is None else roofline.scaled_cv
+    return ComputeProfile(
+        model=census.model,
+        size=census.size,
+        device_type=device.name,
+        device_name=f"{device.variant or device.name} (estimated: {path})",
+        fw=fw_stats,
+        bw=bw_stats,
+        fw_fit=fw_fit,
+        bw_fit=bw_fit,
+        b_max=b_max,
+        memory_per_sample_bytes=per_sample,
+        memory_fixed_bytes=fixed,
+        memory_cap_bytes=int(device.memory_gib * 2**30),
+        n_parameters=census.n_parameters,
+        gradient_bytes=census.gradient_bytes,
+        buckets=buckets,
+        bucket_cap_bytes=census.bucket_cap_bytes,
+        first_bucket_cap_bytes=census.first_bucket_cap_bytes,
+        schedule_batch_size=sched_b,
+        probe_mode=f"estimated:{path}",
+        threads=0,
+        torch_version=census.torch_version,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        copy_bytes_per_s=device.memory_bytes_per_s * eff.memory,
+        optimizer_step_s=opt_s,
+        settings=settings,
+        effective_precision=settings.precision,
+        b_max_limit="memory (estimated)",
+        estimate=path,
+        estimate_cv=cv,
+    )
+
+
+def nearest_measured(
+    device: DeviceSpec, measured: Iterable[tuple[ComputeProfile, DeviceSpec]]
+) -> tuple[ComputeProfile, DeviceSpec] | None:
+    """The measured profile whose GPU is nearest ``device`` in peak compute and memory
+    bandwidth (log distance): the one to scale from."""
+    best = None
+    for prof, spec in measured:
+        d = abs(math.log(spec.fp32_flops / device.fp32_flops)) + abs(
+            math.log(spec.memory_bytes_per_s / device.memory_bytes_per_s)
+        )
+        if best is None or d < best[0]:
+            best = (d, (prof, spec))
+    return None if best is None else best[1]

@@ -1,0 +1,507 @@
+"""Operator census: what one training step of a model asks of a device, counted without
+running it on that device.
+
+The model is built as a profile would build it (``workload.build``), moved to PyTorch's
+``meta`` device (shapes and dtypes, no data, no arithmetic) and stepped under a dispatch
+mode that records every ATen operator the step launches: its phase (forward, backward,
+optimizer step), its floating-point operations (``torch.utils.flop_counter``'s formulas) and
+the bytes of the tensors it reads and writes, at two batch sizes. Each operator's counts are
+linear in the batch (the same graph at both sizes), so the census gives them at any batch.
+Views and allocations launch no kernel and are left out. A model whose step cannot run on
+``meta`` (it reads a value) is counted on the CPU at the same two small batches instead.
+
+The census also records DDP's gradient buckets (formed as the profiler forms them, from the
+order in which the backward pass produced the gradients) with the backward operator after
+which each bucket is complete, and the memory the step holds: the tensors saved for the
+backward pass (per sample and fixed) and the parameters.
+
+``predictors.roofline`` turns a census into latencies on a GPU it was never run on. The
+census depends on the model, its size and its training settings only, so the profile store
+keeps one per model next to its profiles (``census<settings suffix>.json``) and the
+package ships the zoo's ``full`` models' (``shipped/census/``): planning does not need
+torch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+
+SCHEMA_VERSION = 1
+BATCHES = (2, 8)
+"""The two batch sizes the census steps at (batch norm needs more than one sample)."""
+PHASES = ("fw", "bw", "opt")
+CLASSES = ("conv", "matmul", "other")
+"""Operator classes: convolutions and matrix products run on tensor cores where the
+precision lets them (convolutions also in TF32 under PyTorch's defaults, matrix products
+not), the rest on the vector units."""
+
+_CONV = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution"}
+_MATMUL = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_mm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_flash_attention_forward",
+    "_flash_attention_backward",
+    "_efficient_attention_forward",
+    "_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward",
+}
+_NO_KERNEL = {
+    "detach",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "lift_fresh",
+    "_reshape_alias",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "is_same_size",
+    "_local_scalar_dense",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OpCensus:
+    """The counted step of one model at one size with one set of training settings.
+
+    Per operator ``i`` (in launch order): ``phase[i]`` and ``op_class[i]`` (indices into
+    ``PHASES`` and ``CLASSES``), ``flops = flops0[i] + flops1[i] * B`` and ``bytes =
+    bytes0[i] + bytes1[i] * B`` at batch ``B`` (float32 tensors)."""
+
+    model: str
+    size: str
+    settings: TrainingSettings
+    phase: tuple[int, ...]
+    op_class: tuple[int, ...]
+    flops0: tuple[float, ...]
+    flops1: tuple[float, ...]
+    bytes0: tuple[float, ...]
+    bytes1: tuple[float, ...]
+    n_parameters: int
+    gradient_bytes: int
+    bucket_sizes: tuple[int, ...]
+    bucket_params: tuple[int, ...]
+    bucket_ready_op: tuple[int, ...]
+    """Per bucket (DDP's reduction order): the index, among the backward operators, of the
+    last one before the bucket's last gradient was ready."""
+    bucket_cap_bytes: int
+    first_bucket_cap_bytes: int
+    saved_bytes0: float
+    saved_bytes1: float
+    """Tensors the forward pass saves for the backward pass: fixed and per sample."""
+    device: str
+    """Where it was counted: ``meta`` or ``cpu``."""
+    torch_version: str
+    created_at: str
+
+    def __post_init__(self) -> None:
+        n = len(self.phase)
+        if not all(
+            len(x) == n for x in (self.op_class, self.flops0, self.flops1, self.bytes0, self.bytes1)
+        ):
+            raise ConfigError("census: per-operator columns differ in length")
+        if not (len(self.bucket_sizes) == len(self.bucket_params) == len(self.bucket_ready_op)):
+            raise ConfigError("census: per-bucket columns differ in length")
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}/{self.size}{self.settings.suffix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "size": self.size,
+            "settings": self.settings.to_dict(),
+            "phase": list(self.phase),
+            "op_class": list(self.op_class),
+            "flops0": list(self.flops0),
+            "flops1": list(self.flops1),
+            "bytes0": list(self.bytes0),
+            "bytes1": list(self.bytes1),
+            "n_parameters": self.n_parameters,
+            "gradient_bytes": self.gradient_bytes,
+            "bucket_sizes": list(self.bucket_sizes),
+            "bucket_params": list(self.bucket_params),
+            "bucket_ready_op": list(self.bucket_ready_op),
+            "bucket_cap_bytes": self.bucket_cap_bytes,
+            "first_bucket_cap_bytes": self.first_bucket_cap_bytes,
+            "saved_bytes0": self.saved_bytes0,
+            "saved_bytes1": self.saved_bytes1,
+            "device": self.device,
+            "torch_version": self.torch_version,
+            "created_at": self.created_at,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OpCensus:
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise ConfigError(
+                f"census schema_version {d.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+            )
+        try:
+            return cls(
+                model=str(d["model"]),
+                size=str(d["size"]),
+                settings=TrainingSettings.from_dict(d.get("settings")),
+                phase=tuple(int(x) for x in d["phase"]),
+                op_class=tuple(int(x) for x in d["op_class"]),
+                flops0=tuple(float(x) for x in d["flops0"]),
+                flops1=tuple(float(x) for x in d["flops1"]),
+                bytes0=tuple(float(x) for x in d["bytes0"]),
+                bytes1=tuple(float(x) for x in d["bytes1"]),
+                n_parameters=int(d["n_parameters"]),
+                gradient_bytes=int(d["gradient_bytes"]),
+                bucket_sizes=tuple(int(x) for x in d["bucket_sizes"]),
+                bucket_params=tuple(int(x) for x in d["bucket_params"]),
+                bucket_ready_op=tuple(int(x) for x in d["bucket_ready_op"]),
+                bucket_cap_bytes=int(d["bucket_cap_bytes"]),
+                first_bucket_cap_bytes=int(d["first_bucket_cap_bytes"]),
+                saved_bytes0=float(d["saved_bytes0"]),
+                saved_bytes1=float(d["saved_bytes1"]),
+                device=str(d["device"]),
+                torch_version=str(d["torch_version"]),
+                created_at=str(d["created_at"]),
+            )
+        except KeyError as exc:
+            raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> OpCensus:
+        return cls.from_dict(json.loads(text))
+
+
+def op_class_of(name: str) -> int:
+    """The ``CLASSES`` index of the ATen operator ``name`` (its overload packet's name)."""
+    if name in _CONV:
+        return CLASSES.index("conv")
+    if name in _MATMUL:
+        return CLASSES.index("matmul")
+    return CLASSES.index("other")
+
+
+# ----------------------------------------------------------------------------- counting
+def take_census(
+    model: str,
+    size: str = "full",
+    settings: TrainingSettings = DEFAULT_SETTINGS,
+    *,
+    seed: int = 0,
+) -> OpCensus:
+    """Count one training step of ``model`` (any ``workload`` reference) at ``size`` with
+    ``settings``' optimizer, on ``meta`` (or, where the step reads a value, on the CPU)."""
+    import torch
+
+    device = "meta"
+    try:
+        a, b = (_count(model, size, settings, n, seed, device) for n in BATCHES)
+    except (NotImplementedError, RuntimeError):  # the step reads a value: count it for real
+        device = "cpu"
+        a, b = (_count(model, size, settings, n, seed, device) for n in BATCHES)
+    if [(o[0], o[1]) for o in a.ops] != [(o[0], o[1]) for o in b.ops]:
+        raise ConfigError(
+            f"census of {model}/{size}: the step launches different operators at batch "
+            f"{BATCHES[0]} and {BATCHES[1]}; its cost is not linear in the batch"
+        )
+    span = float(BATCHES[1] - BATCHES[0])
+    flops1 = [max(0.0, (y[2] - x[2]) / span) for x, y in zip(a.ops, b.ops, strict=True)]
+    bytes1 = [max(0.0, (y[3] - x[3]) / span) for x, y in zip(a.ops, b.ops, strict=True)]
+    flops0 = [max(0.0, x[2] - s * BATCHES[0]) for x, s in zip(a.ops, flops1, strict=True)]
+    bytes0 = [max(0.0, x[3] - s * BATCHES[0]) for x, s in zip(a.ops, bytes1, strict=True)]
+    saved1 = max(0.0, (b.saved - a.saved) / span)
+    return OpCensus(
+        model=model,
+        size=size,
+        settings=settings,
+        phase=tuple(o[0] for o in a.ops),
+        op_class=tuple(o[1] for o in a.ops),
+        flops0=tuple(flops0),
+        flops1=tuple(flops1),
+        bytes0=tuple(bytes0),
+        bytes1=tuple(bytes1),
+        n_parameters=a.n_parameters,
+        gradient_bytes=a.gradient_bytes,
+        bucket_sizes=a.bucket_sizes,
+        bucket_params=a.bucket_params,
+        bucket_ready_op=a.bucket_ready_op,
+        bucket_cap_bytes=a.bucket_cap_bytes,
+        first_bucket_cap_bytes=a.first_bucket_cap_bytes,
+        saved_bytes0=max(0.0, a.saved - saved1 * BATCHES[0]),
+        saved_bytes1=saved1,
+        device=device,
+        torch_version=str(torch.__version__),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+@dataclass
+class _Counted:
+    ops: list[tuple[int, int, float, float]]
+    saved: float
+    n_parameters: int
+    gradient_bytes: int
+    bucket_sizes: tuple[int, ...]
+    bucket_params: tuple[int, ...]
+    bucket_ready_op: tuple[int, ...]
+    bucket_cap_bytes: int
+    first_bucket_cap_bytes: int
+
+
+def _count(
+    model: str, size: str, settings: TrainingSettings, batch_size: int, seed: int, device: str
+) -> _Counted:
+    import torch
+    from torch import distributed as dist
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import flop_registry
+
+    from srifty_core.profiling.buckets import (
+        DEFAULT_BUCKET_CAP_BYTES,
+        DEFAULT_FIRST_BUCKET_BYTES,
+        trainable,
+    )
+    from srifty_core.workload import build, make_optimizer
+
+    workload = build(model, size, seed=seed)
+    dev = torch.device(device)
+    workload.module.to(dev)
+    workload.module.train()
+    batch = tuple(t.to(dev) for t in workload.make_batch(batch_size, torch.device("cpu"), seed))
+    params = trainable(workload.module)
+    own = {p.untyped_storage()._cdata for p in params}
+    own |= {t.untyped_storage()._cdata for t in batch}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st._cdata not in own:
+            saved[st._cdata] = st.nbytes()
+        return t
+
+    class Census(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.phase = 0
+            self.backward_ops = 0
+            self.ops: list[tuple[int, int, float, float]] = []
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = func._overloadpacket.__name__
+            if func.is_view or name in _NO_KERNEL:
+                return out
+            tensors = [
+                t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)
+            ]
+            flops = 0.0
+            counter: Callable[..., Any] | None = flop_registry.get(func._overloadpacket)
+            if counter is not None:
+                flops = float(counter(*args, **kwargs, out_val=out))
+            nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
+            self.ops.append((self.phase, op_class_of(name), flops, nbytes))
+            self.backward_ops += self.phase == 1
+            return out
+
+    ready: dict[int, int] = {}
+    census = Census()
+
+    def hook_for(i: int) -> Callable[[torch.Tensor], None]:
+        def hook(_: torch.Tensor) -> None:
+            if i not in ready:
+                ready[i] = max(0, census.backward_ops - 1)
+
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(hook_for(i)) for i, p in enumerate(params)]
+    optimizer = make_optimizer(settings, params, lr=0.01)
+    for group in optimizer.param_groups:  # as on CUDA: one multi-tensor kernel per update
+        group["foreach"] = True
+    try:
+        with census:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = workload.loss(batch)
+            census.phase = 1
+            loss.backward()
+        optimizer.step()  # the first step makes the optimizer's state; the census times the next
+        with census:
+            census.phase = 2
+            optimizer.step()
+    finally:
+        for h in handles:
+            h.remove()
+    for i in range(len(params)):  # a hook that did not fire (a tied weight on meta): last
+        ready.setdefault(i, max(0, census.backward_ops - 1))
+    # DDP's buckets as the profiler forms them (``buckets.form_buckets``), from the order
+    # the gradients were ready in
+    order = [i for i in sorted(ready, key=lambda i: (ready[i], i))]
+    members, _ = dist._compute_bucket_assignment_by_size(  # type: ignore[attr-defined]
+        [params[i] for i in order],
+        [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES],
+        [False] * len(order),
+        order,
+    )
+    size_of = [p.numel() * p.element_size() for p in params]
+    return _Counted(
+        ops=census.ops,
+        saved=float(sum(saved.values())),
+        n_parameters=sum(p.numel() for p in params),
+        gradient_bytes=sum(size_of),
+        bucket_sizes=tuple(sum(size_of[i] for i in m) for m in members),
+        bucket_params=tuple(len(m) for m in members),
+        bucket_ready_op=tuple(max(ready[i] for i in m) for m in members),
+        bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
+        first_bucket_cap_bytes=DEFAULT_FIRST_BUCKET_BYTES,
+    )
+
+
+# ----------------------------------------------------------------------------- storage
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "shipped" / "census"
+
+
+def census_path(root: Path, model: str, size: str, settings: TrainingSettings) -> Path:
+    """Where the profile store ``root`` keeps the census (beside the model's profiles)."""
+    from srifty_core.profiling.store import ProfileStore
+
+    any_device = ProfileStore(root).path(model, size, "census", settings)
+    return any_device.parent / f"census{settings.suffix}.json"
+
+
+def shipped_census_path(model: str, size: str, settings: TrainingSettings) -> Path:
+    from srifty_core.workload import model_key
+
+    return SHIPPED_DIR / f"{model_key(model)}-{size}{settings.suffix}.json"
+
+
+def load_census(
+    model: str,
+    size: str,
+    settings: TrainingSettings = DEFAULT_SETTINGS,
+    *,
+    root: Path | None = None,
+    count: bool = True,
+) -> OpCensus:
+    """The census of ``model``/``size`` with ``settings``: the store's, else the shipped
+    one, else (``count``) taken now and kept in the store. Without torch (a planner-only
+    install) a model with neither is a ``ConfigError`` saying how to make it."""
+    from srifty_core import paths
+    from srifty_core.atomic import write_text_atomic
+
+    root = root or paths.profiles_dir()
+    for path in (
+        census_path(root, model, size, settings),
+        shipped_census_path(model, size, settings),
+    ):
+        if path.is_file():
+            return OpCensus.from_json(path.read_text(encoding="utf-8"))
+    command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
+    if settings.optimizer != "sgd":
+        command += f" --optimizer {settings.optimizer}"
+    if not count:
+        raise ConfigError(f"no operator census of {model}/{size}; run `{command}`")
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"no operator census of {model}/{size} and no torch here to count it: run "
+            f"`{command}` where the worker extra is installed, with the same data folder"
+        ) from exc
+    census = take_census(model, size, settings)
+    write_text_atomic(census_path(root, model, size, settings), census.to_json())
+    return census
+
+
+SHIPPED_MODELS = (
+    ("resnet18", "sgd"),
+    ("resnet50", "sgd"),
+    ("vgg16", "sgd"),
+    ("alexnet", "sgd"),
+    ("inception_v3", "sgd"),
+    ("shufflenet_v2", "sgd"),
+    ("bert_base", "sgd"),
+    ("bert_base", "adamw"),
+    ("xlm", "adamw"),
+    ("dlrm", "sgd"),
+    ("srifty_core.profiling.reference_models:bert_base_squad", "adamw"),
+)
+"""The censuses the package ships (``full`` size): the zoo's, with the optimizer each is
+usually trained with (BERT both), and the published benchmarks' networks
+(``reference_models``)."""
+
+
+def ship() -> list[Path]:
+    """Take every ``SHIPPED_MODELS`` census anew into ``shipped/census/``."""
+    from srifty_core.atomic import write_text_atomic
+
+    out = []
+    for model, optimizer in SHIPPED_MODELS:
+        settings = TrainingSettings(optimizer=optimizer)
+        census = take_census(model, "full", settings)
+        out.append(
+            write_text_atomic(shipped_census_path(model, "full", settings), census.to_json())
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m srifty_core.profiling.census``: take a model's census into the profile
+    store (or, ``--ship``, the package's)."""
+    import argparse
+
+    from srifty_core import paths
+    from srifty_core.atomic import write_text_atomic
+    from srifty_core.workload import model_key
+
+    ap = argparse.ArgumentParser(
+        prog="python -m srifty_core.profiling.census", description=main.__doc__
+    )
+    ap.add_argument(
+        "--model", help="a model reference (zoo name, module:factory, file.py:factory, hf:NAME)"
+    )
+    ap.add_argument("--size", default="full", help="size preset (default: full)")
+    ap.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"), help="default: sgd")
+    ap.add_argument("--ship", action="store_true", help="retake the package's shipped censuses")
+    args = ap.parse_args(argv)
+    if args.ship:
+        for path in ship():
+            print(path)
+        return 0
+    if not args.model:
+        ap.error("--model is required (or --ship)")
+    model_key(args.model)  # a bad reference is one line before anything is built
+    settings = TrainingSettings(optimizer=args.optimizer)
+    census = take_census(args.model, args.size, settings)
+    path = census_path(paths.profiles_dir(), args.model, args.size, settings)
+    write_text_atomic(path, census.to_json())
+    print(f"{path}: {len(census.phase)} operators, {census.n_parameters} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,257 @@
+"""Profiles of GPUs nobody profiled yet: what planning reads when the store has no measured
+profile of a model on an offered GPU (``ProfileStore.load_or_estimate``).
+
+The estimate comes from the model's operator census (``profiling.census``) and the GPU's
+sheet in the catalog, through the roofline (``predictors.roofline``) fitted on every
+measurement there is: the shipped H200 profiles, the store's measured GPU profiles of any
+model, and the published single-GPU training throughput shipped with the package
+(``shipped/reference/public_training_throughput.csv``, rows whose GPU variant the catalog's
+sheet describes and whose network has a census). Where the store has a measured profile of
+the same model on another GPU, the estimate is scaled from it; else it is from the specs.
+The fit is kept in the store (``roofline.json``, keyed by a digest of its evidence), so
+only the first plan after new evidence pays for it (about 2-3 s here).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+
+if TYPE_CHECKING:
+    from srifty_core.catalog import Catalog
+    from srifty_core.predictors.roofline import DeviceSpec, Observation, Roofline
+    from srifty_core.profiling.census import OpCensus
+    from srifty_core.profiling.profile import ComputeProfile
+    from srifty_core.profiling.store import ProfileStore
+
+SHIPPED = Path(__file__).resolve().parent.parent / "shipped"
+PUBLIC_THROUGHPUT = SHIPPED / "reference" / "public_training_throughput.csv"
+GPU_PROFILES = SHIPPED / "reference_profiles" / "gpu"
+SQUAD = "srifty_core.profiling.reference_models:bert_base_squad"
+
+PUBLIC_VARIANTS = {
+    "V100 SXM2 16GB": "Tesla V100 SXM2 16GB",
+    "V100 SXM2 16GB (DGX-1)": "Tesla V100 SXM2 16GB",
+    "V100 SXM2 32GB (DGX-1)": "Tesla V100 SXM2 32GB",
+    "V100 SXM3 32GB": "Tesla V100 SXM2 32GB",
+    "V100 SXM3 32GB (DGX-2)": "Tesla V100 SXM2 32GB",
+    "A100 SXM4 40GB (DGX A100)": "A100 SXM4 40GB",
+    "A100 PCIe 40GB": "A100 SXM4 40GB",
+    "A100 SXM4 80GB": "A100 SXM4 80GB",
+    "A100 SXM4 80GB (DGX A100)": "A100 SXM4 80GB",
+    "H100 SXM5 80GB": "H100 SXM5 80GB",
+    "H200 SXM 141GB": "H200 SXM 141GB",
+}
+"""A published row's GPU variant -> the catalog's variant whose sheet (peaks, memory
+bandwidth) it has: SXM3 V100s and the 40 GB PCIe A100 share their SXM siblings' figures.
+Rows of other GPUs (H100 PCIe, A10, A6000, Ada, Blackwell...) are not used: the catalog has
+no sheet for them."""
+
+
+def device_specs(catalog: Catalog) -> dict[str, DeviceSpec]:
+    """Per catalog GPU variant, its sheet with the smallest usable memory of the instance
+    types that carry it."""
+    from srifty_core.predictors.roofline import DeviceSpec
+
+    out: dict[str, DeviceSpec] = {}
+    for t in catalog.types:
+        if t.gpu is None or t.gpu.memory_bw_gbs is None:
+            continue
+        spec = DeviceSpec.from_gpu(t.gpu, t.gpu_memory_gib)
+        old = out.get(t.gpu.variant)
+        if old is None or spec.memory_gib < old.memory_gib:
+            out[t.gpu.variant] = spec
+    return out
+
+
+def device_spec(catalog: Catalog, device_type: str) -> DeviceSpec | None:
+    """The sheet of GPU model ``device_type`` (``V100``...): of its variants, the one with
+    the least memory (a plan's local batch must fit every VM of that GPU)."""
+    found = [s for s in device_specs(catalog).values() if s.name == device_type]
+    return min(found, key=lambda s: s.memory_gib) if found else None
+
+
+def census_settings(settings: TrainingSettings) -> TrainingSettings:
+    """A census depends on the optimizer only (the roofline applies the precision)."""
+    return TrainingSettings(optimizer=settings.optimizer)
+
+
+def public_observations(
+    specs: dict[str, DeviceSpec], census_of: Any, path: Path = PUBLIC_THROUGHPUT
+) -> list[Observation]:
+    """The published rows the roofline can use, as observations of a whole step."""
+    from srifty_core.predictors.roofline import Observation
+
+    out = []
+    with path.open(newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            variant = PUBLIC_VARIANTS.get(r["gpu_variant"])
+            if variant is None or variant not in specs or not r["zoo_model"]:
+                continue
+            if int(r["gpus"]) != 1:
+                continue
+            if r["zoo_model"] == "bert_base":
+                if r["input"] != "seq384":
+                    continue
+                census = census_of(SQUAD, TrainingSettings(optimizer="adamw"))
+            else:
+                census = census_of(r["zoo_model"], DEFAULT_SETTINGS)
+            b = int(r["batch_per_gpu"])
+            spec = specs[variant]
+            out.append(
+                Observation(
+                    census,
+                    spec,
+                    r["precision"],
+                    b,
+                    b / float(r["throughput_per_s"]),
+                    "step",
+                    r["source_id"],
+                    spec.name,
+                )
+            )
+    return out
+
+
+def measured_gpu_profiles(store: ProfileStore | None) -> list[ComputeProfile]:
+    """The shipped H200 profiles and every measured (not estimated) GPU profile in
+    ``store``."""
+    from srifty_core.profiling.profile import ComputeProfile
+
+    paths = sorted(GPU_PROFILES.glob("*.json"))
+    if store is not None:
+        paths += [p for p in store.list_paths() if not p.stem.startswith(("census", "roofline"))]
+    out, seen = [], set()
+    for p in paths:
+        try:
+            prof = ComputeProfile.from_json(p.read_text(encoding="utf-8"))
+        except (ValueError, KeyError, TypeError, ConfigError):
+            continue
+        if prof.device_type == "cpu" or prof.estimate or prof.store_key in seen:
+            continue
+        seen.add(prof.store_key)
+        out.append(prof)
+    return out
+
+
+def evidence(
+    catalog: Catalog, store: ProfileStore | None
+) -> tuple[list[Observation], list[ComputeProfile]]:
+    """Every observation the roofline learns from, and the measured GPU profiles."""
+    from srifty_core.predictors.roofline import profile_observations
+    from srifty_core.profiling.census import load_census
+
+    specs = device_specs(catalog)
+    root = store.root if store is not None else None
+    cache: dict[tuple[str, str, str], OpCensus] = {}
+
+    def census_of(model: str, settings: TrainingSettings, size: str = "full") -> OpCensus:
+        key = (model, size, settings.optimizer)
+        if key not in cache:
+            cache[key] = load_census(model, size, census_settings(settings), root=root)
+        return cache[key]
+
+    obs = public_observations(specs, census_of)
+    profiles = measured_gpu_profiles(store)
+    for prof in profiles:
+        spec = device_spec(catalog, prof.device_type)
+        if spec is None:
+            continue
+        try:
+            census = census_of(prof.model, prof.settings, prof.size)
+        except ConfigError:  # no census and no torch to take it: not evidence here
+            continue
+        obs += profile_observations(prof, census, spec)
+    return obs, profiles
+
+
+def _digest(observations: Iterable[Observation]) -> str:
+    h = hashlib.sha256()
+    for o in observations:
+        h.update(
+            f"{o.census.key}|{o.device.variant}|{o.mode}|{o.batch}|{o.seconds!r}|{o.what}\n".encode()
+        )
+    return h.hexdigest()[:16]
+
+
+def roofline_for(
+    catalog: Catalog, store: ProfileStore | None
+) -> tuple[Roofline, list[ComputeProfile]]:
+    """The roofline fitted on ``evidence``, from the store's ``roofline.json`` when its
+    digest matches, else fitted now (and kept there)."""
+    from srifty_core.atomic import write_text_atomic
+    from srifty_core.predictors.roofline import Efficiencies, Roofline, learn
+
+    obs, profiles = evidence(catalog, store)
+    digest = _digest(obs)
+    path = store.root / "roofline.json" if store is not None else None
+    if path is not None and path.is_file():
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+            if d.get("digest") == digest:
+                fitted = Roofline(
+                    Efficiencies.from_dict(d["efficiencies"]),
+                    int(d["observations"]),
+                    tuple(d["gpus"]),
+                    float(d["specs_cv"]),
+                    float(d["scaled_cv"]),
+                )
+                return fitted, profiles
+        except (ValueError, KeyError, TypeError):
+            pass
+    fitted = learn(obs)
+    if path is not None:
+        write_text_atomic(path, json.dumps({"digest": digest, **fitted.to_dict()}, indent=1))
+    return fitted, profiles
+
+
+def estimate(
+    model: str,
+    size: str,
+    device_type: str,
+    settings: TrainingSettings,
+    *,
+    catalog: Catalog,
+    store: ProfileStore | None,
+) -> ComputeProfile:
+    """An estimated profile of ``model``/``size`` with ``settings`` on GPU ``device_type``:
+    scaled from the store's measured profile of the same model on the nearest GPU, else
+    from the specs (``predictors.roofline.estimate_profile``)."""
+    from srifty_core.predictors.roofline import estimate_profile, nearest_measured
+    from srifty_core.profiling.census import load_census
+
+    spec = device_spec(catalog, device_type)
+    if spec is None:
+        raise ConfigError(
+            f"{device_type}: the catalog has no GPU sheet for it, so nothing can be estimated"
+        )
+    root = store.root if store is not None else None
+    census = load_census(model, size, census_settings(settings), root=root)
+    census = _with(census, settings)
+    fitted, profiles = roofline_for(catalog, store)
+    same = []
+    for prof in profiles:
+        if (prof.model, prof.size, prof.settings) != (model, size, settings):
+            continue
+        other = device_spec(catalog, prof.device_type)
+        if other is not None and prof.device_type != device_type:
+            same.append((prof, other))
+    near = nearest_measured(spec, same)
+    if near is None:
+        return estimate_profile(census, spec, fitted)
+    return estimate_profile(census, spec, fitted, source=near[0], source_device=near[1])
+
+
+def _with(census: OpCensus, settings: TrainingSettings) -> OpCensus:
+    """The census under the settings a plan asks for (the roofline reads the precision
+    from them)."""
+    from dataclasses import replace
+
+    return replace(census, settings=settings)

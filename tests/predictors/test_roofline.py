@@ -1,0 +1,204 @@
+"""The operator census, the roofline fitted on measurements, and profiles estimated for
+GPUs nobody profiled (``profiling.census``, ``predictors.roofline``,
+``profiling.estimate``, ``ProfileStore.load_or_estimate``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from srifty_core.catalog import Catalog
+from srifty_core.errors import ConfigError
+from srifty_core.predictors import roofline as rl
+from srifty_core.profiling import estimate
+from srifty_core.profiling.census import (
+    BATCHES,
+    CLASSES,
+    OpCensus,
+    load_census,
+    shipped_census_path,
+    take_census,
+)
+from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
+from srifty_core.simulator.calibration import prior
+from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
+from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+from tests.simulator.test_estimator import ConstantBandwidth
+
+MLP = "tests/workload_fixtures/factories.py:sized"
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.load()
+
+
+@pytest.fixture(scope="module")
+def specs(catalog: Catalog) -> dict[str, rl.DeviceSpec]:
+    return estimate.device_specs(catalog)
+
+
+@pytest.fixture(scope="module")
+def resnet18() -> OpCensus:
+    return load_census("resnet18", "full", root=Path("/nonexistent-store"), count=False)
+
+
+def test_census_counts_a_known_network_exactly() -> None:
+    """Linear(8, 64) -> ReLU -> Linear(64, 3): the forward's matrix products are 2*8*64 +
+    2*64*3 FLOPs a sample, the backward's twice that less the first layer's input
+    gradient; buckets hold every parameter once; the counts are linear in the batch."""
+    c = take_census(MLP, "full")
+    ph, cls = np.array(c.phase), np.array(c.op_class)
+    f1 = np.array(c.flops1)
+    mm = cls == CLASSES.index("matmul")
+    assert f1[(ph == 0) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * 64 * 3)
+    assert f1[(ph == 1) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * (2 * 64 * 3))
+    assert c.n_parameters == 8 * 64 + 64 + 64 * 3 + 3
+    assert sum(c.bucket_params) == 4 and sum(c.bucket_sizes) == 4 * c.n_parameters
+    assert c.saved_bytes1 > 0 and (ph == 2).sum() >= 1
+    assert c.device == "meta"
+    assert OpCensus.from_json(c.to_json()) == c
+    b = 2 * BATCHES[1]  # the counts at a batch neither step ran at
+    assert (np.array(c.flops0) + f1 * b)[(ph == 0) & mm].sum() == pytest.approx(
+        b * (2 * 8 * 64 + 2 * 64 * 3)
+    )
+
+
+def test_the_shipped_census_is_what_counting_gives_now(resnet18: OpCensus) -> None:
+    fresh = take_census("resnet18", "full")
+    strip = {"created_at": "", "torch_version": ""}
+    assert dataclasses.replace(fresh, **strip) == dataclasses.replace(resnet18, **strip)
+    assert shipped_census_path("resnet18", "full", DEFAULT_SETTINGS).is_file()
+
+
+def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path) -> None:
+    first = load_census(MLP, "small", root=tmp_path)
+    kept = list(tmp_path.glob("*/small/census.json"))
+    assert len(kept) == 1
+    assert load_census(MLP, "small", root=tmp_path) == first
+    assert ProfileStore(tmp_path).list_paths() == []  # not mistaken for a profile
+    with pytest.raises(ConfigError, match=r"srifty_core\.profiling\.census --model nowhere"):
+        load_census("nowhere.py:build", "small", root=tmp_path, count=False)
+
+
+def test_the_fit_recovers_efficiencies_it_was_given(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """Times made by known efficiencies on three GPUs, both passes, fp32 and amp, small and
+    large batches: the fit finds the efficiencies again and predicts a fourth GPU."""
+    truth = rl.Efficiencies(0.9, 0.7, 0.45, 0.5, 0.6, 0.55, 2e-5, 4e-5)
+    bert = load_census("bert_base", "full", root=Path("/nonexistent-store"), count=False)
+    obs = []
+    for variant in ("Tesla V100 SXM2 16GB", "A100 SXM4 80GB", "H100 SXM5 80GB"):
+        dev = specs[variant]
+        for census in (resnet18, bert):
+            for mode in ("fp32", "amp"):
+                for b in (1, 8, 64, 256):
+                    fw, bw, _ = rl.pass_times(census, dev, mode, truth, b)
+                    obs.append(rl.Observation(census, dev, mode, b, fw, "fw", "", dev.name))
+                    obs.append(rl.Observation(census, dev, mode, b, bw, "bw", "", dev.name))
+    fitted = rl.fit(obs)
+    h200 = specs["H200 SXM 141GB"]
+    for mode in ("fp32", "amp"):
+        want = rl.pass_times(resnet18, h200, mode, truth, 128)
+        got = rl.pass_times(resnet18, h200, mode, fitted, 128)
+        assert got[0] == pytest.approx(want[0], rel=0.02)
+        assert got[1] == pytest.approx(want[1], rel=0.02)
+    assert fitted.launch_bw_s == pytest.approx(truth.launch_bw_s, rel=0.05)
+
+
+def test_a_faster_sheet_is_never_slower(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    eff = rl.Efficiencies()
+    base = specs["Tesla T4 16GB (PCIe)"]
+    for change in (
+        {"fp32_flops": 2 * base.fp32_flops},
+        {"memory_bytes_per_s": 2 * base.memory_bytes_per_s},
+    ):
+        faster = dataclasses.replace(base, **change)
+        for b in (1, 32, 256):
+            slow = sum(rl.pass_times(resnet18, base, "fp32", eff, b))
+            fast = sum(rl.pass_times(resnet18, faster, "fp32", eff, b))
+            assert fast <= slow
+    with pytest.raises(ConfigError, match="mode"):
+        base.peaks("int8")
+
+
+def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    fitted = rl.Roofline(rl.Efficiencies(), 10, ("V100", "A100"), 0.3, 0.15)
+    t4 = rl.estimate_profile(resnet18, specs["Tesla T4 16GB (PCIe)"], fitted)
+    h200 = rl.estimate_profile(resnet18, specs["H200 SXM 141GB"], fitted)
+    assert t4.estimate == "specs" and t4.estimate_cv == 0.3
+    assert t4.b_max < h200.b_max or h200.b_max == rl.MAX_BATCH
+    assert float(t4.memory_bytes(t4.b_max)) <= 16 * 2**30
+    assert t4.t_iter(64) > h200.t_iter(64)
+    assert all(0 <= b.ready_fraction <= 1 for b in t4.buckets)
+    assert [b.ready_fraction for b in t4.buckets] == sorted(b.ready_fraction for b in t4.buckets)
+    same = rl.estimate_profile(
+        resnet18,
+        specs["Tesla T4 16GB (PCIe)"],
+        fitted,
+        source=t4,
+        source_device=specs["Tesla T4 16GB (PCIe)"],
+    )
+    assert same.estimate == "scaled from T4" and same.estimate_cv == 0.15
+    for b in (1, 16, 128):
+        assert float(same.t_iter(b)) == pytest.approx(float(t4.t_iter(b)), rel=0.03)
+    huge = dataclasses.replace(resnet18, saved_bytes1=1e12)
+    with pytest.raises(ConfigError, match="does not fit one T4"):
+        rl.estimate_profile(huge, specs["Tesla T4 16GB (PCIe)"], fitted)
+
+
+def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    store = ProfileStore(tmp_path)
+    got = store.load_or_estimate("resnet50", "full", "V100", catalog=catalog)
+    assert got.estimate == "scaled from H200"  # the shipped H200 profile of resnet50
+    assert got.device_type == "V100" and "estimated" in got.device_name
+    kept = json.loads((tmp_path / "roofline.json").read_text())
+    assert kept["observations"] > 50 and kept["specs_cv"] > 0 and kept["scaled_cv"] > 0
+    mtime = (tmp_path / "roofline.json").stat().st_mtime_ns
+    again = store.load_or_estimate("resnet18", "full", "A100", catalog=catalog)
+    assert again.estimate == "specs"  # no measured resnet18 on any GPU
+    assert (tmp_path / "roofline.json").stat().st_mtime_ns == mtime  # same evidence
+    measured = dataclasses.replace(got, estimate="", estimate_cv=0.0, device_name="V100")
+    store.save(measured)
+    assert store.load_or_estimate("resnet50", "full", "V100", catalog=catalog) == measured
+    with pytest.raises(ProfileNotFoundError, match="on cpu"):
+        store.load_or_estimate("resnet50", "full", "cpu", catalog=catalog)
+    adamw = store.load_or_estimate(
+        "resnet50",
+        "full",
+        "T4",
+        TrainingSettings(optimizer="adamw", precision="fp16"),
+        catalog=catalog,
+    )
+    assert adamw.settings.optimizer == "adamw" and adamw.estimate == "specs"
+
+
+def test_an_estimate_widens_the_p90_and_the_recalibration_prior(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    est = ProfileStore(tmp_path).load_or_estimate("resnet50", "full", "T4", catalog=catalog)
+    sure = dataclasses.replace(est, estimate="", estimate_cv=0.0)
+    t4 = SimInstance(name="g4dn.xlarge", device_type="T4", ranks_per_vm=1)
+    config = ClusterConfig((Group(t4, 2, 32),))
+    sim = Simulator(ConstantBandwidth(5e9))
+    wide = sim.estimate(Workload("resnet50", {"T4": est}), config)
+    narrow = sim.estimate(Workload("resnet50", {"T4": sure}), config)
+    assert wide.t_iter == pytest.approx(narrow.t_iter)
+    assert wide.t_iter_p90 is not None and narrow.t_iter_p90 is not None
+    assert wide.t_iter_p90 > narrow.t_iter_p90 * (1 + est.estimate_cv)
+    assert wide.estimated == (f"T4: {est.estimate}",) and narrow.estimated == ()
+    p_wide = prior(Workload("resnet50", {"T4": est}), [t4], None)
+    p_narrow = prior(Workload("resnet50", {"T4": sure}), [t4], None)
+    assert p_wide.compute["T4"].sd > p_narrow.compute["T4"].sd
