@@ -461,6 +461,16 @@ class EC2Provider(Provider):
             )
         return self._launch(request, None)
 
+    def launch_script(self, request: LaunchRequest, script: str) -> Allocation:
+        """One allocation whose VMs install the worker wheel and run ``script`` (a bash
+        script, as a training configuration's start script: ``training_user_data``), e.g.
+        a profiling VM (``profiling.cloud``). Launched with
+        ``InstanceInitiatedShutdownBehavior=terminate``: a script that ends with
+        ``shutdown`` stops the VM's billing itself."""
+        if self.training is not None or self.worker:
+            raise ProviderError("launch_script: this provider was made for worker or training")
+        return self._launch(request, _TrainingUserData(script, self.wheel()))
+
     def launch_many(self, requests: Sequence[LaunchRequest]) -> list[Allocation]:
         """Launch every request; if one fails, what was launched is released first.
 

@@ -83,3 +83,47 @@ def live_instances(client: Any) -> list[str]:
         ]
     )
     return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+
+
+WHEEL_URI = "s3://srifty-deploy/wheels/srifty-0.1.0-py3-none-any.whl"
+WHEEL_SHA = "cd" * 32
+PROFILE_RUNS_BUCKET = "srifty-profile-runs"
+
+
+@pytest.fixture
+def ec2_storage(moto_url: str, aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The deployment's settings for VMs that write to run storage: a bucket on the moto
+    server (reached through ``AWS_ENDPOINT_URL_S3`` with fake credentials) as
+    ``SRIFTY_RUN_STORAGE``, and the worker wheel (``SRIFTY_WORKER_WHEEL_URI``/``_SHA256``)."""
+    import boto3
+    import fsspec
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": moto_url,
+        "SRIFTY_RUN_STORAGE": f"s3://{PROFILE_RUNS_BUCKET}/deploy",
+        "SRIFTY_WORKER_WHEEL_URI": WHEEL_URI,
+        "SRIFTY_WORKER_WHEEL_SHA256": WHEEL_SHA,
+    }.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(
+        Bucket=PROFILE_RUNS_BUCKET
+    )
+    s3 = fsspec.get_filesystem_class("s3")
+    s3.clear_instance_cache()  # no client made for another endpoint
+    yield f"s3://{PROFILE_RUNS_BUCKET}/deploy"
+    s3.clear_instance_cache()
+
+
+def user_data_of(client: Any, allocation_id: str) -> str:
+    """The user data of the one instance tagged with ``allocation_id``."""
+    import base64
+
+    resp = client.describe_instances(
+        Filters=[{"Name": "tag:srifty:allocation", "Values": [allocation_id]}]
+    )
+    (iid,) = [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+    attr = client.describe_instance_attribute(InstanceId=iid, Attribute="userData")
+    return base64.b64decode(attr["UserData"]["Value"]).decode()
