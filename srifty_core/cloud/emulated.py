@@ -1168,7 +1168,11 @@ def columns_to_table(cols: Mapping[str, Sequence[Any]]) -> pa.Table:
 
     from srifty_core.probing.schema import PROBE_SCHEMA, conform
 
-    arrays = [pa.array(cols[f.name], type=f.type) for f in PROBE_SCHEMA]
+    n = len(cols["time_s"])
+    arrays = [
+        pa.array(cols[f.name], type=f.type) if f.name in cols else pa.nulls(n, type=f.type)
+        for f in PROBE_SCHEMA
+    ]  # spread and noisy: not computed by the emulator (null)
     return conform(pa.Table.from_arrays(arrays, schema=PROBE_SCHEMA))
 
 

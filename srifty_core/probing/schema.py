@@ -65,7 +65,22 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
         "burst (short probes of a fresh allocation: NICs rated 'up to' a bandwidth burst) or "
         "sustained (back-to-back transfers after the burst credits are spent, as training sees)",
     ),
+    (
+        "spread",
+        pa.float64(),
+        True,
+        "std/mean of time_s over the point's kept repeats (null: not computed, older records)",
+    ),
+    (
+        "noisy",
+        pa.bool_(),
+        True,
+        "the point's repeats still spread more than noise.NOISY_CV after up to "
+        "noise.NOISY_RETRIES re-measurements (null: not checked, older records)",
+    ),
 )
+NULLABLE_SINCE = ("spread", "noisy")
+"""Columns added after partitions were written without them: read back as nulls."""
 
 PROBE_SCHEMA = pa.schema(
     [pa.field(n, t, nullable=nl, metadata={"doc": doc}) for n, t, nl, doc in _FIELDS]
@@ -115,7 +130,7 @@ def conform(data: Any, *, where: str = "probe records") -> pa.Table:
         table = data
     else:
         raise TypeError(f"{where}: expected a pandas DataFrame or pyarrow Table, got {type(data)}")
-    table = with_phase(table)
+    table = upgrade(table)
     names = table.column_names
     missing = [c for c in COLUMNS if c not in names]
     extra = [c for c in names if c not in COLUMNS]
@@ -143,6 +158,19 @@ def conform(data: Any, *, where: str = "probe records") -> pa.Table:
     out = pa.Table.from_arrays(arrays, schema=PROBE_SCHEMA)
     check_values(out, where=where)
     return out
+
+
+def upgrade(table: pa.Table) -> pa.Table:
+    """Records of an older schema with the columns added since: ``phase`` (``with_phase``)
+    and, as nulls, ``NULLABLE_SINCE``."""
+    table = with_phase(table)
+    for name in NULLABLE_SINCE:
+        if name not in table.column_names:
+            f = PROBE_SCHEMA.field(name)
+            table = table.append_column(f, pa.nulls(table.num_rows, type=f.type))
+    if set(table.column_names) == set(COLUMNS):
+        table = table.select(list(COLUMNS))  # the added columns in their place
+    return table
 
 
 def with_phase(table: pa.Table) -> pa.Table:

@@ -44,7 +44,7 @@ from srifty_core.probing.schema import (
     check_schema,
     check_values,
     conform,
-    with_phase,
+    upgrade,
 )
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def read_partition_table(path: Path) -> pa.Table:
         table = pq.read_table(path, page_checksum_verification=True)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ProbeStoreError(f"cannot read probe partition {path}: {exc}") from exc
-    table = with_phase(table)
+    table = upgrade(table)
     check_schema(table.schema, where=str(path))
     check_values(table, where=str(path))
     return table.replace_schema_metadata(None).cast(PROBE_SCHEMA)

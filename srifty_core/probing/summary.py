@@ -68,3 +68,25 @@ def format_summary(summary: pd.DataFrame) -> str:
             + ("  sustained" if r.get("phase") == PHASE_SUSTAINED else "")
         )
     return "\n".join(lines)
+
+
+def noisy_points(df: pd.DataFrame) -> list[str]:
+    """One warning line per grid point whose kept repeats still spread more than the bound
+    after the re-measurements (rows flagged ``noisy``): where, its world size, buffer size
+    and concurrency, and the spread (std/mean)."""
+    from srifty_core.noise import NOISY_CV, NOISY_RETRIES
+
+    if "noisy" not in df.columns or df.empty:
+        return []
+    flagged = df[(df["status"] == "ok") & (df["noisy"].fillna(False).astype(bool))]
+    keys = ["allocation_slot", "world_size", "buffer_bytes", "concurrent"]
+    lines = []
+    for _, g in flagged.groupby(keys, sort=True):
+        slot, n, size, conc = (int(g[k].iloc[0]) for k in keys)
+        cv = float(g["spread"].max())
+        lines.append(
+            f"warning: noisy probe: world size {n}, {format_size(size)} x {conc} (slot {slot}, "
+            f"{g['allocation_id'].iloc[0]}): repeats spread {cv:.0%} (std/mean, over "
+            f"{NOISY_CV:.0%}) after {NOISY_RETRIES} re-measurements; flagged noisy in the store"
+        )
+    return lines

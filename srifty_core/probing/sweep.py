@@ -45,6 +45,7 @@ from srifty_core.probing.config import Point, SweepConfig
 from srifty_core.probing.mix import is_mix
 from srifty_core.probing.schema import (
     COLUMNS,
+    NULLABLE_SINCE,
     PHASE_BURST,
     PHASE_SUSTAINED,
     STATUS_FAILED,
@@ -268,7 +269,7 @@ def _parse_lines(path: Path) -> list[dict[str, Any] | None]:
     return out
 
 
-_ROW_FIELDS = frozenset(COLUMNS) - {"phase", "time_s", "busbw", "error"}
+_ROW_FIELDS = frozenset(COLUMNS) - {"phase", "time_s", "busbw", "error", *NULLABLE_SINCE}
 
 
 def _is_row(d: Any) -> bool:

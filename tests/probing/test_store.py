@@ -245,3 +245,13 @@ def test_partitions_without_a_checksum_are_read(data_dir: Path) -> None:
     path = _write(make_rows(4))
     (path.parent / CHECKSUM_FILE).unlink()
     assert len(read_probes()) == 4
+
+
+def test_partitions_written_before_the_noise_columns_read_as_null(data_dir: Path) -> None:
+    path = _write(make_rows())
+    old = pq.read_table(path).drop(["spread", "noisy"])
+    pq.write_table(old, path)  # a partition of the schema before ``spread`` and ``noisy``
+    (path.parent / CHECKSUM_FILE).unlink()
+    df = store.read_probes()
+    assert len(df) == len(make_rows())
+    assert df["spread"].isna().all() and df["noisy"].isna().all()
