@@ -60,8 +60,49 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from exc
 
 
+def _cmd_profile_cloud(args: argparse.Namespace) -> int:
+    """``srifty profile --provider ec2-emulated|ec2 --instance-type T ...``: one VM per type
+    (``profiling.cloud.profile_in_cloud``, the profiling DAG's steps)."""
+    import json
+
+    from srifty_core.profiling.cloud import CloudProfileRequest, format_summary, profile_in_cloud
+    from srifty_core.training_settings import TrainingSettings
+
+    if args.out or args.plot or args.dense or args.batch_sizes:
+        raise ConfigError("--provider: profiles go to the profile store (no --out, --plot, "
+                          "--dense or --batch-sizes)")  # fmt: skip
+    try:
+        ec2 = json.loads(args.ec2) if args.ec2 else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--ec2: not JSON ({exc})") from None
+    if not isinstance(ec2, dict):
+        raise ConfigError(f'--ec2: a JSON object like {{"image_id": "ami-..."}}, got {args.ec2}')
+    request = CloudProfileRequest(
+        args.model,
+        args.size,
+        TrainingSettings(args.precision, args.optimizer, args.compile, args.channels_last),
+        probes=args.probes,
+        repeats=args.repeats,
+        refine=args.refine,
+        max_batch=args.max_batch,
+    )
+    summary = profile_in_cloud(
+        args.provider, args.instance_type or [], request, market=args.market,
+        region=args.region, ec2=ec2,
+        make_reference=not args.no_reference, seed=args.seed,
+        timeout_s=args.collect_timeout_s,
+    )  # fmt: skip
+    print(format_summary(summary))
+    for name, error in summary["errors"].items():
+        print(f"{name}: {error}", file=sys.stderr)
+    return 1 if summary["failed"] else 0
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    if args.provider != "local":
+        return _cmd_profile_cloud(args)
 
     from srifty_core.profiling.job import run_profile_job
     from srifty_core.profiling.profiler import ProfilerConfig
@@ -123,7 +164,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         parse_sizes,
     )
     from srifty_core.probing.store import read_partition_table
-    from srifty_core.probing.summary import format_summary, summarize
+    from srifty_core.probing.summary import format_summary, noisy_points, summarize
     from srifty_core.probing.sweep import probe_sweep
 
     config = SweepConfig(
@@ -167,7 +208,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         f"{len(result.allocation_ids)} allocation(s); {result.rows} rows in {result.partition}"
     )
     if result.partition.exists():
-        print(format_summary(summarize(read_partition_table(result.partition).to_pandas())))
+        stored = read_partition_table(result.partition).to_pandas()
+        print(format_summary(summarize(stored)))
+        for line in noisy_points(stored):
+            print(line)
     for f in result.failed[:5]:
         print(f"failed: {f.point}: {f.reason}", file=sys.stderr)
     if result.failed:
@@ -224,7 +268,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.bandwidth == "champion" and args.as_program:
             _import_xgboost_without_sklearn()
         model, bandwidth = load_bandwidth_with_source(
-            args.bandwidth, refresh_model=args.refresh_model
+            args.bandwidth, refresh_model=args.refresh_model, public_fallback=True
         )
         if not args.no_calibration:
             from srifty_core.simulator.calibration import for_request
@@ -424,9 +468,21 @@ def _train_job(args: argparse.Namespace) -> int:
     conf = read_job_file(Path(args.job))
     if args.command:
         conf["entrypoint"] = list(args.command)
+    if args.provider is not None:
+        conf["provider"] = args.provider
+    provider = None
+    emulated = conf.get("provider") in ("ec2-emulated", "emulated")
+    if args.preempt and not emulated:
+        raise ConfigError("--preempt: only on the emulated EC2 (--provider ec2-emulated)")
+    if emulated:
+        from srifty_core.runtime import emulated_job
+
+        provider = emulated_job.make_provider(conf, args.preempt)
     with StageProgress(f"job {Path(args.job).name}", disable=args.no_progress) as show:
         run = run_job(
             conf,
+            provider=provider,
+            poll_s=emulated_job.POLL_S if emulated else 1.0,
             on_poll=lambda r: show(
                 f"{r.config_id}: {r.status}", r.iterations_done, int(conf["iterations"])
             ),
@@ -438,6 +494,8 @@ def _train_job(args: argparse.Namespace) -> int:
         )
     outcome = dict(run.outcome)
     print("done: " + ", ".join(f"{k} {v}" for k, v in outcome.items() if not isinstance(v, dict)))
+    if provider is not None:
+        print(emulated_job.summary(provider))
     return 0
 
 
@@ -453,6 +511,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("train: give a plan file or --job JOB.yaml (one of them)")
     if args.job is not None:
         return _train_job(args)
+    if args.provider not in (None, "local") or args.preempt:
+        raise ConfigError(
+            "--provider: a plan file trains on local processes; for ec2 or ec2-emulated give "
+            "a whole job (--job JOB.yaml)"
+        )
     plan = read_train_plan(Path(args.plan))
     command = list(getattr(args, "command", []))
     if command:
@@ -694,6 +757,34 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--out", help="write the profile here instead of the profile store")
     prof.add_argument("--plot", help="also write the latency plot (PNG) here")
     prof.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    from srifty_core.cloud import PROVIDERS
+
+    prof.add_argument(
+        "--provider",
+        default="local",
+        choices=PROVIDERS,
+        help="local (default): this machine's --device; ec2-emulated or ec2: one VM per "
+        "--instance-type, its profile into the store, the VMs' seconds and cost",
+    )
+    prof.add_argument(
+        "--instance-type", action="append", help="a catalog GPU type (repeatable; --provider)"
+    )
+    prof.add_argument("--market", default="on-demand", choices=("on-demand", "spot"))
+    prof.add_argument("--region", default="us-east-1", help="catalog region (--provider)")
+    prof.add_argument("--ec2", help='ec2 launch settings as JSON: {"image_id": "ami-..."}')
+    prof.add_argument(
+        "--collect-timeout-s",
+        type=float,
+        default=3600.0,
+        help="ec2: how long to wait for a VM's profile (default 3600)",
+    )
+    prof.add_argument("--seed", type=int, default=0, help="ec2-emulated: the seed (default 0)")
+    prof.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="ec2-emulated: fail when no stored profile of the model can be emulated from, "
+        "instead of profiling it on this CPU first",
+    )
     prof.set_defaults(func=_cmd_profile)
     probe = sub.add_parser(
         "probe",
@@ -784,8 +875,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--bandwidth",
         default="champion",
-        choices=("champion", "probes"),
-        help="bus bandwidth from the MLflow champion model (default) or the probe table",
+        choices=("champion", "probes", "public"),
+        help="bus bandwidth from the MLflow champion model (default; while there is none, "
+        "the public one), the probe table, or a model fitted on the shipped public "
+        "nccl-tests tables (public)",
     )
     pl.add_argument(
         "--refresh-model",
@@ -844,15 +937,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--job",
         metavar="JOB.yaml",
         help="instead of a plan: a whole job (the srifty_plan_and_train DAG's conf: model, "
-        "global_batch, iterations, offers, limits, provider local or ec2), planned, "
-        "provisioned, trained, monitored, re-planned and released with the DAG's own steps",
+        "global_batch, iterations, offers, limits, provider local, ec2 or ec2-emulated), "
+        "planned, provisioned, trained, monitored, re-planned and released with the DAG's "
+        "own steps",
     )
     tr.add_argument(
         "--provider",
-        default="local",
-        choices=("local",),
-        help="where the ranks run (default local: processes on this machine; on EC2 "
-        "use the srifty_plan_and_train DAG)",
+        choices=("local", "ec2", "ec2-emulated", "emulated"),
+        help="where the ranks run (default: the job file's provider, else local: processes "
+        "on this machine); ec2 and ec2-emulated (the emulated EC2 on a simulated clock, "
+        "alias emulated) take a whole job (--job)",
+    )
+    tr.add_argument(
+        "--preempt",
+        action="append",
+        default=[],
+        metavar="TYPE@SECONDS",
+        help="emulated EC2: the first VM of TYPE is taken back SECONDS of simulated time "
+        "into its training (repeatable, one per type; default: none)",
     )
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.add_argument(

@@ -152,12 +152,18 @@ def load_bandwidth(
     that is still the champion's (``refresh_model``: asked of the store);
     ``probes``: the measured-table model over the probe store (no learning, only probed
     types); ``public``: the model fitted on the shipped public nccl-tests tables, which
-    ``champion`` also falls back to while there is no champion (a fresh install)."""
+    ``champion`` falls back to while there is no champion (a fresh install) where
+    ``public_fallback`` (``srifty plan``; a training job's plan keeps the champion's error,
+    which names the DAG that makes one)."""
     return load_bandwidth_with_source(source, probe_root, refresh_model=refresh_model)[0]
 
 
 def load_bandwidth_with_source(
-    source: str, probe_root: Path | None = None, *, refresh_model: bool = False
+    source: str,
+    probe_root: Path | None = None,
+    *,
+    refresh_model: bool = False,
+    public_fallback: bool = False,
 ) -> tuple[BandwidthPredictor, dict[str, Any]]:
     """``load_bandwidth``, and what was loaded: ``{"kind", "text", ...}`` (for the champion,
     ``champion_cache.ChampionSource.to_dict()``: version, run, store, local copy or store)."""
@@ -166,8 +172,10 @@ def load_bandwidth_with_source(
 
         try:
             model, where = load_champion_with_source(refresh=refresh_model)
-        except NoChampionError as exc:  # a fresh install: plan on public measurements
-            fitted, text = public_bandwidth()
+        except NoChampionError as exc:
+            if not public_fallback:
+                raise
+            fitted, text = public_bandwidth()  # a fresh install: plan on public measurements
             return fitted, {"kind": "public", "text": f"{text} ({exc})"}
         return model, {"kind": "champion", **where.to_dict(), "text": where.describe()}
     if source == "public":

@@ -34,6 +34,7 @@ import torch
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import die_with_caller
+from srifty_core.noise import NOISY_CV, NOISY_RETRIES, spread
 from srifty_core.predictors.compute import (
     DEFAULT_REFINE_TOLERANCE,
     PiecewiseLinear,
@@ -371,6 +372,12 @@ def find_b_max(
     if progress:
         progress(f"B_max search: from batch {lo}, memory cap {cap / 2**30:.1f} GiB", 0, 0)
     if not fits(lo):
+        if lo in too_slow:  # the step-time bound, not the memory: say which
+            raise BatchDoesNotFitError(
+                f"batch {lo} of {workload.name}/{workload.size} steps longer than "
+                f"{max_step:g} s on this host (its forward pass alone took over a third of "
+                "it; raise --max-step-s or use a smaller --size)"
+            )
         raise BatchDoesNotFitError(
             f"batch {lo} of {workload.name}/{workload.size} does not fit: needs "
             f"{tried[lo] / 2**20:.0f} MiB, cap {cap / 2**20:.0f} MiB (raise --memory-cap or use "
@@ -663,19 +670,10 @@ def profile_model(
     )
 
 
-NOISY_CV = 0.25
-"""A batch's forward-plus-backward steps whose std/mean exceeds this are measured again
-(up to ``NOISY_RETRIES`` times, the quietest kept) and, if still above, named in the
-profile's ``noisy`` (on a quiet host this CPU's steps spread 1-10%; a loaded one gave
-949 ms at B=1 and 17 ms at B=2)."""
-NOISY_RETRIES = 2
-
-
 def step_spread(samples: tuple[list[float], list[float]]) -> float:
-    """std/mean of the forward-plus-backward step times of one batch's repeats."""
-    steps = [f + b for f, b in zip(*samples, strict=True)]
-    mean = statistics.fmean(steps)
-    return statistics.stdev(steps) / mean if len(steps) > 1 and mean > 0 else 0.0
+    """std/mean of the forward-plus-backward step times of one batch's repeats (a batch
+    above ``noise.NOISY_CV`` is measured again, up to ``noise.NOISY_RETRIES`` times)."""
+    return spread([f + b for f, b in zip(*samples, strict=True)])
 
 
 def shared_slowdown(

@@ -280,3 +280,19 @@ def test_ec2_needs_run_storage(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(ConfigError, match="SRIFTY_RUN_STORAGE"):
         cloud.provision_profiler_vm("ec2", "g4dn.xlarge", REQ, ec2=EC2)
     assert live_instances(aws) == []
+
+
+def test_the_command_profiles_on_emulated_vms(
+    h200: ComputeProfile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from srifty_core.cli import main
+
+    argv = ["profile", "--model", "resnet50", "--size", "full", "--provider", "ec2-emulated",
+            "--instance-type", "g4dn.xlarge", "--instance-type", "g5.xlarge", "--probes", "3",
+            "--no-reference"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "g4dn.xlarge (on-demand): T4: B_max" in out and "total: 2 VM(s)" in out
+    assert ProfileStore().load("resnet50", "full", "A10G").b_max > 1
+    assert main([*argv[:6], "ec2-emulated", "--instance-type", "g4dn.xlarg"]) == 2
+    assert "instance_types[0]: unknown instance type 'g4dn.xlarg'" in capsys.readouterr().err
