@@ -5,7 +5,7 @@ Planning, provisioning, the monitor, the re-plan and the release are the job's o
 only the workers are emulated. ``start`` is what ``provisioning.start_training`` does on
 this provider: the configuration's iterations are drawn by the emulator
 (``EmulatedProvider.start_training``: the ground truth's compute and exchange on these
-VMs, from the model's stored profile on the first launch's GPU) and, as the provider's
+VMs, from the model's profile on the first launch's GPU) and, as the provider's
 clock passes each one, ``EmulatedRanks`` writes what the real rank 0 writes: the progress
 record (iteration, time on the emulator's clock, samples, configuration id, each rank's
 compute and the exchange), the state file and, every ``checkpoint_every`` iterations and
@@ -121,8 +121,8 @@ def write_checkpoint(path: Any, iteration: int, config_id: str) -> None:
 def start(job_path: Any, allocation_ids: Sequence[str], provider: Any) -> None:
     """Start the configuration's emulated ranks on ``provider`` (an ``EmulatedProvider``):
     from the checkpoint's iteration to the plan's, with the per-VM batches of its launches
-    and the stored profile of the model on the first launch's GPU (which the emulator
-    scales to every other GPU)."""
+    and the profile the planner read for the first launch's GPU (stored or estimated),
+    which the emulator scales to every other GPU."""
     from srifty_core.cloud.emulated import EmulatedProvider
     from srifty_core.profiling.store import ProfileStore
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
@@ -150,7 +150,7 @@ def start(job_path: Any, allocation_ids: Sequence[str], provider: Any) -> None:
         compile=bool(plan.get("compile", False)), channels_last=bool(plan.get("channels_last")),
     )  # fmt: skip
     gpu = provider.catalog_type(job.launches[0].instance_type).gpu_model
-    profile = ProfileStore().load(spec.model, spec.size, gpu, spec.settings)
+    profile = ProfileStore().load_or_estimate(spec.model, spec.size, gpu, spec.settings)
     allocs = [provider.get_allocation(a) for a in allocation_ids]
     left = facts.iterations - done
     if left < 1:
