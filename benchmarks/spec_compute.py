@@ -11,7 +11,7 @@ sheet for) and the three shipped H200 profiles. Each GPU is left out in turn:
   predicted from its sheet alone (``predictors.roofline.held_out``);
 * **scaled**: each left-out row predicted from a row of the same network, precision and kind
   on every other GPU, times the roofline's ratio between the two GPUs, with the
-  efficiencies fitted without the left-out GPU (``roofline.scaled_errors``).
+  efficiencies fitted without the left-out GPU (``roofline.held_out`` too).
 
 The error is (predicted - published) / published of the step time (the throughput's
 inverse). The noise floor is how far the sources disagree about the same GPU, network and
@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     observations, _ = estimate.evidence(Catalog.load(), store=None)
-    specs = rl.held_out(observations).specs
-    scaled = rl.scaled_errors(observations)
-    fitted = rl.learn(observations)
+    held = rl.held_out(observations)
+    specs, scaled = held.specs, held.scaled
+    fitted = rl.learn(observations, held)
     rows = []
     for gpu in sorted(specs):
         n_rows = sum(1 for o in observations if o.group == gpu)

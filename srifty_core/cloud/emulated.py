@@ -1002,8 +1002,8 @@ class EmulatedProvider(Provider):
             fw_fit = fit_piecewise(sizes, fw_stats.mean_s, cv=fw_stats.cv, repeats=repeats)
             bw_fit = fit_piecewise(sizes, bw_stats.mean_s, cv=bw_stats.cv, repeats=repeats)
         else:  # B_max = 1: one point, a flat line through it
-            fw_fit = _flat_line(fw_stats.mean_s[0])
-            bw_fit = _flat_line(bw_stats.mean_s[0])
+            fw_fit = PiecewiseLinear.flat(fw_stats.mean_s[0])
+            bw_fit = PiecewiseLinear.flat(bw_stats.mean_s[0])
         self.advance(elapsed)
         return dataclasses.replace(
             reference,
@@ -1118,13 +1118,6 @@ def _columns(fixed: Mapping[str, Any], cols: Mapping[str, list[Any]]) -> dict[st
     t_arr = np.asarray(out["time_s"], dtype=np.float64)
     out["busbw"] = list(2.0 * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
     return out
-
-
-def _flat_line(value: float) -> Any:
-    """A one-piece constant model (the fit of a single probed batch size)."""
-    from srifty_core.predictors.compute import PiecewiseLinear
-
-    return PiecewiseLinear((), (0.0,), (float(value),), 1.0, 1.0)
 
 
 def emulated_profiles(

@@ -68,6 +68,11 @@ class PiecewiseLinear:
         """Scalar evaluation."""
         return float(self(batch))
 
+    @classmethod
+    def flat(cls, value: float) -> PiecewiseLinear:
+        """A one-piece constant model (the fit of a single batch size)."""
+        return cls((), (0.0,), (float(value),), 1.0, 1.0)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "breakpoints": list(self.breakpoints),

@@ -268,29 +268,42 @@ def _weights(observations: Sequence[Observation]) -> NDArray[np.float64]:
 
 @dataclass(frozen=True)
 class HeldOut:
-    """Relative errors of predictions made without the GPU they predict."""
+    """Relative errors, (predicted - measured) / measured, of predictions made without the
+    GPU they predict, per GPU left out (efficiencies fitted on the other GPUs)."""
 
     specs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """Per GPU left out: (predicted - measured) / measured of its observations, from the
-    specs with efficiencies fitted on the other GPUs."""
+    """Each of its observations from its sheet alone."""
+    scaled: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Each of its observations from every observation of the same model, mode and kind
+    on another GPU, times the roofline's ratio between the two."""
 
-    def log_sd(self) -> float:
-        """The spread of the log errors over every GPU left out (0 with none)."""
-        errs = [math.log1p(e) for v in self.specs.values() for e in v]
+    def log_sd(self, path: str = "specs") -> float:
+        """RMS of the log errors of ``path`` (``specs`` or ``scaled``) over every GPU left
+        out (0 with none)."""
+        errs = [math.log1p(e) for v in getattr(self, path).values() for e in v]
         return float(np.sqrt(np.mean(np.square(errs)))) if errs else 0.0
 
 
 def held_out(observations: Sequence[Observation]) -> HeldOut:
-    """Leave each GPU (``Observation.group``) out in turn: fit on the rest, predict it."""
-    groups = sorted({o.group for o in observations})
-    out: dict[str, tuple[float, ...]] = {}
-    for g in groups:
+    """Leave each GPU (``Observation.group``) out in turn: fit on the rest, predict it
+    from its sheet and scaled from each matching observation of the rest."""
+    specs: dict[str, tuple[float, ...]] = {}
+    scaled: dict[str, tuple[float, ...]] = {}
+    for g in sorted({o.group for o in observations}):
         train = [o for o in observations if o.group != g]
         if not train:
             continue
         eff = fit(train)
-        out[g] = tuple(predict(o, eff) / o.seconds - 1.0 for o in observations if o.group == g)
-    return HeldOut(out)
+        pred = {id(o): predict(o, eff) for o in observations}  # one prediction each
+        left = [o for o in observations if o.group == g]
+        specs[g] = tuple(pred[id(o)] / o.seconds - 1.0 for o in left)
+        scaled[g] = tuple(
+            src.seconds * pred[id(o)] / pred[id(src)] / o.seconds - 1.0
+            for o in left
+            for src in train
+            if (src.census.key, src.mode, src.what) == (o.census.key, o.mode, o.what)
+        )
+    return HeldOut(specs, scaled)
 
 
 @dataclass(frozen=True)
@@ -316,39 +329,17 @@ class Roofline:
         }
 
 
-def scaled_errors(observations: Sequence[Observation]) -> dict[str, tuple[float, ...]]:
-    """Per GPU left out: errors of predicting each of its observations from an observation
-    of the same model, mode and kind on every other GPU, the roofline's ratio between
-    the two (efficiencies fitted without the GPU predicted)."""
-    groups = sorted({o.group for o in observations})
-    out: dict[str, tuple[float, ...]] = {}
-    for g in groups:
-        train = [o for o in observations if o.group != g]
-        if not train:
-            continue
-        eff = fit(train)
-        errs = []
-        for o in observations:
-            if o.group != g:
-                continue
-            for src in train:
-                if src.census.key == o.census.key and src.mode == o.mode and src.what == o.what:
-                    est = src.seconds * predict(o, eff) / predict(src, eff)
-                    errs.append(est / o.seconds - 1.0)
-        out[g] = tuple(errs)
-    return out
-
-
-def learn(observations: Sequence[Observation]) -> Roofline:
-    """``fit`` on every observation, with the spreads ``held_out`` and ``scaled_errors``
-    measure (0 where fewer than two GPUs were measured)."""
+def learn(observations: Sequence[Observation], held: HeldOut | None = None) -> Roofline:
+    """``fit`` on every observation, with the spreads ``held_out`` measures (``held``,
+    where the caller has it already; 0 where fewer than two GPUs were measured; the
+    scaled path's is the specs' where no pair matched)."""
     eff = fit(observations)
     gpus = tuple(sorted({o.group for o in observations}))
     specs_cv = scaled_cv = 0.0
     if len(gpus) > 1:
-        specs_cv = held_out(observations).log_sd()
-        errs = [math.log1p(e) for v in scaled_errors(observations).values() for e in v]
-        scaled_cv = float(np.sqrt(np.mean(np.square(errs)))) if errs else specs_cv
+        held = held or held_out(observations)
+        specs_cv = held.log_sd("specs")
+        scaled_cv = held.log_sd("scaled") or specs_cv
     return Roofline(eff, len(observations), gpus, specs_cv, scaled_cv)
 
 
@@ -394,8 +385,14 @@ def estimate_profile(
     the specs, or scaled from ``source`` (a measured profile of the same model, size and
     settings on ``source_device``). ``estimate`` says which, ``estimate_cv`` is the
     roofline's held-out spread for that path; ``relative_std`` the step-to-step jitter the
-    passes are given (the pooled spread of measured profiles, where there are some)."""
-    from srifty_core.predictors.compute import budget_batch_sizes, fit_piecewise
+    passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
+    ``step_jitter``)."""
+    from srifty_core.predictors.compute import (
+        PiecewiseLinear,
+        budget_batch_sizes,
+        dense_batch_sizes,
+        fit_piecewise,
+    )
     from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
 
     settings = census.settings if source is None else source.settings
@@ -409,7 +406,6 @@ def estimate_profile(
             f"({device.memory_gib:g} GiB): one sample needs about "
             f"{(fixed + per_sample) / 2**30:.1f} GiB"
         )
-    dense = sorted({1, b_max, *(1 << k for k in range(b_max.bit_length()) if 1 << k <= b_max)})
 
     def times(b: int) -> tuple[float, float, float]:
         fw, bw, opt = pass_times(census, device, mode, eff, b)
@@ -422,33 +418,21 @@ def estimate_profile(
             (source.optimizer_step_s * opt / s_opt) if source.optimizer_step_s > 0 else opt,
         )
 
-    rows = [times(b) for b in dense]
-    fw_mean = [r[0] for r in rows]
-    bw_mean = [r[1] for r in rows]
-    probes = budget_batch_sizes(b_max, 4) if b_max > 1 else [1]
-    fw_at = dict(zip(dense, fw_mean, strict=True))
-    bw_at = dict(zip(dense, bw_mean, strict=True))
-    for b in probes:
-        if b not in fw_at:
-            fw_at[b], bw_at[b], _ = times(b)
-    probes = sorted(set(probes))
-    fw_stats = PassStats(
-        tuple(probes),
-        tuple(fw_at[b] for b in probes),
-        tuple(fw_at[b] * relative_std for b in probes),
-        5,
-    )
-    bw_stats = PassStats(
-        tuple(probes),
-        tuple(bw_at[b] for b in probes),
-        tuple(bw_at[b] * relative_std for b in probes),
-        5,
-    )
-    xs = dense if len(dense) > 1 else [1, 2]
-    ys_fw = fw_mean if len(dense) > 1 else [fw_mean[0], fw_mean[0]]
-    ys_bw = bw_mean if len(dense) > 1 else [bw_mean[0], bw_mean[0]]
-    fw_fit = fit_piecewise(xs, ys_fw, cv=[relative_std] * len(xs), repeats=5)
-    bw_fit = fit_piecewise(xs, ys_bw, cv=[relative_std] * len(xs), repeats=5)
+    dense = dense_batch_sizes(b_max)  # the fit's points
+    probes = budget_batch_sizes(b_max, 4) if b_max > 1 else [1]  # what a profile lists
+    at = {b: times(b) for b in sorted({*dense, *probes})}
+
+    def stats(k: int) -> PassStats:
+        means = tuple(at[b][k] for b in probes)
+        return PassStats(tuple(probes), means, tuple(m * relative_std for m in means), 5)
+
+    def fitted(k: int) -> PiecewiseLinear:
+        if len(dense) < 2:
+            return PiecewiseLinear.flat(at[dense[0]][k])
+        ys = [at[b][k] for b in dense]
+        return fit_piecewise(dense, ys, cv=[relative_std] * len(dense), repeats=5)
+
+    fw_stats, bw_stats, fw_fit, bw_fit = stats(0), stats(1), fitted(0), fitted(1)
     sched_b = probes[len(probes) // 2]
     bw_ops = op_times(census, device, mode, eff, sched_b, 1)
     done = np.cumsum(bw_ops) / max(float(bw_ops.sum()), 1e-12)
@@ -458,7 +442,7 @@ def estimate_profile(
             zip(census.bucket_sizes, census.bucket_params, census.bucket_ready_op, strict=True)
         )
     )
-    _, _, opt_s = times(sched_b)
+    opt_s = at[sched_b][2]
     path = "specs" if source is None else f"scaled from {source.device_type}"
     cv = roofline.specs_cv if source is None else roofline.scaled_cv
     return ComputeProfile(

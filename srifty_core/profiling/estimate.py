@@ -244,9 +244,22 @@ def estimate(
         if other is not None and prof.device_type != device_type:
             same.append((prof, other))
     near = nearest_measured(spec, same)
+    jitter = step_jitter(profiles)
     if near is None:
-        return estimate_profile(census, spec, fitted)
-    return estimate_profile(census, spec, fitted, source=near[0], source_device=near[1])
+        return estimate_profile(census, spec, fitted, relative_std=jitter)
+    return estimate_profile(
+        census, spec, fitted, source=near[0], source_device=near[1], relative_std=jitter
+    )
+
+
+def step_jitter(profiles: Iterable[ComputeProfile], default: float = 0.02) -> float:
+    """The median spread (std/mean) of a pass over every batch of the measured GPU
+    profiles: the step-to-step jitter an estimate's passes are given (``default`` with
+    none)."""
+    import numpy as np
+
+    cvs = [float(c) for p in profiles for s in (p.fw, p.bw) for c in s.cv if np.isfinite(c)]
+    return float(np.median(cvs)) if cvs else default
 
 
 def _with(census: OpCensus, settings: TrainingSettings) -> OpCensus:
