@@ -302,6 +302,28 @@ class EC2Provider(Provider):
     name = "ec2"
     cloud = "aws"
 
+    @classmethod
+    def from_conf(cls, ec2: Mapping[str, Any], region: str, **kwargs: Any) -> EC2Provider:
+        """The provider a conf's ``ec2`` block asks for (``image_id``, ``subnet_id``,
+        ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
+        ``wait_timeout_s``, ``join_timeout_s``) in ``region``, launching with the
+        deployment's connection (``deployment_conn_id``); ``kwargs``: the rest (``worker``,
+        ``wheel``, ``training``)."""
+        e = dict(ec2)
+        return cls(
+            aws_conn_id=deployment_conn_id(),
+            region=region,
+            image_id=e.get("image_id"),
+            subnet_id=e.get("subnet_id"),
+            security_group_ids=tuple(e.get("security_group_ids", ())),
+            key_name=e.get("key_name"),
+            instance_profile_arn=e.get("instance_profile_arn"),
+            poll_s=float(e.get("poll_s", 5.0)),
+            wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
+            join_timeout_s=e.get("join_timeout_s"),
+            **kwargs,
+        )
+
     def __init__(
         self,
         *,

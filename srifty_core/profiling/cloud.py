@@ -317,26 +317,14 @@ def _emulated_world(vm: ProfilerVM) -> tuple[EmulatedProvider, Allocation]:
 
 
 def _ec2_provider(vm: ProfilerVM, *, with_wheel: bool = False) -> EC2Provider:
-    from srifty_core.cloud.ec2 import EC2Provider, deployment_conn_id
+    from srifty_core.cloud.ec2 import EC2Provider
 
-    e = vm.ec2
     wheel = None
     if with_wheel:
         from srifty_core.runtime.artifact import worker_wheel
 
         wheel = worker_wheel()
-    return EC2Provider(
-        aws_conn_id=deployment_conn_id(),
-        region=vm.region,
-        image_id=e.get("image_id"),
-        subnet_id=e.get("subnet_id"),
-        security_group_ids=tuple(e.get("security_group_ids", ())),
-        key_name=e.get("key_name"),
-        instance_profile_arn=e.get("instance_profile_arn"),
-        wheel=wheel,
-        poll_s=float(e.get("poll_s", 5.0)),
-        wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
-    )
+    return EC2Provider.from_conf(vm.ec2, vm.region, wheel=wheel)
 
 
 def vm_script(request: CloudProfileRequest, run_dir: str) -> str:

@@ -37,7 +37,7 @@ def make_provider(
             "provider: the emulated EC2 lives in the process that runs the job; run it with "
             "`srifty train --job JOB.yaml --provider ec2-emulated` (not as the DAG's tasks)"
         )
-    from srifty_core.cloud.ec2 import EC2Provider, EC2Training, deployment_conn_id
+    from srifty_core.cloud.ec2 import EC2Provider, EC2Training
 
     plan = EC2Training.for_plan(job.train_plan, job.config_id) if training else None
     wheel = None
@@ -47,22 +47,7 @@ def make_provider(
         from srifty_core.runtime.artifact import worker_wheel
 
         wheel = worker_wheel()
-    e = dict(job.ec2)
-    return EC2Provider(
-        aws_conn_id=deployment_conn_id(),
-        region=job.region,
-        image_id=e.get("image_id"),
-        subnet_id=e.get("subnet_id"),
-        security_group_ids=tuple(e.get("security_group_ids", ())),
-        key_name=e.get("key_name"),
-        instance_profile_arn=e.get("instance_profile_arn"),
-        worker=worker,
-        wheel=wheel,
-        training=plan,
-        poll_s=float(e.get("poll_s", 5.0)),
-        wait_timeout_s=float(e.get("wait_timeout_s", 900.0)),
-        join_timeout_s=e.get("join_timeout_s"),
-    )
+    return EC2Provider.from_conf(job.ec2, job.region, worker=worker, wheel=wheel, training=plan)
 
 
 def worker_command(job: JobPlan) -> list[str]:
