@@ -419,7 +419,12 @@ def load_census(
         shipped_census_path(model, size, settings),
     ):
         if path.is_file():
-            return OpCensus.from_json(path.read_text(encoding="utf-8"))
+            try:
+                return OpCensus.from_json(path.read_text(encoding="utf-8"))
+            except (ValueError, KeyError, TypeError) as exc:  # a schema ConfigError too
+                raise ConfigError(
+                    f"{path}: not an operator census ({exc}); delete it to count it again"
+                ) from exc
     command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
     if settings.optimizer != "sgd":
         command += f" --optimizer {settings.optimizer}"
@@ -494,9 +499,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.model:
         ap.error("--model is required (or --ship)")
-    model_key(args.model)  # a bad reference is one line before anything is built
     settings = TrainingSettings(optimizer=args.optimizer)
-    census = take_census(args.model, args.size, settings)
+    try:
+        model_key(args.model)  # a bad reference is one line before anything is built
+        census = take_census(args.model, args.size, settings)
+    except ConfigError as exc:
+        ap.exit(2, f"{ap.prog}: error: {exc}\n")
     path = census_path(paths.profiles_dir(), args.model, args.size, settings)
     write_text_atomic(path, census.to_json())
     print(f"{path}: {len(census.phase)} operators, {census.n_parameters} parameters")

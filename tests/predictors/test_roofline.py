@@ -86,6 +86,25 @@ def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path) -> None:
         load_census("nowhere.py:build", "small", root=tmp_path, count=False)
 
 
+def test_a_damaged_census_and_a_bad_reference_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from srifty_core.profiling.census import census_path, main
+
+    path = census_path(tmp_path, "resnet50", "full", DEFAULT_SETTINGS)
+    path.parent.mkdir(parents=True)
+    path.write_text("{bad")
+    with pytest.raises(ConfigError, match=r"census\.json: not an operator census .*delete it"):
+        load_census("resnet50", "full", root=tmp_path)
+    with pytest.raises(ProfileNotFoundError, match=r"no estimate either: .*not an operator census"):
+        ProfileStore(tmp_path).load_or_estimate("resnet50", "full", "V100")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "nowhere.py:build"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nowhere.py" in err[0]
+
+
 def test_the_fit_recovers_efficiencies_it_was_given(
     resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
 ) -> None:
