@@ -437,13 +437,19 @@ class BusBandwidthRegressor:
             return {}
         return {name: sign for name, sign in MONOTONE.items() if name in names}
 
-    def fit(
+    def fit_prior(
         self, X: pd.DataFrame, y: ArrayLike, sample_weight: ArrayLike | None = None
-    ) -> BusBandwidthRegressor:
-        """Fit on feature rows ``X`` and bus bandwidths ``y`` (bytes/s, > 0); weights are
-        relative (rescaled to mean 1)."""
-        import xgboost as xgb
+    ) -> LinkPrior:
+        """The physics prior ``fit`` learns first from these rows: it depends on the rows
+        and ``prior_tree`` alone, not on the XGBoost parameters, so a tuner fits it once
+        per fold and hands it to every trial's ``fit`` (``prior=``)."""
+        target, w = self._checked(X, y, sample_weight)
+        return LinkPrior(tree=self.prior_tree).fit(with_hardware(X), target, w)
 
+    def _checked(
+        self, X: pd.DataFrame, y: ArrayLike, sample_weight: ArrayLike | None
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The bus bandwidths and the weights rescaled to mean 1, checked."""
         target = np.asarray(y, dtype=float)
         if target.shape != (len(X),):
             raise BandwidthDataError("busbw must have one value per feature row")
@@ -456,12 +462,29 @@ class BusBandwidthRegressor:
             raise BandwidthDataError("sample weights must be finite, >= 0 and not all 0")
         # Only relative weights matter; rescaled to mean 1 so that min_child_weight and the
         # L2 penalty mean the same whatever the age of the data (old data: tiny weights).
-        w = w / w.mean()
+        return target, w / w.mean()
+
+    def fit(
+        self,
+        X: pd.DataFrame,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        *,
+        prior: LinkPrior | None = None,
+    ) -> BusBandwidthRegressor:
+        """Fit on feature rows ``X`` and bus bandwidths ``y`` (bytes/s, > 0); weights are
+        relative (rescaled to mean 1). ``prior``: the one ``fit_prior`` returned for these
+        same rows (else it is fitted here)."""
+        import xgboost as xgb
+
+        target, w = self._checked(X, y, sample_weight)
         params = self._xgb_params()
         X = with_hardware(X)
         log_y = np.log(target)
         if self.prior:
-            self.prior_: LinkPrior | None = LinkPrior(tree=self.prior_tree).fit(X, target, w)
+            if prior is None:
+                prior = LinkPrior(tree=self.prior_tree).fit(X, target, w)
+            self.prior_: LinkPrior | None = prior
             X = X.assign(log_prior=np.log(self.prior_.predict(X)))
             log_y = log_y - X["log_prior"].to_numpy()
         else:

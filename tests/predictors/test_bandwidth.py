@@ -4,6 +4,7 @@ grouped CV, the noise floor, seeded tuning, persistence, bad input."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -206,6 +207,35 @@ def test_tuning_twice_with_a_seed_gives_the_same_params_and_error(probes: pd.Dat
         tune(large, n_trials=0)
     with pytest.raises(BandwidthDataError, match="group column 'run'"):
         tune(large, n_trials=1, group="run")
+
+
+def test_tuning_fits_each_folds_prior_once_and_predicts_as_without_sharing(
+    probes: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The physics prior depends on a fold's rows, not on a trial's parameters: 3 trials
+    over 3 folds fit it 3 times (not 9), and the out-of-fold predictions are those of
+    trials that each fit their own."""
+    from srifty_core.predictors import prior as prior_module
+    from srifty_core.predictors.tuning import Folds, cross_val_predict
+
+    large = probes[probes["buffer_bytes"] > 9001].reset_index(drop=True)
+    fits = []
+    real_fit = prior_module.LinkPrior.fit
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fits.append(1)
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(prior_module.LinkPrior, "fit", counted)
+    tune(large, n_trials=3, seed=3, n_splits=3, space=SMALL_SPACE)
+    assert len(fits) == 3
+    groups = large["allocation_id"].astype(str).to_numpy()
+    y = large["busbw"].to_numpy(dtype=float)
+    folds = Folds(large, y, np.ones(len(large)), groups, 3)
+    for params in (DEFAULT_PARAMS, {**DEFAULT_PARAMS, "max_depth": 3, "n_estimators": 40}):
+        shared = cross_val_predict(params, large, groups=groups, n_splits=3, folds=folds)
+        alone = cross_val_predict(params, large, groups=groups, n_splits=3)
+        np.testing.assert_array_equal(shared, alone)
 
 
 def test_cross_validation_never_has_an_allocation_on_both_sides(probes: pd.DataFrame) -> None:
