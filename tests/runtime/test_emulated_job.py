@@ -85,3 +85,19 @@ def test_the_dag_conf_refuses_the_emulated_provider() -> None:
     with pytest.raises(ConfigError, match="provider"):
         JobConf.parse(PARAMS)
     assert ShellJobConf.parse({**PARAMS, "provider": "emulated"}).provider == "ec2-emulated"
+
+
+def test_a_fresh_data_folder_runs_an_emulated_job_on_estimates_and_public_bandwidth(
+    data_dir: Path,
+) -> None:
+    """Nothing profiled, no champion: the plan estimates the g4dn types' T4 from the
+    model's census (the shipped ResNet-50 H200 profile scaled) and takes the bus bandwidth
+    from the shipped public nccl-tests tables; the job runs to its last iteration through
+    the preemption and releases everything."""
+    params = {**PARAMS, "model": "resnet50", "size": "full", "iterations": 40}
+    provider = make_provider(params, [PREEMPT])
+    run = run_job(params, run_key="fresh", provider=provider, poll_s=5.0, timeout_s=300)
+    assert run.outcome["iterations"] == 40
+    job = json.loads((data_dir / "runs" / "fresh" / "job-c0.json").read_text())
+    assert "T4: scaled from H200" in json.dumps(job)  # the plan says what it estimated
+    _released(provider)
