@@ -185,6 +185,20 @@ class PlanResult:
     def feasible(self) -> bool:
         return self.best is not None
 
+    def _profile_command(self, estimated: tuple[str, ...]) -> str:
+        """The command that profiles the model on the estimated GPUs, one offered type
+        each."""
+        from srifty_core.profiling.store import cloud_profile_command
+
+        r = self.request
+        devices = [x.split(":")[0] for x in estimated]
+        types: dict[str, str] = {}
+        for o in r.offers:
+            if o.instance.device_type in devices:
+                types.setdefault(o.instance.device_type, o.instance.name)
+        p = r.workload.profile(devices[0])
+        return cloud_profile_command(r.workload.model, p.size, p.settings, list(types.values()))
+
     def explanation(self) -> list[str]:
         """Plain sentences: why the winner won, or why nothing could."""
         r = self.request
@@ -238,7 +252,7 @@ class PlanResult:
                 f"Compute estimated, not measured: {'; '.join(e.estimated)} (from the "
                 "model's operator census and the GPU's sheet; the p90 carries the estimate's "
                 "held-out error, and a running job recalibrates it in its first window). "
-                "Profile the model on that GPU to plan on measurements."
+                f"To plan on measurements: `{self._profile_command(e.estimated)}`."
             )
         if e.extrapolated:
             lines.append(

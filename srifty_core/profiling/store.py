@@ -144,6 +144,18 @@ def profile_hint(
             f"{model!r} is a stored name, not a model Srifty can build ({exc}); profile the "
             "model under its reference"
         )
+    flags = profile_flags(model, size, settings)
+    if device_type == "cpu":
+        return f"run `srifty profile {flags} --device cpu` or the srifty_profile_model DAG"
+    return (
+        f"run `srifty profile {flags} --device cuda` on a machine with a {device_type} GPU "
+        f"(and copy the file to {device_type}{settings.suffix}.json here), or the "
+        "srifty_profile_model DAG on a worker with one"
+    )
+
+
+def profile_flags(model: str, size: str, settings: TrainingSettings = DEFAULT_SETTINGS) -> str:
+    """``srifty profile``'s flags for this model, size and training settings."""
     flags = f"--model {model} --size {size}"
     if settings.optimizer != "sgd":
         flags += f" --optimizer {settings.optimizer}"
@@ -153,10 +165,13 @@ def profile_hint(
         flags += " --compile"
     if settings.channels_last:
         flags += " --channels-last"
-    if device_type == "cpu":
-        return f"run `srifty profile {flags} --device cpu` or the srifty_profile_model DAG"
-    return (
-        f"run `srifty profile {flags} --device cuda` on a machine with a {device_type} GPU "
-        f"(and copy the file to {device_type}{settings.suffix}.json here), or the "
-        "srifty_profile_model DAG on a worker with one"
-    )
+    return flags
+
+
+def cloud_profile_command(
+    model: str, size: str, settings: TrainingSettings, instance_types: list[str]
+) -> str:
+    """The ``srifty profile`` command that profiles the model on one VM of each of
+    ``instance_types`` on EC2 (``profiling.cloud``)."""
+    types = " ".join(f"--instance-type {t}" for t in instance_types)
+    return f"srifty profile {profile_flags(model, size, settings)} --provider ec2 {types}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from srifty_core.cli import main
+from srifty_core.cli import build_parser, main
 from srifty_core.probing.store import records_to_table, write_partition
 from srifty_core.profiling.store import ProfileStore
 from tests.probing.rows import make_rows
@@ -149,6 +150,12 @@ def test_a_gpu_nobody_profiled_is_planned_on_an_estimate_that_says_so(
         for e in best["compute_estimated"]
     )
     assert best["time_at_risk_s"] > best["time_s"]
+    main(["plan", str(planning_data), "--bandwidth", "probes"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if "Compute estimated" in x)
+    command = line.split("`")[1]  # what to run to plan on measurements: it parses
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert args.model == "vgg16" and args.provider == "ec2"
+    assert set(args.instance_type) <= {"g4dn.xlarge", "g3.4xlarge"}
 
 
 def test_champion_is_the_default_and_its_absence_is_explained(
