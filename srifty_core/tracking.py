@@ -39,7 +39,35 @@ def resolve_tracking_uri(tracking_uri: str | None = None) -> tuple[str, bool]:
     # in child processes), is still the default: artifacts go under the data folder.
     if env and env not in (_set_by_us, default):
         return env, False
+    _create_once(paths.mlflow_dir(), default)
     return default, True
+
+
+def _create_once(folder: Path, uri: str) -> None:
+    """MLflow creates a SQLite store's tables when a client first opens it, and two
+    processes doing that at once race (the second fails: "table ... already exists"; two
+    `srifty plan` started together on a fresh data folder did). The first opening of the
+    default store in a data folder therefore happens under a file lock, and a marker beside
+    the database says it is done (one ``stat`` after that)."""
+    marker = folder / "mlflow.db.ready"
+
+    def ready() -> bool:  # a database deleted since is made again, under the lock
+        return marker.exists() and (folder / "mlflow.db").exists()
+
+    if ready():
+        return
+    from filelock import FileLock
+
+    with FileLock(str(folder / "mlflow.db.lock")):
+        if ready():
+            return
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)  # the tracking tables
+        client.search_registered_models(max_results=1)  # and the registry's
+        marker.touch()
 
 
 def setup_experiment(name: str, tracking_uri: str | None = None) -> str:

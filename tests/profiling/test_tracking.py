@@ -74,3 +74,33 @@ def test_the_default_store_exported_by_a_parent_is_still_the_default(
 
     exp = mlflow.get_experiment(setup_experiment("inherited"))
     assert exp.artifact_location.startswith((tmp_path / "d").as_uri())
+
+
+def test_the_default_store_is_created_once_under_a_lock(data_dir: Path) -> None:
+    """Two processes opening a fresh data folder's store at once raced in MLflow's table
+    creation: the first opening waits for the lock, creates every table, and marks it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from filelock import FileLock
+
+    folder = data_dir / "mlflow"
+    folder.mkdir()
+    code = "from srifty_core.tracking import resolve_tracking_uri; print(resolve_tracking_uri())"
+    with FileLock(str(folder / "mlflow.db.lock")):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(3.0)
+        assert proc.poll() is None  # waiting for the lock another process holds
+        assert not (folder / "mlflow.db.ready").exists()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "mlflow.db" in out
+    assert (folder / "mlflow.db.ready").exists()
+    import sqlite3
+
+    with sqlite3.connect(folder / "mlflow.db") as con:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    assert {"experiments", "registered_models"} <= tables
