@@ -51,8 +51,33 @@ PUBLIC_VARIANTS = {
 }
 """A published row's GPU variant -> the catalog's variant whose sheet (peaks, memory
 bandwidth) it has: SXM3 V100s and the 40 GB PCIe A100 share their SXM siblings' figures.
-Rows of other GPUs (H100 PCIe, A10, A6000, Ada, Blackwell...) are not used: the catalog has
-no sheet for them."""
+Rows of GPUs the catalog does not carry use ``gpu_sheets.csv`` where it has their sheet
+(A10, H100 PCIe, A100 PCIe 80GB); the rest (A6000, Ada, GH200, Blackwell) are not used."""
+
+
+GPU_SHEETS = SHIPPED / "reference" / "gpu_sheets.csv"
+"""Sheets of GPUs with published rows that the catalog does not carry (evidence only)."""
+
+
+def evidence_specs(catalog: Catalog, path: Path = GPU_SHEETS) -> dict[str, DeviceSpec]:
+    """Per published GPU variant, its sheet: the catalog's (``PUBLIC_VARIANTS``) and the
+    shipped extra sheets (``gpu_sheets.csv``) of GPUs the catalog does not carry."""
+    from srifty_core.predictors.roofline import DeviceSpec
+
+    specs = device_specs(catalog)
+    out = {public: specs[ours] for public, ours in PUBLIC_VARIANTS.items() if ours in specs}
+    with path.open(newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            out[r["gpu_variant"]] = DeviceSpec(
+                name=r["gpu"],
+                fp32_flops=float(r["fp32_tflops"]) * 1e12,
+                memory_bytes_per_s=float(r["memory_bw_gbs"]) * 1e9,
+                memory_gib=float(r["memory_gb"]) * 1e9 / 2**30,
+                tf32_flops=float(r["tf32_tflops"]) * 1e12,
+                fp16_flops=float(r["fp16_tensor_tflops"]) * 1e12,
+                variant=r["gpu_variant"],
+            )
+    return out
 
 
 def device_specs(catalog: Catalog) -> dict[str, DeviceSpec]:
@@ -86,16 +111,16 @@ def census_settings(settings: TrainingSettings) -> TrainingSettings:
 def public_observations(
     specs: dict[str, DeviceSpec], census_of: Any, path: Path = PUBLIC_THROUGHPUT
 ) -> list[Observation]:
-    """The published rows the roofline can use, as observations of a whole step."""
+    """The published single-GPU rows the roofline can use (a sheet in ``specs``, keyed by
+    the published variant: ``evidence_specs``; a network with a census), as observations
+    of a whole step."""
     from srifty_core.predictors.roofline import Observation
 
     out = []
     with path.open(newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
-            variant = PUBLIC_VARIANTS.get(r["gpu_variant"])
-            if variant is None or variant not in specs or not r["zoo_model"]:
-                continue
-            if int(r["gpus"]) != 1:
+            spec = specs.get(r["gpu_variant"])
+            if spec is None or not r["zoo_model"] or int(r["gpus"]) != 1:
                 continue
             if r["zoo_model"] == "bert_base":
                 if r["input"] != "seq384":
@@ -104,7 +129,6 @@ def public_observations(
             else:
                 census = census_of(r["zoo_model"], DEFAULT_SETTINGS)
             b = int(r["batch_per_gpu"])
-            spec = specs[variant]
             out.append(
                 Observation(
                     census,
@@ -148,7 +172,6 @@ def evidence(
     from srifty_core.predictors.roofline import profile_observations
     from srifty_core.profiling.census import load_census
 
-    specs = device_specs(catalog)
     root = store.root if store is not None else None
     cache: dict[tuple[str, str, str], OpCensus] = {}
 
@@ -158,7 +181,7 @@ def evidence(
             cache[key] = load_census(model, size, census_settings(settings), root=root)
         return cache[key]
 
-    obs = public_observations(specs, census_of)
+    obs = public_observations(evidence_specs(catalog), census_of)
     profiles = measured_gpu_profiles(store)
     for prof in profiles:
         spec = device_spec(catalog, prof.device_type)
