@@ -151,7 +151,7 @@ def measured_gpu_profiles(store: ProfileStore | None) -> list[ComputeProfile]:
 
     paths = sorted(GPU_PROFILES.glob("*.json"))
     if store is not None:
-        paths += [p for p in store.list_paths() if not p.stem.startswith(("census", "roofline"))]
+        paths += store.list_paths()  # profiles only: censuses are not listed
     out, seen = [], set()
     for p in paths:
         try:
