@@ -231,7 +231,7 @@ def test_srifty_plan_plans_a_factory_model_from_its_profile_alone(
     assert main(["plan", str(request), "--bandwidth", "probes"]) == 0
     out = capsys.readouterr().out
     assert "Compute estimated, not measured: T4: specs" in out
-    assert "Profile the model on that GPU" in out
+    assert "To plan on measurements: `srifty profile --model examples/digits/model.py:build" in out
 
 
 @pytest.mark.slow

@@ -319,12 +319,15 @@ class LocalProvider(Provider):
         # the instance's ranks within its allocation: a process group over several
         # allocations numbers its global ranks across them (run_group)
         mine = range(k * per, (k + 1) * per)
-        self._stop([p for p in state["processes"] if p.get("local", p["rank"]) in mine], alloc.id)
+        # The notice first, as a cloud sends it before it takes the VM: stopping the ranks
+        # takes up to the grace period, and a peer rank that loses them exits at once; a
+        # monitor that looked in between saw every worker gone and no interruption.
         state["instances"][instance_id] = InstanceState.INTERRUPTED.value
         at = self.now().isoformat()
         state.setdefault("ended_at", {})[instance_id] = at
         state["interruptions"].append({"instance_id": instance_id, "at": at, "reason": reason})
         self._save(alloc.id, state)
+        self._stop([p for p in state["processes"] if p.get("local", p["rank"]) in mine], alloc.id)
 
     def stop(self, allocation: Allocation) -> None:
         self._stop(self._load(allocation.id)["processes"], allocation.id)
