@@ -214,7 +214,8 @@ def main() -> None:
                     # one pass over the gradients at the profile's copy bandwidth, slowed as
                     # the two ranks' passes are: what the estimate counted for DDP's
                     # division by the world size before it learned the division rides on
-                    # the copy into the buckets (benchmarks/ddp_division_pass.py)
+                    # the copy into the buckets
+                    # (benchmarks/investigations/ddp_division_pass.py)
                     "t_division_pass": profile.ddp_copy_s() * profile.pass_slowdown(2),
                 },
                 "srifty_overlapped_s": ovl.t_iter,

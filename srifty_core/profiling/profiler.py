@@ -734,9 +734,10 @@ def ddp_overhead(
     background workers doing DDP steps of their own in step with it (and ``colocated - 1``
     as always): DDP's passes over the gradients are memory-bound and come at the same
     moment of every rank's step, so workers that step together slow them more than
-    workers at random moments of theirs (``benchmarks/ddp_lockstep.py``: ResNet-18 at
-    batch 8 beside one worker, +3.9 ms in step against +1.8 at random moments, medians of
-    four alternated rounds; BENCHMARKS.md has the rest and the noise).
+    workers at random moments of theirs (``benchmarks/investigations/ddp_lockstep.py``:
+    ResNet-18 at batch 8 beside one worker, +3.9 ms in step against +1.8 at random moments,
+    medians of four alternated rounds; docs/benchmarks/local-ddp.md has the rest and the
+    noise).
 
     A copy of the model is wrapped in ``DistributedDataParallel`` over a process group of
     this process alone (an in-memory store, gloo on the CPU, NCCL on CUDA) with a no-op

@@ -44,8 +44,8 @@ class ExchangeTimer:
     cost, as DDP's built-in path divides while it copies each gradient into its bucket
     (``Reducer::copy_grad_to_bucket``), while a hook gets a plain copy and dividing each
     bucket would take one more pass over the gradients (DLRM's 34 MB: 3-5 ms per step on
-    one CPU core, ``benchmarks/ddp_division_pass.py``). Registered without the factor, the
-    gradients come out ``world`` times DDP's."""
+    one CPU core, ``benchmarks/investigations/ddp_division_pass.py``). Registered without
+    the factor, the gradients come out ``world`` times DDP's."""
 
     def __init__(self, world: int) -> None:
         import threading

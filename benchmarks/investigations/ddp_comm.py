@@ -8,7 +8,7 @@ bookkeeping only), and a plain ``all_reduce`` of S bytes (what the probes measur
 machine, and the simulator's error on this CPU (see ``simulator_reality.py``) comes from
 the exchange sharing the cores with the backward pass, not from DDP itself.
 
-Run:  .venv/bin/python benchmarks/ddp_comm.py [--repeats 12]
+Run:  .venv/bin/python benchmarks/investigations/ddp_comm.py [--repeats 12]
 Writes benchmarks/results/ddp_comm.txt.
 """
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).parent / "results" / "ddp_comm.txt"
+OUT = Path(__file__).resolve().parent.parent / "results" / "ddp_comm.txt"
 SIZES = tuple(2**k for k in (16, 18, 20, 22, 23, 24, 25, 26))
 
 

@@ -21,7 +21,7 @@ hook) for every job.
     runs the recorded copy out of the buckets plus the optimizer's slowdown
     (``t_after - t_opt``) stands in, and their figures are marked approximate.
 
-    .venv/bin/python benchmarks/ddp_division_pass.py [--models dlrm,resnet18,alexnet]
+    .venv/bin/python benchmarks/investigations/ddp_division_pass.py [--models dlrm,resnet18,alexnet]
 
 Writes ``benchmarks/results/ddp_division_pass.json`` (or ``--out``).
 """
@@ -36,7 +36,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = [
     RESULTS / "simulator_reality_runs" / "2026-12-01_first.json",
     RESULTS / "simulator_reality_runs" / "2026-12-01_second.json",

@@ -7,7 +7,7 @@ model's cases, in percent (negative: too fast).
 A bias shows as one sign for a model in every run; drift of a shared host as signs that
 change from run to run.
 
-Run:  .venv/bin/python benchmarks/reality_compute_drift.py [RUN.json ...]
+Run:  .venv/bin/python benchmarks/investigations/reality_compute_drift.py [RUN.json ...]
 (default: every ``benchmarks/results/simulator_reality_runs/*.json`` with per-case parts)
 """
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-RUNS = Path(__file__).parent / "results" / "simulator_reality_runs"
+RUNS = Path(__file__).resolve().parent.parent / "results" / "simulator_reality_runs"
 
 
 def compute_errors(run: dict[str, object]) -> dict[str, float]:

@@ -7,7 +7,7 @@ If the estimate is right on average, the ratio predicted / truth spreads around 
 one sweep to the next by what a median of that many allocation levels carries; if it is
 biased, every sweep errs the same way.
 
-Run:  .venv/bin/python benchmarks/input_sampling.py [--sweeps 6] [--allocations 12]
+Run:  .venv/bin/python benchmarks/investigations/input_sampling.py [--sweeps 6] [--allocations 12]
 Writes benchmarks/results/input_sampling.json.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-OUT = Path(__file__).parent / "results"
+OUT = Path(__file__).resolve().parent.parent / "results"
 CASES = (
     ("vgg16", "p3.8xlarge", 1, 64),
     ("alexnet", "g4dn.12xlarge", 1, 64),

@@ -22,7 +22,8 @@ Per model it reports, over the timed iterations of rank 0:
   the backward pass competes for the cores); concurrent transfers would overlap, and a
   bucket's service counted from the previous one's end would come out well under 1.
 
-Run:  .venv/bin/python benchmarks/ddp_buckets.py [--iterations 10] [--cases dlrm:32,...]
+Run:  .venv/bin/python benchmarks/investigations/ddp_buckets.py
+      [--iterations 10] [--cases dlrm:32,...]
 Writes benchmarks/results/ddp_buckets.json.
 """
 
@@ -41,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-OUT = Path(__file__).parent / "results"
+OUT = Path(__file__).resolve().parent.parent / "results"
 CASES = {"resnet18": 32, "dlrm": 32, "alexnet": 16, "bert_base": 4}
 
 

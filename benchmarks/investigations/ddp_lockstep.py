@@ -11,7 +11,8 @@ round the slowdown (median plain step beside a plain worker over the median alon
 before) and DDP's overhead (median DDP step minus median plain step beside a DDP worker),
 ``--repeats`` steps each.
 
-Run:  .venv/bin/python benchmarks/ddp_lockstep.py [--models resnet18,dlrm] [--rounds 4]
+Run:  .venv/bin/python benchmarks/investigations/ddp_lockstep.py
+      [--models resnet18,dlrm] [--rounds 4]
 (about a minute per model)
 Writes benchmarks/results/ddp_lockstep.json (or --out).
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 from srifty_core.atomic import write_text_atomic
 
-OUT = Path(__file__).parent / "results"
+OUT = Path(__file__).resolve().parent.parent / "results"
 MODELS = ("resnet18", "alexnet", "dlrm", "shufflenet_v2")
 
 

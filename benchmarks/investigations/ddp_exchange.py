@@ -15,7 +15,8 @@ bucket, which the no-op step does too, so the DDP step makes no such pass; the f
 the backward pass (the simulator's rule here). Alternating keeps a host that speeds up or
 slows down during the run from biasing the ratio.
 
-Run:  .venv/bin/python benchmarks/ddp_exchange.py [--iterations 12] [--cases dlrm:16,...]
+Run:  .venv/bin/python benchmarks/investigations/ddp_exchange.py
+      [--iterations 12] [--cases dlrm:16,...]
 Writes benchmarks/results/ddp_exchange.txt.
 """
 
@@ -169,7 +170,7 @@ def measure_exchange_factor(
 
 
 CASES = "resnet18:8,resnet18:32,alexnet:8,alexnet:32,dlrm:16,dlrm:64,bert_base:4"
-OUT = Path(__file__).parent / "results" / "ddp_exchange.txt"
+OUT = Path(__file__).resolve().parent.parent / "results" / "ddp_exchange.txt"
 
 
 def main() -> None:
