@@ -1,5 +1,5 @@
 # The Srifty worker image: what a training VM runs, the alternative to the worker wheel the
-# EC2 user data installs (README, "From an AWS connection to a finished multi-VM job").
+# EC2 user data installs (docs/deploy.md, "From an AWS connection to a finished multi-VM job").
 # A CUDA runtime base, Python 3.11 and the wheel of this checkout with its `worker` extra
 # (torch, transformers, fsspec, s3fs), pinned by requirements.lock; no Airflow, MLflow,
 # Celery or Postgres (the build fails if any of them got in).
@@ -55,5 +55,5 @@ WORKDIR /opt/srifty/run
 USER srifty
 
 # One rank: python -m srifty_core.runtime.worker PLAN.json with torchrun's variables set;
-# a multi-VM group: --entrypoint /opt/srifty/bin/torchrun (README).
+# a multi-VM group: --entrypoint /opt/srifty/bin/torchrun (docs/deploy.md).
 ENTRYPOINT ["python", "-m", "srifty_core.runtime.worker"]

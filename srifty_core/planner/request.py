@@ -217,7 +217,7 @@ def request_from_dict(
     load_profile: Any,
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
 ) -> PlanRequest:
-    """A request from its YAML/JSON form (see ``docs`` in the README), checked by
+    """A request from its YAML/JSON form (docs/usage.md, "Planning a request"), checked by
     ``planner.schema.RequestSpec`` before anything is looked up::
 
         model: resnet50          # zoo name; profiles are looked up per GPU of the offers

@@ -296,7 +296,7 @@ class OverheadsSpec(Strict):
 
 
 class RequestSpec(Strict):
-    """A ``srifty plan`` request (README, "srifty plan")."""
+    """A ``srifty plan`` request (docs/usage.md, "Planning a request")."""
 
     kind = "request"
     rule = "a mapping of request fields (model, global_batch, iterations, offers, ...)"
