@@ -144,7 +144,49 @@ def errors(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
         "median_abs": round(float(100 * np.median(np.abs(rel))), 2),
         "too_fast": round(float(100 * np.mean(p < m)), 1),
         "worst_under": round(float(100 * rel.min()), 1),
+        "signed_mean": round(float(100 * np.mean(rel)), 2),
     }
+
+
+MODEL_CLASS = {
+    "resnet50": "cnn",
+    "vgg16": "cnn",
+    "alexnet": "cnn",
+    "inception_v3": "cnn",
+    "shufflenet_v2": "cnn",
+    "bert_base": "transformer",
+    "xlm": "transformer",
+    "dlrm": "recommendation",
+}
+
+
+def breakdown(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Srifty's signed error and p90 coverage split by how many instance types a
+    configuration mixes, its world size and its model's class (issue 37's "no optimism"):
+    a lean in one direction shows as a signed mean away from 0 and a too-fast share away
+    from 50%, where noise alone would leave both near the middle."""
+    keys = {
+        "types": lambda r: f"{r['config'].count('+') + 1} type(s)",
+        "world": lambda r: (
+            "world 1-4" if r["world"] <= 4 else "world 5-16" if r["world"] <= 16 else "world 17+"
+        ),
+        "model class": lambda r: MODEL_CLASS.get(r["model"], "other"),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for axis, key in keys.items():
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r)
+        out[axis] = {
+            name: {
+                **errors([r["srifty_s"] for r in sel], [r["measured_s"] for r in sel]),
+                "p90_coverage": round(
+                    100 * statistics.fmean(r["measured_s"] <= r["srifty_p90_s"] for r in sel), 1
+                ),
+            }
+            for name, sel in sorted(groups.items())
+        }
+    return out
 
 
 PLAN_TYPES = (
@@ -650,6 +692,7 @@ def main() -> None:
         "over_p90": round(
             100 * statistics.fmean(r["measured_s"] > r["srifty_p90_s"] for r in rows), 1
         ),
+        "breakdown": breakdown(rows),
         "plans": plans,
         "rows": rows,
     }
@@ -689,7 +732,7 @@ def format_report(r: Mapping[str, Any]) -> str:
         f"pooled with {r.get('vm_evidence', 'none')}, {r.get('allocations', 8)} truth "
         "allocations per planned configuration",
         f"{'split':<14} {'estimator':<12} {'n':>4} {'MAPE%':>7} {'median%':>8} "
-        f"{'too fast%':>9} {'worst%':>7}",
+        f"{'too fast%':>9} {'worst%':>7} {'signed%':>8}",
     ]
     for shape in r["srifty"]:
         for name in ("srifty", "apm", "noise_floor"):
@@ -697,9 +740,21 @@ def format_report(r: Mapping[str, Any]) -> str:
             if e:
                 lines.append(
                     f"{shape:<14} {name:<12} {e['n']:>4} {e['mape']:>7} {e['median_abs']:>8} "
-                    f"{e['too_fast']:>9} {e['worst_under']:>7}"
+                    f"{e['too_fast']:>9} {e['worst_under']:>7} {e.get('signed_mean', ''):>8}"
                 )
     lines.append(f"measured above Srifty's p90: {r['over_p90']}% of configurations")
+    if r.get("breakdown"):
+        lines.append(
+            f"Srifty by {'split':<22} {'n':>4} {'MAPE%':>7} {'signed%':>8} {'too fast%':>9} "
+            f"{'p90 covers%':>11}"
+        )
+        for axis, groups in r["breakdown"].items():
+            for name, e in groups.items():
+                label = f"{axis}: {name}"
+                lines.append(
+                    f"          {label:<22} {e['n']:>4} {e['mape']:>7} {e['signed_mean']:>8} "
+                    f"{e['too_fast']:>9} {e['p90_coverage']:>11}"
+                )
     if r.get("mixed_probes"):
         lines.append(
             f"{len(r['mixed_probes'])} mixes probed; mixed-ring factor at 1 B, 10 B ... 100 MB: "
