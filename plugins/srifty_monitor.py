@@ -1,6 +1,8 @@
 """The training-progress monitor as a deferrable sensor and its trigger.
 
-Thin adapters over ``srifty_core.runtime.monitor_step.Monitor`` (the monitor's step). The
+Thin adapters over ``srifty_core.runtime.monitor_step.Monitor`` (the monitor's step, the
+one ``srifty train`` steps too: ``runtime.monitor_loop``), with the same retry rules
+(``monitor_loop.Retry``), its waits awaited in the triggerer's event loop. The
 trigger makes one ``Monitor`` for the configuration (the provider and its client, the
 allocations and the progress log's read position are kept between steps) and steps it
 every ``poll_s``. The cloud's state (instances taken back, workers ended) is read in the
@@ -50,11 +52,10 @@ def make_monitor(
 
 
 def is_deterministic(exc: BaseException) -> bool:
-    """Errors a retry would meet again: the workers failed, or the job's files are wrong."""
-    from srifty_core.errors import ConfigError
-    from srifty_core.runtime.job import TrainingFailed
+    """Errors a retry would meet again (``monitor_loop.is_deterministic``)."""
+    from srifty_core.runtime.monitor_loop import is_deterministic as deterministic
 
-    return isinstance(exc, (TrainingFailed, ConfigError, KeyError, TypeError, ValueError))
+    return deterministic(exc)
 
 
 class TrainingProgressTrigger(BaseTrigger):
@@ -88,9 +89,12 @@ class TrainingProgressTrigger(BaseTrigger):
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from srifty_core.runtime.monitor_loop import Retry
+
         monitor: Any = None
         observe: Any = None
-        failures = 0
+        # monitor_loop.watch's rules, with the waits awaited in the triggerer's event loop
+        retry = Retry(self.poll_s, self.max_failures, MAX_BACKOFF_S)
         while True:
             try:
                 if monitor is None:
@@ -103,20 +107,17 @@ class TrainingProgressTrigger(BaseTrigger):
                 cloud = await observe(monitor.allocations)
                 result = (await asyncio.to_thread(monitor.step, None, cloud)).to_dict()
             except Exception as exc:
-                failures += 1
-                error = f"{type(exc).__name__}: {exc}"
-                deterministic = is_deterministic(exc)
-                if deterministic or failures >= self.max_failures:
-                    if failures > 1:
-                        error += f" (after {failures} failed steps in a row)"
+                delay = retry.failed(exc)
+                error = retry.describe(exc)
+                if delay is None:
+                    deterministic = is_deterministic(exc)
                     event = {"status": "error", "error": error, "deterministic": deterministic}
                     yield TriggerEvent(event)
                     return
-                delay = min(self.poll_s * 2**failures, MAX_BACKOFF_S)
                 self.log.warning("monitor step failed (%s); retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
                 continue
-            failures = 0
+            retry.succeeded()
             if result["status"] != "running":
                 yield TriggerEvent(result)
                 return

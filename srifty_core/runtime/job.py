@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srifty_core import paths
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
@@ -172,11 +171,6 @@ class JobSpec:
 
 def _limit(v: float | None) -> float:
     return math.inf if v is None else float(v)
-
-
-def runs_dir(root: Path | None = None) -> Path:
-    """Run folders of orchestrated jobs (checkpoint, progress log, plans)."""
-    return (root or paths.data_dir()) / "runs"
 
 
 def item_key(offer: Mapping[str, Any]) -> str:

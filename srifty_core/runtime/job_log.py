@@ -26,10 +26,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.runtime.decisions import DECISIONS_FILE, read_decisions
+from srifty_core.runtime.progress import median_step_s, read_progress
+from srifty_core.runtime.timeline import plot_timeline
 from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
 
 if TYPE_CHECKING:
     from srifty_core.runtime.job import JobPlan, JobSpec
+    from srifty_core.simulator.calibration import Calibration
 
 EXPERIMENT = "srifty-jobs"
 log = logging.getLogger(__name__)
@@ -151,9 +155,6 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
         return
     from mlflow.entities import Metric
 
-    from srifty_core.runtime.monitor_step import DECISIONS_FILE, read_decisions
-    from srifty_core.runtime.progress import median_step_s, read_progress
-
     client, _ = _client()
     rid = job.config_run_id
     facts = job.facts
@@ -187,10 +188,6 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
 
 def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
     """The job finished: its totals and timeline go to the job's run, which ends."""
-    from srifty_core.runtime.monitor_step import read_decisions
-    from srifty_core.runtime.progress import read_progress
-    from srifty_core.runtime.timeline import plot_timeline
-
     facts = job.facts
     records = read_progress(facts.progress_path)
     outcome = {
@@ -224,3 +221,14 @@ def log_failure(job: JobPlan, reason: str) -> None:
     for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
         log_batch(client, rid, tags=srifty_tags(outcome="failed", reason=reason))
         client.set_terminated(rid, "FAILED")
+
+
+def log_factors(run_id: str, config_id: str, cal: Calibration) -> None:
+    """The factors this configuration measured, on its MLflow run: metrics
+    ``calibration.compute.<device>`` and ``calibration.comm.<type>`` (observed ones) and
+    ``<config>/calibration.json``."""
+    client, _ = _client()
+    metrics = {f"calibration.compute.{k}": f.scale for k, f in cal.compute.items() if f.windows}
+    metrics.update({f"calibration.comm.{k}": f.scale for k, f in cal.comm.items() if f.windows})
+    log_batch(client, run_id, metrics=metrics)
+    client.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")

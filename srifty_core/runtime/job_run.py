@@ -21,7 +21,8 @@ from typing import Any
 
 from srifty_core.cloud.base import Provider
 from srifty_core.errors import SriftyError
-from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec
+from srifty_core.runtime.job import FINISHED, JobPlan, JobSpec
+from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
 from srifty_core.runtime.monitor_step import Monitor, PollResult
 
 MAX_CONFIGURATIONS = 20
@@ -88,15 +89,14 @@ def run_job(
         try:
             started = orc.start_training(job_path, alloc, provider)
             monitor = Monitor(job_path, alloc, spec, started, provider=provider)
-            while (result := monitor.step()).status == RUNNING:
-                if on_poll is not None:
-                    on_poll(result)
-                if time.monotonic() > deadline:
-                    raise JobRunError(f"the job did not finish within {timeout_s:.0f} s")
-                if provider is not None:
-                    provider.wait(poll_s)
-                else:
-                    time.sleep(poll_s)
+            try:
+                result = watch(
+                    monitor.step, poll_s=poll_s, on_poll=on_poll,
+                    wait=provider.wait if provider is not None else time.sleep,
+                    timeout_s=max(deadline - time.monotonic(), 0.0),
+                )  # fmt: skip
+            except MonitorTimeout:
+                raise JobRunError(f"the job did not finish within {timeout_s:.0f} s") from None
             train = job.train
             done.append(
                 Configuration(

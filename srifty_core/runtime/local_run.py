@@ -2,9 +2,11 @@
 
 ``train_local`` launches one ``local.cpu`` instance per rank, starts the plan's rank on each
 (``python -m srifty_core.runtime.launch PLAN.json``: the built-in worker, or the plan's
-``entrypoint``, your own script), then polls the provider and the
-progress log every ``poll_s``. When the provider reports an interruption the monitor marks
-the type depleted and asks for a re-plan; on this machine there is one instance type, so
+``entrypoint``, your own script), then watches it every ``poll_s`` with the monitor the
+DAG's sensor steps (``monitor_loop.watch`` over ``monitor_step.Monitor``: the throughput
+rule, online recalibration of the plan's own configuration, ``decisions.jsonl``; the plan
+file is its job, ``plan_file_job``). When the provider reports an interruption the monitor
+asks for a re-plan; on this machine there is one instance type, so
 the re-plan continues on the surviving capacity through the ``Replanner`` (the same one
 the DAG and the preemption benchmark use): the survivors are stopped (they checkpoint on
 SIGTERM), the change to the survivors' count is applied (the allocation that lost a worker
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,9 +34,12 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
 from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
+from srifty_core.runtime.decisions import PollResult
+from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch, TrainingFailed
 from srifty_core.runtime.launch import launch_argv
-from srifty_core.runtime.monitor import Decision, Limits, decide
-from srifty_core.runtime.progress import read_progress
+from srifty_core.runtime.monitor import Limits
+from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
+from srifty_core.runtime.monitor_step import Monitor
 from srifty_core.runtime.replanner import Replanner
 from srifty_core.runtime.train_plan import TrainPlan
 
@@ -61,7 +67,8 @@ class Segment:
 class RunReport:
     plan: TrainPlan
     segments: tuple[Segment, ...]
-    decisions: tuple[Decision, ...] = field(default_factory=tuple)
+    decisions: tuple[PollResult, ...] = field(default_factory=tuple)
+    """The monitor's results where its status changed (``monitor_step.PollResult``)."""
 
     @property
     def iterations(self) -> int:
@@ -132,6 +139,33 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+def plan_file_job(
+    plan: TrainPlan, plan_path: Path | str, limits: Limits
+) -> tuple[JobSpec, JobPlan]:
+    """The job a plan file is, as the monitor sees it: the plan's own configuration on
+    ``local.cpu`` workers (one launch per run of equal local batches), the limits and the
+    configuration's price (``limits``); no prediction (no planner ran)."""
+    per_worker = limits.usd_per_hour / plan.world_size
+    offer = {"type": LOCAL_CPU, "market": "on-demand", "quota": plan.world_size,
+             "price": per_worker}  # fmt: skip
+    spec = JobSpec(
+        model=plan.model, size=plan.size, global_batch=plan.global_batch,
+        iterations=plan.iterations, offers=(offer,), provider="local",
+        time_limit_s=limits.time_limit_s, budget_usd=limits.budget_usd,
+        checkpoint_every=plan.checkpoint_every, step_sleep_s=plan.step_sleep_s, seed=plan.seed,
+        precision=plan.precision, optimizer=plan.optimizer, compile=plan.compile,
+        channels_last=plan.channels_last, entrypoint=plan.entrypoint,
+    )  # fmt: skip
+    runs = [(b, len(list(g))) for b, g in itertools.groupby(plan.local_batches)]
+    launches = tuple(Launch(LOCAL_CPU, "on-demand", n, 1, b) for b, n in runs)
+    job = JobPlan(
+        config_id=plan.config_id, provider="local", region=spec.region,
+        train_plan=str(plan_path), launches=launches, usd_per_hour=limits.usd_per_hour,
+        predicted={}, explanation=(f"plan file: local batches {list(plan.local_batches)}",),
+    )  # fmt: skip
+    return spec, job
+
+
 def _train_local(
     plan: TrainPlan,
     provider: LocalProvider,
@@ -148,80 +182,100 @@ def _train_local(
     deadline = time.monotonic() + timeout_s
     config = plan
     segments: list[Segment] = []
-    decisions: list[Decision] = []
+    decisions: list[PollResult] = []
     alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
     try:
         while True:
             ck = load_checkpoint(config.checkpoint_path)
             start_iter = ck.iteration if ck else 0
             plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
+            spec, job = plan_file_job(config, plan_path, limits)
+            job_path = job.save(run_dir / f"job-{config.config_id}.json")
             provider.run(  # this loop waits for them: they end with it
                 alloc,
                 launch_argv(str(plan_path)),
                 caller_env(),
             )
-            exited_at: float | None = None
-            while True:
-                if time.monotonic() > deadline:
-                    raise TrainingError(f"training did not finish within {timeout_s:.0f} s")
-                if on_poll is not None:
-                    on_poll(alloc)
-                interrupted = provider.interruptions(alloc)
-                if interrupted:
-                    noticed = provider.now()
-                    decision = decide(
-                        read_progress(config.progress_path), limits, now=time.time(),
-                        started_at=started, preempted=[alloc.spec.name],
-                    )  # fmt: skip
-                    decisions.append(decision)
-                    provider.stop(alloc)  # survivors checkpoint on SIGTERM and exit
-                    ck = load_checkpoint(config.checkpoint_path)
-                    gone = {i.instance_id for i in interrupted}
-                    alive = alloc.count - len(gone)
-                    segments.append(
-                        Segment(
-                            config.config_id, config.local_batches, alloc.id, start_iter,
-                            ck.iteration if ck else 0, "preempted",
-                            (noticed - interrupted[0].at).total_seconds(),
-                        )
-                    )  # fmt: skip
-                    if alive < 1:
-                        raise TrainingError("every instance was preempted; nothing to resume on")
-                    (alloc,), _ = Replanner.apply(
-                        provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive}
+            # The one monitor (monitor_step): the throughput rule, online recalibration
+            # (the plan's own configuration only: no search), the decisions log.
+            monitor = Monitor(job_path, [alloc.id], spec, started, provider=provider, search=False)
+            step = _LocalStep(monitor, provider, alloc, decisions, on_poll)
+            try:
+                result = watch(step, poll_s=poll_s, timeout_s=max(deadline - time.monotonic(), 0))
+            except MonitorTimeout:
+                raise TrainingError(f"training did not finish within {timeout_s:.0f} s") from None
+            ck = load_checkpoint(config.checkpoint_path)
+            end = ck.iteration if ck else 0
+            if result.status == FINISHED:
+                segments.append(
+                    Segment(
+                        config.config_id, config.local_batches, alloc.id, start_iter, end,
+                        "finished",
                     )
-                    config = dataclasses.replace(
-                        config,
-                        local_batches=Replanner.survivors(config.global_batch, alive),
-                        config_id=_next_id(plan.config_id, len(segments)),
-                    )
-                    break
-                codes = provider.exit_codes(alloc)
-                if codes and all(c == 0 for c in codes.values()):
-                    ck = load_checkpoint(config.checkpoint_path)
-                    end = ck.iteration if ck else 0
-                    segments.append(
-                        Segment(
-                            config.config_id, config.local_batches, alloc.id, start_iter, end,
-                            "finished",
-                        )
-                    )  # fmt: skip
-                    return RunReport(plan, tuple(segments), tuple(decisions))
-                if codes and all(c is not None for c in codes.values()):
-                    # Exited without finishing: wait briefly for an interruption record.
-                    exited_at = exited_at or time.monotonic()
-                    if time.monotonic() - exited_at > TERM_GRACE_S + 1.0:
-                        raise TrainingError(
-                            f"workers exited with {codes}; see the logs in "
-                            f"{provider.log_dir(alloc)}"
-                        )
-                else:
-                    d = decide(
-                        read_progress(config.progress_path), limits, now=time.time(),
-                        started_at=started,
-                    )  # fmt: skip
-                    if not decisions or decisions[-1].action != d.action:
-                        decisions.append(d)
-                time.sleep(poll_s)
+                )  # fmt: skip
+                return RunReport(plan, tuple(segments), tuple(decisions))
+            # A re-plan: workers were taken back (a plan file has no other configuration).
+            interrupted = provider.interruptions(alloc)
+            provider.stop(alloc)  # survivors checkpoint on SIGTERM and exit
+            ck = load_checkpoint(config.checkpoint_path)
+            alive = alloc.count - len(set(result.interrupted))
+            detect_s = result.at - interrupted[0].at.timestamp() if interrupted else None
+            segments.append(
+                Segment(
+                    config.config_id, config.local_batches, alloc.id, start_iter,
+                    ck.iteration if ck else 0, "preempted", detect_s,
+                )
+            )  # fmt: skip
+            if alive < 1:
+                raise TrainingError("every instance was preempted; nothing to resume on")
+            (alloc,), _ = Replanner.apply(provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive})
+            config = dataclasses.replace(
+                config,
+                local_batches=Replanner.survivors(config.global_batch, alive),
+                config_id=_next_id(plan.config_id, len(segments)),
+            )
     finally:
         provider.release(alloc)
+
+
+@dataclass
+class _LocalStep:
+    """One look at local workers: the monitor's step, and what local workers need beside
+    it: ``on_poll`` first; workers that all exited 0 finished (a script that keeps no
+    checkpoint too); workers that exited otherwise get ``TERM_GRACE_S`` for an interruption
+    record before the job fails. Keeps each change of status in ``decisions``."""
+
+    monitor: Monitor
+    provider: LocalProvider
+    alloc: Allocation
+    decisions: list[PollResult]
+    on_poll: Callable[[Allocation], None] | None
+    exited_at: float | None = None
+
+    def __call__(self) -> PollResult:
+        if self.on_poll is not None:
+            self.on_poll(self.alloc)
+        try:
+            result = self.monitor.step(time.time())
+        except TrainingFailed:
+            codes = self.provider.exit_codes(self.alloc)
+            if codes and all(c == 0 for c in codes.values()):
+                result = PollResult(
+                    FINISHED, "every worker exited with 0", self.monitor.recal.last_iteration,
+                    time.time() - self.monitor.started_at, 0.0,
+                    config_id=self.monitor.job.config_id, at=time.time(),
+                )  # fmt: skip
+            else:
+                self.exited_at = self.exited_at or time.monotonic()
+                if time.monotonic() - self.exited_at > TERM_GRACE_S + 1.0:
+                    raise TrainingError(
+                        f"workers exited with {codes}; see the logs in "
+                        f"{self.provider.log_dir(self.alloc)}"
+                    ) from None
+                result = PollResult(
+                    RUNNING, "workers exited: waiting for an interruption record", 0, 0.0, 0.0,
+                    config_id=self.monitor.job.config_id, at=time.time(),
+                )  # fmt: skip
+        if not self.decisions or self.decisions[-1].status != result.status:
+            self.decisions.append(result)
+        return result

@@ -30,7 +30,7 @@ from typing import Any
 from srifty_core.cloud.base import Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
-from srifty_core.runtime import run_store
+from srifty_core.runtime import planning, run_store
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
     DEFAULT_LAUNCH_S,
@@ -45,7 +45,6 @@ from srifty_core.runtime.job import (
     NoFeasiblePlan,
     Resume,
     TrainingFailed,
-    runs_dir,
 )
 from srifty_core.runtime.monitor_step import (
     DECISIONS_FILE,
@@ -54,7 +53,7 @@ from srifty_core.runtime.monitor_step import (
     poll,
     read_decisions,
 )
-from srifty_core.runtime.planning import build_request, load_bandwidth_model, plan_job
+from srifty_core.runtime.planning import build_request, load_bandwidth_model
 from srifty_core.runtime.provisioning import (
     handed_over,
     make_provider,
@@ -63,6 +62,7 @@ from srifty_core.runtime.provisioning import (
     start_training,
     worker_command,
 )
+from srifty_core.runtime.run_store import runs_dir
 
 __all__ = [
     "DECISIONS_FILE",
@@ -99,6 +99,14 @@ __all__ = [
     "start_training",
     "worker_command",
 ]
+
+
+def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
+    """Plan this run of the job and save it (``planning.plan_job``), recorded in MLflow
+    (``job_log.log_plan``) unless not ``track``; returns the ``JobPlan`` JSON's path."""
+    from srifty_core.runtime import job_log
+
+    return planning.plan_job(spec, run_key, log_plan=job_log.log_plan if track else None)
 
 
 def continue_or_finish(

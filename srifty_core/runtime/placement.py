@@ -11,10 +11,14 @@ from typing import TYPE_CHECKING
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime.rendezvous import RANK_OFFSET_ENV
-from srifty_core.runtime.train_plan import DEVICES, PRECISIONS
+from srifty_core.training_settings import PRECISIONS
 
 if TYPE_CHECKING:
     import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
+``cpu``, or ``cuda`` (an error without one GPU per rank)."""
 
 
 @dataclass(frozen=True)

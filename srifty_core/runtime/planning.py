@@ -8,9 +8,10 @@ through the ``Replanner`` and continues on the nearest miss when nothing meets i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
@@ -24,11 +25,22 @@ from srifty_core.runtime.job import (
     Launch,
     NoFeasiblePlan,
     Resume,
-    runs_dir,
 )
 from srifty_core.runtime.replanner import Progress, Replanner
+from srifty_core.runtime.run_store import runs_dir
 from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+
+if TYPE_CHECKING:
+    from srifty_core.planner.request import PlanRequest
+    from srifty_core.simulator.calibration import Calibration
+    from srifty_core.simulator.estimator import Simulator
+
+RUN_FILE = "calibration.json"
+"""The run folder's calibration state (the latest configuration's: ``recalibration``)."""
+PlanSink = Callable[[JobSpec, JobPlan, Mapping[str, Any], str], JobPlan]
+"""``(spec, job, plan result, run key) -> job with its run ids``: where a plan is recorded
+(``job_log.log_plan``: MLflow)."""
 
 
 def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
@@ -223,7 +235,7 @@ def _run_dir(spec: JobSpec, run_key: str) -> Path | str:
     return ck.parent
 
 
-def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
+def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -> Path | str:
     """Plan this run of the job and save it; returns the ``JobPlan`` JSON's path.
 
     A fresh job gets the run folder ``runs/<run_key>``; a resumed one keeps the folder of
@@ -231,10 +243,10 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
     The first plan must meet the limits (else ``NoFeasiblePlan`` with the nearest misses);
     a re-plan goes through the ``Replanner`` (depleted offers dropped, the switch charged),
     and one that cannot meet what is left continues on the nearest miss and says so.
+    ``log_plan`` records the plan (``orchestrate.plan_job``: in MLflow) before it is saved.
     """
     from srifty_core.planner.request import Overheads
     from srifty_core.planner.search import plan
-    from srifty_core.runtime.recalibration import planning_simulator
     from srifty_core.simulator.estimator import Simulator
 
     run_dir = _run_dir(spec, run_key)
@@ -299,8 +311,54 @@ def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
         explanation=explanation,
         ec2=dict(spec.ec2),
     )
-    if track:
-        from srifty_core.runtime import job_log
-
-        job = job_log.log_plan(spec, job, result.to_dict(), run_key)
+    if log_plan is not None:
+        job = log_plan(spec, job, result.to_dict(), run_key)
     return job.save(run_store.join(run_dir, f"job-{config_id}.json"))
+
+
+# --------------------------------------------------------------------------- persistence
+def run_path(run_dir: Path | str) -> Path | str:
+    return run_store.join(run_dir, RUN_FILE)
+
+
+def read_run(run_dir: Path | str) -> dict[str, Any] | None:
+    """The run folder's calibration state (``Recalibrator``), or None."""
+    text = run_store.read_text(run_path(run_dir))
+    if text is None:
+        return None
+    try:
+        d = json.loads(text)
+        d["calibration"] = _calibration(d["calibration"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{run_path(run_dir)}: not a calibration state ({exc})") from exc
+    return dict(d)
+
+
+def _calibration(d: Mapping[str, Any]) -> Calibration:
+    from srifty_core.simulator.calibration import Calibration
+
+    return Calibration.from_dict(d)
+
+
+def planning_simulator(
+    simulator: Simulator, request: PlanRequest, run_dir: Path | str | None
+) -> tuple[Simulator, str | None]:
+    """The simulator a plan of ``request`` uses: calibrated by the run folder's state (a
+    re-plan: what this job measured, scales only: ``Calibration.unobserved``), else by
+    the factors stored for the model (``calibration.for_request``), else ``simulator``;
+    and a line saying which, for the plan's explanation (None when uncalibrated)."""
+    from srifty_core.simulator import calibration as calib
+
+    state = read_run(run_dir) if run_dir is not None else None
+    if state is not None and state["calibration"].windows > 0:
+        cal: Calibration = state["calibration"].unobserved()
+        source = "measured by this job"
+    else:
+        found = calib.for_request(request, simulator.bandwidth)
+        if found is None:
+            return simulator, None
+        cal, source = found, "stored from earlier jobs"
+    lines = cal.describe()
+    if not lines:
+        return simulator, None
+    return calib.calibrated(simulator, cal), f"calibrated ({source}): " + "; ".join(lines)

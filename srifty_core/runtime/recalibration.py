@@ -37,24 +37,34 @@ Light: no torch import.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
+from srifty_core.runtime.job import DETACH_S, JobPlan, JobSpec
+from srifty_core.runtime.planning import (
+    RUN_FILE,
+    build_request,
+    load_bandwidth_model,
+    planning_simulator,
+    read_run,
+    run_path,
+)
 from srifty_core.runtime.progress import WARMUP_STEPS, ProgressRecord
+from srifty_core.runtime.replanner import Progress, Replanner
 
 if TYPE_CHECKING:
     from srifty_core.planner.request import Overheads, PlanRequest
-    from srifty_core.runtime.job import JobPlan, JobSpec
     from srifty_core.simulator.calibration import Calibration, Projection, Window
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig
 
-RUN_FILE = "calibration.json"
-"""The run folder's calibration state (the latest configuration's)."""
+FactorsSink = Callable[[str, str, "Calibration"], None]
+"""``(run id, config id, factors)``: where a configuration's factors go when it ends
+(``job_log.log_factors``: its MLflow run)."""
 MIN_STEPS = 3
 
 
@@ -80,8 +90,6 @@ class Context:
     def of_job(cls, job: JobPlan, spec: JobSpec, bandwidth: Any = None) -> Context:
         """From the job's files and conf (the bandwidth model is loaded when not given)."""
         from srifty_core.planner.request import Overheads
-        from srifty_core.runtime.job import DETACH_S
-        from srifty_core.runtime.planning import build_request, load_bandwidth_model
         from srifty_core.simulator.estimator import Simulator
 
         request = build_request(spec)
@@ -164,7 +172,6 @@ def assess(
     and decide (see the module's doc). ``iterations_done``, ``elapsed_s`` and
     ``spent_usd`` count this run (against ``ctx.request``). ``search``: look for a better
     configuration (a plan search), else only the limits decide."""
-    from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator import calibration as calib
     from srifty_core.simulator.types import ClusterConfig, Group
 
@@ -231,54 +238,6 @@ def _extra(p: Projection, ctx: Context) -> Projection:
                       p.t_iter_s + ctx.extra_s)  # fmt: skip
 
 
-# --------------------------------------------------------------------------- persistence
-def run_path(run_dir: Path | str) -> Path | str:
-    return run_store.join(run_dir, RUN_FILE)
-
-
-def read_run(run_dir: Path | str) -> dict[str, Any] | None:
-    """The run folder's calibration state (``Recalibrator``), or None."""
-    text = run_store.read_text(run_path(run_dir))
-    if text is None:
-        return None
-    try:
-        d = json.loads(text)
-        d["calibration"] = _calibration(d["calibration"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{run_path(run_dir)}: not a calibration state ({exc})") from exc
-    return dict(d)
-
-
-def _calibration(d: Mapping[str, Any]) -> Calibration:
-    from srifty_core.simulator.calibration import Calibration
-
-    return Calibration.from_dict(d)
-
-
-def planning_simulator(
-    simulator: Simulator, request: PlanRequest, run_dir: Path | str | None
-) -> tuple[Simulator, str | None]:
-    """The simulator a plan of ``request`` uses: calibrated by the run folder's state (a
-    re-plan: what this job measured, scales only: ``Calibration.unobserved``), else by
-    the factors stored for the model (``calibration.for_request``), else ``simulator``;
-    and a line saying which, for the plan's explanation (None when uncalibrated)."""
-    from srifty_core.simulator import calibration as calib
-
-    state = read_run(run_dir) if run_dir is not None else None
-    if state is not None and state["calibration"].windows > 0:
-        cal: Calibration = state["calibration"].unobserved()
-        source = "measured by this job"
-    else:
-        found = calib.for_request(request, simulator.bandwidth)
-        if found is None:
-            return simulator, None
-        cal, source = found, "stored from earlier jobs"
-    lines = cal.describe()
-    if not lines:
-        return simulator, None
-    return calib.calibrated(simulator, cal), f"calibrated ({source}): " + "; ".join(lines)
-
-
 class Recalibrator:
     """A configuration's recalibration across monitor steps (see the module's doc).
     ``context`` is made on first use (it loads the bandwidth model): pass one to skip
@@ -292,8 +251,13 @@ class Recalibrator:
         window_s: float,
         context: Context | None = None,
         min_steps: int = MIN_STEPS,
+        log_factors: FactorsSink | None = None,
+        search: bool = True,
     ) -> None:
         self.job, self.spec, self.window_s, self.min_steps = job, spec, window_s, min_steps
+        self.log_factors = log_factors
+        self.search = search
+        """Look for a better configuration at each window (a plan file runs its own only)."""
         self.run_dir = job.facts.run_dir
         self._ctx = context
         self._cal: Calibration | None = None
@@ -374,7 +338,7 @@ class Recalibrator:
         out = assess(
             self.context, self.calibration, pending,
             iterations_left=max(facts.iterations - done, 0), iterations_done=done - start,
-            elapsed_s=elapsed_s, spent_usd=spent_usd, search=not final,
+            elapsed_s=elapsed_s, spent_usd=spent_usd, search=self.search and not final,
         )  # fmt: skip
         self._cal, self._pending, self.last = out.calibration, [], out
         self._write()
@@ -434,22 +398,8 @@ class Recalibrator:
         self.step(records, elapsed_s=elapsed_s, spent_usd=spent_usd, final=True)
         if self._cal is not None and self._cal.windows > 0:
             self.saved_to = calib.save(self._cal)
-            if self.job.config_run_id:  # the configuration's MLflow run (job_log)
-                log_factors(self.job.config_run_id, self.job.config_id, self._cal)
-
-
-def log_factors(run_id: str, config_id: str, cal: Calibration) -> None:
-    """The factors this configuration measured, on its MLflow run: metrics
-    ``calibration.compute.<device>`` and ``calibration.comm.<type>`` (observed ones) and
-    ``<config>/calibration.json``."""
-    from srifty_core.runtime.job_log import _client
-    from srifty_core.tracking import log_batch
-
-    client, _ = _client()
-    metrics = {f"calibration.compute.{k}": f.scale for k, f in cal.compute.items() if f.windows}
-    metrics.update({f"calibration.comm.{k}": f.scale for k, f in cal.comm.items() if f.windows})
-    log_batch(client, run_id, metrics=metrics)
-    client.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")
+            if self.job.config_run_id and self.log_factors is not None:
+                self.log_factors(self.job.config_run_id, self.job.config_id, self._cal)
 
 
 __all__ = [
@@ -459,7 +409,6 @@ __all__ = [
     "Recalibrator",
     "assess",
     "configuration",
-    "log_factors",
     "planning_simulator",
     "read_run",
     "window",

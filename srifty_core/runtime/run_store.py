@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 
@@ -213,12 +214,14 @@ def names(folder: Location, pattern: str) -> list[str]:
     return sorted(n for n in base if fnmatch.fnmatch(n, pattern))
 
 
+def runs_dir(root: Path | None = None) -> Path:
+    """Run folders of orchestrated jobs (checkpoint, progress log, plans) in the data folder."""
+    return (root or paths.data_dir()) / "runs"
+
+
 def runs_root() -> Path | str:
     """Where run folders live: ``<run storage>/runs`` when the deployment sets one
     (``paths.run_storage``), else the data folder's ``runs/``."""
-    from srifty_core import paths
-    from srifty_core.runtime.job import runs_dir
-
     storage = paths.run_storage()
     return join(storage, "runs") if storage else runs_dir()
 

@@ -13,14 +13,12 @@ from typing import Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
+from srifty_core.runtime.placement import DEVICES as DEVICES
 from srifty_core.training_settings import PRECISIONS as PRECISIONS
 from srifty_core.training_settings import TrainingSettings
 
 DTYPES = ("float32", "float64")
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
-DEVICES = ("auto", "cpu", "cuda")
-"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
-``cpu``, or ``cuda`` (an error without one GPU per rank)."""
 CHECKPOINT_FILE = "checkpoint.pt"
 """The checkpoint's name in a run folder (``runtime.checkpoint``)."""
 

@@ -235,14 +235,14 @@ def test_the_monitor_step_recalibrates_keeps_the_factors_and_calibrates_the_repl
 
 
 def test_the_factors_go_to_the_configurations_mlflow_run(data_dir: Path) -> None:
-    from srifty_core.runtime.job_log import _client
+    from srifty_core.runtime.job_log import _client, log_factors
 
     client, experiment = _client()
     run_id = client.create_run(experiment).info.run_id
     cal = calib.Calibration(
         "m", {"A": calib.Factor(math.log(1.2), 0.02, 2, 2), "B": calib.Factor()}, {}
     )
-    recal.log_factors(run_id, "c1", cal)
+    log_factors(run_id, "c1", cal)
     run = client.get_run(run_id)
     assert run.data.metrics == {"calibration.compute.A": pytest.approx(1.2)}  # observed only
     text = Path(client.download_artifacts(run_id, "c1/calibration.json")).read_text()
