@@ -1,6 +1,6 @@
 """Compute estimates for GPUs nobody profiled, scored on published throughput.
 
-    .venv/bin/python benchmarks/spec_compute.py      # about 20 s; writes results/spec_compute.json
+    .venv/bin/python benchmarks/spec_compute.py      # about 15 s; writes results/spec_compute.json
 
 The evidence is what ``profiling.estimate`` learns from on a fresh install: the published
 single-GPU training throughput shipped in ``shipped/reference/public_training_throughput.csv``
@@ -9,14 +9,18 @@ sheet for) and the three shipped H200 profiles. Each GPU is left out in turn:
 
 * **specs**: the roofline's efficiencies fitted on the other GPUs, the left-out GPU's rows
   predicted from its sheet alone (``predictors.roofline.held_out``);
-* **scaled**: each left-out row predicted from a row of the same network, precision and kind
-  on every other GPU, times the roofline's ratio between the two GPUs, with the
-  efficiencies fitted without the left-out GPU (``roofline.held_out`` too).
+* **scaled**: each left-out row predicted from each row of the same program (source,
+  network, precision, kind: ``Observation.same_program``) on every other GPU, through the
+  roofline's times on the two GPUs and the share of the source row's departure that carries
+  (``roofline.scale``), with the efficiencies and the share learned without the left-out
+  GPU (``roofline.held_out`` too). ``scaled_any`` pairs rows of the same network, precision
+  and kind from any source (another framework or harness too), for the record.
 
 The error is (predicted - published) / published of the step time (the throughput's
-inverse). The noise floor is how far the sources disagree about the same GPU, network and
-precision: per such group with two rows or more, each row's distance from the group's
-median.
+inverse). ``public`` is the published rows alone (the H200 profiles' forward and backward
+points at small batches are the rest). The noise floor is how far the sources disagree
+about the same GPU, network and precision: per such group with two rows or more, each
+row's distance from the group's median.
 """
 
 from __future__ import annotations
@@ -77,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     specs, scaled = held.specs, held.scaled
     fitted = rl.learn(observations, held)
     rows = []
+    public = {
+        g: [e for o, e in zip([o for o in observations if o.group == g], v, strict=True)
+            if o.what == "step"]
+        for g, v in specs.items()
+    }  # fmt: skip
     for gpu in sorted(specs):
         n_rows = sum(1 for o in observations if o.group == gpu)
         rows.append(
@@ -84,18 +93,24 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu": gpu,
                 "observations": n_rows,
                 "specs": _summary(list(specs[gpu])),
+                "specs_public": _summary(public[gpu]),
                 "scaled": _summary(list(scaled.get(gpu, ()))),
+                "scaled_any": _summary(list(held.scaled_any.get(gpu, ()))),
+                "carry": held.carry.get(gpu),
             }
         )
     overall = {
         "specs": _summary([e for v in specs.values() for e in v]),
+        "specs_public": _summary([e for v in public.values() for e in v]),
         "scaled": _summary([e for v in scaled.values() for e in v]),
+        "scaled_any": _summary([e for v in held.scaled_any.values() for e in v]),
         "noise_floor": noise_floor(observations),
     }
     result = {
         "command": "benchmarks/spec_compute.py",
         "observations": len(observations),
         "efficiencies_all": fitted.efficiencies.to_dict(),
+        "carry_all": fitted.carry,
         "specs_cv": fitted.specs_cv,
         "scaled_cv": fitted.scaled_cv,
         "per_gpu": rows,
@@ -103,20 +118,26 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - t0,
     }
     write_text_atomic(args.out, json.dumps(result, indent=1))
-    print(f"{'GPU left out':14s} {'rows':>5s} {'specs: median |err|':>20s} {'signed':>8s} "
-          f"{'scaled: median |err|':>21s} {'pairs':>6s}")  # fmt: skip
+    print(f"{'GPU left out':14s} {'rows':>5s} {'specs':>7s} {'signed':>8s} {'public':>7s} "
+          f"{'scaled':>7s} {'pairs':>6s} {'any src':>8s} {'carry':>6s}")  # fmt: skip
     for r in rows:
-        s, c = r["specs"], r["scaled"]
+        s, p, c, a = r["specs"], r["specs_public"], r["scaled"], r["scaled_any"]
         print(
-            f"{r['gpu']:14s} {r['observations']:5d} {s.get('median_abs', math.nan):20.1%} "
-            f"{s.get('mean_signed', math.nan):+8.1%} {c.get('median_abs', math.nan):21.1%} "
-            f"{c.get('n', 0):6d}"
+            f"{r['gpu']:14s} {r['observations']:5d} {s.get('median_abs', math.nan):7.1%} "
+            f"{s.get('mean_signed', math.nan):+8.1%} {p.get('median_abs', math.nan):7.1%} "
+            f"{c.get('median_abs', math.nan):7.1%} {c.get('n', 0):6d} "
+            f"{a.get('median_abs', math.nan):8.1%} {r['carry']:6.2f}"
         )
     o = overall
     print(
-        f"{'all':14s} {len(observations):5d} {o['specs']['median_abs']:20.1%} "
-        f"{o['specs']['mean_signed']:+8.1%} {o['scaled']['median_abs']:21.1%} "
-        f"{o['scaled']['n']:6d}"
+        f"{'all':14s} {len(observations):5d} {o['specs']['median_abs']:7.1%} "
+        f"{o['specs']['mean_signed']:+8.1%} {o['specs_public']['median_abs']:7.1%} "
+        f"{o['scaled']['median_abs']:7.1%} {o['scaled']['n']:6d} "
+        f"{o['scaled_any']['median_abs']:8.1%} {fitted.carry:6.2f}"
+    )
+    print(
+        "median |error| held out by GPU; public: the published rows alone; scaled: from the "
+        "same program on another GPU; any src: from any source"
     )
     print(
         f"noise floor (sources disagreeing on one GPU, network, precision): median "

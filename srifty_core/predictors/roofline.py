@@ -4,31 +4,40 @@ with efficiencies learned from measurements.
 Each operator of a training step (``profiling.census.OpCensus``: its floating-point
 operations ``F`` and the bytes it reads and writes ``M`` at batch ``B``) takes
 
-    t_op = max(F / (eta_class * peak_class), M / (eta_mem * memory_bw), launch)
+    t_op = max(F / (eta_unit * c_class * peak_unit), M / (eta_mem * memory_bw)) + launch
 
 on a device whose peaks come from its specification sheet (``DeviceSpec``: the catalog's
-GPU specs). ``peak_class`` depends on the operator and the precision: convolutions and
-matrix products on tensor cores where the precision allows (PyTorch's defaults run
-convolutions in TF32 and matrix products in FP32 unless ``tf32`` is asked for; ``amp``
-runs both in FP16/BF16 and halves the bytes of activations), the rest on the vector units.
-``launch`` is what one operator costs however small (eager PyTorch's dispatch and the
-kernel launch). A pass is the sum over its operators; the optimizer step is memory-bound
-(multi-tensor kernels: one launch per update).
+GPU specs). Convolutions and matrix products run on a unit that the precision and the sheet
+choose (``DeviceSpec.units``): the FP16/BF16 tensor cores under ``amp``, the TF32 tensor
+cores where the GPU has them (PyTorch's defaults run convolutions in TF32 and matrix
+products in FP32 unless ``tf32`` is asked for), else the FP32 vector units. The efficiency
+``eta_unit`` belongs to the unit, not to the GPU or the operator, and ``c_class`` (1 for a
+matrix product, ``conv`` for a convolution) to the operator, so what one GPU's FP32 matrix
+products teach carries to another GPU's FP32 convolutions. ``amp`` halves the bytes of
+activations (``half_bytes``); the rest of the operators move bytes only. ``launch`` is what
+one operator adds however small (eager PyTorch's dispatch and the kernel launch). A pass is
+the sum over its operators; the optimizer step is memory-bound (multi-tensor kernels: one
+launch per update).
 
-Nothing in it is a constant of the device beyond its sheet: the four efficiencies
-``(eta_conv, eta_matmul, eta_mem, launch)`` are fitted (``fit``) to every measured time
-there is: the per-batch forward and backward means of measured GPU profiles and published
-single-GPU training throughput (``shipped/reference/public_training_throughput.csv``),
-by least squares on log time. ``held_out`` scores the fit leaving one GPU out at a time,
-which is the spread an estimate carries (``estimate_cv``).
+Nothing in it is a constant of the device beyond its sheet: the efficiencies
+(``Efficiencies``) are fitted (``fit``) to every measured time there is: the per-batch
+forward and backward means of measured GPU profiles and published single-GPU training
+throughput (``shipped/reference/public_training_throughput.csv``), by least squares on log
+time. Published rows of an implementation that fuses the elementwise operators (NVIDIA's
+BERT: ``Observation.fused``) move ``fused`` times the bytes the eager census counts for
+them; that factor is learned from those rows and never applies to an estimate, which is of
+the eager program srifty profiles. ``held_out`` scores the fit leaving one GPU out at a
+time, which is the spread an estimate carries (``estimate_cv``).
 
 Two paths give a profile (``estimate_profile``):
 
 * **specs**: the roofline's times on the device;
-* **scaled** from a measured profile of the same model on another GPU: the measured times
-  times the roofline's ratio between the two devices, batch by batch (Habitat's idea: the
-  compute-bound and memory-bound operators move with different specs, and what the roofline
-  gets wrong about the model cancels in the ratio).
+* **scaled** from a measured profile of the same model on another GPU: the roofline's times
+  on the device times the share ``carry`` of the measured profile's departure from the
+  roofline on its own GPU, batch by batch (Habitat's idea: the compute-bound and
+  memory-bound operators move with different specs, and what the roofline gets wrong about
+  the model carries to the other GPU). ``carry`` is learned too (``carry_share``): how much
+  of one GPU's departure the same program shows on another GPU, over the evidence.
 
 Pure numpy and scipy; no torch.
 """
@@ -52,6 +61,8 @@ if TYPE_CHECKING:
     from srifty_core.profiling.profile import ComputeProfile
 
 MODES = ("fp32", "tf32", "amp")
+CLASS_OTHER = 2
+"""``census.CLASSES.index("other")``: the operators with no counted FLOPs."""
 """``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
 in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
 
@@ -94,33 +105,53 @@ class DeviceSpec:
             variant=gpu.variant,
         )
 
-    def peaks(self, mode: str) -> tuple[float, float, float]:
-        """(convolution, matrix product, other) peak FLOP/s in ``mode``."""
+    def units(self, mode: str) -> tuple[tuple[float, str], tuple[float, str]]:
+        """(peak FLOP/s, unit) of a convolution and of a matrix product in ``mode``; the
+        unit is one of ``UNITS``. A 16-bit figure at most twice the FP32 one is the vector
+        units' (they do at most two FP16 operations per FP32 one; tensor cores four or more):
+        the sheet has no tensor figure, so ``amp`` is costed on the vector units."""
         if mode not in MODES:
             raise ConfigError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
-        tf32 = self.tf32_flops or self.fp32_flops
+        simt = (self.fp32_flops, "simt")
         if mode == "amp":
-            half = self.fp16_flops or self.fp32_flops
-            return half, half, self.fp32_flops
-        if mode == "tf32":
-            return tf32, tf32, self.fp32_flops
-        return tf32, self.fp32_flops, self.fp32_flops
+            half = self.fp16_flops or 0.0
+            if half <= 2 * self.fp32_flops:  # no tensor figure on the sheet
+                simt = (max(half, self.fp32_flops), "simt")
+                return simt, simt
+            return (half, "half"), (half, "half")
+        tf32 = (self.tf32_flops, "tf32") if self.tf32_flops else simt
+        return tf32, (tf32 if mode == "tf32" else simt)
+
+    def peaks(self, mode: str) -> tuple[float, float, float]:
+        """(convolution, matrix product, other) peak FLOP/s in ``mode``."""
+        (conv, _), (mm, _) = self.units(mode)
+        return conv, mm, self.fp32_flops
+
+
+UNITS = ("simt", "tf32", "half")
+"""Where a convolution or matrix product runs: the FP32 vector units, the TF32 tensor cores,
+the FP16/BF16 tensor cores (``DeviceSpec.units``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Efficiencies:
-    """The learned part: shares of the peaks reached (a convolution's can pass 1: cuDNN's
-    Winograd and FFT algorithms do fewer multiplications than the direct count), the bytes
-    of a 16-bit step relative to a 32-bit one, and the cost of one operator in each pass."""
+    """The learned part: the share of its peak each unit reaches on a matrix product
+    (``simt``, ``tf32``, ``half``), a convolution's rate relative to a matrix product's on
+    the same unit (it can pass 1: cuDNN's Winograd and FFT algorithms do fewer
+    multiplications than the direct count), the share of the memory bandwidth reached, the
+    bytes of a 16-bit step relative to a 32-bit one, the cost of one operator in each pass,
+    and the bytes a fused implementation's elementwise operators move relative to eager's
+    (``Observation.fused``; evidence only)."""
 
-    conv: float = 0.6
-    matmul: float = 0.6
-    conv_half: float = 0.4
-    matmul_half: float = 0.4
+    simt: float = 0.8
+    tf32: float = 0.4
+    half: float = 0.4
+    conv: float = 1.0
     memory: float = 0.7
     half_bytes: float = 0.6
     launch_fw_s: float = 3e-5
     launch_bw_s: float = 5e-5
+    fused: float = 1.0
 
     def as_log(self) -> NDArray[np.float64]:
         return np.log([getattr(self, f) for f in self.__slots__])
@@ -137,9 +168,12 @@ class Efficiencies:
     def from_dict(cls, d: Mapping[str, float]) -> Efficiencies:
         return cls(**{f: float(d[f]) for f in cls.__slots__})
 
+    def unit(self, name: str) -> float:
+        return float(getattr(self, name))
 
-_LOWER = np.log([1e-2, 1e-2, 1e-2, 1e-2, 1e-2, 0.25, 1e-7, 1e-7])
-_UPPER = np.log([4.0, 2.0, 4.0, 2.0, 1.0, 1.0, 1e-3, 1e-3])
+
+_LOWER = np.log([1e-2, 1e-2, 1e-2, 0.1, 1e-2, 0.25, 1e-7, 1e-7, 0.05])
+_UPPER = np.log([4.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1e-3, 1e-3, 2.0])
 
 
 class _Ops:
@@ -176,40 +210,48 @@ def op_times(
     eff: Efficiencies,
     batch: float,
     phase: int,
+    fused: bool = False,
 ) -> NDArray[np.float64]:
     """Each operator's time (s) of ``phase`` (0 forward, 1 backward, 2 optimizer step) at
-    ``batch`` on ``device``."""
+    ``batch`` on ``device``; ``fused``: in an implementation that fuses the elementwise
+    operators (``Observation.fused``)."""
     cls, f0, f1, m0, m1 = _ops(census).parts[phase]
-    conv, mm, other = device.peaks(mode)
-    half = mode == "amp"
+    (conv, conv_unit), (mm, mm_unit) = device.units(mode)
     rate = np.array(
         [
-            conv * (eff.conv_half if half else eff.conv),
-            mm * (eff.matmul_half if half else eff.matmul),
-            other * eff.memory,
+            conv * eff.unit(conv_unit) * eff.conv,
+            mm * eff.unit(mm_unit),
+            device.fp32_flops * eff.memory,  # no FLOPs are counted for them
         ]
     )[cls]
     flops = f0 + f1 * batch
     moved = m0 + m1 * batch
-    if half and phase < 2:  # activations in 16 bits
+    if mode == "amp" and phase < 2:  # activations in 16 bits
         moved = moved * eff.half_bytes
+    if fused and phase < 2:
+        moved = np.where(cls == CLASS_OTHER, moved * eff.fused, moved)
     bandwidth = device.memory_bytes_per_s * eff.memory
     launch = eff.launch_bw_s if phase == 1 else eff.launch_fw_s
     if phase == 2:  # multi-tensor updates: memory-bound, one launch each
-        out: NDArray[np.float64] = np.maximum(moved / bandwidth, launch)
+        out: NDArray[np.float64] = moved / bandwidth + launch
         return out
-    out = np.maximum(np.maximum(flops / rate, moved / bandwidth), launch)
+    out = np.maximum(flops / rate, moved / bandwidth) + launch
     return out
 
 
 def pass_times(
-    census: OpCensus, device: DeviceSpec, mode: str, eff: Efficiencies, batch: float
+    census: OpCensus,
+    device: DeviceSpec,
+    mode: str,
+    eff: Efficiencies,
+    batch: float,
+    fused: bool = False,
 ) -> tuple[float, float, float]:
     """(forward, backward, optimizer step) seconds at ``batch``."""
     return (
-        float(op_times(census, device, mode, eff, batch, 0).sum()),
-        float(op_times(census, device, mode, eff, batch, 1).sum()),
-        float(op_times(census, device, mode, eff, batch, 2).sum()),
+        float(op_times(census, device, mode, eff, batch, 0, fused).sum()),
+        float(op_times(census, device, mode, eff, batch, 1, fused).sum()),
+        float(op_times(census, device, mode, eff, batch, 2, fused).sum()),
     )
 
 
@@ -228,10 +270,22 @@ class Observation:
     source: str = ""
     group: str = ""
     """What is left out together in ``held_out`` (the GPU)."""
+    fused: bool = False
+    """The program fuses the elementwise operators the eager census counts one by one
+    (NVIDIA's BERT): their bytes are ``Efficiencies.fused`` times the census's."""
+
+    def same_model(self, other: Observation) -> bool:
+        """Whether ``other`` times the same model, precision and kind as this one."""
+        return (self.census.key, self.mode, self.what) == (other.census.key, other.mode, other.what)
+
+    def same_program(self, other: Observation) -> bool:
+        """Whether ``other`` is the same program (source, model, precision, kind) as this
+        one, wherever it ran: what ``scaled`` may scale from."""
+        return self.same_model(other) and (self.source, self.fused) == (other.source, other.fused)
 
 
 def predict(obs: Observation, eff: Efficiencies) -> float:
-    fw, bw, opt = pass_times(obs.census, obs.device, obs.mode, eff, obs.batch)
+    fw, bw, opt = pass_times(obs.census, obs.device, obs.mode, eff, obs.batch, obs.fused)
     return {"fw": fw, "bw": bw, "step": fw + bw + opt}[obs.what]
 
 
@@ -266,6 +320,28 @@ def _weights(observations: Sequence[Observation]) -> NDArray[np.float64]:
     return out
 
 
+def carry_share(observations: Sequence[Observation], eff: Efficiencies) -> float:
+    """The share of one GPU's departure from the roofline (log measured over predicted)
+    that the same program shows on another GPU: the least-squares slope, through the
+    origin, of one's log residual on the other's over every pair of ``same_program``
+    observations on different GPUs, clipped to [0, 1] (1 where no pair exists)."""
+    resid = [math.log(o.seconds / predict(o, eff)) for o in observations]
+    num = den = 0.0
+    for i, a in enumerate(observations):
+        for j, b in enumerate(observations):
+            if a.group != b.group and a.same_program(b):
+                num += resid[i] * resid[j]
+                den += resid[j] ** 2
+    return min(1.0, max(0.0, num / den)) if den > 0 else 1.0
+
+
+def scale(measured_s: float, source_pred_s: float, target_pred_s: float, carry: float) -> float:
+    """A time on the target GPU from one measured on the source GPU: the target's
+    roofline time times the share ``carry`` of the measurement's departure from the
+    source's roofline time (log scale)."""
+    return float(target_pred_s * (measured_s / source_pred_s) ** carry)
+
+
 @dataclass(frozen=True)
 class HeldOut:
     """Relative errors, (predicted - measured) / measured, of predictions made without the
@@ -274,8 +350,15 @@ class HeldOut:
     specs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Each of its observations from its sheet alone."""
     scaled: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """Each of its observations from every observation of the same model, mode and kind
-    on another GPU, times the roofline's ratio between the two."""
+    """Each of its observations from every observation of the same program
+    (``Observation.same_program``) on another GPU (``scale``, with the ``carry_share``
+    of the other GPUs)."""
+    scaled_any: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """As ``scaled``, from every observation of the same model, precision and kind, of any
+    program (another framework or harness too): a bound on what a measured profile of a
+    different program tells."""
+    carry: Mapping[str, float] = field(default_factory=dict)
+    """The ``carry_share`` learned without the GPU."""
 
     def log_sd(self, path: str = "specs") -> float:
         """RMS of the log errors of ``path`` (``specs`` or ``scaled``) over every GPU left
@@ -286,24 +369,28 @@ class HeldOut:
 
 def held_out(observations: Sequence[Observation]) -> HeldOut:
     """Leave each GPU (``Observation.group``) out in turn: fit on the rest, predict it
-    from its sheet and scaled from each matching observation of the rest."""
+    from its sheet and scaled from each observation of the same program on the rest."""
     specs: dict[str, tuple[float, ...]] = {}
     scaled: dict[str, tuple[float, ...]] = {}
+    scaled_any: dict[str, tuple[float, ...]] = {}
+    carry: dict[str, float] = {}
     for g in sorted({o.group for o in observations}):
         train = [o for o in observations if o.group != g]
         if not train:
             continue
         eff = fit(train)
+        carry[g] = share = carry_share(train, eff)
         pred = {id(o): predict(o, eff) for o in observations}  # one prediction each
         left = [o for o in observations if o.group == g]
         specs[g] = tuple(pred[id(o)] / o.seconds - 1.0 for o in left)
-        scaled[g] = tuple(
-            src.seconds * pred[id(o)] / pred[id(src)] / o.seconds - 1.0
-            for o in left
-            for src in train
-            if (src.census.key, src.mode, src.what) == (o.census.key, o.mode, o.what)
-        )
-    return HeldOut(specs, scaled)
+        for out, same in ((scaled, True), (scaled_any, False)):
+            out[g] = tuple(
+                scale(src.seconds, pred[id(src)], pred[id(o)], share) / o.seconds - 1.0
+                for o in left
+                for src in train
+                if (o.same_program(src) if same else o.same_model(src))
+            )
+    return HeldOut(specs, scaled, scaled_any, carry)
 
 
 @dataclass(frozen=True)
@@ -318,6 +405,9 @@ class Roofline:
     """sd of the log error of a spec estimate for a GPU left out of the fit."""
     scaled_cv: float
     """sd of the log error scaling a measured profile to another GPU (left out)."""
+    carry: float = 1.0
+    """``carry_share``: how much of a measured profile's departure from the roofline a
+    scaled estimate keeps."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -326,13 +416,25 @@ class Roofline:
             "gpus": list(self.gpus),
             "specs_cv": self.specs_cv,
             "scaled_cv": self.scaled_cv,
+            "carry": self.carry,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Roofline:
+        return cls(
+            Efficiencies.from_dict(d["efficiencies"]),
+            int(d["observations"]),
+            tuple(d["gpus"]),
+            float(d["specs_cv"]),
+            float(d["scaled_cv"]),
+            float(d["carry"]),
+        )
 
 
 def learn(observations: Sequence[Observation], held: HeldOut | None = None) -> Roofline:
-    """``fit`` on every observation, with the spreads ``held_out`` measures (``held``,
-    where the caller has it already; 0 where fewer than two GPUs were measured; the
-    scaled path's is the specs' where no pair matched)."""
+    """``fit`` on every observation, with its ``carry_share`` and the spreads
+    ``held_out`` measures (``held``, where the caller has it already; 0 where fewer than
+    two GPUs were measured; the scaled path's is the specs' where no pair matched)."""
     eff = fit(observations)
     gpus = tuple(sorted({o.group for o in observations}))
     specs_cv = scaled_cv = 0.0
@@ -340,7 +442,14 @@ def learn(observations: Sequence[Observation], held: HeldOut | None = None) -> R
         held = held or held_out(observations)
         specs_cv = held.log_sd("specs")
         scaled_cv = held.log_sd("scaled") or specs_cv
-    return Roofline(eff, len(observations), gpus, specs_cv, scaled_cv)
+    return Roofline(
+        eff, len(observations), gpus, specs_cv, scaled_cv, carry_share(observations, eff)
+    )
+
+
+PROFILER = "srifty profile"
+"""``Observation.source`` of a measured profile's times: every profile is the same program,
+the model's step under srifty's profiler."""
 
 
 def profile_observations(
@@ -352,9 +461,7 @@ def profile_observations(
     for what, stats in (("fw", profile.fw), ("bw", profile.bw)):
         for b, m in zip(stats.batch_sizes, stats.mean_s, strict=True):
             out.append(
-                Observation(
-                    census, device, mode, int(b), float(m), what, profile.store_key, device.name
-                )
+                Observation(census, device, mode, int(b), float(m), what, PROFILER, device.name)
             )
     return out
 
@@ -412,10 +519,11 @@ def estimate_profile(
         if source is None or source_device is None:
             return fw, bw, opt
         s_fw, s_bw, s_opt = pass_times(census, source_device, mode, eff, b)
+        c = roofline.carry
         return (
-            float(source.fw_fit.at(b)) * fw / s_fw,
-            float(source.bw_fit.at(b)) * bw / s_bw,
-            (source.optimizer_step_s * opt / s_opt) if source.optimizer_step_s > 0 else opt,
+            scale(float(source.fw_fit.at(b)), s_fw, fw, c),
+            scale(float(source.bw_fit.at(b)), s_bw, bw, c),
+            scale(source.optimizer_step_s, s_opt, opt, c) if source.optimizer_step_s > 0 else opt,
         )
 
     dense = dense_batch_sizes(b_max)  # the fit's points
@@ -435,7 +543,7 @@ def estimate_profile(
     fw_stats, bw_stats, fw_fit, bw_fit = stats(0), stats(1), fitted(0), fitted(1)
     sched_b = probes[len(probes) // 2]
     bw_ops = op_times(census, device, mode, eff, sched_b, 1)
-    done = np.cumsum(bw_ops) / max(float(bw_ops.sum()), 1e-12)
+    done = np.minimum(np.cumsum(bw_ops) / max(float(bw_ops.sum()), 1e-12), 1.0)
     buckets = tuple(
         GradientBucket(i, size, n, float(done[min(op, done.size - 1)]) if done.size else 1.0)
         for i, (size, n, op) in enumerate(

@@ -55,6 +55,13 @@ Rows of GPUs the catalog does not carry use ``gpu_sheets.csv`` where it has thei
 (A10, H100 PCIe, A100 PCIe 80GB); the rest (A6000, Ada, GH200, Blackwell) are not used."""
 
 
+FUSED_IMPLEMENTATIONS = frozenset({"bert_base_squad"})
+"""Published networks (the table's ``model``) whose implementation fuses the elementwise
+operators that eager PyTorch, and so the census, runs one by one: NVIDIA's BERT
+(``run_squad.py``: apex's fused LayerNorm, the fused bias-GELU, the fused softmax). Their
+rows are ``Observation.fused``; how much traffic fusion saves is learned
+(``Efficiencies.fused``)."""
+
 GPU_SHEETS = SHIPPED / "reference" / "gpu_sheets.csv"
 """Sheets of GPUs with published rows that the catalog does not carry (evidence only)."""
 
@@ -139,6 +146,7 @@ def public_observations(
                     "step",
                     r["source_id"],
                     spec.name,
+                    r["model"] in FUSED_IMPLEMENTATIONS,
                 )
             )
     return out
@@ -210,7 +218,7 @@ def roofline_for(
     """The roofline fitted on ``evidence``, from the store's ``roofline.json`` when its
     digest matches, else fitted now (and kept there)."""
     from srifty_core.atomic import write_text_atomic
-    from srifty_core.predictors.roofline import Efficiencies, Roofline, learn
+    from srifty_core.predictors.roofline import Roofline, learn
 
     obs, profiles = evidence(catalog, store)
     digest = _digest(obs)
@@ -219,14 +227,7 @@ def roofline_for(
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
             if d.get("digest") == digest:
-                fitted = Roofline(
-                    Efficiencies.from_dict(d["efficiencies"]),
-                    int(d["observations"]),
-                    tuple(d["gpus"]),
-                    float(d["specs_cv"]),
-                    float(d["scaled_cv"]),
-                )
-                return fitted, profiles
+                return Roofline.from_dict(d), profiles
         except (ValueError, KeyError, TypeError):
             pass
     fitted = learn(obs)

@@ -110,7 +110,10 @@ def test_the_fit_recovers_efficiencies_it_was_given(
 ) -> None:
     """Times made by known efficiencies on three GPUs, both passes, fp32 and amp, small and
     large batches: the fit finds the efficiencies again and predicts a fourth GPU."""
-    truth = rl.Efficiencies(0.9, 0.7, 0.45, 0.5, 0.6, 0.55, 2e-5, 4e-5)
+    truth = rl.Efficiencies(
+        simt=0.9, tf32=0.45, half=0.5, conv=0.8, memory=0.6, half_bytes=0.55,
+        launch_fw_s=2e-5, launch_bw_s=4e-5,
+    )  # fmt: skip
     bert = load_census("bert_base", "full", root=Path("/nonexistent-store"), count=False)
     obs = []
     for variant in ("Tesla V100 SXM2 16GB", "A100 SXM4 80GB", "H100 SXM5 80GB"):
@@ -221,3 +224,37 @@ def test_an_estimate_widens_the_p90_and_the_recalibration_prior(
     p_wide = prior(Workload("resnet50", {"T4": est}), [t4], None)
     p_narrow = prior(Workload("resnet50", {"T4": sure}), [t4], None)
     assert p_wide.compute["T4"].sd > p_narrow.compute["T4"].sd
+
+
+def test_units_fusion_and_the_carried_share(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """Convolutions run on TF32 tensor cores where the sheet has them, else on the FP32
+    vector units; a sheet whose FP16 figure is the vector units' (A10G) costs ``amp`` there,
+    never slower than FP32. The fused factor touches only rows flagged fused. A program
+    that departs from the roofline by the same factor on every GPU carries all of it."""
+    v100, a100, a10g = (
+        specs[k]
+        for k in ("Tesla V100 SXM2 16GB", "A100 SXM4 80GB", next(k for k in specs if "A10G" in k))
+    )
+    assert v100.units("fp32")[0][1] == "simt" and a100.units("fp32")[0][1] == "tf32"
+    assert a100.units("fp32")[1][1] == "simt" and a100.units("tf32")[1][1] == "tf32"
+    assert v100.units("amp")[0][1] == "half" and a10g.units("amp")[0][1] == "simt"
+    eff = rl.Efficiencies(fused=0.3)
+    assert sum(rl.pass_times(resnet18, a10g, "amp", eff, 64)) < sum(
+        rl.pass_times(resnet18, a10g, "fp32", eff, 64)
+    )
+    eager = rl.pass_times(resnet18, a100, "amp", eff, 64)
+    assert rl.pass_times(resnet18, a100, "amp", rl.Efficiencies(), 64) == eager
+    assert sum(rl.pass_times(resnet18, a100, "amp", eff, 64, fused=True)) < sum(eager)
+    obs = [
+        rl.Observation(
+            resnet18, dev, "amp", b, 1.3 * rl.pass_times(resnet18, dev, "amp", eff, b)[0],
+            "fw", "x", dev.name,
+        )
+        for dev in (v100, a100)
+        for b in (8, 64)
+    ]  # fmt: skip
+    obs += [dataclasses.replace(o, source="y", seconds=o.seconds / 1.3 / 1.2) for o in obs]
+    assert rl.carry_share(obs, eff) == pytest.approx(1.0)
+    assert rl.scale(2.0, 1.0, 3.0, 0.0) == 3.0 and rl.scale(2.0, 1.0, 3.0, 1.0) == 6.0
