@@ -387,10 +387,9 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "shipped" / "census"
 
 def census_path(root: Path, model: str, size: str, settings: TrainingSettings) -> Path:
     """Where the profile store ``root`` keeps the census (beside the model's profiles)."""
-    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.profiling.layout import model_folder
 
-    any_device = ProfileStore(root).path(model, size, "census", settings)
-    return any_device.parent / f"census{settings.suffix}.json"
+    return model_folder(root, model, size) / f"census{settings.suffix}.json"
 
 
 def shipped_census_path(model: str, size: str, settings: TrainingSettings) -> Path:

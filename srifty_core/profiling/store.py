@@ -10,27 +10,21 @@ a reader never sees half a profile, and a rerun replaces it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.profiling.layout import model_folder, safe
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workload import model_key, parse_model
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+from srifty_core.workload import parse_model
 
 
 class ProfileNotFoundError(SriftyError, LookupError):
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-def _safe(part: str) -> str:
-    return _SAFE.sub("_", part)
 
 
 class ProfileStore:
@@ -46,8 +40,8 @@ class ProfileStore:
         device_type: str,
         settings: TrainingSettings = DEFAULT_SETTINGS,
     ) -> Path:
-        name = f"{_safe(device_type)}{settings.suffix}"  # the suffix's characters are fixed
-        return self.root / _safe(model_key(model)) / _safe(size) / f"{name}.json"
+        name = f"{safe(device_type)}{settings.suffix}"  # the suffix's characters are fixed
+        return model_folder(self.root, model, size) / f"{name}.json"
 
     def save(self, profile: ComputeProfile) -> Path:
         """Write ``profile`` to its place in the store."""
