@@ -405,6 +405,8 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
 
 
 MAX_PLAN_BYTES = 1 << 20
+CLI_POLL_S = 1.0
+"""How often ``srifty train PLAN.json`` steps its monitor and redraws the progress bar."""
 
 
 def read_train_plan(path: Path) -> TrainPlan:
@@ -537,7 +539,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             bar(f"{last.config_id}: training{loss}", last.iteration, plan.iterations)
 
     try:
-        report = train_local(plan, LocalProvider(), on_poll=show, poll_s=0.2, restart=args.restart)
+        # One monitor step a second: each appends a line to decisions.jsonl and may
+        # recalibrate, so a faster poll would fill the log and take cores from the ranks.
+        report = train_local(
+            plan, LocalProvider(), on_poll=show, poll_s=CLI_POLL_S, restart=args.restart
+        )
     finally:
         bar.close()
     for seg in report.segments:
