@@ -37,6 +37,7 @@ from srifty_core.planner.bnb import Keeper, simulate
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import Candidate, miss_ratio, rank_key
 from srifty_core.planner.space import Choice, Space
+from srifty_core.simulator.estimator import Estimator, PlannerEstimator, planner_estimator
 from srifty_core.simulator.types import ClusterConfig, Group
 
 DEFAULT_SIMULATIONS = 300
@@ -66,14 +67,15 @@ def single_offer_choices(space: Space) -> list[Choice]:
 
 class _Scorer:
     """The communication-aware score of a configuration without simulating it: every
-    group's compute floors (``pass_floor`` where the estimator has it, else the
-    profile's mean passes) with the exchange of the slowest network used."""
+    group's compute floors (``pass_floor`` where the estimator is a ``PlannerEstimator``,
+    else the profile's mean passes) with the exchange of the slowest network used."""
 
-    def __init__(self, request: PlanRequest, estimator: Any, net: Sequence[float]) -> None:
+    def __init__(
+        self, request: PlanRequest, planner: PlannerEstimator | None, net: Sequence[float]
+    ) -> None:
         self.request = request
-        self.estimator = estimator
         self.net = net
-        self.floor = getattr(estimator, "pass_floor", None)
+        self.floor = planner.pass_floor if planner is not None else None
         self._cache: dict[tuple[int, int, int, int], tuple[float, float]] = {}
 
     def passes(self, i: int, count: int, batch: int, column: int) -> tuple[float, float]:
@@ -238,7 +240,7 @@ def _standing(request: PlanRequest, c: Candidate) -> tuple[Any, ...]:
 
 def approximate(
     request: PlanRequest,
-    estimator: Any,
+    estimator: Estimator,
     space: Space,
     keeper: Keeper,
     *,
@@ -246,9 +248,10 @@ def approximate(
 ) -> None:
     """Steps 1-3 of the module doc into ``keeper`` (at most ``simulations`` simulations
     after the single-offer ones)."""
-    batch_prefetch = getattr(estimator, "prefetch_configs", None)
+    planner = planner_estimator(estimator)
     prefetch: Callable[[Sequence[ClusterConfig]], None] | None = None
-    if batch_prefetch is not None:
+    if planner is not None:
+        batch_prefetch = planner.prefetch_configs
 
         def prefetch(configs: Sequence[ClusterConfig]) -> None:
             batch_prefetch(request.workload, configs)
@@ -257,8 +260,8 @@ def approximate(
         request, estimator, space, keeper, single_offer_choices(space), notable=True,
         prefetch=prefetch,
     )  # fmt: skip
-    net = _network_times(request, estimator, space, singles, prefetch)
-    scorer = _Scorer(request, estimator, net)
+    net = _network_times(request, estimator, planner, space, singles, prefetch)
+    scorer = _Scorer(request, planner, net)
     pool: dict[Choice, Candidate] = {c.choice: c for c in singles}
 
     def run(choices: Iterable[Choice], limit: int, *, notable: bool = False) -> None:
@@ -293,7 +296,8 @@ def approximate(
 
 def _network_times(
     request: PlanRequest,
-    estimator: Any,
+    estimator: Estimator,
+    planner: PlannerEstimator | None,
     space: Space,
     singles: Sequence[Candidate],
     prefetch: Callable[[Sequence[ClusterConfig]], None] | None,
@@ -301,9 +305,9 @@ def _network_times(
     """Per offer, what its network costs a ring: the least time its single-offer
     configurations take to move every gradient bucket back to back with nothing to wait
     for (``exchange_floor`` at a backward pass of 0; the exchange time where the
-    estimator has no floors), or two of its VMs at its smallest batch where it has none
-    (a probe for the score, not a plan)."""
-    floor = getattr(estimator, "exchange_floor", None)
+    estimator has no floors: ``planner`` None), or two of its VMs at its smallest batch
+    where it has none (a probe for the score, not a plan)."""
+    floor = planner.exchange_floor if planner is not None else None
 
     def moving(config: ClusterConfig, t_pe: float) -> float:
         return float(floor(request.workload, config, 0.0)) if floor is not None else t_pe

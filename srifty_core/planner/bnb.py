@@ -48,7 +48,7 @@ import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,13 +56,8 @@ from numpy.typing import NDArray
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import Candidate, evaluate, miss_ratio, rank_key
 from srifty_core.planner.space import Choice, Space
-from srifty_core.simulator.types import (
-    ClusterConfig,
-    Group,
-    IterationEstimate,
-    SimInstance,
-    Workload,
-)
+from srifty_core.simulator.estimator import Estimator, PlannerEstimator
+from srifty_core.simulator.types import ClusterConfig, Group, SimInstance
 
 SCALAR_COUNTS = 12
 """Up to this many counts of a batch the bound is taken one count at a time, beyond it
@@ -74,25 +69,53 @@ MISSES = 3
 """Nearest misses kept (what ``plan`` reports when nothing meets the limits)."""
 
 
-class Floors(Protocol):
-    """What the bound needs from the estimator (``Simulator`` has it)."""
+class _Node(NamedTuple):
+    """A partial configuration of the search: what its chosen groups leave and hold."""
 
-    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate: ...
+    remaining: int
+    """Units of the global batch left to place."""
+    max_f: float
+    """The largest forward floor of the groups chosen (and of what must follow)."""
+    max_b: float
+    """The largest backward floor, likewise."""
+    vms: int
+    world: int
+    rate: float
+    """USD per hour of the groups chosen."""
+    types: list[int]
+    """The offers chosen, in order."""
+    column: int
+    """The slot in the simulator's draws of the next group (how many are chosen)."""
 
-    def pass_floor(self, workload: Workload, group: Group, column: int) -> tuple[float, float]: ...
 
-    def exchange_floor(self, workload: Workload, config: ClusterConfig, t_bw: float) -> float: ...
+class _Child(NamedTuple):
+    """A branch from a node: ``vm_count`` VMs of offer ``offer`` at ``batch`` per VM, with
+    the bound of every configuration below it (job time, cost) and the node state it
+    hands on."""
 
-    def ring_ceiling(
-        self, workload: Workload, instance: SimInstance, vms: Sequence[int]
-    ) -> dict[tuple[int, ...], NDArray[np.float64]]: ...
+    time_s: float
+    cost: float
+    offer: int
+    vm_count: int
+    batch: int
+    max_f: float
+    max_b: float
+    rate: float
 
 
-def has_floors(estimator: object) -> bool:
-    return all(
-        callable(getattr(estimator, name, None))
-        for name in ("pass_floor", "exchange_floor", "ring_ceiling")
-    )
+class _Option(NamedTuple):
+    """One offer at one VM batch, as the completion tables see it (one VM, its luckiest
+    slot)."""
+
+    fw: float
+    bw: float
+    time_s: float
+    """The job time it alone allows."""
+    price: float
+    """USD per hour per sample."""
+    quota: int
+    batch: int
+    offer: int
 
 
 class OutOfBudget(Exception):
@@ -228,7 +251,7 @@ class Bound:
     reads: which remainders the offers from each index can make up, each offer's group
     floors and the ring ceilings by VM count."""
 
-    def __init__(self, request: PlanRequest, sim: Floors, space: Space) -> None:
+    def __init__(self, request: PlanRequest, sim: PlannerEstimator, space: Space) -> None:
         self.request = request
         self.sim = sim
         self.space = space
@@ -286,8 +309,7 @@ class Bound:
         ring = not any(
             o.quota > 0 and o.ranks == 1 and request.global_batch in o.batches for o in self.offers
         )
-        # (forward, backward, job time, $/h per sample, quota, batch, offer)
-        options: list[tuple[float, float, float, float, int, int, int]] = []
+        options: list[_Option] = []
         for o in self.offers:
             if o.quota == 0:
                 continue
@@ -300,50 +322,50 @@ class Bound:
                     (t_pe,) = self.exchange([o.index], 1, 2, n, (bw,))
                     t = f + max(bw, t_pe)
                 t_s = overhead + iters * t
-                options.append((f, bw, t_s, o.price / batch, o.quota, batch, o.index))
+                options.append(_Option(f, bw, t_s, o.price / batch, o.quota, batch, o.index))
         self._anchors: list[tuple[tuple[list[float], list[int]], ...]] = []
         self._prices: list[tuple[list[float], list[float], list[float]]] = []
         self._knapsack: list[tuple[list[int], list[float], list[float]]] = []
         for j in range(n + 1):
-            mine = [x for x in options if x[6] >= j]
+            mine = [x for x in options if x.offer >= j]
             # per pass: the most samples the offers from j on hold with every group's
             # floor within an anchor (each offer at its largest batch that fast, its
             # full quota): some group of theirs is at least as slow as the first anchor
             # that holds the samples
             per_pass = []
-            for k in (0, 1):
+            for k in (0, 1):  # the option's fw, then its bw
                 largest: dict[int, int] = {}
                 total = 0
                 times: list[float] = []
                 holds: list[int] = []
                 for x in sorted(mine, key=lambda x: x[k]):
-                    old = largest.get(x[6], 0)
-                    if x[5] > old:
-                        total += x[4] * (x[5] - old)
-                        largest[x[6]] = x[5]
+                    old = largest.get(x.offer, 0)
+                    if x.batch > old:
+                        total += x.quota * (x.batch - old)
+                        largest[x.offer] = x.batch
                     times.append(x[k])
                     holds.append(total)
                 per_pass.append((times, holds))
             self._anchors.append(tuple(per_pass))
             # cost: per sample, the cheapest price among the options no slower than a job
             # time, and the cheapest price x own job time among the slower ones
-            by_time = sorted(mine, key=lambda x: x[2])
+            by_time = sorted(mine, key=lambda x: x.time_s)
             below: list[float] = []
             low = math.inf
             for x in by_time:
-                low = min(low, x[3])
+                low = min(low, x.price)
                 below.append(low)
             above = [math.inf] * (len(by_time) + 1)
             for k in range(len(by_time) - 1, -1, -1):
-                above[k] = min(above[k + 1], by_time[k][3] * by_time[k][2])
-            self._prices.append(([x[2] for x in by_time], below, above))
+                above[k] = min(above[k + 1], by_time[k].price * by_time[k].time_s)
+            self._prices.append(([x.time_s for x in by_time], below, above))
             # and within the quotas: each offer holds at most quota x its largest batch,
             # each sample paying at least the offer's least price x own job time; the
             # cheapest first fill the samples (a fractional knapsack)
             per_offer: dict[int, tuple[float, int]] = {}
             for x in mine:
-                least, most = per_offer.get(x[6], (math.inf, 0))
-                per_offer[x[6]] = (min(least, x[3] * x[2]), max(most, x[4] * x[5]))
+                least, most = per_offer.get(x.offer, (math.inf, 0))
+                per_offer[x.offer] = (min(least, x.price * x.time_s), max(most, x.quota * x.batch))
             filled, paid = [0], [0.0]
             for least, most in sorted(per_offer.values()):
                 filled.append(filled[-1] + most)
@@ -434,12 +456,7 @@ class Bound:
         if hit is None:
             o = self.offers[i]
             counts = max(1, min(o.quota, self.target // (batch // self.unit)))
-            floors = getattr(self.sim, "pass_floors", None)
-            if floors is not None:
-                hit = floors(self.request.workload, o.instance, batch, column, counts)
-            else:
-                pairs = [self.group(i, c, batch, column) for c in range(1, counts + 1)]
-                hit = (np.array([x for x, _ in pairs]), np.array([x for _, x in pairs]))
+            hit = self.sim.pass_floors(self.request.workload, o.instance, batch, column, counts)
             self._group_arrays[key] = hit
         return hit
 
@@ -573,7 +590,7 @@ class BranchAndBound:
     def __init__(
         self,
         request: PlanRequest,
-        sim: Floors,
+        sim: PlannerEstimator,
         space: Space,
         keeper: Keeper,
         *,
@@ -633,8 +650,8 @@ class BranchAndBound:
         b = self.b
         unit = b.unit
         column = len(chosen)
-        children: list[tuple[float, float, int, int, int, float, float, float]] = []
-        node = (remaining, max_f, max_b, vms, world, rate, types, column)
+        children: list[_Child] = []
+        node = _Node(remaining, max_f, max_b, vms, world, rate, types, column)
         for j in range(start, len(b.offers)):
             if not b.reach[j][remaining]:
                 break  # nothing from j on makes up the rest
@@ -669,9 +686,9 @@ class BranchAndBound:
                 if full:
                     self._last(children, node, j, batch, most)
         if self.by_time:
-            children.sort(key=lambda x: (x[0], x[1], x[2], -x[3]))
+            children.sort(key=lambda x: (x.time_s, x.cost, x.offer, -x.vm_count))
         else:
-            children.sort(key=lambda x: (x[1], x[0], x[2], -x[3]))
+            children.sort(key=lambda x: (x.cost, x.time_s, x.offer, -x.vm_count))
         for t_s, cost, j, c, batch, mf, mb, r in children:
             if not self._enters(t_s, cost):
                 continue  # the best found moved on since
@@ -711,8 +728,8 @@ class BranchAndBound:
 
     def _few(
         self,
-        children: list[tuple[float, float, int, int, int, float, float, float]],
-        node: tuple[int, float, float, int, int, float, list[int], int],
+        children: list[_Child],
+        node: _Node,
         j: int,
         batch: int,
         u: int,
@@ -736,12 +753,12 @@ class BranchAndBound:
             r = rate + c * o.price
             cost = (r * t_s + b.completion_cost(j + 1, samples, t_s)) / 3600.0
             if self._enters(t_s, cost):
-                children.append((t_s, cost, j, c, batch, mf, mb, r))
+                children.append(_Child(t_s, cost, j, c, batch, mf, mb, r))
 
     def _many(
         self,
-        children: list[tuple[float, float, int, int, int, float, float, float]],
-        node: tuple[int, float, float, int, int, float, list[int], int],
+        children: list[_Child],
+        node: _Node,
         j: int,
         batch: int,
         u: int,
@@ -764,14 +781,14 @@ class BranchAndBound:
         keep = self._enters_many(t_s, cost)
         for k in np.flatnonzero(keep):
             children.append(
-                (float(t_s[k]), float(cost[k]), j, int(cs[k]), batch, float(mf[k]),
-                 float(mb[k]), float(r[k]))
+                _Child(float(t_s[k]), float(cost[k]), j, int(cs[k]), batch, float(mf[k]),
+                       float(mb[k]), float(r[k]))
             )  # fmt: skip
 
     def _last(
         self,
-        children: list[tuple[float, float, int, int, int, float, float, float]],
-        node: tuple[int, float, float, int, int, float, list[int], int],
+        children: list[_Child],
+        node: _Node,
         j: int,
         batch: int,
         c: int,
@@ -791,7 +808,7 @@ class BranchAndBound:
         r = rate + c * o.price
         cost = r * t_s / 3600.0
         if self._enters(t_s, cost):
-            children.append((t_s, cost, j, c, batch, mf, mb, r))
+            children.append(_Child(t_s, cost, j, c, batch, mf, mb, r))
 
     def _enters_many(
         self, time_s: NDArray[np.float64], cost: NDArray[np.float64]
@@ -832,7 +849,7 @@ class BranchAndBound:
 
 def simulate(
     request: PlanRequest,
-    estimator: Any,
+    estimator: Estimator,
     space: Space,
     keeper: Keeper,
     choices: Iterable[Choice],

@@ -44,11 +44,10 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from srifty_core.errors import SriftyError
 from srifty_core.planner.approx import DEFAULT_SIMULATIONS, approximate
-from srifty_core.planner.bnb import BranchAndBound, Keeper, has_floors
+from srifty_core.planner.bnb import BranchAndBound, Keeper
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import (
     Candidate,
@@ -59,7 +58,7 @@ from srifty_core.planner.result import (
     rank_key,
 )
 from srifty_core.planner.space import Choice, Space, saturation_threshold
-from srifty_core.simulator.estimator import Estimator
+from srifty_core.simulator.estimator import Estimator, PlannerEstimator, planner_estimator
 
 DEFAULT_EXHAUSTIVE_LIMIT = 10_000
 """Configurations the plain exhaustive search may simulate before the ILP takes over
@@ -220,7 +219,7 @@ def plan(
       ``exact_limit`` configurations, else the approximation followed by the branch and
       bound within ``budget`` work units where its bandwidth tables are cheap enough
       (``exact`` when that finishes, ``approx`` otherwise). With an estimator that has
-      no floors (``bnb.has_floors``, e.g. APM): the plain exhaustive search up to
+      no floors (not a ``PlannerEstimator``, e.g. APM): the plain exhaustive search up to
       ``exhaustive_limit`` configurations, else the ILP, as before;
     - ``exact``: the branch and bound, whatever the size;
     - ``approx``: the approximation, then the branch and bound within ``budget`` (none
@@ -240,15 +239,15 @@ def plan(
         raise PlannerError(f"method: {method!r} is not one of {', '.join(METHODS)}")
     t0 = time.perf_counter()
     space = Space.build(request)
-    floors = has_floors(estimator)
+    planner = planner_estimator(estimator)
     size = space.size(limit=max(SIZE_LIMIT, exact_limit, exhaustive_limit))
     use = method
     if method == "auto":
-        if floors:
+        if planner is not None:
             use = "exact" if size <= exact_limit else "approx"
         else:
             use = "exhaustive" if size <= exhaustive_limit else "ilp"
-    elif method == "exact" and not floors:
+    elif method == "exact" and planner is None:
         use = "exhaustive"
     below = False
     if use in ("exhaustive", "exact"):
@@ -261,20 +260,22 @@ def plan(
                 space, size, below = wide, wide_size, True
     if use in ("exhaustive", "ilp"):
         if use == "exhaustive":
-            _prefetch_all(request, estimator, space)
+            if planner is not None:
+                _prefetch_all(request, planner, space)
             candidates = exhaustive_search(request, estimator, space)
         else:
             candidates = ilp_search(request, estimator, space, solver)
         return _result(request, use, candidates, size, t0, runners_up, below)
     keeper = Keeper(request, 1 + runners_up, exact=None if exact_runners_up else 1)
     if use == "exact":
-        exact = _exact(request, estimator, space, keeper, size, budget=None)
+        assert planner is not None  # "exact" without floors became "exhaustive" above
+        exact = _exact(request, planner, space, keeper, size, budget=None)
     else:
-        exact = _approximate(request, estimator, space, keeper, size, exact_limit, budget)
+        exact = _approximate(request, estimator, planner, space, keeper, size, exact_limit, budget)
     top = keeper.top()
     misses: tuple[Candidate, ...] = ()
     if not top:
-        misses = _nearest_misses(request, estimator, space, keeper, budget)
+        misses = _nearest_misses(request, planner, space, keeper, budget)
     best = top[0] if top else None
     candidates = keeper.candidates()
     return PlanResult(
@@ -326,12 +327,10 @@ def _result(
     )
 
 
-def _prefetch_all(request: PlanRequest, estimator: Estimator, space: Space) -> None:
+def _prefetch_all(request: PlanRequest, planner: PlannerEstimator, space: Space) -> None:
     """Every bandwidth curve a search over the whole space can touch, in one call."""
-    prefetch = getattr(estimator, "prefetch", None)
-    if prefetch is not None:
-        offered = [o for o in request.offers if o.quota > 0]
-        prefetch(request.workload, [o.instance for o in offered], _max_vms(request, space))
+    offered = [o for o in request.offers if o.quota > 0]
+    planner.prefetch(request.workload, [o.instance for o in offered], _max_vms(request, space))
 
 
 def _max_vms(request: PlanRequest, space: Space) -> int:
@@ -341,7 +340,7 @@ def _max_vms(request: PlanRequest, space: Space) -> int:
 
 def _exact(
     request: PlanRequest,
-    estimator: Estimator,
+    estimator: PlannerEstimator,
     space: Space,
     keeper: Keeper,
     size: int,
@@ -355,13 +354,13 @@ def _exact(
     sims = 0 if size <= TINY else min(DEFAULT_SIMULATIONS, size // 8)
     if not keeper.seen:
         approximate(request, estimator, space, keeper, simulations=sims)
-    floors: Any = estimator
-    return BranchAndBound(request, floors, space, keeper, budget=budget).run()
+    return BranchAndBound(request, estimator, space, keeper, budget=budget).run()
 
 
 def _approximate(
     request: PlanRequest,
     estimator: Estimator,
+    planner: PlannerEstimator | None,
     space: Space,
     keeper: Keeper,
     size: int,
@@ -372,15 +371,15 @@ def _approximate(
     bandwidth tables are cheap enough to build; True when that finished. With nothing
     feasible found, the branch and bound looks for a feasible configuration whatever its
     tables cost: to the end on a space within ``exact_limit``, else within ten budgets
-    (the limits cut most of such a space)."""
+    (the limits cut most of such a space); none without floors (``planner`` None)."""
     approximate(request, estimator, space, keeper)
-    if not has_floors(estimator):
+    if planner is None:
         return False
     if not keeper.top():
         rescue = None if size <= exact_limit else FEASIBILITY_BUDGETS * budget
-        return _exact(request, estimator, space, keeper, size, budget=rescue)
+        return _exact(request, planner, space, keeper, size, budget=rescue)
     if budget > 0 and _table_rows(request, space) <= TABLE_ROWS:
-        return _exact(request, estimator, space, keeper, size, budget=budget)
+        return _exact(request, planner, space, keeper, size, budget=budget)
     return False
 
 
@@ -394,19 +393,22 @@ def _table_rows(request: PlanRequest, space: Space) -> int:
 
 
 def _nearest_misses(
-    request: PlanRequest, estimator: Estimator, space: Space, keeper: Keeper, budget: int
+    request: PlanRequest,
+    planner: PlannerEstimator | None,
+    space: Space,
+    keeper: Keeper,
+    budget: int,
 ) -> tuple[Candidate, ...]:
     """Nothing meets the limits: the configurations nearest to meeting them (``miss_ratio``),
-    by the branch and bound on that measure (within ``budget``) from the nearest
-    simulated so far."""
+    by the branch and bound on that measure (within ``budget``; where the estimator has
+    floors) from the nearest simulated so far."""
     near = Keeper(request, 3, misses_only=True)
     for c in keeper.nearest_misses():
         near.add(c)
     near.seen |= keeper.seen
-    if has_floors(estimator) and _table_rows(request, space) <= TABLE_ROWS:
-        _prefetch_all(request, estimator, space)
-        floors: Any = estimator
-        BranchAndBound(request, floors, space, near, budget=budget, limits=False).run()
+    if planner is not None and _table_rows(request, space) <= TABLE_ROWS:
+        _prefetch_all(request, planner, space)
+        BranchAndBound(request, planner, space, near, budget=budget, limits=False).run()
     keeper.seen |= near.seen
     keeper.simulated += near.simulated - len(keeper.nearest_misses())
     for c in near.nearest_misses():

@@ -87,8 +87,9 @@ def apply_scenario(data: Mapping[str, Any], scenario: Scenario) -> dict[str, Any
         where = f"what-if {scenario.text!r}"
         m = _BY_TYPE.match(a.key)
         n = _BY_INDEX.match(a.key)
-        if m or n:
-            name = (m or n).group("field")  # type: ignore[union-attr]
+        found = m or n
+        if found:
+            name = found.group("field")
             if name not in OFFER_FIELDS:
                 raise FieldError(
                     where, f"{name!r} is not an offer field ({', '.join(OFFER_FIELDS)})"
@@ -102,7 +103,7 @@ def apply_scenario(data: Mapping[str, Any], scenario: Scenario) -> dict[str, Any
                     raise FieldError(where, f"offers[{i}]: the request has {len(offers)} offers")
                 offer = offers[i]
             else:
-                offer = _offer_by_type(offers, str(m.group("type")), where)  # type: ignore[union-attr]
+                offer = _offer_by_type(offers, str(found.group("type")), where)  # found is m here
             if not isinstance(offer, dict):
                 raise FieldError(where, "that offer is not a mapping")
             offer[name] = a.value
@@ -168,7 +169,9 @@ class MemoEstimator:
         self._keep.append(workload.profiles)
         return out
 
-    def __getattr__(self, name: str) -> Any:  # prefetch and the rest: the inner estimator's
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the inner estimator's: so the memo is a
+        ``PlannerEstimator`` (prefetch, the floors) exactly where the inner one is."""
         return getattr(self.inner, name)
 
 

@@ -4,10 +4,17 @@ A bandwidth predictor maps probe-record features to allreduce **bus bandwidth** 
 (``2*s*(n-1)/(n*t)``, see ``srifty_core.probing``), never a non-positive number, and knows
 each instance type's total bus bandwidth cap (what one VM sustains across concurrent
 transfers; the simulator shares it fairly among the transfers in flight).
+
+A predictor may also have any of five optional methods, each its own protocol below
+(``DomainAware``, ``SustainedRate``, ``LevelSpread``, ``MeanTimeFactors``,
+``MixedRingFactors``); ``BandwidthExtras.of`` asks once which it has (the fitted
+``BandwidthModel`` has all five, the probe table all but ``in_domain``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -47,3 +54,81 @@ class BandwidthPredictor(Protocol):
         """Total bus bandwidth (bytes/s) one VM of ``instance_type`` sustains across
         concurrent allreduces at ``world_size``."""
         ...
+
+
+@runtime_checkable
+class DomainAware(Protocol):
+    """A predictor that knows where its probes reach."""
+
+    def in_domain(self, features: pd.DataFrame) -> NDArray[np.bool_]:
+        """Per row of ``features``, whether it lies inside what the probes covered (the
+        simulator widens the p90 of rings predicted outside by ``level_sigma``)."""
+        ...
+
+
+@runtime_checkable
+class SustainedRate(Protocol):
+    """A predictor that knows how much of a type's burst bandwidth a long job keeps."""
+
+    def sustained_factor(self, instance_type: str, world_size: int) -> float:
+        """Sustained over burst bus bandwidth of ``instance_type`` at ``world_size``."""
+        ...
+
+
+@runtime_checkable
+class LevelSpread(Protocol):
+    """A predictor that knows how a type's network level spreads across allocations."""
+
+    def level_sigma(self, instance_type: str) -> float:
+        """Spread (sd of log) of the network level across allocations of the type."""
+        ...
+
+
+@runtime_checkable
+class MeanTimeFactors(Protocol):
+    """A predictor that knows how much slower the mean transfer is than the typical one."""
+
+    def mean_time_factors(
+        self, instance_type: str, buffer_bytes: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Per buffer size, the factor that turns the predicted (typical) bus bandwidth
+        into the mean transfer's."""
+        ...
+
+
+@runtime_checkable
+class MixedRingFactors(Protocol):
+    """A predictor that knows what rings of several instance types measured."""
+
+    def mixed_factors(self, buffer_bytes: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per buffer size, measured over composed bus bandwidth of a mixed-type ring."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthExtras:
+    """The optional methods of one bandwidth predictor, each bound or ``None`` where it
+    has none. ``of`` asks once (a check against a runtime protocol costs microseconds, too
+    much for a hot path)."""
+
+    in_domain: Callable[[pd.DataFrame], NDArray[np.bool_]] | None
+    sustained_factor: Callable[[str, int], float] | None
+    level_sigma: Callable[[str], float] | None
+    mean_time_factors: Callable[[str, NDArray[np.float64]], NDArray[np.float64]] | None
+    mixed_factors: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None
+
+    @classmethod
+    def of(cls, predictor: object) -> BandwidthExtras:
+        return cls(
+            in_domain=predictor.in_domain if isinstance(predictor, DomainAware) else None,
+            sustained_factor=(
+                predictor.sustained_factor if isinstance(predictor, SustainedRate) else None
+            ),
+            level_sigma=predictor.level_sigma if isinstance(predictor, LevelSpread) else None,
+            mean_time_factors=(
+                predictor.mean_time_factors if isinstance(predictor, MeanTimeFactors) else None
+            ),
+            mixed_factors=(
+                predictor.mixed_factors if isinstance(predictor, MixedRingFactors) else None
+            ),
+        )

@@ -90,12 +90,18 @@ class PiecewiseLinear:
                 raise ConfigError(f"piecewise model: {key} must be a list")
             return tuple(float(v) for v in value)
 
+        def number(key: str) -> float:
+            value = d[key]
+            if not isinstance(value, int | float | str):
+                raise ConfigError(f"piecewise model: {key} must be a number")
+            return float(value)
+
         return cls(
             breakpoints=floats("breakpoints"),
             slopes=floats("slopes"),
             intercepts=floats("intercepts"),
-            x_min=float(d["x_min"]),  # type: ignore[arg-type]
-            x_max=float(d["x_max"]),  # type: ignore[arg-type]
+            x_min=number("x_min"),
+            x_max=number("x_max"),
         )
 
 

@@ -67,6 +67,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.base import LevelSpread
 from srifty_core.simulator.estimator import compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
 
@@ -216,7 +217,7 @@ class Calibration:
 def prior(
     workload: Workload,
     instances: Sequence[SimInstance],
-    bandwidth: Any,
+    bandwidth: object,
     stored: Calibration | None = None,
 ) -> Calibration:
     """The prior of a job over ``instances``: every factor centred on 1 with the width the
@@ -225,7 +226,7 @@ def prior(
     ``estimate_cv`` in quadrature; ``PRIOR_FLOOR`` where it is 0), or, for keys in
     ``stored``, the stored posterior widened by that width (``Factor.carried``)."""
     vm = workload.vm_spreads()
-    sigma = getattr(bandwidth, "level_sigma", None)
+    sigma = bandwidth.level_sigma if isinstance(bandwidth, LevelSpread) else None
     compute: dict[str, Factor] = {}
     comm: dict[str, Factor] = {}
     for inst in instances:
@@ -528,7 +529,7 @@ def log_mlflow(calibration: Calibration) -> bool:
 
 
 def for_request(
-    request: PlanRequest, bandwidth: Any, root: str | Path | None = None
+    request: PlanRequest, bandwidth: object, root: str | Path | None = None
 ) -> Calibration | None:
     """The prior of a plan for ``request`` from the factors stored for its model and
     offered types (``prior`` with ``stored``); None when none of them is stored."""

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtri
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.base import BandwidthExtras, BandwidthPredictor
 from srifty_core.simulator.compute import expected_max, shared_host_factors
 from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
@@ -36,6 +36,7 @@ from srifty_core.simulator.types import (
 )
 
 if TYPE_CHECKING:
+    from srifty_core.profiling.profile import ComputeProfile
     from srifty_core.simulator.calibration import Calibration
 
 DEFAULT_ITERS = 256
@@ -46,6 +47,77 @@ class Estimator(Protocol):
     """What the planner needs: an iteration estimate for a configuration."""
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate: ...
+
+
+@runtime_checkable
+class PlannerEstimator(Estimator, Protocol):
+    """An estimator with what the planner's searches use beyond estimates: bandwidth
+    curves asked in one call (``prefetch``, ``prefetch_configs``) and the lower bounds of
+    the branch and bound (``pass_floor``, ``pass_floors``, ``exchange_floor``,
+    ``ring_ceiling``). ``Simulator`` has them all, the analytical ``ApmEstimator`` none;
+    ``planner_estimator`` says which an estimator is."""
+
+    def prefetch(
+        self, workload: Workload, instances: Sequence[SimInstance], max_vms: int
+    ) -> None: ...
+
+    def prefetch_configs(self, workload: Workload, configs: Sequence[ClusterConfig]) -> None: ...
+
+    def pass_floor(self, workload: Workload, group: Group, column: int) -> tuple[float, float]: ...
+
+    def pass_floors(
+        self, workload: Workload, instance: SimInstance, batch: int, column: int, counts: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]: ...
+
+    def exchange_floor(self, workload: Workload, config: ClusterConfig, t_bw: float) -> float: ...
+
+    def ring_ceiling(
+        self, workload: Workload, instance: SimInstance, vms: Sequence[int]
+    ) -> dict[tuple[int, ...], NDArray[np.float64]]: ...
+
+
+def planner_estimator(estimator: Estimator) -> PlannerEstimator | None:
+    """``estimator`` itself where it has every method of ``PlannerEstimator`` (a
+    ``Simulator``, or a wrapper that hands them on, as ``planner.whatif.MemoEstimator``
+    does), else ``None``. A search asks once (the check costs microseconds), then calls
+    them typed."""
+    return estimator if isinstance(estimator, PlannerEstimator) else None
+
+
+class ComputeTerms(NamedTuple):
+    """One group's compute per iteration at its batch per rank (seconds, under the
+    simulator's calibration), and how its VMs differ."""
+
+    fw: float
+    """Mean forward pass."""
+    fw_sd: float
+    """Standard deviation of the forward pass."""
+    bw: float
+    """Mean backward pass."""
+    bw_sd: float
+    """Standard deviation of the backward pass."""
+    ddp_bw: float
+    """DDP's own work on the backward thread (``ComputeProfile.ddp_passes_s``)."""
+    ddp_after: float
+    """DDP's copy out of its buckets, after the exchange."""
+    step: float
+    """The optimizer step (0 where the profile did not measure it)."""
+    vm_cv: float
+    """VM-to-VM spread of the profile (``ComputeProfile.vm_cv``)."""
+    vms: int
+    """VMs profiled."""
+
+
+class HostSharing(NamedTuple):
+    """How local workers sharing this host slow each other (``Simulator._host_sharing``)."""
+
+    factors: list[float]
+    """Per group, the factor on its forward and backward times."""
+    passes: float
+    """The factor on the passes every worker makes at the same moment (DDP's copies, the
+    optimizer step)."""
+    unmeasured: bool
+    """Whether a profile lacked the measurement (the factors are then 1)."""
 
 
 class Simulator:
@@ -97,6 +169,10 @@ class Simulator:
     each instance type's bus bandwidth and cap by its communication factor; where the job
     observed a factor, its posterior spread replaces the predictive one (``vm_cv``'s
     pooled spread, the network's ``level_sigma``) in ``t_iter_p90``. ``None``: no change.
+
+    Which of its optional methods the bandwidth predictor has (``predictors.base``:
+    ``in_domain``, ``sustained_factor``, ``level_sigma``, ``mean_time_factors``,
+    ``mixed_factors``) is asked once, when the simulator is made.
     """
 
     def __init__(
@@ -123,6 +199,7 @@ class Simulator:
         self.schedule = schedule
         self.calibration = calibration
         self.bandwidth = bandwidth
+        self._bw_extras = BandwidthExtras.of(bandwidth)  # its optional methods, asked once
         self.iters = iters
         self.seed = seed
         self.mean = mean
@@ -136,10 +213,7 @@ class Simulator:
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
         self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
-        self._compute_cache: dict[
-            tuple[int, int, int],
-            tuple[Any, float, float, float, float, float, float, float, float, int],
-        ] = {}
+        self._compute_cache: dict[tuple[int, int, int], tuple[ComputeProfile, ComputeTerms]] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         self._zbar_cache: dict[tuple[int, int], tuple[float, float]] = {}
         self._zbar_tables: dict[int, tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
@@ -165,7 +239,7 @@ class Simulator:
         pred = np.stack(self._curves(list(zip(instances, worlds, strict=True)), sizes))
         out: NDArray[np.float64] = pred.min(axis=0)
         if len({inst.name for inst in instances}) > 1:
-            out = out * _mixed_factors(self.bandwidth, sizes)
+            out = out * _mixed_factors(self._bw_extras, sizes)
         self._busbw_cache[key] = out
         return out
 
@@ -194,12 +268,13 @@ class Simulator:
                 raise ConfigError(
                     "the bandwidth predictor returned non-positive or misshapen output"
                 )
-            domain = getattr(self.bandwidth, "in_domain", None)
+            extras = self._bw_extras
+            domain = extras.in_domain
             inside = np.asarray(domain(frame), dtype=bool) if domain else np.ones(len(rows), bool)
-            factor = getattr(self.bandwidth, "sustained_factor", None)
+            factor = extras.sustained_factor
             for k, (inst, n) in enumerate(missing):
                 curve = pred[k * len(sizes) : (k + 1) * len(sizes)]
-                curve = curve * _mean_time_factors(self.bandwidth, inst.name, sizes)
+                curve = curve * _mean_time_factors(extras, inst.name, sizes)
                 if not inside[k * len(sizes) : (k + 1) * len(sizes)].all():
                     self._outside.add((inst.name, n))
                 if self.schedule == "ddp" and factor is not None:  # a long job: sustained
@@ -281,7 +356,7 @@ class Simulator:
         for inst in instances:
             hit = self._sigma_cache.get(inst.name)
             if hit is None:
-                fn = getattr(self.bandwidth, "level_sigma", None)
+                fn = self._bw_extras.level_sigma
                 hit = float(fn(inst.name)) if fn is not None else 0.0
                 if self.calibration is not None:  # measured on this allocation: posterior
                     hit = self.calibration.comm_sigma(inst.name, hit)
@@ -322,11 +397,11 @@ class Simulator:
         self,
         workload: Workload,
         groups: Sequence[Group],
-        terms: Sequence[tuple[float, ...]],
-    ) -> tuple[list[float], float, bool]:
-        """Local workers share this host: (per group, the factor on its forward and
+        terms: Sequence[ComputeTerms],
+    ) -> HostSharing:
+        """Local workers share this host: per group, the factor on its forward and
         backward times; the factor on the passes every worker makes at the same moment,
-        DDP's copies and the optimizer step; whether a profile lacked the measurement).
+        DDP's copies and the optimizer step; whether a profile lacked the measurement.
 
         Each worker's step alone is its profile's forward plus backward at its batch;
         sharing follows ``compute.shared_host_factors`` with the profile's measured
@@ -335,12 +410,12 @@ class Simulator:
         local = [i for i, g in enumerate(groups) if is_local(g.instance)]
         workers = shared_workers(groups)
         if workers <= 1:
-            return ones, 1.0, False
+            return HostSharing(ones, 1.0, False)
         profiles = {i: workload.profile(groups[i].instance.device_type) for i in local}
         if any(not p.shared_slowdown for p in profiles.values()):
-            return ones, 1.0, True
+            return HostSharing(ones, 1.0, True)
         slowdown = profiles[local[0]].host_slowdown  # one host, one kind of worker
-        work = [float(terms[i][0] + terms[i][2]) for i in local]  # fw + bw alone, seconds
+        work = [float(terms[i].fw + terms[i].bw) for i in local]  # fw + bw alone, seconds
         ranks = [groups[i].count * groups[i].instance.ranks_per_vm for i in local]
         per_worker = [w for w, n in zip(work, ranks, strict=True) for _ in range(n)]
         factors = shared_host_factors(per_worker, slowdown)
@@ -348,7 +423,7 @@ class Simulator:
         for i, n in zip(local, ranks, strict=True):
             out[i] = max(factors[at : at + n])
             at += n
-        return out, profiles[local[0]].pass_slowdown(workers), False
+        return HostSharing(out, profiles[local[0]].pass_slowdown(workers), False)
 
     def _vm_spreads(self, workload: Workload) -> dict[str, float]:
         """Per device type, the predictive spread of a VM's speed (``vm_cv`` of its
@@ -371,11 +446,10 @@ class Simulator:
 
     def _compute(
         self, workload: Workload, device_type: str, batch: int, sharing: int = 1
-    ) -> tuple[float, ...]:
-        """(mean fw, std fw, mean bw, std bw, DDP's work on the backward thread and after
-        the exchange, optimizer step, VM-to-VM spread, VMs profiled) at ``batch``, with
-        ``sharing`` workers on its host (which compute factor of a calibration applies),
-        cached per profile, batch and sharing."""
+    ) -> ComputeTerms:
+        """The compute terms of ``device_type`` at ``batch``, with ``sharing`` workers on
+        its host (which compute factor of a calibration applies), cached per profile,
+        batch and sharing."""
         p = workload.profile(device_type)
         key = (id(p), batch, sharing)
         hit = self._compute_cache.get(key)
@@ -388,20 +462,22 @@ class Simulator:
             ddp_bw, ddp_after = p.ddp_passes_s()
             hit = (
                 p,
-                float(p.t_fw(batch)) * k,
-                float(p.std_fw(batch)) * k,
-                float(p.t_bw(batch)) * k,
-                float(p.std_bw(batch)) * k,
-                ddp_bw * k,
-                ddp_after * k,
-                p.optimizer_step_s * k,
-                p.vm_cv,
-                p.profiled_vms,
+                ComputeTerms(
+                    fw=float(p.t_fw(batch)) * k,
+                    fw_sd=float(p.std_fw(batch)) * k,
+                    bw=float(p.t_bw(batch)) * k,
+                    bw_sd=float(p.std_bw(batch)) * k,
+                    ddp_bw=ddp_bw * k,
+                    ddp_after=ddp_after * k,
+                    step=p.optimizer_step_s * k,
+                    vm_cv=p.vm_cv,
+                    vms=p.profiled_vms,
+                ),
             )
             self._compute_cache[key] = hit
-        return hit[1:]
+        return hit[1]
 
-    def _terms(self, workload: Workload, groups: Sequence[Group]) -> list[tuple[float, ...]]:
+    def _terms(self, workload: Workload, groups: Sequence[Group]) -> list[ComputeTerms]:
         """``_compute`` of each group, local workers with the number sharing their host."""
         sharing = shared_workers(groups)
         return [
@@ -520,7 +596,7 @@ class Simulator:
         if world <= 1 or any(is_local(g.instance) for g in groups):
             return 0.0
         slow = max(groups, key=lambda g: self._compute(workload, g.instance.device_type,
-                                                       g.batch_per_rank)[2])  # fmt: skip
+                                                       g.batch_per_rank).bw)  # fmt: skip
         buckets = workload.profile(slow.instance.device_type).buckets
         sizes = tuple(b.size_bytes for b in buckets)
         if not sizes:
@@ -560,7 +636,7 @@ class Simulator:
             if not sizes:
                 out[sizes] = np.full((len(worlds), 0), np.inf)
                 continue
-            boost = np.maximum(_mixed_factors(self.bandwidth, sizes), 1.0)
+            boost = np.maximum(_mixed_factors(self._bw_extras, sizes), 1.0)
             curves = self._curves([(instance, w) for w in worlds], sizes)
             rows = []
             for w, curve in zip(worlds, curves, strict=True):
@@ -586,13 +662,13 @@ class Simulator:
         share, _, _ = self._host_sharing(workload, config.groups, terms)
         for g, t, h in zip(config.groups, terms, share, strict=True):
             d = g.instance.device_type
-            compute[d] = max(compute.get(d, 0.0), (t[0] + t[2]) * h)
+            compute[d] = max(compute.get(d, 0.0), (t.fw + t.bw) * h)
         world = config.world_size
         if world <= 1:
             return compute, 0.0
         groups = config.groups
         slow = max(groups, key=lambda g: self._compute(workload, g.instance.device_type,
-                                                       g.batch_per_rank)[2])  # fmt: skip
+                                                       g.batch_per_rank).bw)  # fmt: skip
         sizes = tuple(b.size_bytes for b in workload.profile(slow.instance.device_type).buckets)
         if not sizes:
             return compute, 0.0
@@ -778,31 +854,35 @@ def _ring_world(inst: SimInstance, vms: int, world: int, types: int) -> int:
 
 
 def _mean_time_factors(
-    bandwidth: BandwidthPredictor, instance_type: str, sizes: tuple[int, ...]
+    extras: BandwidthExtras, instance_type: str, sizes: tuple[int, ...]
 ) -> NDArray[np.float64]:
     """What turns the predictor's typical bus bandwidth into the mean transfer's
     (``predictors.network``: a job's time adds up mean iterations, and on right-skewed
     links the mean transfer is slower than the typical one), by buffer size; 1 where the
     bandwidth model learned none."""
-    return _size_factors(bandwidth, "mean_time_factors", sizes, instance_type)
+    fn = extras.mean_time_factors
+    if fn is None:
+        return np.ones(len(sizes))
+    factors = fn(instance_type, np.asarray(sizes, dtype=np.float64))
+    return _checked_factors(factors, "mean_time_factors", sizes)
 
 
-def _mixed_factors(bandwidth: BandwidthPredictor, sizes: tuple[int, ...]) -> NDArray[np.float64]:
+def _mixed_factors(extras: BandwidthExtras, sizes: tuple[int, ...]) -> NDArray[np.float64]:
     """What the probes of mixed-type rings say of the composition ``_busbw`` makes of
     several types (``predictors.network``: measured over composed bus bandwidth, by buffer
     size); 1 where the bandwidth model learned none."""
-    return _size_factors(bandwidth, "mixed_factors", sizes)
-
-
-def _size_factors(
-    bandwidth: BandwidthPredictor, method: str, sizes: tuple[int, ...], *args: str
-) -> NDArray[np.float64]:
-    """``bandwidth.<method>(*args, sizes)``, checked (positive, one per size); ones where
-    the predictor has no such method."""
-    fn = getattr(bandwidth, method, None)
+    fn = extras.mixed_factors
     if fn is None:
         return np.ones(len(sizes))
-    out = np.asarray(fn(*args, np.asarray(sizes, dtype=np.float64)), dtype=np.float64)
+    return _checked_factors(fn(np.asarray(sizes, dtype=np.float64)), "mixed_factors", sizes)
+
+
+def _checked_factors(
+    factors: NDArray[np.float64], method: str, sizes: tuple[int, ...]
+) -> NDArray[np.float64]:
+    """What the predictor's ``method`` answered for ``sizes``, checked (positive, one per
+    size)."""
+    out = np.asarray(factors, dtype=np.float64)
     if out.shape != (len(sizes),) or not np.all(out > 0):
         raise ConfigError(f"the bandwidth predictor's {method} are non-positive or misshapen")
     return out
@@ -825,3 +905,7 @@ def compute_key(device_type: str, sharing: int) -> str:
     one rank alone (the demo's re-plan onto one worker was predicted 11% slow when the
     factor of two sharing ranks was carried over)."""
     return device_type if sharing <= 1 else f"{device_type} x{sharing} on one host"
+
+
+if TYPE_CHECKING:  # mypy holds the simulator to what the planner asks of it
+    _SIMULATOR_IS_A_PLANNER_ESTIMATOR: type[PlannerEstimator] = Simulator

@@ -19,7 +19,8 @@ from srifty_core.planner.search import plan
 from srifty_core.predictors.table import ProbeTableBandwidth
 from srifty_core.probing.store import read_probes
 from srifty_core.profiling.store import ProfileStore
-from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.apm import ApmEstimator
+from srifty_core.simulator.estimator import Simulator, planner_estimator
 from tests.planner.test_cli_plan import planning_data  # noqa: F401  (a fixture)
 
 BASE: dict[str, Any] = {
@@ -127,3 +128,14 @@ def test_the_cli_prints_each_scenario_and_its_change(
     assert d["simulations"]["reused"] > 0
     assert main([*args, "--what-if", "quota[nope]=2"]) == 2
     assert "what-if 'quota[nope]=2'" in capsys.readouterr().err
+
+
+def test_the_memo_offers_the_planner_what_its_inner_estimator_does() -> None:
+    """``MemoEstimator`` hands every other method on to its inner estimator: over the
+    simulator the planner finds its floors and prefetch (the branch and bound runs), over
+    APM none (the exhaustive search or the ILP)."""
+    sim = Simulator(ProbeTableBandwidth())
+    memo = whatif.MemoEstimator(sim)
+    assert planner_estimator(memo) is memo
+    assert memo.pass_floor == sim.pass_floor
+    assert planner_estimator(whatif.MemoEstimator(ApmEstimator())) is None

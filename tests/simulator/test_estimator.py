@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.base import BandwidthExtras, BandwidthPredictor
 from srifty_core.predictors.table import ProbeTableBandwidth
 from srifty_core.profiling.profile import ComputeProfile, PassStats
 from srifty_core.simulator.apm import ApmEstimator
-from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.estimator import Simulator, planner_estimator
 from srifty_core.simulator.exchange import bus_bytes, simulate_exchange
 from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
 from tests.profiling.test_profile_contract import make_profile
@@ -639,3 +639,28 @@ def test_a_measured_ddp_overhead_is_what_the_estimate_adds() -> None:
         assert est.t_iter == pytest.approx(plain.t_iter + measured_s)
         assert "ddp_copy" not in est.missing
     assert "ddp_copy" in plain.missing  # neither measured nor a copy bandwidth
+
+
+def test_what_an_estimator_and_a_bandwidth_model_offer_is_asked_by_protocol() -> None:
+    """The planner's optional methods (``PlannerEstimator``): the simulator has them all,
+    APM none. A bandwidth model's optional methods, each on its own: the probe table has
+    all but ``in_domain``; a predictor with none has none; a subclass that adds one has
+    it, bound to itself."""
+    sim = Simulator(ConstantBandwidth(1e9))
+    assert planner_estimator(sim) is sim
+    assert planner_estimator(ApmEstimator()) is None
+    table = BandwidthExtras.of(ProbeTableBandwidth())
+    assert table.in_domain is None
+    assert None not in (
+        table.sustained_factor,
+        table.level_sigma,
+        table.mean_time_factors,
+        table.mixed_factors,
+    )
+    assert BandwidthExtras.of(ConstantBandwidth(1e9)) == BandwidthExtras(
+        None, None, None, None, None
+    )
+    sustained = SustainedBandwidth(1e9)
+    extras = BandwidthExtras.of(sustained)
+    assert extras.sustained_factor is not None and extras.sustained_factor("a", 2) == 0.25
+    assert extras.level_sigma is None and extras.mixed_factors is None
