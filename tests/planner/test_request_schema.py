@@ -165,15 +165,13 @@ def bad_number(
     return out if nullable else out | st.none()
 
 
-def bad_text(*, nullable: bool = False) -> st.SearchStrategy[Any]:
-    out = st.one_of(
-        st.integers(),
-        st.floats(),
-        st.booleans(),
-        st.just(""),
-        st.text(min_size=schema.MAX_TEXT + 1, max_size=schema.MAX_TEXT + 20),
-        junk,
+def bad_text(*, nullable: bool = False, max_len: int = schema.MAX_TEXT) -> st.SearchStrategy[Any]:
+    too_long = (
+        st.text(min_size=max_len + 1, max_size=max_len + 20)
+        if max_len <= schema.MAX_TEXT
+        else st.integers(max_len + 1, max_len + 20).map(lambda n: "m" * n)  # a short draw
     )
+    out = st.one_of(st.integers(), st.floats(), st.booleans(), st.just(""), too_long, junk)
     return out if nullable else out | st.none()
 
 
@@ -194,8 +192,10 @@ def _market(s: str) -> bool:
 
 
 OFFER = ("offers", 1)
+MODEL_MAX_LEN = 4096
 BAD_VALUES: dict[Path, st.SearchStrategy[Any]] = {
-    ("model",): bad_text(),
+    # a model may be a file path and factory (up to 4096 characters), not a short name
+    ("model",): bad_text(max_len=MODEL_MAX_LEN),
     ("size",): bad_choice(lambda s: s in SIZES),
     ("region",): bad_text(),
     ("provider",): bad_text(),
