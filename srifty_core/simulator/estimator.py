@@ -135,8 +135,8 @@ class Simulator:
     compute threads (the profile's ``threads``), else 0: gloo's reductions then need the
     very cores the backward pass is using (measured in DDP on a 2-core host: a 1.5 MB
     bucket issued mid-backward took 5.5 ms against 1.3 ms for the same allreduce on idle
-    cores, while on a 16-core host the exchange hid behind the backward; BENCHMARKS.md).
-    All ``local`` workers share one host.
+    cores, while on a 16-core host the exchange hid behind the backward;
+    docs/benchmarks/local-ddp.md). All ``local`` workers share one host.
 
     Every bucket runs at the mean transfer's bus bandwidth, not the typical one: the
     predictor's curve times its ``mean_time_factors`` (``predictors.network``; 1 where it
