@@ -15,6 +15,15 @@ from srifty_core.airflow_env import airflow_environment, migrate
 pytest_plugins = ["tests.cloud.moto_aws"]  # the moto fixtures (moto_url, aws)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On parallel workers (scripts/test runs pytest-xdist), the tests marked ``slow`` start
+    first, in their order: collected last, the demo alone (minutes) kept one worker busy
+    long after the other had run out of tests. Every worker sorts the same way, as xdist
+    needs; a serial run keeps the collection order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test writes into its own data folder, never into the repository's data/."""

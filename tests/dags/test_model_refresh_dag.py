@@ -27,6 +27,7 @@ def test_model_refresh_schedule(dagbag: Any) -> None:
     assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"  # once per new data
 
 
+@pytest.mark.slow
 def test_model_refresh_registers_and_promotes(dagbag: Any, data_dir: Path) -> None:
     from srifty_core.predictors.registry import (
         CHALLENGER,
