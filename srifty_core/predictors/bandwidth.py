@@ -18,6 +18,10 @@ How:
   trees' type columns know nothing about it, and held out by table, the prior alone did
   better on such types than the trees (BENCHMARKS.md). Monotone constraints (``MONOTONE``)
   keep the prediction non-decreasing in every rated link speed, where physics is certain.
+- **Distinct rows.** XGBoost trains on one row per distinct feature row (``merge_rows``:
+  the weighted mean of its log targets, the sum of its weights): probes repeat each
+  configuration 6 to 15 times (repeats, allocations), and for squared error the trees are
+  the same; tuning prepares each fold's rows once for all its trials (``tuning.Folds``).
 - **Knows what it does not know** (``Domain``, ``LogErrors``): a row is in domain when its
   type was probed with that many ranks per VM over a VM count range holding its own;
   ``predict_interval`` gives the band that held-out probes fell in (grouped
@@ -79,7 +83,7 @@ from srifty_core.predictors.network import (
     sustained_factors,
     sustained_mask,
 )
-from srifty_core.predictors.prior import LinkPrior, hardware_columns
+from srifty_core.predictors.prior import LinkPrior, distinct_rows, hardware_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -475,66 +479,107 @@ class BusBandwidthRegressor:
         """Fit on feature rows ``X`` and bus bandwidths ``y`` (bytes/s, > 0); weights are
         relative (rescaled to mean 1). ``prior``: the one ``fit_prior`` returned for these
         same rows (else it is fitted here)."""
+        return self.fit_design(self.design(X, y, sample_weight, prior=prior))
+
+    def design(
+        self,
+        X: pd.DataFrame,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        *,
+        prior: LinkPrior | None = None,
+    ) -> Design:
+        """What ``fit`` makes of the rows before XGBoost runs (``Design``): it depends on the
+        rows, ``prior`` and ``prior_tree`` alone, so a tuner makes it once per fold and
+        every trial's ``fit_design`` trains on it."""
         import xgboost as xgb
 
         target, w = self._checked(X, y, sample_weight)
-        params = self._xgb_params()
         X = with_hardware(X)
         log_y = np.log(target)
         if self.prior:
             if prior is None:
                 prior = LinkPrior(tree=self.prior_tree).fit(X, target, w)
-            self.prior_: LinkPrior | None = prior
-            X = X.assign(log_prior=np.log(self.prior_.predict(X)))
+            X = X.assign(log_prior=np.log(prior.predict(X)))
             log_y = log_y - X["log_prior"].to_numpy()
         else:
-            self.prior_ = None
-        self.encoder_ = FeatureEncoder(numeric=_numeric(self.prior_)).fit(X)
-        self.types_: list[str] = sorted(X["instance_type"].astype(str).unique().tolist())
-        self.offset_ = _weighted_median(log_y, w)
-        spread = float(np.sqrt(np.average((log_y - self.offset_) ** 2, weights=w)))
-        self.scale_ = spread if spread > 1e-6 else 1.0
-        label = (log_y - self.offset_) / self.scale_
-        # Pseudo-Huber leaves are gradient / hessian, and the hessian vanishes on large
-        # residuals: a leaf can overshoot by orders of magnitude (seen: 360x on an
-        # allocation held out). Predictions are kept within the targets seen.
-        self.raw_range_: tuple[float, float] | None = (float(label.min()), float(label.max()))
+            prior = None
+        encoder = FeatureEncoder(numeric=_numeric(prior)).fit(X)
+        offset = _weighted_median(log_y, w)
+        spread = float(np.sqrt(np.average((log_y - offset) ** 2, weights=w)))
+        scale = spread if spread > 1e-6 else 1.0
+        label = (log_y - offset) / scale
+        features, merged, weight = merge_rows(encoder.transform(X), label, w)
         matrix = xgb.DMatrix(
-            self.encoder_.transform(X),
-            label=label,
-            weight=w,
-            feature_names=self.encoder_.feature_names_,
+            features,
+            label=merged,
+            weight=weight,
+            feature_names=encoder.feature_names_,
             missing=np.nan,
         )
+        return Design(
+            prior=prior,
+            encoder=encoder,
+            types=sorted(X["instance_type"].astype(str).unique().tolist()),
+            offset=offset,
+            scale=scale,
+            # Pseudo-Huber leaves are gradient / hessian, and the hessian vanishes on large
+            # residuals: a leaf can overshoot by orders of magnitude (seen: 360x on an
+            # allocation held out). Predictions are kept within the targets seen.
+            raw_range=(float(label.min()), float(label.max())),
+            matrix=matrix,
+        )
+
+    def fit_design(self, design: Design) -> BusBandwidthRegressor:
+        """Train XGBoost with this regressor's parameters on a ``design`` made by a
+        regressor of the same ``prior`` and ``prior_tree``."""
+        import xgboost as xgb
+
+        params = self._xgb_params()
+        self.prior_: LinkPrior | None = design.prior
+        self.encoder_ = design.encoder
+        self.types_: list[str] = list(design.types)
+        self.offset_, self.scale_ = design.offset, design.scale
+        self.raw_range_: tuple[float, float] | None = design.raw_range
         constraints = self._monotone(self.encoder_.feature_names_)
         if constraints:
             params["monotone_constraints"] = constraints
-        self.booster_ = xgb.train(params, matrix, num_boost_round=int(self.n_estimators))
+        self.booster_ = xgb.train(params, design.matrix, num_boost_round=int(self.n_estimators))
         self.n_features_in_ = len(self.encoder_.feature_names_)
         return self
 
     def predict(self, X: pd.DataFrame) -> NDArray[np.float64]:
-        import xgboost as xgb
-
         if not hasattr(self, "booster_"):
             raise ConfigError("this regressor is not fitted yet: call fit() first")
         if len(X) == 0:
             return np.zeros(0)
+        return self.predict_query(self.query(X))
+
+    def query(self, X: pd.DataFrame) -> Query:
+        """What ``predict`` makes of the rows before XGBoost runs (``Query``): the same for
+        every regressor fitted on one ``Design``, so a tuner makes it once per fold."""
+        import xgboost as xgb
+
         X = with_hardware(X)
         log_prior = np.zeros(len(X))
+        unseen = np.zeros(len(X), dtype=bool)
         if self.prior_ is not None:
             log_prior = np.log(self.prior_.predict(X))
             X = X.assign(log_prior=log_prior)
+            unseen = ~X["instance_type"].astype(str).isin(self.types_).to_numpy()
         matrix = xgb.DMatrix(
             self.encoder_.transform(X), feature_names=self.encoder_.feature_names_, missing=np.nan
         )
-        raw = np.asarray(self.booster_.predict(matrix), dtype=np.float64)
+        return Query(matrix=matrix, log_prior=log_prior, unseen=unseen)
+
+    def predict_query(self, query: Query) -> NDArray[np.float64]:
+        """``predict`` of the rows ``query`` was made from."""
+        raw = np.asarray(self.booster_.predict(query.matrix), dtype=np.float64)
         if self.raw_range_ is not None:
             raw = np.clip(raw, *self.raw_range_)
-        raw = raw * self.scale_ + self.offset_ + log_prior
+        raw = raw * self.scale_ + self.offset_ + query.log_prior
         if self.prior_ is not None:  # a type never probed: the prior alone
-            unseen = ~X["instance_type"].astype(str).isin(self.types_).to_numpy()
-            raw = np.where(unseen, log_prior, raw)
+            raw = np.where(query.unseen, query.log_prior, raw)
         out: NDArray[np.float64] = np.maximum(np.exp(np.minimum(raw, 700.0)), BUSBW_FLOOR)
         return out
 
@@ -601,6 +646,52 @@ def _numeric(prior: LinkPrior | None) -> tuple[str, ...]:
 def with_hardware(X: pd.DataFrame) -> pd.DataFrame:
     """``X`` with the hardware columns (``predictors.prior``), computed once."""
     return X if "vms" in X.columns else hardware_columns(X)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A regressor's training rows made ready for XGBoost (``BusBandwidthRegressor.design``):
+    the physics prior, the encoder, the target's centring, and the XGBoost matrix of the
+    distinct feature rows (``merge_rows``)."""
+
+    prior: LinkPrior | None
+    encoder: FeatureEncoder
+    types: list[str]
+    offset: float
+    scale: float
+    raw_range: tuple[float, float]
+    matrix: Any  # xgboost.DMatrix (imported when used)
+
+
+@dataclass(frozen=True)
+class Query:
+    """Rows made ready for a fitted regressor's XGBoost (``BusBandwidthRegressor.query``)."""
+
+    matrix: Any  # xgboost.DMatrix
+    log_prior: NDArray[np.float64]
+    unseen: NDArray[np.bool_]
+    """Rows of a type the fit never saw: the prior alone answers them."""
+
+
+def merge_rows(
+    features: NDArray[np.float32], label: NDArray[np.float64], weight: NDArray[np.float64]
+) -> tuple[NDArray[np.float32], NDArray[np.float64], NDArray[np.float64]]:
+    """One row per distinct feature row (in order of first appearance), with the weighted
+    mean of its labels and the sum of its weights.
+
+    Probes repeat every configuration (repeats on one allocation, the same grid on every
+    allocation of a type: 6 to 15 rows each in a sweep), and nothing in the features tells
+    them apart. For squared error the trees are then exactly the same (each split and leaf
+    sums gradients ``w * (f - label)`` and hessians ``w``, which the merged row gives), on
+    a fraction of the rows; pseudo-Huber and absolute error see the mean of a
+    configuration's spread instead of each row (held-out MAPE within 0.1 point on the
+    emulated sweep, BENCHMARKS.md). A configuration's weights of 0 give a weight of 0."""
+    if len(features) == 0:
+        return features, label, weight
+    first, inverse = distinct_rows(features)
+    total = np.bincount(inverse, weights=weight)
+    mean = np.bincount(inverse, weights=weight * label) / np.where(total > 0, total, 1.0)
+    return features[first], mean, np.asarray(total, dtype=np.float64)
 
 
 def _weighted_median(values: NDArray[np.float64], weights: NDArray[np.float64]) -> float:

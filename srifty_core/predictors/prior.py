@@ -52,6 +52,7 @@ bandwidth of tiny buffers, the latency of huge ones) defined; data outweighs it 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -195,12 +196,20 @@ class _Rows:
     tree_intra: NDArray[np.float64]  # intra-VM hops of a tree pass: the chain, ranks per VM - 1
 
 
+def _class_index(column: pd.Series) -> NDArray[np.intp]:
+    """Each row's link class as its index in ``CLASSES`` (a KeyError names an unknown one)."""
+    import pandas as pd
+
+    codes, names = pd.factorize(column.astype(str))
+    index = {c: i for i, c in enumerate(CLASSES)}
+    return np.asarray([index[c] for c in names], dtype=np.intp)[codes].reshape(-1)
+
+
 def _rows(frame: pd.DataFrame) -> _Rows:
     hw = frame if set(HARDWARE_COLUMNS) <= set(frame.columns) else hardware_columns(frame)
     n = hw["world_size"].to_numpy(dtype=np.float64)
     s = hw["buffer_bytes"].to_numpy(dtype=np.float64)
     vms = hw["vms"].to_numpy(dtype=np.float64)
-    index = {c: i for i, c in enumerate(CLASSES)}
     intra = hw["intra_gbs"].to_numpy(dtype=np.float64, na_value=np.nan)
     nic = hw["nic_gbs"].to_numpy(dtype=np.float64, na_value=np.nan)
     return _Rows(
@@ -217,13 +226,36 @@ def _rows(frame: pd.DataFrame) -> _Rows:
             1e-3,
             1.0,
         ),
-        intra_k=np.asarray([index[c] for c in hw["intra_class"]], dtype=np.intp),
-        net_k=np.asarray([index[c] for c in hw["net_class"]], dtype=np.intp),
+        intra_k=_class_index(hw["intra_class"]),
+        net_k=_class_index(hw["net_class"]),
         multi=hw["vms"].to_numpy(dtype=np.int64) > 1,
         packed=hw["ranks_per_vm"].to_numpy(dtype=np.int64) > 1,
         tree_net=np.ceil(np.log2(np.maximum(vms, 1))),
         tree_intra=np.maximum(hw["ranks_per_vm"].to_numpy(dtype=np.float64) - 1, 0),
     )
+
+
+def distinct_rows(table: NDArray[Any]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """The distinct rows of a 2-D array, compared byte for byte (NaN equals NaN): the index
+    of each one's first row, in order, and for each row the position of its distinct row
+    in that list."""
+    rows = np.ascontiguousarray(table).reshape(len(table), -1)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return np.asarray(first[order], dtype=np.intp), np.asarray(rank[inverse], dtype=np.intp)
+
+
+def _distinct(r: _Rows) -> tuple[_Rows, NDArray[np.intp]]:
+    """The distinct rows of ``r`` and, for each row, the index of its distinct row."""
+    fields = dataclasses.fields(r)
+    table = np.column_stack([getattr(r, f.name).astype(np.float64) for f in fields])
+    if len(table) == 0:
+        return r, np.zeros(0, dtype=np.intp)
+    first, inverse = distinct_rows(table)
+    return _Rows(**{f.name: getattr(r, f.name)[first] for f in fields}), inverse
 
 
 def _log_busbw(
@@ -262,8 +294,12 @@ class LinkPrior:
         self, frame: pd.DataFrame, busbw: ArrayLike, weight: ArrayLike | None = None
     ) -> LinkPrior:
         from scipy.optimize import least_squares
+        from threadpoolctl import threadpool_limits
 
         r = _rows(frame)
+        # Probes repeat their configurations (repeats, allocations): the formula runs once
+        # per distinct row and each residual takes its row's value (the same numbers).
+        u, inverse = _distinct(r)
         y = np.log(np.asarray(busbw, dtype=np.float64))
         w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
         w = np.sqrt(w / w.mean())
@@ -274,12 +310,12 @@ class LinkPrior:
         ridge = math.sqrt(RIDGE * len(y))
 
         def ring_residuals(head: NDArray[np.float64]) -> NDArray[np.float64]:
-            pred, _ = _log_busbw(np.append(head, TREE_OFF), r)
-            return np.concatenate([w * (pred - y), ridge * (head - centre[:-1])])
+            pred, _ = _log_busbw(np.append(head, TREE_OFF), u)
+            return np.concatenate([w * (pred[inverse] - y), ridge * (head - centre[:-1])])
 
         def residuals(theta: NDArray[np.float64]) -> NDArray[np.float64]:
-            pred, _ = _log_busbw(theta, r)
-            return np.concatenate([w * (pred - y), ridge * (theta - centre)])
+            pred, _ = _log_busbw(theta, u)
+            return np.concatenate([w * (pred[inverse] - y), ridge * (theta - centre)])
 
         lo = np.concatenate(
             [np.full(k, -12.0), np.full(k, math.log(1e-9)), [0.0, math.log(ETA_TREE_MIN)]]
@@ -288,23 +324,27 @@ class LinkPrior:
         # The ring alone first, then the tree started from it: min(ring, tree) has no
         # gradient through the slower one, so started where the tree wins everywhere the
         # ring's parameters would not move. The tree stays off unless it fits better.
-        ring = least_squares(
-            ring_residuals,
-            centre[:-1],
-            bounds=(lo[:-1], hi[:-1]),
-            loss="soft_l1",
-            f_scale=0.3,
-            max_nfev=200,
-        )
-        theta = np.append(np.asarray(ring.x, dtype=np.float64), TREE_OFF)
-        if self.tree and r.multi.any():
-            start = theta.copy()
-            start[-1] = math.log(ETA_TREE0)
-            tree = least_squares(
-                residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
+        # One BLAS thread: the solver's SVDs are of a tall, 14-column Jacobian, which a
+        # second thread does not speed up and a busy host slows down many times (seen:
+        # 0.14 s instead of 0.007 s an SVD of 8,000 rows on 2 shared cores).
+        with threadpool_limits(limits=1, user_api="blas"):
+            ring = least_squares(
+                ring_residuals,
+                centre[:-1],
+                bounds=(lo[:-1], hi[:-1]),
+                loss="soft_l1",
+                f_scale=0.3,
+                max_nfev=200,
             )
-            if tree.cost < ring.cost:
-                theta = np.asarray(tree.x, dtype=np.float64)
+            theta = np.append(np.asarray(ring.x, dtype=np.float64), TREE_OFF)
+            if self.tree and r.multi.any():
+                start = theta.copy()
+                start[-1] = math.log(ETA_TREE0)
+                tree = least_squares(
+                    residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
+                )
+                if tree.cost < ring.cost:
+                    theta = np.asarray(tree.x, dtype=np.float64)
         _, used = _log_busbw(theta, r)
         seen = sorted({CLASSES[i] for i in np.unique(used)})
         # latency: every class a row hops over; bandwidth: the bottleneck classes

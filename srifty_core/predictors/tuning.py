@@ -34,6 +34,8 @@ from srifty_core.predictors.bandwidth import (
     OBJECTIVES,
     BandwidthDataError,
     BusBandwidthRegressor,
+    Design,
+    Query,
     group_kfold,
     mape,
 )
@@ -125,19 +127,21 @@ def cross_val_predict(
     w = np.ones(len(data)) if weight is None else np.asarray(weight, dtype=float)
     folds = folds or Folds(data, y, w, groups, n_splits)
     oof = np.full(len(data), np.nan)
-    for k, (train, test) in enumerate(folds.splits):
+    for k, (_, test) in enumerate(folds.splits):
         reg = BusBandwidthRegressor(**{**params, "n_jobs": n_jobs, "random_state": seed})
-        prior = folds.prior(k, reg) if reg.prior else None
-        reg.fit(data.iloc[train], y[train], w[train], prior=prior)
-        oof[test] = reg.predict(data.iloc[test])
+        reg.fit_design(folds.design(k, reg))
+        oof[test] = reg.predict_query(folds.query(k, reg))
     return oof
 
 
 class Folds:
-    """The grouped folds of one data set (``group_kfold``) and, per fold, the physics prior
-    of its training rows, fitted the first time a trial asks (``BusBandwidthRegressor
-    .fit_prior``): the prior does not depend on the trial's XGBoost parameters, so 30
-    trials fit it once a fold instead of 30 times."""
+    """The grouped folds of one data set (``group_kfold``) and, per fold, what every trial
+    would otherwise compute again from the same rows: the physics prior of its training
+    rows (``BusBandwidthRegressor.fit_prior``, scipy least squares), their XGBoost matrix
+    (``BusBandwidthRegressor.design``: hardware columns, one-hot encoding, distinct rows)
+    and the test rows' (``query``). None of them depends on the trial's XGBoost
+    parameters, only on ``prior`` and ``prior_tree``, so 30 trials make each once per fold
+    instead of 30 times; a trial only trains and predicts."""
 
     def __init__(
         self,
@@ -150,6 +154,8 @@ class Folds:
         self.data, self.y, self.weight = data, y, weight
         self.splits = list(group_kfold(groups, n_splits))
         self._priors: dict[tuple[int, bool], LinkPrior] = {}
+        self._designs: dict[tuple[int, bool, bool], Design] = {}
+        self._queries: dict[tuple[int, bool, bool], Query] = {}
 
     def prior(self, k: int, reg: BusBandwidthRegressor) -> LinkPrior:
         key = (k, bool(reg.prior_tree))
@@ -159,6 +165,24 @@ class Folds:
                 self.data.iloc[train], self.y[train], self.weight[train]
             )
         return self._priors[key]
+
+    def design(self, k: int, reg: BusBandwidthRegressor) -> Design:
+        """Fold ``k``'s training rows made ready for ``reg`` (``reg.fit_design``)."""
+        key = (k, bool(reg.prior), bool(reg.prior_tree))
+        if key not in self._designs:
+            train = self.splits[k][0]
+            prior = self.prior(k, reg) if reg.prior else None
+            self._designs[key] = reg.design(
+                self.data.iloc[train], self.y[train], self.weight[train], prior=prior
+            )
+        return self._designs[key]
+
+    def query(self, k: int, reg: BusBandwidthRegressor) -> Query:
+        """Fold ``k``'s test rows made ready for ``reg``, fitted on ``design(k, reg)``."""
+        key = (k, bool(reg.prior), bool(reg.prior_tree))
+        if key not in self._queries:
+            self._queries[key] = reg.query(self.data.iloc[self.splits[k][1]])
+        return self._queries[key]
 
 
 def tune(

@@ -234,8 +234,43 @@ def test_tuning_fits_each_folds_prior_once_and_predicts_as_without_sharing(
     folds = Folds(large, y, np.ones(len(large)), groups, 3)
     for params in (DEFAULT_PARAMS, {**DEFAULT_PARAMS, "max_depth": 3, "n_estimators": 40}):
         shared = cross_val_predict(params, large, groups=groups, n_splits=3, folds=folds)
-        alone = cross_val_predict(params, large, groups=groups, n_splits=3)
+        alone = np.full(len(large), np.nan)  # each fold fitted and predicted from scratch
+        for train, test in folds.splits:
+            reg = BusBandwidthRegressor(**params).fit(large.iloc[train], y[train])
+            alone[test] = reg.predict(large.iloc[test])
         np.testing.assert_array_equal(shared, alone)
+
+
+def test_merged_rows_train_the_same_squared_error_trees() -> None:
+    """Rows of one feature row merge into their weighted mean with their summed weight:
+    for squared error XGBoost's gradients and hessians sum to the same, so the trees
+    trained on the merged rows predict what those trained on every row do."""
+    import xgboost as xgb
+
+    from srifty_core.predictors.bandwidth import merge_rows
+    from srifty_core.predictors.prior import distinct_rows
+
+    rng = np.random.default_rng(0)
+    points = rng.integers(0, 4, size=(40, 3)).astype(np.float32)
+    points[:5, 2] = np.nan  # a missing value is a value like any other here
+    repeats = rng.integers(1, 6, size=len(points))
+    features = np.repeat(points, repeats, axis=0)
+    label = features[:, 0] - np.nan_to_num(features[:, 1]) + rng.normal(0, 0.3, len(features))
+    weight = rng.uniform(0.5, 2.0, len(features))
+    merged, mean, total = merge_rows(features, label, weight)
+    first_rows, inverse = distinct_rows(features)
+    np.testing.assert_array_equal(features[first_rows][inverse], features)
+    assert list(first_rows) == sorted(first_rows)
+    assert len(merged) == len({tuple(np.nan_to_num(p, nan=-1)) for p in points})
+    np.testing.assert_array_equal(merged[0], features[0])  # in order of first appearance
+    first = np.all((features == features[0]) | (np.isnan(features) & np.isnan(features[0])), 1)
+    assert total[0] == pytest.approx(weight[first].sum())
+    assert mean[0] == pytest.approx(np.average(label[first], weights=weight[first]))
+    params = {"objective": "reg:squarederror", "max_depth": 3, "nthread": 1, "base_score": 0.0}
+    every = xgb.train(params, xgb.DMatrix(features, label=label, weight=weight), 20)
+    fewer = xgb.train(params, xgb.DMatrix(merged, label=mean, weight=total), 20)
+    query = xgb.DMatrix(points)
+    np.testing.assert_allclose(fewer.predict(query), every.predict(query), rtol=1e-5, atol=1e-6)
 
 
 def test_cross_validation_never_has_an_allocation_on_both_sides(probes: pd.DataFrame) -> None:
