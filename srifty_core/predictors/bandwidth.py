@@ -18,10 +18,10 @@ How:
   trees' type columns know nothing about it, and held out by table, the prior alone did
   better on such types than the trees (BENCHMARKS.md). Monotone constraints (``MONOTONE``)
   keep the prediction non-decreasing in every rated link speed, where physics is certain.
-- **Distinct rows.** XGBoost trains on one row per distinct feature row (``merge_rows``:
-  the weighted mean of its log targets, the sum of its weights): probes repeat each
-  configuration 6 to 15 times (repeats, allocations), and for squared error the trees are
-  the same; tuning prepares each fold's rows once for all its trials (``tuning.Folds``).
+- **Distinct rows.** With squared error, XGBoost trains on one row per distinct feature
+  row (``merge_rows``: the weighted mean of its log targets, the sum of its weights):
+  probes repeat each configuration 6 to 15 times (repeats, allocations), and the trees are
+  the same. Tuning prepares each fold's rows once for all its trials (``tuning.Folds``).
 - **Knows what it does not know** (``Domain``, ``LogErrors``): a row is in domain when its
   type was probed with that many ranks per VM over a VM count range holding its own;
   ``predict_interval`` gives the band that held-out probes fell in (grouped
@@ -490,8 +490,9 @@ class BusBandwidthRegressor:
         prior: LinkPrior | None = None,
     ) -> Design:
         """What ``fit`` makes of the rows before XGBoost runs (``Design``): it depends on the
-        rows, ``prior`` and ``prior_tree`` alone, so a tuner makes it once per fold and
-        every trial's ``fit_design`` trains on it."""
+        rows, ``prior``, ``prior_tree`` and whether the objective is squared error (its
+        rows are merged, ``merge_rows``) alone, so a tuner makes it once per fold and every
+        trial's ``fit_design`` trains on it."""
         import xgboost as xgb
 
         target, w = self._checked(X, y, sample_weight)
@@ -509,7 +510,9 @@ class BusBandwidthRegressor:
         spread = float(np.sqrt(np.average((log_y - offset) ** 2, weights=w)))
         scale = spread if spread > 1e-6 else 1.0
         label = (log_y - offset) / scale
-        features, merged, weight = merge_rows(encoder.transform(X), label, w)
+        features, merged, weight = encoder.transform(X), label, w
+        if self.merges_rows:
+            features, merged, weight = merge_rows(features, label, w)
         matrix = xgb.DMatrix(
             features,
             label=merged,
@@ -530,9 +533,16 @@ class BusBandwidthRegressor:
             matrix=matrix,
         )
 
+    @property
+    def merges_rows(self) -> bool:
+        """Whether XGBoost trains on distinct feature rows (``merge_rows``): for squared
+        error alone, where the trees are the same. Merged, pseudo-Huber lost 0.1-0.2 point
+        of held-out MAPE on the emulated sweep and 0.8 on the public tables (BENCHMARKS.md)."""
+        return self.objective == "reg:squarederror"
+
     def fit_design(self, design: Design) -> BusBandwidthRegressor:
         """Train XGBoost with this regressor's parameters on a ``design`` made by a
-        regressor of the same ``prior`` and ``prior_tree``."""
+        regressor of the same ``prior``, ``prior_tree`` and ``merges_rows``."""
         import xgboost as xgb
 
         params = self._xgb_params()
@@ -683,9 +693,8 @@ def merge_rows(
     allocation of a type: 6 to 15 rows each in a sweep), and nothing in the features tells
     them apart. For squared error the trees are then exactly the same (each split and leaf
     sums gradients ``w * (f - label)`` and hessians ``w``, which the merged row gives), on
-    a fraction of the rows; pseudo-Huber and absolute error see the mean of a
-    configuration's spread instead of each row (held-out MAPE within 0.1 point on the
-    emulated sweep, BENCHMARKS.md). A configuration's weights of 0 give a weight of 0."""
+    a fraction of the rows. Pseudo-Huber and absolute error would see the mean of a
+    configuration's spread instead of each row: not the same fit (``merges_rows``)."""
     if len(features) == 0:
         return features, label, weight
     first, inverse = distinct_rows(features)

@@ -140,8 +140,9 @@ class Folds:
     rows (``BusBandwidthRegressor.fit_prior``, scipy least squares), their XGBoost matrix
     (``BusBandwidthRegressor.design``: hardware columns, one-hot encoding, distinct rows)
     and the test rows' (``query``). None of them depends on the trial's XGBoost
-    parameters, only on ``prior`` and ``prior_tree``, so 30 trials make each once per fold
-    instead of 30 times; a trial only trains and predicts."""
+    parameters, only on ``prior``, ``prior_tree`` and whether the objective merges rows
+    (``merges_rows``), so 30 trials make each once per fold instead of 30 times; a trial
+    only trains and predicts."""
 
     def __init__(
         self,
@@ -154,7 +155,7 @@ class Folds:
         self.data, self.y, self.weight = data, y, weight
         self.splits = list(group_kfold(groups, n_splits))
         self._priors: dict[tuple[int, bool], LinkPrior] = {}
-        self._designs: dict[tuple[int, bool, bool], Design] = {}
+        self._designs: dict[tuple[int, bool, bool, bool], Design] = {}
         self._queries: dict[tuple[int, bool, bool], Query] = {}
 
     def prior(self, k: int, reg: BusBandwidthRegressor) -> LinkPrior:
@@ -168,7 +169,7 @@ class Folds:
 
     def design(self, k: int, reg: BusBandwidthRegressor) -> Design:
         """Fold ``k``'s training rows made ready for ``reg`` (``reg.fit_design``)."""
-        key = (k, bool(reg.prior), bool(reg.prior_tree))
+        key = (k, bool(reg.prior), bool(reg.prior_tree), reg.merges_rows)
         if key not in self._designs:
             train = self.splits[k][0]
             prior = self.prior(k, reg) if reg.prior else None
