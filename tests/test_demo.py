@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import subprocess_env
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_demo_runs_the_whole_loop(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_gpu_check_runs_on_the_cpu_and_trains_a_plan_through_the_worker(
     tmp_path: Path, data_dir: Path

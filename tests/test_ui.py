@@ -15,6 +15,7 @@ from srifty_core.ui import run_ui
 pytestmark = pytest.mark.airflow
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_ui_starts_both_servers_and_stops_them(data_dir: Path) -> None:
     a_port, m_port = free_port(), free_port()
