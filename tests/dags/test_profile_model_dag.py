@@ -12,6 +12,7 @@ from srifty_core.profiling.store import ProfileStore
 pytestmark = pytest.mark.airflow
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_profile_model_dag_writes_the_profile(dagbag: Any, data_dir: Path) -> None:
     dag = dagbag.get_dag("srifty_profile_model")
