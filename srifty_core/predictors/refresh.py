@@ -14,8 +14,12 @@ process; the ``srifty_model_refresh`` DAG runs one per task, handing over a stag
 - **Tune and fit** on the other allocations: per size class, ``tuning.tune`` (grouped CV by
   allocation, MAPE, ``n_trials`` seeded Optuna trials each, so a rerun on the same data
   picks the same parameters), then the final fit with the best parameters.
-  The error table reports per size class and per instance type the out-of-fold MAPE of the
-  best parameters beside the noise floor on the same rows.
+  A size class with more than ``tune_rows`` rows is tuned on a sample of them
+  (``tuning_sample``: the same share of every allocation, chosen by a hash of each row's
+  content, so the same rows give the same sample in any order); the final fit uses all.
+  XGBoost runs on ``n_jobs`` threads (default: every core; the fitted trees do not depend
+  on it). The error table reports per size class and per instance type the out-of-fold MAPE
+  of the best parameters beside the noise floor on the rows tuned on.
 - **Decide**: the challenger is promoted when its held-out MAPE (all held-out rows,
   weighted) is no worse than the champion's on the same rows (or there is no champion, or
   the champion cannot be loaded, which the reason says).
@@ -36,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Mapping
@@ -70,6 +75,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MIN_ALLOCATIONS = 3
+TUNE_ROWS = 20_000
+"""Default most rows per size class that tuning runs on (``RefreshConfig.tune_rows``)."""
 TRAIN_ALLOCATIONS = 2
 """Allocations of a type that always stay in training (grouped CV needs two groups)."""
 """Two to cross-validate on, one to hold out."""
@@ -98,6 +105,10 @@ class RefreshConfig:
     instance_types: tuple[str, ...] | None = None
     n_trials: int = DEFAULT_TRIALS
     """Tuning trials per size class."""
+    tune_rows: int | None = TUNE_ROWS
+    """Most rows per size class to tune on (``tuning_sample``); None: all."""
+    n_jobs: int | None = None
+    """XGBoost threads; None: one per core."""
     mtu: int = DEFAULT_MTU
     seed: int = 0
     n_splits: int = 5
@@ -111,6 +122,12 @@ class RefreshConfig:
             raise ConfigError(f"n_trials: must be >= 1, got {self.n_trials}")
         if self.mtu < 1:
             raise ConfigError(f"mtu: must be >= 1, got {self.mtu}")
+        for name in ("tune_rows", "n_jobs"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigError(f"{name}: must be an integer >= 1 or None, got {value!r}")
         if not 0 < self.holdout_fraction < 1:
             raise ConfigError(f"holdout_fraction: must be in (0, 1), got {self.holdout_fraction}")
         if self.n_splits < 2:
@@ -249,6 +266,21 @@ def read_snapshot(staging: Path) -> tuple[pd.DataFrame, RefreshConfig]:
 # -- step 2: tune and fit ------------------------------------------------------------------
 
 
+def tuning_sample(df: pd.DataFrame, max_rows: int | None) -> np.ndarray:
+    """Which rows of ``df`` to tune on: all if there are at most ``max_rows`` (or it is
+    None), else the rows whose content hash falls below ``max_rows / len(df)``, so every
+    allocation keeps about that share of its rows (whole repeats of one probe go together
+    only when their rows are identical) and the choice depends on the rows, not on their
+    order."""
+    import pandas as pd
+
+    if max_rows is None or len(df) <= max_rows:
+        return np.ones(len(df), dtype=bool)
+    cols = [c for c in df.columns if c != "weight"]
+    h = pd.util.hash_pandas_object(df[cols].astype(str), index=False).to_numpy()
+    return np.asarray(h < np.uint64(max_rows / len(df) * 2.0**64), dtype=bool)
+
+
 def error_rows(
     df: pd.DataFrame, predicted: np.ndarray, floor: np.ndarray, mtu: int, *, by_type: bool = True
 ) -> list[dict[str, Any]]:
@@ -297,33 +329,46 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
     train = fitted[~mix_mask(fitted)].reset_index(drop=True)  # mixes: only the final fit's
     w = train["weight"].to_numpy(dtype=float)
     masks = size_masks(train, config.mtu)
+    n_jobs = config.n_jobs or os.cpu_count() or 1
     oof = np.full(len(train), np.nan)
+    tuned = np.zeros(len(train), dtype=bool)
     best: dict[str, dict[str, Any]] = {}
     tuning: dict[str, Any] = {}
     for i, cls in enumerate((SMALL, LARGE)):
-        m = masks[cls]
+        m = masks[cls].copy()
+        m[m] = tuning_sample(train[m], config.tune_rows)
         result = tune(
             train[m].reset_index(drop=True),
             n_trials=config.n_trials,
             weight=w[m],
             n_splits=config.n_splits,
             seed=config.seed + i,
+            n_jobs=n_jobs,
         )
         oof[m] = result.oof
+        tuned |= m
         best[cls] = result.best_params
         tuning[cls] = {
             "best_params": result.best_params,
             "cv_mape": result.best_mape,
+            "rows": int(masks[cls].sum()),
+            "tuned_rows": int(m.sum()),
             "trials": len(result.trials),
+            "pruned": sum(t.pruned for t in result.trials),
             "folds": result.n_splits,
             "seconds": result.seconds,
             "trial_log": [
-                {"mape": t.mape, "seconds": t.seconds, **t.params} for t in result.trials
+                {"mape": t.mape, "seconds": t.seconds, "pruned": t.pruned, **t.params}
+                for t in result.trials
             ],
         }
-    floor = noise_floor_predictions(train, weight=w)
-    table = error_rows(train, oof, floor, config.mtu)
-    model = BandwidthModel(mtu=config.mtu, small_params=best[SMALL], large_params=best[LARGE])
+    floor = noise_floor_predictions(train, weight=w)  # on all rows: the sample splits repeats
+    table = error_rows(train[tuned].reset_index(drop=True), oof[tuned], floor[tuned], config.mtu)
+    model = BandwidthModel(
+        mtu=config.mtu,
+        small_params={**best[SMALL], "n_jobs": n_jobs},
+        large_params={**best[LARGE], "n_jobs": n_jobs},
+    )
     model.fit(fitted, sample_weight=fitted["weight"].to_numpy(dtype=float))
     model.save(staging / MODEL_DIR)
     fit = {

@@ -198,7 +198,7 @@ def test_tuning_twice_with_a_seed_gives_the_same_params_and_error(probes: pd.Dat
     assert a.best_params == b.best_params and a.best_mape == b.best_mape
     np.testing.assert_array_equal(a.oof, b.oof)
     assert a.trials[0].params == DEFAULT_PARAMS  # the defaults are always tried first
-    assert a.best_mape == min(t.mape for t in a.trials)
+    assert a.best_mape == min(t.mape for t in a.trials if not t.pruned)
     assert a.best_mape == pytest.approx(mape(a.oof, large["busbw"]))
     assert a.n_splits == 3
     other = tune(large, n_trials=4, seed=4, n_splits=3, space=SMALL_SPACE)
@@ -207,6 +207,30 @@ def test_tuning_twice_with_a_seed_gives_the_same_params_and_error(probes: pd.Dat
         tune(large, n_trials=0)
     with pytest.raises(BandwidthDataError, match="group column 'run'"):
         tune(large, n_trials=1, group="run")
+
+
+def test_pruning_stops_bad_trials_early_and_never_picks_one(probes: pd.DataFrame) -> None:
+    """MedianPruner: after PRUNE_STARTUP completed trials, a trial whose score on its first
+    folds is worse than the earlier trials' median there stops; the best is a completed
+    trial, and the trials before pruning starts are those of an unpruned search."""
+    from srifty_core.predictors.tuning import PRUNE_STARTUP
+
+    large = probes[probes["buffer_bytes"] > 9001].reset_index(drop=True)
+    pruned = tune(large, n_trials=14, seed=1, n_splits=4, space=SMALL_SPACE)
+    full = tune(large, n_trials=14, seed=1, n_splits=4, space=SMALL_SPACE, prune=False)
+    assert len(pruned.trials) == len(full.trials) == 14
+    assert any(t.pruned for t in pruned.trials) and not any(t.pruned for t in full.trials)
+    assert not any(t.pruned for t in pruned.trials[:PRUNE_STARTUP])
+    assert [t.mape for t in pruned.trials[:PRUNE_STARTUP]] == [
+        t.mape for t in full.trials[:PRUNE_STARTUP]
+    ]
+    best = [t for t in pruned.trials if t.mape == pruned.best_mape]
+    assert best and not best[0].pruned
+    assert pruned.best_mape == pytest.approx(mape(pruned.oof, large["busbw"]))
+    again = tune(large, n_trials=14, seed=1, n_splits=4, space=SMALL_SPACE)
+    assert [(t.params, t.mape, t.pruned) for t in again.trials] == [
+        (t.params, t.mape, t.pruned) for t in pruned.trials
+    ]
 
 
 def test_tuning_fits_each_folds_prior_once_and_predicts_as_without_sharing(

@@ -3,6 +3,7 @@ load_champion, and that bad input or a failed run never moves the champion."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from srifty_core.errors import ConfigError
 from srifty_core.predictors.bandwidth import BandwidthDataError, BandwidthModel
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.predictors.refresh import (
@@ -19,6 +21,7 @@ from srifty_core.predictors.refresh import (
     format_report,
     holdout_allocations,
     refresh_bandwidth_model,
+    tuning_sample,
 )
 from srifty_core.probing.schema import ProbeSchemaError
 from tests.predictors.bw_rows import T0, make_probes, write_store
@@ -196,6 +199,33 @@ def test_holdout_rule_is_stable_and_keeps_training_data() -> None:
     for itype in three["instance_type"].unique():
         ids = set(three.loc[three["instance_type"] == itype, "allocation_id"])
         assert len(ids - set(holdout_allocations(three, 0.99))) == 2
+
+
+def test_tuning_sample_takes_the_same_share_of_every_allocation_in_any_order() -> None:
+    df = make_probes(allocations=4)
+    assert tuning_sample(df, None).all() and tuning_sample(df, len(df)).all()
+    keep = tuning_sample(df, len(df) // 4)
+    assert abs(keep.sum() - len(df) / 4) < 0.05 * len(df)
+    share = df.assign(keep=keep).groupby("allocation_id")["keep"].mean()
+    assert share.between(0.15, 0.35).all(), share  # each allocation keeps about a quarter
+    shuffled = df.sample(frac=1, random_state=2)
+    again = tuning_sample(shuffled, len(df) // 4)
+    assert set(shuffled.index[again]) == set(df.index[keep])  # the rows decide, not the order
+
+
+def test_refresh_tunes_on_a_sample_and_fits_on_every_row(data_dir: Path) -> None:
+    write_store(allocations=4)
+    out = refresh_bandwidth_model(dataclasses.replace(CONFIG, tune_rows=100))
+    for cls in ("small", "large"):
+        t = out.fit["tuning"][cls]
+        assert t["rows"] > 100 >= t["tuned_rows"] * 0.7 > 0, t
+    table = {(r["instance_type"], r["size_class"]): r for r in out.fit["error_table"]}
+    tuned = out.fit["tuning"]["small"]["tuned_rows"] + out.fit["tuning"]["large"]["tuned_rows"]
+    assert table["all", "small"]["rows"] + table["all", "large"]["rows"] == tuned
+    assert np.isfinite(out.evaluation["challenger"]["all"])
+    for bad in ({"tune_rows": 0}, {"n_jobs": 0}, {"tune_rows": 1.5}, {"n_jobs": True}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            dataclasses.replace(CONFIG, **bad)
 
 
 def test_decide() -> None:
