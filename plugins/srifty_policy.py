@@ -52,11 +52,18 @@ def default_args(
 
 def deterministic(exc: BaseException) -> bool:
     """Would a retry meet this error again? A bad conf or file (``ConfigError``), a missing
-    input (named with the DAG that makes it), no feasible plan, workers that failed."""
+    input (named with the DAG that makes it), no feasible plan, workers that failed, probe
+    data too few or malformed to fit on (the store changes only when a sweep runs)."""
     from srifty_core.errors import ConfigError
     from srifty_core.profiling.store import ProfileNotFoundError
 
-    names = {"NoFeasiblePlan", "TrainingFailed", "NoChampionError"}
+    names = {
+        "NoFeasiblePlan",
+        "TrainingFailed",
+        "NoChampionError",
+        "BandwidthDataError",
+        "ProbeSchemaError",
+    }
     return isinstance(exc, (ConfigError, ProfileNotFoundError)) or type(exc).__name__ in names
 
 

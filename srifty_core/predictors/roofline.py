@@ -299,16 +299,76 @@ def fit(observations: Sequence[Observation], start: Efficiencies | None = None) 
         raise ConfigError("roofline fit: no measured times to learn from")
     weights = _weights(observations)
     logs = np.log([o.seconds for o in observations])
+    design = _Design(observations)
 
     def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
-        eff = Efficiencies.from_log(x)
-        pred = np.log([predict(o, eff) for o in observations])
-        out: NDArray[np.float64] = (pred - logs) * weights
+        out: NDArray[np.float64] = (np.log(design.times(np.exp(x))) - logs) * weights
         return out
 
     x0 = np.clip((start or Efficiencies()).as_log(), _LOWER + 1e-9, _UPPER - 1e-9)
     res = least_squares(residuals, x0, bounds=(_LOWER, _UPPER))
     return Efficiencies.from_log(res.x)
+
+
+_UNIT_INDEX = {name: i for i, name in enumerate(UNITS)}
+_MEMORY = len(UNITS)
+"""Index of ``Efficiencies.memory`` among the rate factors (after the units')."""
+
+
+class _Design:
+    """Observations as one flat array of their operators, so that the fit's residuals for
+    any ``Efficiencies`` are a few numpy operations (the same sums ``predict`` makes, one
+    observation at a time): what does not depend on the efficiencies (FLOPs and bytes at
+    the batch, the peak and unit of each operator, which factors apply) is made once."""
+
+    def __init__(self, observations: Sequence[Observation]) -> None:
+        phases = {"fw": (0,), "bw": (1,), "step": (0, 1, 2)}
+        cols: dict[str, list[NDArray[Any]]] = {
+            k: []
+            for k in ("obs", "flops", "moved", "peak", "unit", "conv", "half", "fused", "bw", "ph")
+        }
+        for i, o in enumerate(observations):
+            (conv, conv_unit), (mm, mm_unit) = o.device.units(o.mode)
+            peaks = np.array([conv, mm, o.device.fp32_flops])
+            units = np.array([_UNIT_INDEX[conv_unit], _UNIT_INDEX[mm_unit], _MEMORY])
+            for ph in phases[o.what]:
+                cls, f0, f1, m0, m1 = _ops(o.census).parts[ph]
+                n = len(cls)
+                cols["obs"].append(np.full(n, i))
+                cols["flops"].append(f0 + f1 * o.batch)
+                cols["moved"].append(m0 + m1 * o.batch)
+                cols["peak"].append(peaks[cls])
+                cols["unit"].append(units[cls])
+                cols["conv"].append(cls == 0)
+                cols["half"].append(np.full(n, o.mode == "amp" and ph < 2))
+                cols["fused"].append((cls == CLASS_OTHER) & (o.fused and ph < 2))
+                cols["bw"].append(np.full(n, o.device.memory_bytes_per_s))
+                cols["ph"].append(np.full(n, ph))
+        flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+        self.n = len(observations)
+        self.obs = flat["obs"].astype(np.int64)
+        self.flops, self.moved, self.peak = flat["flops"], flat["moved"], flat["peak"]
+        self.bandwidth = flat["bw"]
+        self.unit = flat["unit"].astype(np.int64)
+        self.conv = flat["conv"].astype(bool)
+        self.half = flat["half"].astype(bool)
+        self.fused = flat["fused"].astype(bool)
+        self.memory_bound = flat["ph"] == 2
+        self.backward = flat["ph"] == 1
+
+    def times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Each observation's predicted seconds (``predict``) under the efficiencies whose
+        fields (``Efficiencies.__slots__`` order) are ``v``."""
+        simt, tf32, half, conv, memory, half_bytes, launch_fw, launch_bw, fused = v
+        rate = self.peak * np.array([simt, tf32, half, memory])[self.unit]
+        rate = np.where(self.conv, rate * conv, rate)
+        moved = np.where(self.half, self.moved * half_bytes, self.moved)
+        moved = np.where(self.fused, moved * fused, moved)
+        compute = np.where(self.memory_bound, 0.0, self.flops / rate)
+        t = np.maximum(compute, moved / (self.bandwidth * memory))
+        t = t + np.where(self.backward, launch_bw, launch_fw)
+        out: NDArray[np.float64] = np.bincount(self.obs, weights=t, minlength=self.n)
+        return out
 
 
 def _weights(observations: Sequence[Observation]) -> NDArray[np.float64]:

@@ -105,6 +105,27 @@ def test_a_damaged_census_and_a_bad_reference_are_one_line_errors(
     assert len(err) == 1 and "nowhere.py" in err[0]
 
 
+def test_the_fits_flat_design_predicts_what_predict_does(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """The fit evaluates every observation at once (``_Design``): the same times as
+    ``predict`` one by one, for every kind, mode, unit and the fused flag."""
+    bert = load_census("bert_base", "full", root=Path("/nonexistent-store"), count=False)
+    rng = np.random.default_rng(0)
+    obs = [
+        rl.Observation(census, specs[v], mode, b, 1.0, what, fused=fused)
+        for v in sorted(specs)
+        for census in (resnet18, bert)
+        for mode in rl.MODES
+        for what in ("fw", "bw", "step")
+        for b, fused in ((1, False), (48, True), (256, False))
+    ]
+    for _ in range(3):
+        eff = rl.Efficiencies.from_log(rng.uniform(rl._LOWER, rl._UPPER))
+        got = rl._Design(obs).times(np.exp(eff.as_log()))
+        np.testing.assert_allclose(got, [rl.predict(o, eff) for o in obs], rtol=1e-12)
+
+
 def test_the_fit_recovers_efficiencies_it_was_given(
     resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
 ) -> None:
