@@ -367,8 +367,8 @@ class _Design:
         compute = np.where(self.memory_bound, 0.0, self.flops / rate)
         t = np.maximum(compute, moved / (self.bandwidth * memory))
         t = t + np.where(self.backward, launch_bw, launch_fw)
-        out: NDArray[np.float64] = np.bincount(self.obs, weights=t, minlength=self.n)
-        return out
+        out = np.bincount(self.obs, weights=t, minlength=self.n)
+        return np.asarray(out, dtype=np.float64)
 
 
 def _weights(observations: Sequence[Observation]) -> NDArray[np.float64]:
