@@ -76,14 +76,38 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     take the same fraction of a millisecond at any batch, which makes one worker the
     planner's choice, and the plan-and-train tests need a plan that splits the batch over
     two workers (as a real-size model's would). The workers still train the tiny model.
+
+    On parallel workers (pytest-xdist) the first worker to need them makes them in the
+    run's shared temporary folder, under a file lock, and the others read them (tests copy
+    them, ``ready_to_plan``; none writes here): about 25 s of profiling and fitting once
+    per run instead of once per worker.
     """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.mktemp("planning-assets")
+        _make_planning_assets(root)
+        return root
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent / "planning-assets"  # the run's, shared
+    with FileLock(f"{root}.lock"):
+        if not (root / ".done").exists():
+            if root.exists():  # a worker that died half-way
+                import shutil
+
+                shutil.rmtree(root)
+            root.mkdir()
+            _make_planning_assets(root)
+            (root / ".done").touch()
+    return root
+
+
+def _make_planning_assets(root: Path) -> None:
     from srifty_core.cloud.emulated import emulated_profiles
     from srifty_core.predictors.refresh import RefreshConfig, refresh_bandwidth_model
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model
     from srifty_core.profiling.store import ProfileStore
     from tests.predictors.bw_rows import write_store
 
-    root = tmp_path_factory.mktemp("planning-assets")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(paths.ENV_VAR, str(root))
         mp.setenv("MLFLOW_TRACKING_URI", "")
@@ -97,7 +121,6 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
             store.save(p)
         write_store(types=("g4dn.xlarge", "g4dn.12xlarge", "local.cpu"), allocations=3)
         refresh_bandwidth_model(RefreshConfig(since=None, half_life=None, n_trials=1))
-    return root
 
 
 def _throughput_bound(profile: Any, per_sample_s: float) -> Any:
