@@ -59,6 +59,7 @@ from srifty_core.predictors.bandwidth import (
     with_hardware,
 )
 from srifty_core.predictors.nccl_tests import nccl_tests_frame
+from srifty_core.predictors.refresh import RefreshConfig
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, DEFAULT_TRIALS, cross_val_predict, tune
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -155,7 +156,7 @@ def prior_predict(part: pd.DataFrame, groups: np.ndarray, n_splits: int) -> np.n
     return oof
 
 
-INNER_SPLITS = 5
+INNER_SPLITS = RefreshConfig().n_splits
 """Grouped folds of the tuning nested inside each held-out group (``--nested``), as the
 refresh tunes on its training allocations."""
 

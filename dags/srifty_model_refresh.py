@@ -9,8 +9,9 @@ next, never data in XCom:
    age weights with ``half_life_days``; checked (empty, too small or malformed data fails
    here and nothing is registered); snapshot + data version.
 2. ``tune_and_fit``: per size class (<= / > MTU), ``n_trials`` seeded Optuna (TPE) trials
-   scored by MAPE with CV grouped by allocation (the same data gives the same model); fit
-   the two XGBoost regressors and the caps.
+   scored by MAPE with CV grouped by allocation (the same data gives the same model), on at
+   most ``tune_rows`` rows (the same share of every allocation); fit the two XGBoost
+   regressors and the caps on every row.
 3. ``evaluate``: challenger and current champion on the same held-out allocations.
 4. ``register``: MLflow run (params, MAPE vs noise floor per size class and instance type,
    data version, plot) and a new version of ``srifty-busbw`` with alias ``challenger``;
@@ -56,6 +57,13 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1))
         "n_trials": Param(
             30, type="integer", minimum=1, maximum=1000, description="Tuning trials per size class."
         ),
+        "tune_rows": Param(
+            10_000,
+            type=["integer", "null"],
+            minimum=1,
+            description="Tune on at most this many rows per size class, the same share of "
+            "every allocation (null: all); the final fit uses every row.",
+        ),
         "providers": Param(
             None, type=["array", "null"], items={"type": "string"}, description="All if null."
         ),
@@ -88,6 +96,7 @@ def srifty_model_refresh() -> None:
             providers=tuple(p["providers"]) if p["providers"] else None,
             instance_types=tuple(p["instance_types"]) if p["instance_types"] else None,
             n_trials=int(p["n_trials"]),
+            tune_rows=int(p["tune_rows"]) if p.get("tune_rows") is not None else None,
             mtu=int(p["mtu"]),
             seed=int(p["seed"]),
         )

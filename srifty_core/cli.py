@@ -396,12 +396,27 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
         providers=tuple(args.provider) if args.provider else None,
         instance_types=tuple(args.instance_type) if args.instance_type else None,
         n_trials=DEFAULT_TRIALS if args.trials is None else args.trials,
+        tune_rows=_tune_rows(args.tune_rows),
         mtu=args.mtu,
         seed=args.seed,
     )
     outcome = refresh_bandwidth_model(config, tracking_uri=args.tracking_uri)
     print(format_report(outcome))
     return 0
+
+
+def _tune_rows(text: str | None) -> int | None:
+    """``--tune-rows``: a row count, ``all`` (None), or the default when not given."""
+    from srifty_core.predictors.refresh import TUNE_ROWS
+
+    if text is None:
+        return TUNE_ROWS
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--tune-rows: a number of rows or 'all', got {text!r}") from None
 
 
 MAX_PLAN_BYTES = 1 << 20
@@ -916,6 +931,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="tuning trials per size class (default 30); seeded, so reruns agree",
+    )
+    fitbw.add_argument(
+        "--tune-rows",
+        metavar="N",
+        help="tune on a sample of at most N rows per size class, the same share of every "
+        "allocation ('all': every row; default 10000); the final fit uses every row",
     )
     fitbw.add_argument("--budget", help=argparse.SUPPRESS)  # removed; _cmd_fit_bandwidth says so
     fitbw.add_argument(

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MIN_ALLOCATIONS = 3
-TUNE_ROWS = 20_000
+TUNE_ROWS = 10_000
 """Default most rows per size class that tuning runs on (``RefreshConfig.tune_rows``)."""
 TRAIN_ALLOCATIONS = 2
 """Allocations of a type that always stay in training (grouped CV needs two groups)."""
@@ -111,7 +111,8 @@ class RefreshConfig:
     """XGBoost threads; None: one per core."""
     mtu: int = DEFAULT_MTU
     seed: int = 0
-    n_splits: int = 5
+    n_splits: int = 3
+    """Grouped cross-validation folds of each tuning trial."""
     holdout_fraction: float = 0.2
     now: datetime | None = None
 

@@ -64,12 +64,13 @@ def test_model_refresh_on_an_empty_store_fails_and_registers_nothing(
 def test_model_refresh_rejects_the_old_time_budget(
     dagbag: Any, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from srifty_core.predictors.refresh import check_tuning_options
+    from srifty_core.predictors.refresh import TUNE_ROWS, check_tuning_options
     from srifty_core.predictors.registry import CHAMPION, alias_version
 
     write_store(allocations=3)
     dag = dagbag.get_dag("srifty_model_refresh")
     assert "budget_s" not in dag.params and dag.params["n_trials"] == 30
+    assert dag.params["tune_rows"] == TUNE_ROWS  # the DAG file cannot import it (parse time)
     for t in dag.tasks:  # a config error does not heal on retry: no retry delay here
         monkeypatch.setattr(t, "retries", 0)
     run = dag.test(run_conf={"budget_s": 120})
