@@ -71,6 +71,7 @@ def one_refresh(probes: Path, n_trials: int) -> dict[str, Any]:
         "cpu_seconds": cpu,
         "tune_and_fit_s": out.fit["seconds"],
         "tuning_s": sum(t["seconds"] for t in tuning.values()),
+        "xgboost_threads": out.fit.get("n_jobs", 1),
         "cv_mape": {k: t["cv_mape"] for k, t in tuning.items()},
         "holdout_mape": out.evaluation["challenger"],
         "best_params": {k: t["best_params"] for k, t in tuning.items()},
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = {"code": label, "types": n, **run(code, probes, trials)}
                 results.append(r)
                 print(
-                    f"{r['rows']:>7} rows, {label:<8} {trials:>2} trials: {r['seconds']:7.1f} s "
+                    f"{r['rows']:>7} rows, {label:<8} {trials:>2} trials, "
+                    f"{r['xgboost_threads']} thread(s): {r['seconds']:7.1f} s "
                     f"wall, {r['cpu_seconds']:7.1f} s CPU (tuning {r['tuning_s']:6.1f} s wall); "
                     "CV MAPE <=MTU "
                     f"{r['cv_mape']['small']:.2f}% >MTU {r['cv_mape']['large']:.2f}%; "

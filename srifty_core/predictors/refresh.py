@@ -17,9 +17,10 @@ process; the ``srifty_model_refresh`` DAG runs one per task, handing over a stag
   A size class with more than ``tune_rows`` rows is tuned on a sample of them
   (``tuning_sample``: the same share of every allocation, chosen by a hash of each row's
   content, so the same rows give the same sample in any order); the final fit uses all.
-  XGBoost runs on ``n_jobs`` threads (default: every core; the fitted trees do not depend
-  on it). The error table reports per size class and per instance type the out-of-fold MAPE
-  of the best parameters beside the noise floor on the rows tuned on.
+  XGBoost runs on ``n_jobs`` threads (default: one per idle core, ``idle_cores``; the
+  fitted trees do not depend on it). The error table reports per size class and per
+  instance type the out-of-fold MAPE of the best parameters beside the noise floor on the
+  rows tuned on.
 - **Decide**: the challenger is promoted when its held-out MAPE (all held-out rows,
   weighted) is no worse than the champion's on the same rows (or there is no champion, or
   the champion cannot be loaded, which the reason says).
@@ -108,7 +109,7 @@ class RefreshConfig:
     tune_rows: int | None = TUNE_ROWS
     """Most rows per size class to tune on (``tuning_sample``); None: all."""
     n_jobs: int | None = None
-    """XGBoost threads; None: one per core."""
+    """XGBoost threads; None: one per idle core when tuning starts (``idle_cores``)."""
     mtu: int = DEFAULT_MTU
     seed: int = 0
     n_splits: int = 3
@@ -267,6 +268,15 @@ def read_snapshot(staging: Path) -> tuple[pd.DataFrame, RefreshConfig]:
 # -- step 2: tune and fit ------------------------------------------------------------------
 
 
+def idle_cores() -> int:
+    """Cores not busy by the 1-minute load average, at least one: XGBoost's OpenMP threads
+    spin waiting for a core another job holds (2 threads ran 13-35x slower than one on
+    this 2-core host under load), so a refresh takes a second thread only when a core is
+    free for it."""
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, cores - round(os.getloadavg()[0])))
+
+
 def tuning_sample(df: pd.DataFrame, max_rows: int | None) -> np.ndarray:
     """Which rows of ``df`` to tune on: all if there are at most ``max_rows`` (or it is
     None), else the rows whose content hash falls below ``max_rows / len(df)``, so every
@@ -330,7 +340,7 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
     train = fitted[~mix_mask(fitted)].reset_index(drop=True)  # mixes: only the final fit's
     w = train["weight"].to_numpy(dtype=float)
     masks = size_masks(train, config.mtu)
-    n_jobs = config.n_jobs or os.cpu_count() or 1
+    n_jobs = config.n_jobs or idle_cores()
     oof = np.full(len(train), np.nan)
     tuned = np.zeros(len(train), dtype=bool)
     best: dict[str, dict[str, Any]] = {}
@@ -381,6 +391,7 @@ def tune_and_fit(staging: Path) -> dict[str, Any]:
         "tuning": tuning,
         "error_table": table,
         "caps": model.caps_.to_dict(),
+        "n_jobs": n_jobs,
         "seconds": time.monotonic() - t0,
     }
     (staging / FIT_FILE).write_text(json.dumps(fit, indent=1, default=_json_default))

@@ -20,6 +20,7 @@ from srifty_core.predictors.refresh import (
     decide,
     format_report,
     holdout_allocations,
+    idle_cores,
     refresh_bandwidth_model,
     tuning_sample,
 )
@@ -226,6 +227,18 @@ def test_refresh_tunes_on_a_sample_and_fits_on_every_row(data_dir: Path) -> None
     for bad in ({"tune_rows": 0}, {"n_jobs": 0}, {"tune_rows": 1.5}, {"n_jobs": True}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             dataclasses.replace(CONFIG, **bad)
+
+
+def test_xgboost_takes_the_idle_cores_and_at_least_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    for load, want in ((0.1, 2), (0.6, 1), (1.4, 1), (7.0, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert idle_cores() == want, load
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.2, 3.0, 3.0))
+    assert idle_cores() == 13
 
 
 def test_decide() -> None:
