@@ -220,11 +220,16 @@ def check_refresh_data(df: pd.DataFrame, mtu: int) -> None:
 
 def data_version(df: pd.DataFrame) -> str:
     """A hash of the rows (order-independent): same rows, same version."""
+    return hashlib.sha256(np.sort(row_hashes(df)).tobytes()).hexdigest()[:16]
+
+
+def row_hashes(df: pd.DataFrame) -> np.ndarray:
+    """A 64-bit hash of each row's content (every column but ``weight``), independent of
+    the row's position: what ``data_version`` and ``tuning_sample`` read."""
     import pandas as pd
 
     cols = [c for c in df.columns if c != "weight"]
-    h = pd.util.hash_pandas_object(df[cols].astype(str), index=False).to_numpy()
-    return hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16]
+    return pd.util.hash_pandas_object(df[cols].astype(str), index=False).to_numpy()
 
 
 def holdout_allocations(df: pd.DataFrame, fraction: float) -> list[str]:
@@ -283,13 +288,9 @@ def tuning_sample(df: pd.DataFrame, max_rows: int | None) -> np.ndarray:
     allocation keeps about that share of its rows (whole repeats of one probe go together
     only when their rows are identical) and the choice depends on the rows, not on their
     order."""
-    import pandas as pd
-
     if max_rows is None or len(df) <= max_rows:
         return np.ones(len(df), dtype=bool)
-    cols = [c for c in df.columns if c != "weight"]
-    h = pd.util.hash_pandas_object(df[cols].astype(str), index=False).to_numpy()
-    return np.asarray(h < np.uint64(max_rows / len(df) * 2.0**64), dtype=bool)
+    return np.asarray(row_hashes(df) < np.uint64(max_rows / len(df) * 2.0**64), dtype=bool)
 
 
 def error_rows(
