@@ -19,7 +19,9 @@ def test_interleaved_cases_split_compute_from_the_exchange() -> None:
     for r in runs:
         assert len(r.iteration_s) == len(r.no_comm_s) == len(r.alone_s) == 5
         assert all(t > 0 for t in r.iteration_s + r.no_comm_s)
-        assert statistics.median(r.iteration_s) > statistics.median(r.no_comm_s) + 0.003
+        # the fastest step of each (the least disturbed by the other rank and this host's
+        # other work): under load both medians took ~70 ms once, the exchange hidden in noise
+        assert min(r.iteration_s) > min(r.no_comm_s) + 0.003
         # the buckets' 32 MB allreduced by themselves: milliseconds, and (the fastest of them)
         # less than a typical step, which holds that exchange. The medians alone are too close
         # to order here: the exchange is most of DLRM's step, and this host's allreduce times
