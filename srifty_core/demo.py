@@ -51,10 +51,16 @@ class _Steps:
 
 
 def run_dag(
-    dag_id: str, env: dict[str, str], conf: dict[str, object], logical_date: str | None = None
-) -> str:
-    """Run one DAG through Airflow's ``dags test`` and return that run's final state.
+    dag_id: str,
+    env: dict[str, str],
+    conf: dict[str, object],
+    home: Path,
+    logical_date: str | None = None,
+) -> None:
+    """Run one DAG through Airflow's ``dags test``; raise ``SriftyError`` unless it succeeds.
 
+    ``dags test`` runs until the run leaves the running state and exits non-zero when it
+    ends failed, so a zero exit is a successful run (no second CLI start to read its state).
     ``logical_date`` (ISO 8601) names the run; by default it is now. ``dags test`` replaces
     a queued run of the same logical date (a run another DAG run triggered) with the one it
     runs.
@@ -62,12 +68,10 @@ def run_dag(
     from datetime import UTC, datetime
 
     when = logical_date or datetime.now(UTC).isoformat(timespec="microseconds")
-    run_airflow(["dags", "test", dag_id, when, "-c", json.dumps(conf)], env, quiet=True)
-    runs = list_runs(dag_id, env)
-    mine = [r for r in runs if _same_instant(r.get("logical_date"), when)]
-    if not mine:
-        raise SriftyError(f"Airflow recorded no run of {dag_id} at {when}")
-    return str(mine[0]["state"])
+    try:
+        run_airflow(["dags", "test", dag_id, when, "-c", json.dumps(conf)], env, quiet=True)
+    except SriftyError as e:
+        raise SriftyError(f"{dag_id} failed; task logs: {home / 'logs'}\n{e}") from e
 
 
 def list_runs(dag_id: str, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -77,22 +81,6 @@ def list_runs(dag_id: str, env: dict[str, str]) -> list[dict[str, Any]]:
         (json.loads(ln) for ln in out.splitlines() if ln.startswith("[")), []
     )
     return runs
-
-
-def _same_instant(a: Any, b: str) -> bool:
-    from datetime import datetime
-
-    if not a:
-        return False
-    try:
-        return datetime.fromisoformat(str(a)) == datetime.fromisoformat(b)
-    except ValueError:
-        return False
-
-
-def _require(state: str, dag_id: str, home: Path) -> None:
-    if state != "success":
-        raise SriftyError(f"{dag_id} ended {state}; task logs: {home / 'logs'}")
 
 
 TRAIN_CONF: dict[str, Any] = {
@@ -164,10 +152,9 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
     stop = threading.Event()
     taken = _preempt_when_running(root, stop)
     try:
-        state = run_dag("srifty_plan_and_train", env, TRAIN_CONF)
+        run_dag("srifty_plan_and_train", env, TRAIN_CONF, home)
     finally:
         stop.set()
-    _require(state, "srifty_plan_and_train", home)
     run_dir = sorted((paths.data_dir(root) / "runs").glob("*/job-c0.json"))[-1].parent
     if not taken:
         print("  (the job finished before the watcher could preempt a worker)")
@@ -188,8 +175,7 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
         kept = ", ".join(conf["resume"].get("allocations", [])) or "none"
         print(f"  re-planning run (triggered by the monitor) for {conf['iterations']} "
               f"iterations left; allocations handed over: {kept} ...", flush=True)  # fmt: skip
-        state = run_dag("srifty_plan_and_train", env, conf, logical_date=when)
-        _require(state, "srifty_plan_and_train (re-plan)", home)
+        run_dag("srifty_plan_and_train", env, conf, home, logical_date=when)
     return run_dir
 
 
@@ -258,8 +244,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     steps.done()
 
     steps.start("DAG srifty_catalog_refresh: validate the instance catalog")
-    state = run_dag("srifty_catalog_refresh", env, {"regions": [], "fail_on_error": True})
-    _require(state, "srifty_catalog_refresh", home)
+    run_dag("srifty_catalog_refresh", env, {"regions": [], "fail_on_error": True}, home)
     reports = sorted((paths.reports_dir(root) / "catalog").glob("*/report.json"))
     s = json.loads(reports[-1].read_text())["summary"]
     steps.done(
@@ -268,7 +253,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     )
 
     steps.start("DAG srifty_probe_sweep: gloo allreduce, 2 local workers, 3 allocations")
-    state = run_dag(
+    run_dag(
         "srifty_probe_sweep",
         env,
         {
@@ -279,8 +264,8 @@ def run_demo(data_dir: Path | None = None) -> int:
             "repeats": 3,
             "allocations": 3,
         },
+        home,
     )
-    _require(state, "srifty_probe_sweep", home)
     from srifty_core.probing.store import read_probes
     from srifty_core.probing.summary import format_summary, summarize
 
@@ -289,18 +274,18 @@ def run_demo(data_dir: Path | None = None) -> int:
     print(format_summary(summarize(probes)))
 
     steps.start("DAG srifty_model_refresh: fit the XGBoost bus-bandwidth model, promote it")
-    state = run_dag(
+    run_dag(
         "srifty_model_refresh",
         env,
         {"since_days": None, "half_life_days": None, "n_trials": 4},
+        home,
     )
-    _require(state, "srifty_model_refresh", home)
     from srifty_core.predictors.registry import CHAMPION, alias_version
 
     steps.done(f"champion: version {alias_version(CHAMPION)} in MLflow ({paths.mlflow_dir(root)})")
 
     steps.start(f"DAG srifty_profile_model: {DEMO_MODEL}/{DEMO_SIZE} on the CPU (4 probes)")
-    state = run_dag(
+    run_dag(
         "srifty_profile_model",
         env,
         # one thread: each DDP rank below runs one, on this 2-core machine
@@ -312,8 +297,8 @@ def run_demo(data_dir: Path | None = None) -> int:
             "repeats": 4,
             "threads": 1,
         },
+        home,
     )
-    _require(state, "srifty_profile_model", home)
     from srifty_core.profiling.report import summary_text
     from srifty_core.profiling.store import ProfileStore
 

@@ -1,16 +1,21 @@
-"""The demo's preemption watcher: it reclaims a worker of the job the demo runs, never
-because of an earlier run's log in the same data folder."""
+"""The demo's DAG runs (a run that does not succeed stops it) and its preemption watcher
+(it reclaims a worker of the job the demo runs, never because of an earlier run's log in the
+same data folder)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from srifty_core.cloud.base import LaunchRequest, Market
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.demo import PREEMPT_AT, _preempt_when_running
+from srifty_core.demo import PREEMPT_AT, _preempt_when_running, run_dag
+from srifty_core.errors import SriftyError
 from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
 
 
@@ -40,3 +45,11 @@ def test_the_watcher_waits_for_this_jobs_log_not_an_earlier_one(data_dir: Path) 
     finally:
         stop.set()
         p.release(a)
+
+
+def test_a_dag_that_does_not_succeed_stops_the_demo_naming_it_and_its_logs(
+    airflow_home: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+    with pytest.raises(SriftyError, match=r"srifty_no_such_dag failed; task logs: .*logs"):
+        run_dag("srifty_no_such_dag", env, {}, airflow_home)

@@ -10,6 +10,7 @@ from srifty_core.errors import ConfigError
 from srifty_core.runtime.measure import measure_ddp, measure_ddp_cases
 
 
+@pytest.mark.alone  # beside another test's load, both cases once ran ~53 ms at their fastest
 @pytest.mark.slow
 def test_interleaved_cases_split_compute_from_the_exchange() -> None:
     # DLRM "small" has 32 MB of gradients and little compute at these batches: the real
