@@ -85,6 +85,11 @@ TREE_OFF = -1e3
 """``log eta_tree`` of a prior without a tree: the data did not want one (a tree wins tiny
 buffers over many VMs at any bandwidth, so "off" is a state of its own), or the prior was
 saved before the tree existed."""
+TYPES = 2 * len(CLASSES) + 2
+"""Where the per-type NIC levels start in the parameters (after log eta and log alpha per
+class, beta and log eta_tree): one log factor per instance type the fit saw over several
+VMs, relative to its link class."""
+TYPE_LEVEL_BOUND = 5.0
 HARDWARE_COLUMNS = ("vms", "ranks_per_vm", "intra_gbs", "nic_gbs", "intra_class", "net_class")
 
 
@@ -194,6 +199,7 @@ class _Rows:
     packed: NDArray[np.bool_]  # several ranks on a VM
     tree_net: NDArray[np.float64]  # NIC hops of a tree pass: ceil(log2 v)
     tree_intra: NDArray[np.float64]  # intra-VM hops of a tree pass: the chain, ranks per VM - 1
+    type_k: NDArray[np.intp]  # index of the row's type among those with a level, else -1
 
 
 def _class_index(column: pd.Series) -> NDArray[np.intp]:
@@ -205,8 +211,16 @@ def _class_index(column: pd.Series) -> NDArray[np.intp]:
     return np.asarray([index[c] for c in names], dtype=np.intp)[codes].reshape(-1)
 
 
-def _rows(frame: pd.DataFrame) -> _Rows:
+def _rows(frame: pd.DataFrame, types: tuple[str, ...] = ()) -> _Rows:
+    """The rows' ring terms; ``types`` are the instance types with a learned NIC level (a
+    row of another type has ``type_k`` -1: its class's level alone)."""
+    import pandas as pd
+
     hw = frame if set(HARDWARE_COLUMNS) <= set(frame.columns) else hardware_columns(frame)
+    if types and "instance_type" in hw.columns:
+        type_k = pd.Categorical(hw["instance_type"].astype(str), categories=list(types)).codes
+    else:
+        type_k = np.full(len(hw), -1)
     n = hw["world_size"].to_numpy(dtype=np.float64)
     s = hw["buffer_bytes"].to_numpy(dtype=np.float64)
     vms = hw["vms"].to_numpy(dtype=np.float64)
@@ -232,6 +246,7 @@ def _rows(frame: pd.DataFrame) -> _Rows:
         packed=hw["ranks_per_vm"].to_numpy(dtype=np.int64) > 1,
         tree_net=np.ceil(np.log2(np.maximum(vms, 1))),
         tree_intra=np.maximum(hw["ranks_per_vm"].to_numpy(dtype=np.float64) - 1, 0),
+        type_k=np.asarray(type_k, dtype=np.intp),
     )
 
 
@@ -259,7 +274,7 @@ def _distinct(r: _Rows) -> tuple[_Rows, NDArray[np.intp]]:
 
 
 def _log_busbw(
-    theta: NDArray[np.float64], r: _Rows
+    theta: NDArray[np.float64], r: _Rows, centring: NDArray[np.float64] | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """log busbw (bytes/s) of each row under parameters ``theta`` = (log eta per class,
     log alpha per class, beta, log eta_tree), and the bottleneck class of each row."""
@@ -268,15 +283,26 @@ def _log_busbw(
     tree_on = bool(theta[2 * k + 1] > TREE_OFF / 2)
     b_intra = np.exp(log_eta[r.intra_k]) * r.intra_rate * 1e9
     b_net = np.exp(log_eta[r.net_k]) * r.nic_rate * 1e9 * r.share**beta
+    m = (len(theta) - TYPES) // 2
+    lat_level = np.zeros(len(r.type_k))
+    if m:  # each learned type's NIC level and latency, relative to its class's
+        nic, lat = theta[TYPES : TYPES + m], theta[TYPES + m :]
+        if centring is not None:  # while fitting: levels averaging zero within each class
+            nic, lat = centring @ nic, centring @ lat
+        mine = r.type_k >= 0
+        at = np.maximum(r.type_k, 0)
+        b_net = b_net * np.exp(np.where(mine, nic[at], 0.0))
+        lat_level = np.where(mine, lat[at], 0.0)
     # several VMs: the NIC, and the intra link too where a VM holds several ranks
     use_net = r.multi & (~r.packed | (b_net <= b_intra))
     bw = np.where(use_net, b_net, b_intra)
     cls = np.where(use_net, r.net_k, r.intra_k)
     alpha_net, alpha_intra = np.exp(log_alpha[r.net_k]), np.exp(log_alpha[r.intra_k])
     latency = r.passes * (r.hops_net * alpha_net + r.hops_intra * alpha_intra)
+    latency = latency * np.exp(lat_level)
     t = latency + r.conc * r.s_eff / bw
     if tree_on:
-        tree_latency = 2 * (r.tree_net * alpha_net + r.tree_intra * alpha_intra)
+        tree_latency = 2 * (r.tree_net * alpha_net + r.tree_intra * alpha_intra) * np.exp(lat_level)
         t_tree = tree_latency + r.conc * r.s_eff / (math.exp(theta[2 * k + 1]) * bw)
         t = np.where(r.multi, np.minimum(t, t_tree), t)
     return np.log(r.s_eff) - np.log(t), cls
@@ -285,10 +311,19 @@ def _log_busbw(
 class LinkPrior:
     """Bus bandwidth from rated links with learned efficiency and latency (module
     docstring). scikit-learn style: ``fit`` returns ``self``, fitted attributes end in
-    ``_``. ``tree=False`` fits the ring alone (the prior before the tree, for comparison)."""
+    ``_``. ``tree=False`` fits the ring alone (the prior before the tree, for comparison).
 
-    def __init__(self, *, tree: bool = True) -> None:
+    ``type_levels=True`` (off by default) also learns, for each instance type seen over
+    several VMs, a NIC level and a latency factor relative to its network class (averaging
+    zero over the class's types; a type the fit never saw takes the class's own). On the
+    public nccl-tests tables it makes the prior alone far better and the model at 4-32 VMs
+    from 2-VM tables too, but it leaves the held-out row mean above the MTU where it was and
+    costs the fit 2 parameters per type (about 8x the time at 24 types):
+    ``benchmarks/investigations/prior_type_levels.py`` measures it."""
+
+    def __init__(self, *, tree: bool = True, type_levels: bool = False) -> None:
         self.tree = tree
+        self.type_levels = type_levels
 
     def fit(
         self, frame: pd.DataFrame, busbw: ArrayLike, weight: ArrayLike | None = None
@@ -297,54 +332,93 @@ class LinkPrior:
         from threadpoolctl import threadpool_limits
 
         r = _rows(frame)
+        # a level for each type seen over several VMs (where its NIC can bind)
+        types: tuple[str, ...] = ()
+        if self.type_levels and "instance_type" in frame.columns and r.multi.any():
+            types = tuple(sorted(set(frame["instance_type"].astype(str)[r.multi])))
+            r = _rows(frame, types)
         # Probes repeat their configurations (repeats, allocations): the formula runs once
         # per distinct row and each residual takes its row's value (the same numbers).
         u, inverse = _distinct(r)
         y = np.log(np.asarray(busbw, dtype=np.float64))
         w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
         w = np.sqrt(w / w.mean())
-        k = len(CLASSES)
+        k, m = len(CLASSES), len(types)
+        # A type's levels are relative to its network class: they average zero over the
+        # class's types (one type alone in its class has none), so the class's eta and
+        # alpha stay the level of a type the fit never saw.
+        classes = np.asarray(
+            [r.net_k[r.type_k == i][0] if (r.type_k == i).any() else -1 for i in range(m)]
+        )
+        same = (classes[:, None] == classes[None, :]).astype(np.float64)
+        centring = np.eye(m) - same / np.maximum(same.sum(axis=1, keepdims=True), 1.0)
         centre = np.concatenate(
-            [np.zeros(k), np.full(k, math.log(ALPHA0_S)), [0.0, math.log(ETA_TREE0)]]
+            [
+                np.zeros(k),
+                np.full(k, math.log(ALPHA0_S)),
+                [0.0, math.log(ETA_TREE0)],
+                np.zeros(2 * m),
+            ]
         )
         ridge = math.sqrt(RIDGE * len(y))
-
-        def ring_residuals(head: NDArray[np.float64]) -> NDArray[np.float64]:
-            pred, _ = _log_busbw(np.append(head, TREE_OFF), u)
-            return np.concatenate([w * (pred[inverse] - y), ridge * (head - centre[:-1])])
-
-        def residuals(theta: NDArray[np.float64]) -> NDArray[np.float64]:
-            pred, _ = _log_busbw(theta, u)
-            return np.concatenate([w * (pred[inverse] - y), ridge * (theta - centre)])
-
         lo = np.concatenate(
-            [np.full(k, -12.0), np.full(k, math.log(1e-9)), [0.0, math.log(ETA_TREE_MIN)]]
+            [
+                np.full(k, -12.0),
+                np.full(k, math.log(1e-9)),
+                [0.0, math.log(ETA_TREE_MIN)],
+                np.full(2 * m, -TYPE_LEVEL_BOUND),
+            ]
         )
-        hi = np.concatenate([np.full(k, 3.0), np.full(k, math.log(1e-1)), [1.0, 0.0]])
-        # The ring alone first, then the tree started from it: min(ring, tree) has no
-        # gradient through the slower one, so started where the tree wins everywhere the
-        # ring's parameters would not move. The tree stays off unless it fits better.
-        # One BLAS thread: the solver's SVDs are of a tall, 14-column Jacobian, which a
-        # second thread does not speed up and a busy host slows down many times (seen:
-        # 0.14 s instead of 0.007 s an SVD of 8,000 rows on 2 shared cores).
-        with threadpool_limits(limits=1, user_api="blas"):
-            ring = least_squares(
-                ring_residuals,
-                centre[:-1],
-                bounds=(lo[:-1], hi[:-1]),
+        hi = np.concatenate(
+            [
+                np.full(k, 3.0),
+                np.full(k, math.log(1e-1)),
+                [1.0, 0.0],
+                np.full(2 * m, TYPE_LEVEL_BOUND),
+            ]
+        )
+
+        def solve(theta0: NDArray[np.float64], free: NDArray[np.intp]) -> Any:
+            def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
+                theta = theta0.copy()
+                theta[free] = x
+                pred, _ = _log_busbw(theta, u, centring)
+                return np.concatenate([w * (pred[inverse] - y), ridge * (x - centre[free])])
+
+            return least_squares(
+                residuals,
+                theta0[free],
+                bounds=(lo[free], hi[free]),
                 loss="soft_l1",
                 f_scale=0.3,
                 max_nfev=200,
             )
-            theta = np.append(np.asarray(ring.x, dtype=np.float64), TREE_OFF)
+
+        tree_k = 2 * k + 1
+        everything = np.arange(len(centre))
+        ring_free = everything[everything != tree_k]
+        # The ring alone first, then the tree started from it: min(ring, tree) has no
+        # gradient through the slower one, so started where the tree wins everywhere the
+        # ring's parameters would not move. The tree stays off unless it fits better.
+        # One BLAS thread: the solver's SVDs are of a tall, narrow Jacobian (14 columns and
+        # one per type level), which a second thread does not speed up and a busy host
+        # slows down many times (seen: 0.14 s instead of 0.007 s an SVD of 8,000 rows on 2
+        # shared cores).
+        with threadpool_limits(limits=1, user_api="blas"):
+            theta = centre.copy()
+            theta[tree_k] = TREE_OFF
+            ring = solve(theta, ring_free)
+            theta[ring_free] = ring.x
             if self.tree and r.multi.any():
                 start = theta.copy()
-                start[-1] = math.log(ETA_TREE0)
-                tree = least_squares(
-                    residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.3, max_nfev=200
-                )
+                start[tree_k] = math.log(ETA_TREE0)
+                tree = solve(start, everything)
                 if tree.cost < ring.cost:
                     theta = np.asarray(tree.x, dtype=np.float64)
+        if m:  # the levels as they act: centred within each class
+            theta[TYPES : TYPES + m] = centring @ theta[TYPES : TYPES + m]
+            theta[TYPES + m :] = centring @ theta[TYPES + m :]
+        self.types_: tuple[str, ...] = types
         _, used = _log_busbw(theta, r)
         seen = sorted({CLASSES[i] for i in np.unique(used)})
         # latency: every class a row hops over; bandwidth: the bottleneck classes
@@ -366,7 +440,7 @@ class LinkPrior:
         """Bus bandwidth, bytes/s, of each row."""
         if len(frame) == 0:
             return np.zeros(0)
-        log_bw, _ = _log_busbw(self.theta_, _rows(frame))
+        log_bw, _ = _log_busbw(self.theta_, _rows(frame, self.types_))
         out: NDArray[np.float64] = np.exp(log_bw)
         return out
 
@@ -378,12 +452,23 @@ class LinkPrior:
             "alpha_s": {c: float(math.exp(self.theta_[k + i])) for i, c in enumerate(CLASSES)},
             "beta": float(self.theta_[2 * k]),
             "eta_tree": float(math.exp(self.theta_[2 * k + 1])),  # 0: no tree
+            # each type's NIC level as a factor on its class's eta
+            "type_levels": {
+                t: float(math.exp(v))
+                for t, v in zip(
+                    self.types_, self.theta_[TYPES : TYPES + len(self.types_)], strict=True
+                )
+            },
+            "type_latency": {
+                t: float(math.exp(v))
+                for t, v in zip(self.types_, self.theta_[TYPES + len(self.types_) :], strict=True)
+            },
             "classes_seen": list(self.classes_),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"classes": list(CLASSES), "theta": [float(v) for v in self.theta_],
-                **self.params()}  # fmt: skip
+        return {"classes": list(CLASSES), "types": list(self.types_),
+                "theta": [float(v) for v in self.theta_], **self.params()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LinkPrior:
@@ -393,6 +478,11 @@ class LinkPrior:
         theta = np.asarray(d["theta"], dtype=np.float64)
         if len(theta) == 2 * len(CLASSES) + 1:  # saved before the tree: a ring only
             theta = np.append(theta, TREE_OFF)
+        prior.types_ = tuple(d.get("types", ()))  # saved before type levels: none
+        if len(theta) != TYPES + 2 * len(prior.types_):
+            raise ValueError(
+                f"link prior: {len(theta)} parameters for {len(prior.types_)} type levels"
+            )
         prior.theta_ = theta
         prior.classes_ = list(d.get("classes_seen", []))
         return prior

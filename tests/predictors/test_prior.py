@@ -14,6 +14,7 @@ import pytest
 from srifty_core.errors import UnknownNameError
 from srifty_core.predictors.bandwidth import BandwidthModel, LogErrors, feature_frame
 from srifty_core.predictors.prior import (
+    CLASSES,
     PCIE_X16_GBS,
     LinkPrior,
     hardware_columns,
@@ -143,7 +144,8 @@ def test_the_prior_learns_where_the_tree_beats_the_ring() -> None:
     # (the NVLink hops take a little of the latency: within 15% everywhere)
     np.testing.assert_allclose(prior.predict(rows), busbw, rtol=0.15)
     # a ring alone cannot fit these rows: the 32-VM small buffers are far off
-    ring_only = LinkPrior.from_dict({**prior.to_dict(), "theta": prior.to_dict()["theta"][:-1]})
+    saved = prior.to_dict()  # (as saved before the tree)
+    ring_only = LinkPrior.from_dict({**saved, "theta": saved["theta"][: 2 * len(CLASSES) + 1]})
     small = (rows["num_nodes"] == 32).to_numpy() & (rows["buffer_bytes"] == 1 << 20).to_numpy()
     assert ring_only.predict(rows)[small][0] < 0.7 * busbw[small][0]
     # asked for a ring alone (the prior before the tree), the fit never switches it on
@@ -259,3 +261,46 @@ def test_a_faster_rated_link_never_lowers_the_prediction(link: str) -> None:
     assert worst_drop(BusBandwidthRegressor(**FAST).fit(rows, y)) <= 1e-9
     # the same trees unconstrained do lower it somewhere: the check can fail
     assert worst_drop(BusBandwidthRegressor(**FAST, monotone=False).fit(rows, y)) > 1e-3
+
+
+def test_type_levels_learn_each_types_nic_and_latency_relative_to_its_class() -> None:
+    """Two EFA types over 2-8 VMs, one delivering 1.3x and the other 0.7x of the class's
+    share of its NIC, with 2x and 0.5x its latency: the levels come back (centred within the
+    class), a type the fit never saw takes the class's own, and a saved prior reloads."""
+    rows = pd.DataFrame(
+        [
+            _row(t, 8 * v, s, num_nodes=v)
+            for t in ("p4d.24xlarge", "p5.48xlarge")
+            for v in (2, 4, 8)
+            for s in (1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28)
+        ]
+    )
+    hw = hardware_columns(rows)
+    n, v = hw["world_size"].to_numpy(float), hw["vms"].to_numpy(float)
+    s_eff = 2 * rows["buffer_bytes"].to_numpy(float) * (n - 1) / n
+    p5 = (rows["instance_type"] == "p5.48xlarge").to_numpy()
+    level, lat = np.where(p5, 0.7, 1.3), np.where(p5, 0.5, 2.0)
+    t = 2 * (n - 1) / n * v * 20e-6 * lat + s_eff / (0.6 * level * hw["nic_gbs"].to_numpy() * 1e9)
+    busbw = s_eff / t
+    prior = LinkPrior(tree=False, type_levels=True).fit(rows, busbw)
+    params = prior.params()
+    got = params["type_levels"]
+    assert got["p4d.24xlarge"] / got["p5.48xlarge"] == pytest.approx(1.3 / 0.7, rel=0.05)
+    assert got["p4d.24xlarge"] * got["p5.48xlarge"] == pytest.approx(1.0, rel=1e-6)
+    lats = params["type_latency"]
+    assert lats["p4d.24xlarge"] / lats["p5.48xlarge"] == pytest.approx(4.0, rel=0.1)
+    np.testing.assert_allclose(prior.predict(rows), busbw, rtol=0.05)
+    without = LinkPrior(tree=False).fit(rows, busbw)
+    assert np.abs(np.log(without.predict(rows) / busbw)).max() > 0.2  # the class alone cannot
+    # a type the fit never saw (same links as p4d): the class's level and latency, between
+    # the two learned types: slower than p4d on large buffers, faster on small ones
+    mine = rows[~p5].reset_index(drop=True)
+    unseen = prior.predict(mine.assign(instance_type="p4de.24xlarge"))
+    known = prior.predict(mine)
+    big = (mine["buffer_bytes"] == 1 << 28).to_numpy()
+    small = (mine["buffer_bytes"] == 1 << 12).to_numpy()
+    assert np.all(unseen[big] < known[big]) and np.all(unseen[small] > known[small])
+    again = LinkPrior.from_dict(prior.to_dict())
+    np.testing.assert_array_equal(again.predict(rows), prior.predict(rows))
+    with pytest.raises(ValueError, match="type levels"):
+        LinkPrior.from_dict({**prior.to_dict(), "types": ["p4d.24xlarge"]})
