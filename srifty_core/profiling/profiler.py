@@ -917,6 +917,10 @@ def _colocated_load(
         )
         deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
         for (mine, _), p in zip(pipes, procs, strict=True):
+            # a worker that died after saying it was ready left that message in the pipe:
+            # check it is alive first, or the step would go ahead without it
+            if not p.is_alive():
+                raise stopped
             try:
                 while not mine.poll(0.05):
                     if not p.is_alive() or time.monotonic() > deadline:

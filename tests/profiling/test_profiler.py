@@ -253,6 +253,7 @@ def test_lockstep_load_workers_start_each_step_with_the_profiler(
     ) as together:
         assert together is not None
         together()
+        time.sleep(0.5)  # the worker ends its step and says it is ready for the next one
         for child in set(mp.active_children()) - before:
             child.kill()
             child.join()
