@@ -218,7 +218,7 @@ def _rows(frame: pd.DataFrame, types: tuple[str, ...] = ()) -> _Rows:
 
     hw = frame if set(HARDWARE_COLUMNS) <= set(frame.columns) else hardware_columns(frame)
     if types and "instance_type" in hw.columns:
-        type_k = pd.Index(list(types)).get_indexer(hw["instance_type"].astype(str))
+        type_k = pd.Index(list(types)).get_indexer(pd.Index(hw["instance_type"].astype(str)))
     else:
         type_k = np.full(len(hw), -1)
     n = hw["world_size"].to_numpy(dtype=np.float64)
