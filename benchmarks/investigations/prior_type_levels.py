@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE.parent))  # the maintained benchmarks' helpers
 import bandwidth_model as bm  # noqa: E402
 import refresh_time  # noqa: E402
 
+from srifty_core.atomic import write_text_atomic  # noqa: E402
 from srifty_core.predictors import prior as prior_module  # noqa: E402
 from srifty_core.predictors.bandwidth import BusBandwidthRegressor, with_hardware  # noqa: E402
 from srifty_core.predictors.nccl_tests import nccl_tests_frame  # noqa: E402
@@ -135,7 +136,7 @@ def main() -> int:
         f"levels {f['levels']:.1f} s"
     )
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    write_text_atomic(RESULT, json.dumps(results, indent=1, default=float) + "\n")
     print(f"results: {RESULT.relative_to(HERE.parent.parent)}")
     return 0
 

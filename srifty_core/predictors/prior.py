@@ -85,10 +85,13 @@ TREE_OFF = -1e3
 """``log eta_tree`` of a prior without a tree: the data did not want one (a tree wins tiny
 buffers over many VMs at any bandwidth, so "off" is a state of its own), or the prior was
 saved before the tree existed."""
-TYPES = 2 * len(CLASSES) + 2
-"""Where the per-type NIC levels start in the parameters (after log eta and log alpha per
-class, beta and log eta_tree): one log factor per instance type the fit saw over several
-VMs, relative to its link class."""
+TREE = 2 * len(CLASSES) + 1
+"""Where ``log eta_tree`` sits in the parameters (after log eta and log alpha per class and
+beta)."""
+TYPES = TREE + 1
+"""Where the per-type levels start in the parameters: a log NIC factor for each instance
+type the fit saw over several VMs, then a log latency factor for each, relative to its
+link class (``LinkPrior(type_levels=True)``)."""
 TYPE_LEVEL_BOUND = 5.0
 HARDWARE_COLUMNS = ("vms", "ranks_per_vm", "intra_gbs", "nic_gbs", "intra_class", "net_class")
 
@@ -277,14 +280,16 @@ def _log_busbw(
     theta: NDArray[np.float64], r: _Rows, centring: NDArray[np.float64] | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """log busbw (bytes/s) of each row under parameters ``theta`` = (log eta per class,
-    log alpha per class, beta, log eta_tree), and the bottleneck class of each row."""
+    log alpha per class, beta, log eta_tree, then the type levels if any: ``TYPES``), and
+    the bottleneck class of each row. ``centring`` maps raw type levels to levels averaging
+    zero within each class (while fitting)."""
     k = len(CLASSES)
     log_eta, log_alpha, beta = theta[:k], theta[k : 2 * k], theta[2 * k]
-    tree_on = bool(theta[2 * k + 1] > TREE_OFF / 2)
+    tree_on = bool(theta[TREE] > TREE_OFF / 2)
     b_intra = np.exp(log_eta[r.intra_k]) * r.intra_rate * 1e9
     b_net = np.exp(log_eta[r.net_k]) * r.nic_rate * 1e9 * r.share**beta
     m = (len(theta) - TYPES) // 2
-    lat_level = np.zeros(len(r.type_k))
+    lat_level = None
     if m:  # each learned type's NIC level and latency, relative to its class's
         nic, lat = theta[TYPES : TYPES + m], theta[TYPES + m :]
         if centring is not None:  # while fitting: levels averaging zero within each class
@@ -299,11 +304,11 @@ def _log_busbw(
     cls = np.where(use_net, r.net_k, r.intra_k)
     alpha_net, alpha_intra = np.exp(log_alpha[r.net_k]), np.exp(log_alpha[r.intra_k])
     latency = r.passes * (r.hops_net * alpha_net + r.hops_intra * alpha_intra)
-    latency = latency * np.exp(lat_level)
-    t = latency + r.conc * r.s_eff / bw
+    lat_scale = 1.0 if lat_level is None else np.exp(lat_level)
+    t = latency * lat_scale + r.conc * r.s_eff / bw
     if tree_on:
-        tree_latency = 2 * (r.tree_net * alpha_net + r.tree_intra * alpha_intra) * np.exp(lat_level)
-        t_tree = tree_latency + r.conc * r.s_eff / (math.exp(theta[2 * k + 1]) * bw)
+        tree_latency = 2 * (r.tree_net * alpha_net + r.tree_intra * alpha_intra) * lat_scale
+        t_tree = tree_latency + r.conc * r.s_eff / (math.exp(theta[TREE]) * bw)
         t = np.where(r.multi, np.minimum(t, t_tree), t)
     return np.log(r.s_eff) - np.log(t), cls
 
@@ -318,7 +323,7 @@ class LinkPrior:
     zero over the class's types; a type the fit never saw takes the class's own). On the
     public nccl-tests tables it makes the prior alone far better and the model at 4-32 VMs
     from 2-VM tables too, but it leaves the held-out row mean above the MTU where it was and
-    costs the fit 2 parameters per type (about 8x the time at 24 types):
+    costs the fit 2 parameters per type (about 12x the time at 24 types):
     ``benchmarks/investigations/prior_type_levels.py`` measures it."""
 
     def __init__(self, *, tree: bool = True, type_levels: bool = False) -> None:
@@ -331,6 +336,8 @@ class LinkPrior:
         from scipy.optimize import least_squares
         from threadpoolctl import threadpool_limits
 
+        if not set(HARDWARE_COLUMNS) <= set(frame.columns):
+            frame = hardware_columns(frame)  # once, whether the rows are made once or twice
         r = _rows(frame)
         # a level for each type seen over several VMs (where its NIC can bind)
         types: tuple[str, ...] = ()
@@ -394,9 +401,8 @@ class LinkPrior:
                 max_nfev=200,
             )
 
-        tree_k = 2 * k + 1
         everything = np.arange(len(centre))
-        ring_free = everything[everything != tree_k]
+        ring_free = everything[everything != TREE]
         # The ring alone first, then the tree started from it: min(ring, tree) has no
         # gradient through the slower one, so started where the tree wins everywhere the
         # ring's parameters would not move. The tree stays off unless it fits better.
@@ -406,12 +412,12 @@ class LinkPrior:
         # shared cores).
         with threadpool_limits(limits=1, user_api="blas"):
             theta = centre.copy()
-            theta[tree_k] = TREE_OFF
+            theta[TREE] = TREE_OFF
             ring = solve(theta, ring_free)
             theta[ring_free] = ring.x
             if self.tree and r.multi.any():
                 start = theta.copy()
-                start[tree_k] = math.log(ETA_TREE0)
+                start[TREE] = math.log(ETA_TREE0)
                 tree = solve(start, everything)
                 if tree.cost < ring.cost:
                     theta = np.asarray(tree.x, dtype=np.float64)
@@ -451,7 +457,7 @@ class LinkPrior:
             "eta": {c: float(math.exp(self.theta_[i])) for i, c in enumerate(CLASSES)},
             "alpha_s": {c: float(math.exp(self.theta_[k + i])) for i, c in enumerate(CLASSES)},
             "beta": float(self.theta_[2 * k]),
-            "eta_tree": float(math.exp(self.theta_[2 * k + 1])),  # 0: no tree
+            "eta_tree": float(math.exp(self.theta_[TREE])),  # 0: no tree
             # each type's NIC level as a factor on its class's eta
             "type_levels": {
                 t: float(math.exp(v))
@@ -476,7 +482,7 @@ class LinkPrior:
             raise ValueError(f"link prior: classes {d['classes']} differ from {list(CLASSES)}")
         prior = cls()
         theta = np.asarray(d["theta"], dtype=np.float64)
-        if len(theta) == 2 * len(CLASSES) + 1:  # saved before the tree: a ring only
+        if len(theta) == TREE:  # saved before the tree: a ring only
             theta = np.append(theta, TREE_OFF)
         prior.types_ = tuple(d.get("types", ()))  # saved before type levels: none
         if len(theta) != TYPES + 2 * len(prior.types_):

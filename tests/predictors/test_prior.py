@@ -14,8 +14,8 @@ import pytest
 from srifty_core.errors import UnknownNameError
 from srifty_core.predictors.bandwidth import BandwidthModel, LogErrors, feature_frame
 from srifty_core.predictors.prior import (
-    CLASSES,
     PCIE_X16_GBS,
+    TREE,
     LinkPrior,
     hardware_columns,
     hardware_of,
@@ -145,7 +145,7 @@ def test_the_prior_learns_where_the_tree_beats_the_ring() -> None:
     np.testing.assert_allclose(prior.predict(rows), busbw, rtol=0.15)
     # a ring alone cannot fit these rows: the 32-VM small buffers are far off
     saved = prior.to_dict()  # (as saved before the tree)
-    ring_only = LinkPrior.from_dict({**saved, "theta": saved["theta"][: 2 * len(CLASSES) + 1]})
+    ring_only = LinkPrior.from_dict({**saved, "theta": saved["theta"][:TREE]})
     small = (rows["num_nodes"] == 32).to_numpy() & (rows["buffer_bytes"] == 1 << 20).to_numpy()
     assert ring_only.predict(rows)[small][0] < 0.7 * busbw[small][0]
     # asked for a ring alone (the prior before the tree), the fit never switches it on
