@@ -171,6 +171,33 @@ def test_limits_hold_at_the_risk_quantile(method: str) -> None:
     assert d["risk_quantile"] == 0.9 and d["time_at_risk_s"] == b.time_at_risk_s
 
 
+def test_a_nearest_miss_shows_the_time_its_excess_is_measured_on() -> None:
+    """The limits are checked at the risk quantile, so a nearest miss shows the p90 time
+    and cost beside their excess (``time +X%`` is that time over the limit) and the
+    typical ones apart, never the typical time beside the p90's excess."""
+    import re
+
+    from tests.simulator.test_estimator import SpreadBandwidth
+
+    sim = Simulator(SpreadBandwidth(5e5, cap=1e6, sigma=0.5), iters=64)
+    no_launch = Overheads(launch_s=0)
+    free = plan(request(overheads=no_launch), sim, method="exhaustive")
+    assert free.best is not None and free.best.time_at_risk_s > 1.05 * free.best.time_s
+    limit = 0.9 * min(c.time_s for c in free.candidates)  # every configuration misses
+    res = plan(request(time_limit_s=limit, overheads=no_launch), sim, method="exhaustive")
+    assert res.best is None and res.nearest_misses
+    lines = [s for s in res.explanation() if s.strip().startswith("nearest:")]
+    assert len(lines) == len(res.nearest_misses)
+    for m, line in zip(res.nearest_misses, lines, strict=True):
+        shown = re.search(r": (\d+) s, \$[\d.]+ at p90 \(time \+([\d.]+)%", line)
+        assert shown is not None, line
+        seconds, excess = float(shown[1]), float(shown[2])
+        assert m.time_at_risk_s - m.time_s > 1  # the two round to different seconds
+        assert seconds == pytest.approx(m.time_at_risk_s, abs=0.5)
+        assert 100 * (m.time_at_risk_s / limit - 1) == pytest.approx(excess, abs=0.05)
+        assert f"typical {m.time_s:.0f} s" in line
+
+
 @pytest.mark.parametrize("bad", [0.3, 1.0, float("nan"), True, "0.9"])
 def test_risk_quantile_is_checked(bad: object) -> None:
     with pytest.raises(ConfigError, match="risk_quantile"):
