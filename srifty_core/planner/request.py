@@ -51,7 +51,10 @@ class Offer:
     def __post_init__(self) -> None:
         name = f"offers[{self.instance.name}/{self.market.value}]"
         schema.check(f"{name}.quota", schema.Quota, self.quota)
-        schema.check(f"{name}.usd_per_hour", schema.Price, self.usd_per_hour)
+        # A local worker's price is the user's (0: free); a cloud offer's is never 0.
+        local = self.instance.name == schema.LOCAL_TYPE
+        price = schema.LocalPrice if local else schema.Price
+        schema.check(f"{name}.usd_per_hour", price, self.usd_per_hour)
         if not (math.isfinite(self.interrupt_per_hour) and self.interrupt_per_hour >= 0):
             raise ConfigError(
                 f"{name}.interrupt_per_hour: must be a finite number >= 0, "

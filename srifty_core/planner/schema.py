@@ -142,6 +142,17 @@ Limit = Annotated[
 Price = Annotated[
     float, Field(strict=True, gt=0, allow_inf_nan=False), Rule("a positive number ($/hour)")
 ]
+LocalPrice = Annotated[
+    float,
+    Field(strict=True, ge=0, allow_inf_nan=False),
+    Rule("a number >= 0 ($/hour a local worker counts for; 0: free)"),
+]
+"""The price of ``LOCAL_TYPE``: no market sets it, the user states what a worker on this
+machine counts for, and 0 (free) is a valid answer. Every cloud type's price stays
+``Price`` (> 0): a zero there is a mistake, never a free VM."""
+LOCAL_TYPE = "local.cpu"
+"""The local provider's pseudo-type (``cloud.local.LOCAL_CPU``): worker processes on this
+machine, priced by the user (``LocalPrice``)."""
 Seconds = Annotated[
     float, Field(strict=True, ge=0, allow_inf_nan=False), Rule("a number of seconds >= 0")
 ]
@@ -333,6 +344,18 @@ class RequestSpec(Strict):
 
 class JobOffer(OfferSpec):
     quota: Quota
+    price: LocalPrice | None = None  # type: ignore[assignment]
+    """A cloud type's ``Price`` (> 0); ``LOCAL_TYPE``'s ``LocalPrice`` (0 allowed)."""
+
+    @model_validator(mode="after")
+    def _zero_only_for_local(self) -> JobOffer:
+        if self.price == 0 and self.type != LOCAL_TYPE:
+            raise _PathError(
+                "price",
+                f"must be a positive number ($/hour) for {self.type} (only {LOCAL_TYPE} may "
+                "be free), got 0",
+            )
+        return self
 
 
 class Ec2Settings(Strict):

@@ -360,6 +360,33 @@ def test_spellings_the_planner_accepted_still_work() -> None:
 FAST = SimInstance("fast.x", "V100", 1)
 
 
+def test_a_local_worker_may_be_free_a_cloud_vm_may_not() -> None:
+    """local.cpu has no market price: the user states what a worker counts for, and 0 is
+    a valid answer (a plan file's job, with no rate given, is priced so); a cloud type's
+    price of 0 is a mistake, refused wherever it is given."""
+    from srifty_core.cloud.local import LOCAL_CPU
+
+    assert schema.LOCAL_TYPE == LOCAL_CPU
+    free = Offer(SimInstance.local_cpu(), Market.ON_DEMAND, quota=2, usd_per_hour=0.0)
+    assert free.usd_per_hour == 0.0
+    with pytest.raises(FieldError, match="must be a number >= 0") as info:
+        Offer(SimInstance.local_cpu(), Market.ON_DEMAND, quota=2, usd_per_hour=-0.1)
+    assert info.value.path == "offers[local.cpu/on-demand].usd_per_hour"
+    with pytest.raises(FieldError, match="must be a positive number") as info:
+        Offer(FAST, Market.ON_DEMAND, quota=1, usd_per_hour=0.0)
+    assert info.value.path == "offers[fast.x/on-demand].usd_per_hour"
+    # the DAG's conf: the same rule, by the offer's type
+    conf = JobConf.parse(put(CONF, ("offers", 0, "price"), 0.0))
+    assert conf.offers[0].price == 0.0
+    gpu = {"type": "g4dn.xlarge", "market": "on-demand", "quota": 1, "price": 0}
+    with pytest.raises(FieldError, match=r"only local\.cpu may be free") as info:
+        JobConf.parse({**CONF, "offers": [gpu]})
+    assert info.value.path == "offers[0].price"
+    with pytest.raises(FieldError) as info:  # and a request for srifty plan: never 0
+        RequestSpec.parse({**REQUEST, "offers": [gpu]})
+    assert info.value.path == "offers[0].price"
+
+
 @SETTINGS
 @given(quota=bad_int(0, schema.MAX_QUOTA), price=bad_number(0, lo_open=True))
 def test_the_dataclasses_check_with_the_same_rules(quota: Any, price: Any) -> None:
@@ -381,7 +408,8 @@ CONF_BAD: dict[Path, st.SearchStrategy[Any]] = {
     ("global_batch",): bad_int(1, schema.MAX_BATCH),
     ("iterations",): bad_int(1, schema.MAX_ITERATIONS),
     ("offers", 0, "quota"): bad_int(0, schema.MAX_QUOTA),
-    ("offers", 0, "price"): bad_number(0, lo_open=True, nullable=True),
+    # CONF's offer is local.cpu, which may be free (test_a_local_worker_may_be_free...)
+    ("offers", 0, "price"): bad_number(0, lo_open=False, nullable=True),
     ("provider",): bad_choice(lambda s: s in ("local", "ec2")),
     ("bandwidth",): bad_choice(lambda s: s in ("champion", "probes")),
     ("launch_s",): bad_number(0, lo_open=False, nullable=True),

@@ -283,3 +283,28 @@ def test_a_window_needs_a_few_steps_and_skips_the_warm_up(tmp_path: Path) -> Non
     out = r.step(recs, elapsed_s=1.0, spent_usd=0.0, final=True)
     assert out is not None and out.metrics["recal_windows"] == 1.0
     assert out.projection.iterations == N - WARMUP_STEPS - 3
+
+
+def test_a_plan_file_priced_at_nothing_recalibrates(ready_to_plan: Path) -> None:
+    """``srifty train PLAN.json`` prices its workers at the limits' rate, 0 unless given;
+    its recalibration was off for that ("offers[local.cpu/on-demand].usd_per_hour: must
+    be a positive number ($/hour), got 0.0") and left no calibration.json."""
+    from srifty_core.runtime.local_run import plan_file_job
+    from srifty_core.runtime.monitor import Limits
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    run = ready_to_plan / "runs" / "free"
+    run.mkdir(parents=True)
+    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
+                     local_batches=(8, 8), run_dir=str(run))  # fmt: skip
+    spec, job = plan_file_job(plan, plan.save(run / "plan-c0.json"), Limits(40, 16))
+    assert job.usd_per_hour == 0.0
+    job.save(run / "job-c0.json")
+    r = recal.Recalibrator(job, spec, window_s=1e9, search=False)  # the job's own context
+    recs = [ProgressRecord(k, 100.0 + 0.1 * k, 0.1, 16, "c0") for k in range(1, WARMUP_STEPS + 6)]
+    assert r.check(recs, elapsed_s=1.0, spent_usd=0.0) is None  # the window is not full
+    r.finish(recs, 1.0, 0.0)  # the configuration ended: the window closes
+    assert r.disabled is None
+    assert r.last is not None and r.last.projection.usd_per_hour == 0.0
+    state = recal.read_run(run)
+    assert state is not None and state["calibration"].windows == 1
