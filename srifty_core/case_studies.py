@@ -112,8 +112,9 @@ def reference_profile_paths(model: str, directory: Path | None = None) -> tuple[
 def load_reference_profile(
     model: str, directory: Path | None = None
 ) -> tuple[ComputeProfile, dict[str, Any]]:
-    """The model's reference compute profile and how it was made (its ``.meta.json``)."""
-    from srifty_core.profiling.profile import ComputeProfile
+    """The model's reference compute profile, its numbers checked (``store.read_profile``:
+    a bad file is a ``ConfigError`` naming it), and how it was made (its ``.meta.json``)."""
+    from srifty_core.profiling.store import read_profile
 
     path, meta_path = reference_profile_paths(model, directory)
     if not (path.is_file() and meta_path.is_file()):
@@ -121,8 +122,11 @@ def load_reference_profile(
             f"no reference profile of {model} in {path.parent} (make it with "
             "benchmarks/case_studies.py --reprofile)"
         )
-    meta = json.loads(meta_path.read_text())
-    return ComputeProfile.from_json(path.read_text()), meta
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{meta_path}: not JSON ({exc})") from None
+    return read_profile(path), meta
 
 
 def one_core() -> DeviceRate:

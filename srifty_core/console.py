@@ -9,9 +9,11 @@ while it goes on, and one when the command ends; no control characters.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 
@@ -96,3 +98,28 @@ class StageProgress:
             if not self.disable and not self.tty and self._stage and ok:
                 print(f"{self.title}: done [{self.elapsed()}]", file=self.stream)
                 self.stream.flush()
+
+
+@contextlib.contextmanager
+def still_running(
+    text: str, after_s: float = 30.0, stream: IO[str] | None = None
+) -> Iterator[None]:
+    """Say ``text`` on ``stream`` (standard error) if the block is still running after
+    ``after_s`` seconds, once, with how to stop it: for a step that runs someone's code
+    and may never return (a model factory that hangs), which would otherwise print
+    nothing. A block that ends sooner prints nothing (its error stays one line)."""
+    out = stream or sys.stderr
+    done = threading.Event()
+
+    def notice() -> None:
+        if not done.wait(after_s):
+            print(f"srifty: {text}: still running after {after_s:g} s (Ctrl-C stops it)", file=out)
+            out.flush()
+
+    ticker = threading.Thread(target=notice, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()

@@ -3,9 +3,11 @@ frontier of what it evaluated, and why the winner won (or the nearest misses).""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from srifty_core.errors import SriftyError
 from srifty_core.planner import spot as spot_model
 from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.space import Choice
@@ -92,14 +94,22 @@ class Candidate:
         }
 
 
+class EstimateError(SriftyError):
+    """An estimate that is no time (NaN, infinite, zero or negative): the inputs behind it
+    (a profile, the bandwidth model, a calibration) are broken; never a plan."""
+
+
 def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) -> Candidate:
     """Time = overheads + iterations x t_iter; cost = per-second billing of every VM at its
     price for that whole time (VMs are paid from launch). Both also at the request's risk
-    quantile (``t_iter_quantile``), which is what the limits are checked against."""
+    quantile (``t_iter_quantile``), which is what the limits are checked against. An
+    estimate that is not a finite positive time is an ``EstimateError`` naming the
+    configuration (the planner never ranks, nor returns, a NaN plan)."""
     offers = request.offers
     time_s = request.overheads.total_s + request.iterations * estimate.t_iter
     rate = sum(offers[i].usd_per_hour * c for i, c, _ in choice)
     t_q = estimate.t_iter_quantile(request.risk_quantile)
+    _check_estimate(request, choice, estimate, t_q)
     time_q = request.overheads.total_s + request.iterations * t_q
     risk = spot_model.NONE
     hazard = sum(offers[i].interrupt_per_hour * c for i, c, _ in choice)
@@ -118,6 +128,19 @@ def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) 
     broken = violations(request, time_q, cost_q)
     label = choice_label(offers, choice)
     return Candidate(choice, label, estimate, time_s, cost, broken, time_q, cost_q, risk)
+
+
+def _check_estimate(request: PlanRequest, choice: Choice, e: IterationEstimate, q: float) -> None:
+    times = {"t_iter": e.t_iter, "t_fw": e.t_fw, "t_bw": e.t_bw, "t_pe": e.t_pe, "quantile": q}
+    bad = {k: v for k, v in times.items() if not math.isfinite(v) or v < 0}
+    if bad or not e.t_iter > 0:
+        shown = ", ".join(f"{k} {v:g} s" for k, v in (bad or {"t_iter": e.t_iter}).items())
+        devices = sorted({request.offers[i].instance.device_type for i, _, _ in choice})
+        raise EstimateError(
+            f"the estimate of {choice_label(request.offers, choice)} is not a time "
+            f"({shown}): check the compute profiles of {request.workload.model} on "
+            f"{', '.join(devices)}, the bandwidth model and the calibration it was made with"
+        )
 
 
 def choice_label(offers: Any, choice: Choice) -> str:
@@ -199,10 +222,46 @@ class PlanResult:
         p = r.workload.profile(devices[0])
         return cloud_profile_command(r.workload.model, p.size, p.settings, list(types.values()))
 
+    def _why_no_configuration(self) -> str:
+        """Why there was nothing to evaluate: no split of the global batch into local
+        batches the offers take (one batch per type, powers of two per GPU up to B_max,
+        quotas), and the nearest global batches that split."""
+        from srifty_core.planner.space import Space, gpu_batches, nearest_global_batches
+
+        r = self.request
+        wide = Space.build(r, saturate=False)
+        offered = [o for o in r.offers if o.quota > 0]
+        each = []
+        for o in offered:
+            bs = gpu_batches(r, o, saturate=False)
+            span = f"{bs[0]}-{bs[-1]}" if bs else "none"
+            ranks = o.instance.ranks_per_vm
+            each.append(f"{o.key}: {span} x {ranks} GPU{'s' if ranks > 1 else ''}, up to {o.quota}")
+        how = "every integer" if r.batch_granularity == "any" else "a power of two per GPU"
+        text = (
+            f"No configuration holds global_batch {r.global_batch} exactly, so none was "
+            f"evaluated: every VM of an offer takes one local batch ({how} up to the "
+            f"profile's B_max) and at most the offer's quota of VMs runs ({'; '.join(each)})"
+        )
+        if wide.size(limit=1) > 0:
+            return (
+                f"{text}; the splits that exist use batches under the types' saturation "
+                "thresholds: set the offers' min_batch lower."
+            )
+        below, above = nearest_global_batches(wide)
+        near = [str(b) for b in (below, above) if b is not None]
+        if near:
+            text += f"; the nearest global batches these offers hold: {' and '.join(near)}"
+        if r.batch_granularity != "any":
+            text += " (or batch_granularity: any, for local batches of any size)"
+        return text + "."
+
     def explanation(self) -> list[str]:
         """Plain sentences: why the winner won, or why nothing could."""
         r = self.request
         lines = []
+        if self.best is None and self.space_size == 0:
+            return [self._why_no_configuration()]
         if self.best is None:
             lines.append(
                 f"No configuration meets the limits (time {r.time_limit_s:g} s, budget "

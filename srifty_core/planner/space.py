@@ -168,6 +168,37 @@ class Space:
         return ClusterConfig(tuple(Group(offers[i].instance, c, b) for i, c, b in choice))
 
 
+NEAREST_LIMIT = 10**7
+"""``nearest_global_batches`` looks no further than this many units (an array of them)."""
+
+
+def nearest_global_batches(space: Space) -> tuple[int | None, int | None]:
+    """The global batches nearest the request's, below and above it (up to twice it), that
+    the VM batches of ``space`` can hold exactly within the quotas (``None``: none): what
+    to ask for when no configuration holds the request's own."""
+    import numpy as np
+
+    g = space.request.global_batch
+    batches = [b for bs in space.vm_batches for b in bs]
+    if not batches:
+        return None, None
+    unit = math.gcd(*batches)
+    if 2 * g // unit > NEAREST_LIMIT:
+        return None, None
+    ways: Any = np.zeros(2 * g // unit + 1, dtype=np.int64)
+    ways[0] = 1
+    for o, bs in zip(space.request.offers, space.vm_batches, strict=True):
+        nxt = ways.copy()
+        if o.quota > 0:
+            for b in bs:
+                nxt += _window_sums(ways, b // unit, o.quota)
+        ways = np.minimum(nxt, 1)
+    held = [int(k) * unit for k in np.flatnonzero(ways) if k > 0]
+    below = max((b for b in held if b < g), default=None)
+    above = min((b for b in held if b > g), default=None)
+    return below, above
+
+
 def _window_sums(ways: Any, step: int, count: int) -> Any:
     """``out[r] = ways[r - step] + ways[r - 2 step] + ... + ways[r - count * step]`` (terms
     below 0 left out): cumulative sums along each residue modulo ``step``."""

@@ -281,13 +281,18 @@ class ComputeProfile:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ComputeProfile:
+        """A profile read back, its numbers checked (``check``): a ``ConfigError`` naming
+        the field where one is missing, of the wrong kind or impossible (a NaN or negative
+        time, B_max 0, no gradient bucket), never a profile that plans nonsense."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"a JSON object expected, got {type(d).__name__}")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ConfigError(
                 f"compute profile schema_version {version!r}, expected {SCHEMA_VERSION}"
             )
         try:
-            return cls(
+            profile = cls(
                 model=str(d["model"]),
                 size=str(d["size"]),
                 device_type=str(d["device_type"]),
@@ -334,10 +339,62 @@ class ComputeProfile:
             )
         except KeyError as exc:
             raise ConfigError(f"compute profile is missing field {exc.args[0]!r}") from exc
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"compute profile: a field of the wrong kind ({exc})") from exc
+        profile.check()
+        return profile
 
     @classmethod
     def from_json(cls, text: str) -> ComputeProfile:
-        return cls.from_dict(json.loads(text))
+        try:
+            d = json.loads(text)
+        except RecursionError:
+            raise ConfigError("compute profile: nested too deeply") from None
+        return cls.from_dict(d)
+
+    def check(self) -> None:
+        """Every number where physics puts it: times finite and positive over batches 1 to
+        B_max (both passes, their fits and the measurements), B_max at least 1, memory,
+        sizes and spreads finite and not negative, at least one gradient bucket, each
+        ready within the backward pass. ``ConfigError`` naming the first field that is
+        not (``fw_fit.slopes: ...``)."""
+        if self.b_max < 1:
+            raise ConfigError(f"b_max: must be at least 1, got {self.b_max}")
+        for name, stats in (("fw", self.fw), ("bw", self.bw)):
+            _check_stats(name, stats)
+        for name, fit in (("fw_fit", self.fw_fit), ("bw_fit", self.bw_fit)):
+            _check_fit(name, fit, self.b_max)
+        for name in ("memory_per_sample_bytes", "memory_fixed_bytes", "copy_bytes_per_s",
+                     "optimizer_step_s", "vm_cv", "estimate_cv"):  # fmt: skip
+            _at_least(name, getattr(self, name), 0.0)
+        for name in ("memory_cap_bytes", "n_parameters", "gradient_bytes", "bucket_cap_bytes",
+                     "first_bucket_cap_bytes", "schedule_batch_size", "profiled_vms"):  # fmt: skip
+            _at_least(name, getattr(self, name), 1)
+        if self.threads < 0:
+            raise ConfigError(f"threads: must be >= 0, got {self.threads}")
+        if not self.buckets:
+            raise ConfigError(
+                "buckets: empty; a profile holds the gradient buckets DDP forms (one at least)"
+            )
+        for k, b in enumerate(self.buckets):
+            where = f"buckets[{k}]"
+            if b.index != k:
+                raise ConfigError(f"{where}.index: must be {k} (buckets in order), got {b.index}")
+            _at_least(f"{where}.size_bytes", b.size_bytes, 1)
+            _at_least(f"{where}.n_params", b.n_params, 1)
+            if not (math.isfinite(b.ready_fraction) and 0.0 <= b.ready_fraction <= 1.0):
+                raise ConfigError(
+                    f"{where}.ready_fraction: must be within 0..1 of the backward pass, "
+                    f"got {b.ready_fraction}"
+                )
+        for b, e in self.probe_checks:
+            if b < 1 or not math.isfinite(e) or e < 0:
+                raise ConfigError(
+                    f"probe_checks: (batch, relative error) must be >= 1 and finite >= 0, "
+                    f"got {(b, e)}"
+                )
 
 
 def _slowdown_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
@@ -381,6 +438,50 @@ def _overhead_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
     if not all(math.isfinite(t) and t >= 0 for _, t in pairs):
         raise ConfigError(f"ddp_overhead: seconds must be finite and >= 0: {pairs}")
     return pairs
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if not (math.isfinite(value) and value >= low):
+        raise ConfigError(f"{name}: must be a finite number >= {low:g}, got {value!r}")
+
+
+def _check_stats(name: str, s: PassStats) -> None:
+    """A pass's measurements: batches >= 1 and increasing, mean times finite and > 0,
+    spreads finite and >= 0, repeats >= 1."""
+    if not s.batch_sizes:
+        raise ConfigError(f"{name}.batch_sizes: empty; a profile measures one batch at least")
+    if s.batch_sizes[0] < 1 or list(s.batch_sizes) != sorted(set(s.batch_sizes)):
+        raise ConfigError(
+            f"{name}.batch_sizes: must be >= 1 and increasing, got {list(s.batch_sizes)}"
+        )
+    if not all(math.isfinite(t) and t > 0 for t in s.mean_s):
+        raise ConfigError(f"{name}.mean_s: times must be finite and > 0, got {list(s.mean_s)}")
+    if not all(math.isfinite(t) and t >= 0 for t in s.std_s):
+        raise ConfigError(f"{name}.std_s: must be finite and >= 0, got {list(s.std_s)}")
+    if s.repeats < 1:
+        raise ConfigError(f"{name}.repeats: must be at least 1, got {s.repeats}")
+
+
+def _check_fit(name: str, fit: PiecewiseLinear, b_max: int) -> None:
+    """A fitted t(B): every coefficient finite, breakpoints increasing, and the time it
+    predicts positive at every batch from 1 to ``b_max`` (a piecewise-linear function is
+    least at an end or a breakpoint, so those are the batches checked)."""
+    for part in ("breakpoints", "slopes", "intercepts"):
+        values = getattr(fit, part)
+        if not all(math.isfinite(v) for v in values):
+            raise ConfigError(f"{name}.{part}: must be finite, got {list(values)}")
+    if not (math.isfinite(fit.x_min) and math.isfinite(fit.x_max)):
+        raise ConfigError(f"{name}: x_min and x_max must be finite, got {fit.x_min}, {fit.x_max}")
+    if list(fit.breakpoints) != sorted(set(fit.breakpoints)):
+        raise ConfigError(f"{name}.breakpoints: must increase, got {list(fit.breakpoints)}")
+    ends = [1.0, float(b_max), *(b for b in fit.breakpoints if 1.0 < b < b_max)]
+    for b in ends:
+        t = fit.at(b)
+        if not (math.isfinite(t) and t > 0):
+            raise ConfigError(
+                f"{name}: predicts {t:g} s at batch {b:g}; a pass must take a finite time "
+                f"> 0 at every batch from 1 to b_max ({b_max})"
+            )
 
 
 def _stats_dict(s: PassStats) -> dict[str, Any]:

@@ -10,6 +10,7 @@ a reader never sees half a profile, and a rerun replaces it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,25 @@ class ProfileStore:
                 f"{self.root} (have: {', '.join(have) or 'none'}); "
                 f"{profile_hint(model, size, device_type, settings)}"
             )
-        return ComputeProfile.from_json(path.read_text(encoding="utf-8"))
+        return self.read(path)
+
+    def read(self, path: Path) -> ComputeProfile:
+        """The profile in ``path``, checked: its numbers (``ComputeProfile.check``) and that
+        it is the profile the store keeps there (model, size, device type and training
+        settings agree with the path; a T4 profile copied to ``V100.json`` is refused). A
+        file that is not one is a ``ConfigError`` naming it, one line."""
+        profile = read_profile(path)
+        try:
+            home = self.path(profile.model, profile.size, profile.device_type, profile.settings)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: not a compute profile ({exc})") from exc
+        if home != path:
+            raise ConfigError(
+                f"{path}: holds the profile of {profile.store_key} (device "
+                f"{profile.device_type}, size {profile.size}), which belongs at {home}; "
+                "a profile is used only for the device, model, size and settings it measured"
+            )
+        return profile
 
     def load_or_estimate(
         self,
@@ -93,15 +112,18 @@ class ProfileStore:
             if device_type == "cpu" or device_type.startswith("local"):
                 raise
             from srifty_core.catalog import Catalog
+            from srifty_core.console import still_running
             from srifty_core.profiling import estimate
 
             cat = catalog if catalog is not None else Catalog.load()
             if estimate.device_spec(cat, device_type) is None:
                 raise
             try:
-                return estimate.estimate(
-                    model, size, device_type, settings, catalog=cat, store=self
-                )
+                # the census builds the model: a factory that hangs says so
+                with still_running(f"estimating {model}/{size} on {device_type}"):
+                    return estimate.estimate(
+                        model, size, device_type, settings, catalog=cat, store=self
+                    )
             except ConfigError as exc:
                 raise ProfileNotFoundError(f"{missing}; no estimate either: {exc}") from exc
 
@@ -118,13 +140,31 @@ class ProfileStore:
         named in the error."""
         out: dict[str, tuple[float, int]] = {}
         for path in self.list_paths():
-            try:
-                p = ComputeProfile.from_json(path.read_text(encoding="utf-8"))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{path}: not a compute profile ({exc})") from exc
+            p = self.read(path)
             if p.profiled_vms >= 2:
                 out[p.store_key] = (p.vm_cv, p.profiled_vms)
         return out
+
+
+def read_profile(path: Path) -> ComputeProfile:
+    """The compute profile in the file ``path``, its numbers checked
+    (``ComputeProfile.from_dict``); anything else (not UTF-8, not JSON, not a profile, a
+    NaN or negative time, B_max 0, no gradient bucket) is a ``ConfigError`` naming the
+    file, one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; not a compute profile") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the compute profile ({exc.strerror})") from None
+    try:
+        return ComputeProfile.from_json(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: not a compute profile ({exc})") from None
 
 
 def profile_hint(

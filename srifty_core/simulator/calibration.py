@@ -83,6 +83,9 @@ the demo's (8% noise) moved its factor by under 1%."""
 NOISE_FLOOR = 1e-4
 """Least noise of a window mean (log): a window of identical samples is not exact."""
 STORE_DIR = "calibration"
+MAX_FACTOR = 1000.0
+"""A stored factor further from 1 than this, either way, is damage, not a measurement
+(``load_stored`` refuses the file)."""
 VERSION = 1
 
 
@@ -490,7 +493,21 @@ def load_stored(model: str, root: str | Path | None = None) -> Calibration | Non
         ) from exc
     if not isinstance(data, dict) or data.get("model") != model:
         raise ConfigError(f"{path}: not the calibration of {model}; delete it to start over")
-    return Calibration.from_dict(data)
+    try:
+        calibration = Calibration.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # ConfigError too
+        raise ConfigError(
+            f"{path}: not a calibration file ({type(exc).__name__}: {exc}); delete it to start over"
+        ) from None
+    for kind, factors in (("compute", calibration.compute), ("comm", calibration.comm)):
+        for key, f in factors.items():
+            if abs(f.log_scale) > math.log(MAX_FACTOR) or f.windows < 0 or f.seen < 0:
+                raise ConfigError(
+                    f"{path}: {kind}.{key}: log_scale {f.log_scale:g} (windows {f.windows}, "
+                    f"seen {f.seen}) is no measured factor (at most x{MAX_FACTOR:g} either "
+                    "way, counts >= 0); delete it to start over"
+                )
+    return calibration
 
 
 def save(calibration: Calibration, root: str | Path | None = None) -> Path:
