@@ -15,13 +15,20 @@ from typing import IO
 def replacing(path: Path) -> Iterator[IO[bytes]]:
     """A binary file on a temporary beside ``path`` (folders made), renamed over ``path``
     when the block ends; on any failure the temporary file is removed and ``path``
-    untouched."""
+    untouched. An ``OSError`` without a file name (a full disk while writing) is raised
+    again naming ``path``, so that it reads as what it is (``srifty``: one line)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None and exc.errno is not None:
+            why = exc.strerror or os.strerror(exc.errno)
+            raise OSError(exc.errno, why, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -17,6 +17,7 @@ from srifty_core import __version__, paths
 from srifty_core.errors import ConfigError, SriftyError
 
 if TYPE_CHECKING:
+    from srifty_core.outputs import Output
     from srifty_core.runtime.progress import ProgressRecord
     from srifty_core.runtime.train_plan import TrainPlan
 
@@ -68,7 +69,7 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     from srifty_core.profiling.cloud import CloudProfileRequest, format_summary, profile_in_cloud
     from srifty_core.training_settings import TrainingSettings
 
-    if args.out or args.plot or args.dense or args.batch_sizes:
+    if args.out is not None or args.plot is not None or args.dense or args.batch_sizes:
         raise ConfigError("--provider: profiles go to the profile store (no --out, --plot, "
                           "--dense or --batch-sizes)")  # fmt: skip
     try:
@@ -99,8 +100,6 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     if args.provider != "local":
         return _cmd_profile_cloud(args)
 
@@ -130,26 +129,33 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         ),
     )
     from srifty_core.console import StageProgress
+    from srifty_core.outputs import answer_stream, output
     from srifty_core.workload import parse_model
 
     parse_model(args.model)  # a bad reference is one line before anything starts
+    out, plot = output(args.out, "--out"), output(args.plot, "--plot")
+    report = answer_stream(out, plot)
     with StageProgress(f"profile {args.model}") as progress:
         result = run_profile_job(
             args.model,
             args.size,
             config,
-            out=Path(args.out) if args.out else None,
+            out=out,
             log_to_mlflow=not args.no_mlflow,
             progress=progress,
         )
-    print(summary_text(result.profile))
-    print(f"\nprofile: {result.path}")
-    if args.plot:
+    print(summary_text(result.profile), file=report)
+    print(f"\nprofile: {result.path}", file=report)
+    if plot is not None:
         from srifty_core.profiling.report import plot_profile
 
-        print(f"plot: {plot_profile(result.profile, Path(args.plot))}")
+        where = plot.write_with(lambda p: plot_profile(result.profile, p))
+        print(f"plot: {where}", file=report)
     if result.mlflow_run_id:
-        print(f"MLflow run: {result.mlflow_run_id} (experiment srifty-compute-profiles)")
+        print(
+            f"MLflow run: {result.mlflow_run_id} (experiment srifty-compute-profiles)",
+            file=report,
+        )
     return 0
 
 
@@ -254,6 +260,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     )
     from srifty_core.planner.search import plan
 
+    outs = _PlanOutputs(args)  # a bad output path is named before any work
+    report = outs.report
     data = read_request_file(Path(args.request))
     request = load_request(data)
     bandwidth: dict[str, object] | None = None
@@ -276,44 +284,68 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             calibration = for_request(request, model)
         estimator = Simulator(model, seed=args.seed, calibration=calibration)
     if args.what_if or args.one_more_vm:
-        return _what_if(args, estimator, bandwidth)
+        return _what_if(args, estimator, bandwidth, data, outs)
     result = plan(request, estimator, method=args.method)  # type: ignore[arg-type]
     if args.json:
         out = result.to_dict()
         if bandwidth is not None:
             out["bandwidth_model"] = bandwidth
         out["calibration"] = None if calibration is None else calibration.to_dict()
-        print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1), file=report)
     else:
-        print(render(result, None if bandwidth is None else str(bandwidth["text"])))
+        print(render(result, None if bandwidth is None else str(bandwidth["text"])), file=report)
         if calibration is not None:
             print(
                 f"Calibrated by earlier runs of {request.workload.model} "
-                "(--no-calibration to ignore): " + "; ".join(calibration.describe())
+                "(--no-calibration to ignore): " + "; ".join(calibration.describe()),
+                file=report,
             )
-    if args.frontier:
-        from srifty_core.planner.plot import plot_frontier
-
-        path = plot_frontier(result, Path(args.frontier))
-        if not args.json:
-            print(f"frontier plot: {path}")
-    if args.write_plan and result.best is not None:
-        written = write_train_plan(data, request, result.best, args)
-        if not args.json:
-            print(f"training plan: {written} (run it: srifty train {written})")
-    elif args.write_plan:
-        print("no training plan written: nothing meets the limits", file=sys.stderr)
+    _write_plan_outputs(args, data, result, outs)
     return 0 if result.feasible else 1
 
 
-def write_train_plan(data: Any, request: Any, best: Any, args: argparse.Namespace) -> Path:
+class _PlanOutputs:
+    """``srifty plan``'s ``--write-plan`` and ``--frontier`` (``outputs``), checked before
+    the plan is made; ``report``: where the answer goes (standard error where standard
+    output carries one of them, ``-``)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from srifty_core.outputs import answer_stream, output
+
+        self.plan = output(args.write_plan, "--write-plan")
+        self.frontier = output(args.frontier, "--frontier")
+        self.report = answer_stream(self.plan, self.frontier)
+
+
+def _write_plan_outputs(
+    args: argparse.Namespace, data: Any, result: Any, outs: _PlanOutputs
+) -> None:
+    """The frontier plot and the training plan of ``result`` (the base plan of a
+    ``--what-if``), where asked for."""
+    if outs.frontier is not None:
+        from srifty_core.planner.plot import plot_frontier
+
+        where = outs.frontier.write_with(lambda p: plot_frontier(result, p))
+        if not args.json:
+            print(f"frontier plot: {where}", file=outs.report)
+    if outs.plan is not None and result.best is not None:
+        written = write_train_plan(data, result.request, result.best, args, outs.plan)
+        if not args.json and not outs.plan.to_stdout:
+            print(f"training plan: {written} (run it: srifty train {written})", file=outs.report)
+    elif outs.plan is not None:
+        print("no training plan written: nothing meets the limits", file=sys.stderr)
+
+
+def write_train_plan(
+    data: Any, request: Any, best: Any, args: argparse.Namespace, out: Output
+) -> str:
     """``srifty plan --write-plan``: the best configuration as the plan ``srifty train``
     runs (one rank per GPU in launch order, the request's model, size and settings), the
-    launches and the prediction kept in its ``extra``; written atomically."""
+    launches and the prediction kept in its ``extra``; written atomically to ``out``.
+    Returns where it went."""
     import dataclasses
     import json
 
-    from srifty_core.atomic import write_text_atomic
     from srifty_core.planner.schema import RequestSpec
     from srifty_core.runtime.planning import launches_for, train_plan_for
     from srifty_core.training_settings import TrainingSettings
@@ -337,14 +369,15 @@ def write_train_plan(data: Any, request: Any, best: Any, args: argparse.Namespac
             "request": str(args.request),
         },
     )
-    out = Path(args.write_plan)
-    write_text_atomic(out, json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
-    return out
+    return out.write(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
 
 
-def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> int:
+def _what_if(
+    args: argparse.Namespace, estimator: object, bandwidth: object, data: Any, outs: _PlanOutputs
+) -> int:
     """``srifty plan --what-if ... --one-more-vm``: the base plan and each scenario's
-    (``planner.whatif``), simulations shared."""
+    (``planner.whatif``), simulations shared; ``--write-plan`` and ``--frontier`` are the
+    base plan's."""
     import json
     from pathlib import Path
 
@@ -363,14 +396,19 @@ def _what_if(args: argparse.Namespace, estimator: object, bandwidth: object) -> 
     )
     answers = [what.ask(s) for s in scenarios]
     marginal = what.marginal_values() if args.one_more_vm else []
+    report = outs.report
     if args.json:
         out = whatif.to_dict(what, answers, marginal)
         if bandwidth is not None:
             out["bandwidth_model"] = bandwidth
-        print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1), file=report)
     else:
-        print(whatif.render(what, answers, marginal))
-        print(f"simulations: {what.memo.misses} run, {what.memo.hits} reused from earlier searches")
+        print(whatif.render(what, answers, marginal), file=report)
+        print(
+            f"simulations: {what.memo.misses} run, {what.memo.hits} reused from earlier searches",
+            file=report,
+        )
+    _write_plan_outputs(args, data, what.base, outs)
     return 0 if what.base.feasible else 1
 
 
@@ -1066,6 +1104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `srifty catalog | head`
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C (a model factory that hangs, a long search): one line, the shell's 130
+        if not args.as_program:
+            raise
+        print("srifty: interrupted", file=sys.stderr)
+        return 130
     except OSError as exc:
         # The machine refused a file: a read-only or full data folder, a file where a folder
         # should be, no permission. One line naming the path, not a traceback; an OSError

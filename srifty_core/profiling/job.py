@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from srifty_core.outputs import Output
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.profiler import ProfilerConfig, Progress, profile_model
 from srifty_core.profiling.store import ProfileStore
@@ -14,7 +15,8 @@ from srifty_core.profiling.store import ProfileStore
 @dataclass(frozen=True, slots=True)
 class ProfileJobResult:
     profile: ComputeProfile
-    path: Path
+    path: Path | str
+    """Where the profile went (``standard output`` for an ``Output`` that is ``-``)."""
     mlflow_run_id: str | None
 
 
@@ -23,14 +25,19 @@ def run_profile_job(
     size: str,
     config: ProfilerConfig,
     *,
-    out: Path | None = None,
+    out: Path | Output | None = None,
     log_to_mlflow: bool = True,
     progress: Progress | None = None,
 ) -> ProfileJobResult:
-    """Profile ``model``/``size`` on ``config.device``; write it to ``out`` or the profile store
+    """Profile ``model``/``size`` on ``config.device``; write it to ``out`` (a path, or an
+    ``outputs.Output``: a checked path or standard output) or the profile store
     (atomically) and log it to MLflow. Nothing is written if profiling fails."""
     profile = profile_model(model, size, config, progress)
-    path = ProfileStore.save_to(profile, out) if out else ProfileStore().save(profile)
+    path: Path | str
+    if isinstance(out, Output):
+        path = out.write(profile.to_json())
+    else:
+        path = ProfileStore.save_to(profile, out) if out else ProfileStore().save(profile)
     run_id = None
     if log_to_mlflow:
         from srifty_core.profiling.report import log_profile

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,13 +72,16 @@ class TrainPlan:
             raise ConfigError(f"local_batches: a list of integers, got {self.local_batches!r}")
         batches = tuple(_whole("local_batches", b) for b in self.local_batches)
         object.__setattr__(self, "local_batches", batches)
-        if isinstance(self.entrypoint, (str, bytes)) or not all(
-            isinstance(a, str) for a in self.entrypoint
+        if (
+            isinstance(self.entrypoint, (str, bytes))
+            or not isinstance(self.entrypoint, (list, tuple))
+            or not all(isinstance(a, str) for a in self.entrypoint)
         ):
             raise ConfigError(f"entrypoint: a list of strings (a command), got {self.entrypoint!r}")
         object.__setattr__(self, "entrypoint", tuple(self.entrypoint))
         if self.entrypoint and not self.entrypoint[0].strip():
             raise ConfigError("entrypoint: the command's first word is empty")
+        check_identifier("config_id", self.config_id)
         for name in ("global_batch", "iterations", "seed", "checkpoint_every", "threads"):
             object.__setattr__(self, name, _whole(name, getattr(self, name)))
         for name, lo, hi in (
@@ -165,6 +169,22 @@ class TrainPlan:
             return cls.from_dict(json.loads(text))
         except TypeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_identifier(name: str, value: Any) -> str:
+    """``value`` when it is safe in a file name (``plan-<config_id>.json`` in the run
+    folder): letters, digits, ``_``, ``.`` and ``-``, starting with a letter or digit, at
+    most 64 characters, no ``..``; else a ``ConfigError`` naming ``name`` (a ``../`` would
+    write outside the run folder)."""
+    if not isinstance(value, str) or not _IDENTIFIER.match(value) or ".." in value:
+        raise ConfigError(
+            f"{name}: must be letters, digits, '_', '.' or '-' (starting with a letter or "
+            f"digit, at most 64, no '..'), got {value!r}"
+        )
+    return value
 
 
 def _whole(name: str, v: Any) -> int:
