@@ -45,11 +45,16 @@ How:
   probed when none is that large), take for each allocation the median over repeats of
   ``concurrent * busbw`` at every (buffer, concurrency) point and keep its maximum (what that
   allocation sustained); the cap is the ``cap_quantile`` (0.95) quantile of these over
-  allocations. A world size never probed for that type takes the cap of the nearest probed
-  world size (ties: the larger one); beyond the largest probed, the largest's. A type with
-  no probes at all: if the catalog rates its network, ``rated bytes/s x`` the median
-  cap/rated ratio of the probed types that have a rating; else the smallest cap of any
-  probed type (conservative).
+  allocations. Caps of rings inside one VM (NVLink or PCIe) and across VMs (the NICs) are
+  kept apart (``predictors.network.WorldTable``), and a query is inside one VM when its
+  ranks, one per GPU, fit on one (``prior.one_vm``). A world size never probed for that
+  type on its side takes the cap of the nearest probed world size on that side (ties: the
+  larger one); beyond the largest probed, the largest's. A type never probed on that side:
+  its rated link there (the NIC across VMs, its NVLink or PCIe per GPU and direction inside
+  one: ``prior.hardware_of``) ``x`` the median cap/rated ratio of the probed types of that
+  side, or the rated link itself where no probed type of the side has a rating; a type
+  without a rating takes the smallest cap probed on that side (else on either:
+  conservative).
 - **Mixed rings**: rows probed over a ring of several instance types (``probing.mix``)
   train neither regressor nor any cap; they give the mixed-ring factor
   (``mixed_factor``, rule in ``predictors.network``), saved with the caps (a model saved
@@ -74,16 +79,22 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.network import (
     DecadeFactors,
+    WorldTable,
     level_sigmas,
     mean_time_factors,
     mix_mask,
     mixed_ring_factors,
-    nearest_world,
     sustained_caps,
     sustained_factors,
     sustained_mask,
 )
-from srifty_core.predictors.prior import LinkPrior, distinct_rows, hardware_columns
+from srifty_core.predictors.prior import (
+    LinkPrior,
+    distinct_rows,
+    hardware_columns,
+    hardware_of,
+    one_vm,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -713,18 +724,18 @@ def _weighted_median(values: NDArray[np.float64], weights: NDArray[np.float64]) 
 
 @dataclass(frozen=True)
 class BandwidthCaps:
-    """Per-instance-type total bus bandwidth caps (bytes/s) by world size; rule in the
-    module docstring."""
+    """Per-instance-type total bus bandwidth caps (bytes/s) by world size, inside one VM
+    and across VMs; rule in the module docstring."""
 
-    by_type: Mapping[str, Mapping[int, float]]
+    by_type: WorldTable
     rated: Mapping[str, float] = field(default_factory=dict)
     """Rated network bytes/s of each probed type (when the probes carry a rating)."""
     quantile: float = DEFAULT_CAP_QUANTILE
     min_buffer: int = DEFAULT_CAP_MIN_BUFFER
-    sustained: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    sustained: WorldTable = field(default_factory=WorldTable)
     """Sustained bus bandwidth per type and world size, where the sweep measured it: the
     cap then (``predictors.network``)."""
-    factors: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    factors: WorldTable = field(default_factory=WorldTable)
     """Sustained over burst bus bandwidth, per type and world size."""
     sigmas: Mapping[str, float] = field(default_factory=dict)
     """Spread of network levels across allocations, per type."""
@@ -744,48 +755,51 @@ class BandwidthCaps:
     ) -> BandwidthCaps:
         if not 0 < quantile <= 1:
             raise ConfigError(f"cap quantile: must be in (0, 1], got {quantile}")
-        by_type: dict[str, dict[int, float]] = {}
         rated: dict[str, float] = {}
-        for (itype, _), part in probes.groupby(["instance_type", "world_size"], sort=True):
-            big = part[part["buffer_bytes"] >= min(min_buffer, int(part["buffer_bytes"].max()))]
-            agg = (
-                (big["concurrent"] * big[LABEL])
-                .groupby([big[group], big["buffer_bytes"], big["concurrent"]])
-                .median()
-            )
-            per_alloc = agg.groupby(level=0).max().to_numpy(dtype=float)
-            by_type.setdefault(str(itype), {})[int(part["world_size"].iloc[0])] = float(
-                np.quantile(per_alloc, quantile, method="linear")
-            )
+        for itype, part in probes.groupby("instance_type", sort=True):
             gbps = part["network_gbps"].dropna()
             if len(gbps):
                 rated[str(itype)] = float(gbps.median()) * 1e9 / 8
+        by_type = WorldTable.of(probes, lambda rows: _caps(rows, quantile, min_buffer, group))
         return cls(by_type=by_type, rated=rated, quantile=quantile, min_buffer=min_buffer)
 
     def cap(self, instance_type: str, world_size: int) -> float:
-        table = self.sustained.get(instance_type) or self.by_type.get(instance_type)
-        if table:
-            return nearest_world(table, world_size)
-        return self._unseen_type_cap(instance_type)
+        inside = one_vm(instance_type, world_size)
+        for table in (self.sustained, self.by_type):
+            found = table.get(instance_type, world_size, inside)
+            if found is not None:
+                return found
+        return self._unseen_cap(instance_type, inside)
 
-    def _unseen_type_cap(self, instance_type: str) -> float:
-        if not self.by_type:
+    def _rating(self, instance_type: str, inside: bool) -> float | None:
+        """Bytes/s of the type's rated link on that side of the VM boundary: NVLink or
+        PCIe per GPU and direction inside one VM, the NIC across VMs (the probes' rating,
+        else the catalog's)."""
+        if inside:
+            hw = hardware_of(instance_type)
+            return hw.intra_gbs * 1e9 if hw is not None and hw.intra_gbs else None
+        return self.rated.get(instance_type) or _catalog_rated_bytes(instance_type)
+
+    def _unseen_cap(self, instance_type: str, inside: bool) -> float:
+        if not self.by_type.types():
             raise ConfigError("no bandwidth caps: the model was fitted without probes")
-        type_max = {t: max(v.values()) for t, v in self.by_type.items()}
-        ratios = [type_max[t] / r for t, r in self.rated.items() if t in type_max and r > 0]
-        rated = _catalog_rated_bytes(instance_type)
-        if ratios and rated:
-            return float(np.median(ratios) * rated)
-        return float(min(type_max.values()))
+        side = {t: max(v.values()) for t, v in self.by_type.side(inside).items()}
+        ratios = [m / r for t, m in side.items() if (r := self._rating(t, inside))]
+        rated = self._rating(instance_type, inside)
+        if rated:
+            return float(rated * (np.median(ratios) if ratios else 1.0))
+        every = [max(v.values()) for t in (self.by_type.across, self.by_type.one_vm)
+                 for v in t.values()]  # fmt: skip
+        return float(min(side.values()) if side else min(every))
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "by_type": {t: {str(k): v for k, v in m.items()} for t, m in self.by_type.items()},
+            "by_type": self.by_type.to_dict(),
             "rated": dict(self.rated),
             "quantile": self.quantile,
             "min_buffer": self.min_buffer,
-            "sustained": {t: {str(k): v for k, v in m.items()} for t, m in self.sustained.items()},
-            "factors": {t: {str(k): v for k, v in m.items()} for t, m in self.factors.items()},
+            "sustained": self.sustained.to_dict(),
+            "factors": self.factors.to_dict(),
             "sigmas": dict(self.sigmas),
             "mixed": self.mixed.to_dict(),
             "mean_time": {t: f.to_dict() for t, f in self.mean_time.items()},
@@ -793,22 +807,40 @@ class BandwidthCaps:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BandwidthCaps:
+        """From ``to_dict``; the world tables of a model saved before rings inside one VM
+        were kept apart are split by ``prior.one_vm`` (``WorldTable.from_dict``)."""
         return cls(
-            by_type={t: {int(k): float(v) for k, v in m.items()} for t, m in d["by_type"].items()},
+            by_type=WorldTable.from_dict(d["by_type"]),
             rated={t: float(v) for t, v in d.get("rated", {}).items()},
             quantile=float(d["quantile"]),
             min_buffer=int(d["min_buffer"]),
-            sustained={
-                t: {int(k): float(v) for k, v in m.items()}
-                for t, m in d.get("sustained", {}).items()
-            },
-            factors={
-                t: {int(k): float(v) for k, v in m.items()} for t, m in d.get("factors", {}).items()
-            },
+            sustained=WorldTable.from_dict(d.get("sustained")),
+            factors=WorldTable.from_dict(d.get("factors")),
             sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
             mixed=DecadeFactors.from_dict(d.get("mixed")),
             mean_time={t: DecadeFactors.from_dict(f) for t, f in d.get("mean_time", {}).items()},
         )
+
+
+def _caps(
+    probes: pd.DataFrame, quantile: float, min_buffer: int, group: str
+) -> dict[str, dict[int, float]]:
+    """``{instance_type: {world_size: cap}}`` of ``probes`` (rule: module docstring)."""
+    out: dict[str, dict[int, float]] = {}
+    if probes.empty:
+        return out
+    for (itype, world), part in probes.groupby(["instance_type", "world_size"], sort=True):
+        big = part[part["buffer_bytes"] >= min(min_buffer, int(part["buffer_bytes"].max()))]
+        agg = (
+            (big["concurrent"] * big[LABEL])
+            .groupby([big[group], big["buffer_bytes"], big["concurrent"]])
+            .median()
+        )
+        per_alloc = agg.groupby(level=0).max().to_numpy(dtype=float)
+        out.setdefault(str(itype), {})[int(str(world))] = float(
+            np.quantile(per_alloc, quantile, method="linear")
+        )
+    return out
 
 
 def _catalog_rated_bytes(instance_type: str) -> float | None:
@@ -1047,10 +1079,12 @@ class BandwidthModel:
         return self
 
     def sustained_factor(self, instance_type: str, world_size: int) -> float:
-        """Sustained over burst bus bandwidth of a type (``predictors.network``); 1 for a
-        type whose sweep ran no sustained probe."""
-        table = self.caps_.factors.get(instance_type)
-        return nearest_world(table, int(world_size)) if table else 1.0
+        """Sustained over burst bus bandwidth of a type (``predictors.network``), from the
+        probes on the same side of the VM boundary; 1 for a type whose sweep ran no
+        sustained probe there."""
+        n = int(world_size)
+        found = self.caps_.factors.get(instance_type, n, one_vm(instance_type, n))
+        return 1.0 if found is None else found
 
     def mean_time_factors(self, instance_type: str, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
         """Typical over mean-time bus bandwidth at each size (``predictors.network``): the
@@ -1117,7 +1151,7 @@ class BandwidthModel:
         """A type neither probed nor in the catalog has no hardware to reason from: a
         one-line error naming the closest known types."""
         from srifty_core.errors import UnknownNameError
-        from srifty_core.predictors.prior import catalog_types, hardware_of
+        from srifty_core.predictors.prior import catalog_types
 
         for name in features["instance_type"].astype(str).unique():
             if name not in self.domain_.types and hardware_of(name) is None:

@@ -12,6 +12,11 @@ predictors (the probe table and the XGBoost model):
   shape over buffer sizes (protocols, trees, the pipeline ramp) is the same once the NIC
   runs at its baseline, scaled down by this factor, so a bucket of any size is predicted
   at ``grid busbw x factor``.
+- **Inside one VM or across VMs** (``WorldTable``): both of the above, and the caps, are
+  kept apart for rings whose ranks all sit on one VM (NVLink or PCIe, no NIC: ``prior.
+  vms_of`` of the rows) and rings across VMs (through the NICs, with their burst credits).
+  A world size never probed takes the nearest probed on its own side only: what 2 VMs'
+  NICs sustain says nothing of one VM's NVLink, nor the other way round.
 - **Allocation spread** (``level_sigmas``): how much the network level differs from one
   allocation to the next, per type: at each probed point of large buffers (burst phase,
   >= ``min_buffer``), each allocation's median bus bandwidth over the median of all
@@ -87,8 +92,83 @@ def split_phases(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return probes[~held], probes[held]
 
 
-def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> dict[str, dict[int, float]]:
-    """``{instance_type: {world_size: bytes/s}}`` from sustained rows (empty: none)."""
+def one_vm_rows(rows: pd.DataFrame) -> NDArray[np.bool_]:
+    """Which rows were measured on a ring inside one VM (``prior.vms_of`` is 1); none where
+    the rows carry no ``gpus_per_vm`` (a VM's size is then unknown)."""
+    from srifty_core.predictors.prior import vms_of
+
+    if rows.empty or "gpus_per_vm" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    out: NDArray[np.bool_] = vms_of(rows) == 1
+    return out
+
+
+Table = Mapping[str, Mapping[int, float]]
+"""``{instance_type: {world_size: value}}``."""
+
+
+@dataclass(frozen=True)
+class WorldTable:
+    """Values per instance type and world size, kept apart for rings inside one VM
+    (``one_vm``) and rings across VMs (``across``); a lookup takes the nearest world size
+    probed on its own side only (``nearest_world``), else nothing."""
+
+    across: Table = field(default_factory=dict)
+    one_vm: Table = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, table: Callable[[pd.DataFrame], Table]) -> WorldTable:
+        """``table`` of the rows across VMs and of those inside one VM (``one_vm_rows``)."""
+        inside = one_vm_rows(rows)
+        return cls(across=table(rows[~inside]), one_vm=table(rows[inside]))
+
+    def side(self, one_vm: bool) -> Table:
+        return self.one_vm if one_vm else self.across
+
+    def get(self, instance_type: str, world_size: int, one_vm: bool) -> float | None:
+        """The value at the nearest world size probed on the same side, None if none."""
+        table = self.side(one_vm).get(instance_type)
+        return nearest_world(table, world_size) if table else None
+
+    def types(self) -> set[str]:
+        """Every instance type with a value on either side."""
+        return set(self.across) | set(self.one_vm)
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(t: Table) -> dict[str, dict[str, float]]:
+            return {k: {str(w): float(v) for w, v in m.items()} for k, m in t.items()}
+
+        return {"across": plain(self.across), "one_vm": plain(self.one_vm)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> WorldTable:
+        """From ``to_dict``; a table saved before the two sides were kept apart (one
+        ``{type: {world: value}}``, from probes packed one rank per GPU) is split by
+        ``prior.one_vm``."""
+        from srifty_core.predictors.prior import one_vm
+
+        d = dict(d or {})
+        if set(d) <= {"across", "one_vm"}:
+            return cls(*(_ints(d.get(k) or {}) for k in ("across", "one_vm")))
+        across: dict[str, dict[int, float]] = {}
+        inside: dict[str, dict[int, float]] = {}
+        for t, m in _ints(d).items():
+            for w, v in m.items():
+                (inside if one_vm(t, w) else across).setdefault(t, {})[w] = v
+        return cls(across, inside)
+
+
+def _ints(d: Mapping[str, Any]) -> dict[str, dict[int, float]]:
+    return {str(t): {int(w): float(v) for w, v in m.items()} for t, m in d.items()}
+
+
+def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> WorldTable:
+    """The sustained bus bandwidth (bytes/s) per instance type and world size, on each
+    side of the VM boundary (``WorldTable``), from sustained rows (empty: none)."""
+    return WorldTable.of(sustained, lambda rows: _sustained_caps(rows, group))
+
+
+def _sustained_caps(sustained: pd.DataFrame, group: str) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     if sustained.empty:
         return out
@@ -102,8 +182,20 @@ def sustained_caps(sustained: pd.DataFrame, group: str = GROUP) -> dict[str, dic
 
 def sustained_factors(
     grid: pd.DataFrame, sustained: pd.DataFrame, group: str = GROUP
+) -> WorldTable:
+    """Sustained over burst bus bandwidth per instance type and world size (rule: module),
+    each side of the VM boundary from its own rows (``WorldTable``; empty: none)."""
+    inside = one_vm_rows(grid)
+    held = one_vm_rows(sustained)
+    return WorldTable(
+        across=_sustained_factors(grid[~inside], sustained[~held], group),
+        one_vm=_sustained_factors(grid[inside], sustained[held], group),
+    )
+
+
+def _sustained_factors(
+    grid: pd.DataFrame, sustained: pd.DataFrame, group: str
 ) -> dict[str, dict[int, float]]:
-    """``{instance_type: {world_size: sustained / burst}}`` (rule: module; empty: none)."""
     out: dict[str, dict[int, float]] = {}
     if sustained.empty or grid.empty:
         return out

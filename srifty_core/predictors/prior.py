@@ -104,6 +104,9 @@ class Hardware:
     intra_class: str
     nic_gbs: float | None
     net_class: str
+    gpus_per_vm: int = 0
+    """GPUs of one VM (0: none, or not in the catalog): a ring of this type inside one VM
+    has at most this many ranks (one per GPU, as the simulator places them)."""
 
 
 def pcie_generation(text: str) -> int | None:
@@ -136,6 +139,7 @@ def _catalog_hardware() -> dict[str, Hardware]:
             intra_class=intra_class,
             nic_gbs=rated / 8 if rated > 0 else None,
             net_class=("efa" if t.efa_supported else "ena") if rated > 0 else "host-net",
+            gpus_per_vm=max(0, int(t.gpus_per_vm)),
         )
     return out
 
@@ -149,6 +153,29 @@ def catalog_types() -> list[str]:
     return sorted(_catalog_hardware())
 
 
+def one_vm(instance_type: str, world_size: int) -> bool:
+    """Whether a ring of ``world_size`` ranks of ``instance_type``, packed one per GPU (as
+    the simulator and the probe sweeps place them), sits inside one VM: it then crosses
+    NVLink or PCIe only, never the NIC. False for a type the catalog lacks or without GPUs
+    (``local.cpu``: one rank per "VM", as ``hardware_columns`` has it)."""
+    hw = hardware_of(instance_type)
+    return hw is not None and int(world_size) <= hw.gpus_per_vm
+
+
+def vms_of(features: pd.DataFrame) -> NDArray[np.int64]:
+    """The VMs each row's ranks sit on (rules: module docstring): ``num_nodes`` where a
+    row has one, else ranks packed one per GPU, ``ceil(world_size / gpus_per_vm)``."""
+    world = features["world_size"].to_numpy(dtype=np.int64)
+    gpus = np.maximum(features["gpus_per_vm"].to_numpy(dtype=np.int64), 1)
+    vms = -(-world // gpus)
+    if "num_nodes" in features.columns:
+        given = features["num_nodes"].to_numpy(dtype=np.float64, na_value=np.nan)
+        ok = np.isfinite(given) & (given >= 1)
+        vms = np.where(ok, given, vms).astype(np.int64)
+    out: NDArray[np.int64] = np.clip(vms, 1, np.maximum(world, 1)).astype(np.int64)
+    return out
+
+
 def hardware_columns(features: pd.DataFrame) -> pd.DataFrame:
     """``features`` with ``HARDWARE_COLUMNS`` added (rules: module docstring). A type the
     catalog lacks takes the row's ``network_gbps`` as its NIC and no intra rating."""
@@ -156,13 +183,7 @@ def hardware_columns(features: pd.DataFrame) -> pd.DataFrame:
 
     out = features.copy()
     world = out["world_size"].to_numpy(dtype=np.int64)
-    gpus = np.maximum(out["gpus_per_vm"].to_numpy(dtype=np.int64), 1)
-    vms = -(-world // gpus)
-    if "num_nodes" in out.columns:
-        given = out["num_nodes"].to_numpy(dtype=np.float64, na_value=np.nan)
-        ok = np.isfinite(given) & (given >= 1)
-        vms = np.where(ok, given, vms).astype(np.int64)
-    vms = np.clip(vms, 1, np.maximum(world, 1))
+    vms = vms_of(out)
     out["vms"] = vms
     out["ranks_per_vm"] = -(-world // vms)
     rated = out["network_gbps"].to_numpy(dtype=np.float64, na_value=np.nan)

@@ -3,14 +3,19 @@
 For a query (instance type, world size, concurrency, buffer size) it interpolates the
 per-size median busbw of the matching grid probes linearly in log(size) (held constant
 beyond the probed sizes), using the nearest probed world size and concurrency when the
-exact one was not probed. No learning, no extrapolation to unprobed instance types: a
-baseline for the XGBoost model, and what a simulation of *this* machine needs when only
-local probes exist. The cap is the sustained bus bandwidth (``predictors.network``) where
-the sweep ran the sustained-transfer probe, else the largest aggregate (concurrent x median
-busbw) seen for the type and world size; ``level_sigma`` is the spread of network levels
-across the probed allocations; ``mean_time_factors`` turn the medians into the mean
-transfer's bandwidth. Rows of mixed-type rings (``probing.mix``) are no type's
-curve: they only give the mixed-ring factor (``mixed_factor``, ``predictors.network``).
+exact one was not probed: the nearest on the same side of the VM boundary (rings inside
+one VM, through NVLink or PCIe, and rings across VMs, through the NICs:
+``predictors.network.WorldTable``), or of either side where the type was probed on one
+side only (the table knows no hardware to extrapolate with: probe one VM's world sizes
+too). No learning, no extrapolation to unprobed instance types: a baseline for the XGBoost
+model, and what a simulation of *this* machine needs when only local probes exist. The cap
+is the sustained bus bandwidth (``predictors.network``) where the sweep ran the
+sustained-transfer probe on that side, else the largest aggregate (concurrent x median
+busbw) seen for the type and world size (on its side where probed); ``level_sigma`` is the
+spread of network levels across the probed allocations; ``mean_time_factors`` turn the
+medians into the mean transfer's bandwidth. Rows of mixed-type rings (``probing.mix``) are
+no type's curve: they only give the mixed-ring factor (``mixed_factor``,
+``predictors.network``).
 """
 
 from __future__ import annotations
@@ -23,15 +28,17 @@ from numpy.typing import ArrayLike, NDArray
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.network import (
     DecadeFactors,
+    WorldTable,
     level_sigmas,
     mean_time_factors,
     mixed_ring_factors,
-    nearest_world,
+    one_vm_rows,
     split_mixes,
     split_phases,
     sustained_caps,
     sustained_factors,
 )
+from srifty_core.predictors.prior import one_vm
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,10 +48,13 @@ class ProbeTableBandwidth:
     """Implements ``BandwidthPredictor`` from probe rows (fit on a probe-store frame)."""
 
     def __init__(self) -> None:
-        self.curves_: dict[tuple[str, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]]
-        self.caps_: dict[tuple[str, int], float]
-        self.sustained_: dict[str, dict[int, float]]
-        self.factors_: dict[str, dict[int, float]]
+        # keys: (type, inside one VM, world size, concurrency) and (type, inside, world size)
+        self.curves_: dict[
+            tuple[str, bool, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]
+        ]
+        self.caps_: dict[tuple[str, bool, int], float]
+        self.sustained_: WorldTable
+        self.factors_: WorldTable
         self.sigmas_: dict[str, float]
         self.mean_time_: dict[str, DecadeFactors]
         self.mixed_: DecadeFactors
@@ -71,17 +81,20 @@ class ProbeTableBandwidth:
         self.sigmas_ = level_sigmas(ok)
         self.mean_time_ = mean_time_factors(ok)
         med = (
-            ok.groupby(["instance_type", "world_size", "concurrent", "buffer_bytes"])["busbw"]
+            ok.assign(_one_vm=one_vm_rows(ok))
+            .groupby(["instance_type", "_one_vm", "world_size", "concurrent", "buffer_bytes"])[
+                "busbw"
+            ]
             .median()
             .reset_index()
             .sort_values("buffer_bytes")
         )
-        points: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
-        caps: dict[tuple[str, int], float] = {}
-        for t, n, c, s, b in med.itertuples(index=False, name=None):
-            points.setdefault((str(t), int(n), int(c)), []).append((float(s), float(b)))
-            key = (str(t), int(n))
-            caps[key] = max(caps.get(key, 0.0), float(b) * int(c))
+        points: dict[tuple[str, bool, int, int], list[tuple[float, float]]] = {}
+        caps: dict[tuple[str, bool, int], float] = {}
+        for t, inside, n, c, s, b in med.itertuples(index=False, name=None):
+            side = (str(t), bool(inside), int(n))
+            points.setdefault((*side, int(c)), []).append((float(s), float(b)))
+            caps[side] = max(caps.get(side, 0.0), float(b) * int(c))
         self.curves_ = {
             k: (np.log([s for s, _ in v]), np.asarray([b for _, b in v])) for k, v in points.items()
         }
@@ -91,34 +104,38 @@ class ProbeTableBandwidth:
         )
         return self
 
-    def _curve(self, t: str, n: int, c: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def _curve(
+        self, t: str, inside: bool, n: int, c: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         keys = [k for k in self.curves_ if k[0] == t]
         if not keys:
             raise ConfigError(
                 f"no probes of instance type {t!r} (have: {sorted({k[0] for k in self.curves_})})"
             )
-        best = min(keys, key=lambda k: (abs(np.log(k[1] / n)), abs(k[2] - c)))
+        keys = [k for k in keys if k[1] == inside] or keys  # its own side where probed
+        best = min(keys, key=lambda k: (abs(np.log(k[2] / n)), abs(k[3] - c)))
         return self.curves_[best]
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         out = np.empty(len(features))
         cols = zip(
             features["instance_type"],
+            one_vm_rows(features),
             features["world_size"],
             features["concurrent"],
             features["buffer_bytes"],
             strict=True,
         )
-        for i, (t, n, c, s) in enumerate(cols):
-            xs, ys = self._curve(str(t), int(n), int(c))
+        for i, (t, inside, n, c, s) in enumerate(cols):
+            xs, ys = self._curve(str(t), bool(inside), int(n), int(c))
             out[i] = np.interp(np.log(float(s)), xs, ys)
         return out
 
     def sustained_factor(self, instance_type: str, world_size: int) -> float:
         """Sustained over burst bus bandwidth (``predictors.network``); 1 where the sweep
         ran no sustained probe for the type."""
-        table = self.factors_.get(instance_type)
-        return nearest_world(table, world_size) if table else 1.0
+        found = self.factors_.get(instance_type, world_size, one_vm(instance_type, world_size))
+        return 1.0 if found is None else found
 
     def level_sigma(self, instance_type: str) -> float:
         """Spread (sd of log) of the network level across the probed allocations."""
@@ -140,11 +157,13 @@ class ProbeTableBandwidth:
         return self.mixed_.at(buffer_bytes)
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
-        sustained = self.sustained_.get(instance_type)
-        if sustained:
-            return nearest_world(sustained, world_size)
+        inside = one_vm(instance_type, world_size)
+        sustained = self.sustained_.get(instance_type, world_size, inside)
+        if sustained is not None:
+            return sustained
         keys = [k for k in self.caps_ if k[0] == instance_type]
         if not keys:
             raise ConfigError(f"no probes of instance type {instance_type!r}")
-        best = min(keys, key=lambda k: abs(np.log(k[1] / world_size)))
+        keys = [k for k in keys if k[1] == inside] or keys  # its own side where probed
+        best = min(keys, key=lambda k: abs(np.log(k[2] / world_size)))
         return self.caps_[best]

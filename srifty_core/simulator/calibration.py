@@ -5,11 +5,13 @@ its logarithm (a log-normal factor), updated by conjugate normal updates:
 
 * a **compute scale** per device type (T4, V100...): measured forward + backward time of a
   rank over what the compute profile predicts at its batch;
-* a **communication scale** per instance type's network (the link class): measured time
-  the gradient exchange keeps the links busy per iteration over what the bandwidth model
-  predicts (``Simulator.breakdown``). A ring of several types runs at its slowest link,
-  so a window's exchange informs the factor of the type with the slowest rated network
-  (``network_gbps``) of the ring.
+* a **communication scale** per instance type's links and side of the VM boundary
+  (``estimator.comm_key``: ``p3.8xlarge in one VM``, NVLink or PCIe; ``p3.8xlarge across
+  VMs``, the NICs): measured time the gradient exchange keeps the links busy per iteration
+  over what the bandwidth model predicts (``Simulator.breakdown``). A factor learned on one
+  VM never applies to a ring across VMs, nor the other way round. A ring of several types
+  runs at its slowest link, so a window's exchange informs the factor of the type with the
+  slowest rated network (``network_gbps``) of the ring.
 
 **Prior** centred on 1 (log 0), its width what the simulator already learned of how far
 reality strays from its prediction: for compute, the predictive spread of a VM's speed
@@ -38,7 +40,8 @@ at its own quantile and after the switching cost (relaunch, checkpoint restore: 
 request's overheads), beats the running one's mean projection on the objective.
 
 **Persistence** (``save``, ``load``, ``for_request``): factors per model and device /
-instance type in ``<data dir>/calibration/<model>.json`` (and logged to MLflow when a
+instance type and side of the VM boundary in ``<data dir>/calibration/<model>.json``
+(version 2: ``VERSION``; and logged to MLflow when a
 tracking run is active), so the next plan of the same model and types starts calibrated:
 the stored posterior, widened by the prior spread (the next job lands on other VMs and
 another allocation: ``Factor.carried``).
@@ -68,7 +71,7 @@ from numpy.typing import ArrayLike
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import LevelSpread
-from srifty_core.simulator.estimator import compute_key, is_local, shared_workers
+from srifty_core.simulator.estimator import comm_key, compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
 
 if TYPE_CHECKING:
@@ -86,7 +89,10 @@ STORE_DIR = "calibration"
 MAX_FACTOR = 1000.0
 """A stored factor further from 1 than this, either way, is damage, not a measurement
 (``load_stored`` refuses the file)."""
-VERSION = 1
+VERSION = 2
+"""2: communication factors per side of the VM boundary (``comm_key``). Those of a version
+1 file (per instance type alone) are dropped when read: which links they measured is not
+known, and a factor learned on one VM's NVLink slowed rings through the NICs."""
 
 
 # --------------------------------------------------------------------------- factors
@@ -141,8 +147,9 @@ class Factor:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A job's correction factors: ``compute`` per device type, ``comm`` per instance
-    type. A key without a factor is not corrected (scale 1)."""
+    """A job's correction factors: ``compute`` per device type (``compute_key``), ``comm``
+    per instance type and side of the VM boundary (``comm_key``). A key without a factor is
+    not corrected (scale 1)."""
 
     model: str
     compute: Mapping[str, Factor] = field(default_factory=dict)
@@ -156,8 +163,9 @@ class Calibration:
         f = self.compute.get(device_type)
         return 1.0 if f is None else f.scale
 
-    def comm_scale(self, instance_type: str) -> float:
-        f = self.comm.get(instance_type)
+    def comm_scale(self, key: str) -> float:
+        """The communication factor of ``key`` (``comm_key``)."""
+        f = self.comm.get(key)
         return 1.0 if f is None else f.scale
 
     def compute_sigma(self, device_type: str, predictive: float) -> float:
@@ -166,10 +174,10 @@ class Calibration:
         f = self.compute.get(device_type)
         return f.sd if f is not None and f.windows > 0 else predictive
 
-    def comm_sigma(self, instance_type: str, predictive: float) -> float:
+    def comm_sigma(self, key: str, predictive: float) -> float:
         """The spread of the network level: the posterior's where this job observed the
-        type's links, else ``predictive``."""
-        f = self.comm.get(instance_type)
+        links of ``key`` (``comm_key``), else ``predictive``."""
+        f = self.comm.get(key)
         return f.sd if f is not None and f.windows > 0 else predictive
 
     def unobserved(self) -> Calibration:
@@ -210,10 +218,13 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
+        """From ``to_dict``; the communication factors of a version 1 dict are dropped
+        (``VERSION``)."""
+        comm = dict(d.get("comm", {})) if int(d.get("version", 1)) >= 2 else {}
         return cls(
             str(d["model"]),
             {k: Factor.from_dict(v) for k, v in dict(d.get("compute", {})).items()},
-            {k: Factor.from_dict(v) for k, v in dict(d.get("comm", {})).items()},
+            {k: Factor.from_dict(v) for k, v in comm.items()},
         )
 
 
@@ -225,9 +236,10 @@ def prior(
 ) -> Calibration:
     """The prior of a job over ``instances``: every factor centred on 1 with the width the
     simulator learned (``vm_cv`` pooled per device type; the bandwidth model's
-    ``level_sigma`` per instance type; a profile estimated from specs adds its
-    ``estimate_cv`` in quadrature; ``PRIOR_FLOOR`` where it is 0), or, for keys in
-    ``stored``, the stored posterior widened by that width (``Factor.carried``)."""
+    ``level_sigma`` per instance type, for its rings across VMs and, with several ranks a
+    VM, inside one; a profile estimated from specs adds its ``estimate_cv`` in quadrature;
+    ``PRIOR_FLOOR`` where it is 0), or, for keys in ``stored``, the stored posterior widened
+    by that width (``Factor.carried``)."""
     vm = workload.vm_spreads()
     sigma = bandwidth.level_sigma if isinstance(bandwidth, LevelSpread) else None
     compute: dict[str, Factor] = {}
@@ -239,10 +251,13 @@ def prior(
             s = math.hypot(vm.get(d, 0.0) or PRIOR_FLOOR, workload.profiles[d].estimate_cv)
             old = None if stored is None else stored.compute.get(d)
             compute[d] = Factor(0.0, s) if old is None else old.carried(s)
-        if inst.name not in comm:
+        sides = (False, True) if inst.ranks_per_vm > 1 else (False,)
+        for key in (comm_key(inst.name, inside) for inside in sides):
+            if key in comm:
+                continue
             s = (float(sigma(inst.name)) if sigma is not None else 0.0) or PRIOR_FLOOR
-            old = None if stored is None else stored.comm.get(inst.name)
-            comm[inst.name] = Factor(0.0, s) if old is None else old.carried(s)
+            old = None if stored is None else stored.comm.get(key)
+            comm[key] = Factor(0.0, s) if old is None else old.carried(s)
     return Calibration(workload.model, compute, comm)
 
 
@@ -314,7 +329,8 @@ def link_class(config: ClusterConfig, calibration: Calibration | None = None) ->
     def rate(inst: SimInstance) -> float:
         gbps = inst.features.get("network_gbps")
         r = float(gbps) if gbps else math.inf
-        return r / (calibration.comm_scale(inst.name) if calibration is not None else 1.0)
+        key = comm_key(inst.name, config.vms == 1)
+        return r / (calibration.comm_scale(key) if calibration is not None else 1.0)
 
     return min((g.instance for g in config.groups), key=lambda i: (rate(i), i.name)).name
 
@@ -333,7 +349,7 @@ def update(
     compute = dict(calibration.compute)
     comm = dict(calibration.comm)
     predicted, busy = simulator.breakdown(workload, config)
-    link = link_class(config, calibration)
+    link = comm_key(link_class(config, calibration), config.vms == 1)
 
     def observe(table: dict[str, Factor], key: str, m: Measured, pred: float) -> None:
         if pred <= 0:

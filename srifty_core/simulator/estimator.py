@@ -280,7 +280,7 @@ class Simulator:
                 if self.schedule == "ddp" and factor is not None:  # a long job: sustained
                     curve = curve * float(factor(inst.name, n))
                 if self.calibration is not None:  # what this job measured of its links
-                    curve = curve / self.calibration.comm_scale(inst.name)
+                    curve = curve / self.calibration.comm_scale(_comm_key(inst, n))
                 self._curve_cache[(inst.name, n, sizes)] = curve
         return [self._curve_cache[(inst.name, n, sizes)] for inst, n in pairs]
 
@@ -344,23 +344,24 @@ class Simulator:
             if key not in self._cap_cache:
                 cap = float(self.bandwidth.bandwidth_cap(inst.name, n))
                 if self.calibration is not None:
-                    cap = cap / self.calibration.comm_scale(inst.name)
+                    cap = cap / self.calibration.comm_scale(_comm_key(inst, n))
                 self._cap_cache[key] = cap
             caps.append(self._cap_cache[key])
         return min(caps)
 
-    def _net_sigma(self, instances: Sequence[SimInstance]) -> float:
+    def _net_sigma(self, instances: Sequence[SimInstance], vms: int, world: int) -> float:
         """Spread (sd of log) of the network level across allocations, the widest of the
-        types; 0 where the bandwidth model does not know it."""
+        types in a ring of ``vms`` VMs; 0 where the bandwidth model does not know it."""
         out = 0.0
         for inst in instances:
-            hit = self._sigma_cache.get(inst.name)
+            key = comm_key(inst.name, vms == 1)
+            hit = self._sigma_cache.get(key)
             if hit is None:
                 fn = self._bw_extras.level_sigma
                 hit = float(fn(inst.name)) if fn is not None else 0.0
                 if self.calibration is not None:  # measured on this allocation: posterior
-                    hit = self.calibration.comm_sigma(inst.name, hit)
-                self._sigma_cache[inst.name] = hit
+                    hit = self.calibration.comm_sigma(key, hit)
+                self._sigma_cache[key] = hit
             out = max(out, hit)
         return out
 
@@ -766,7 +767,7 @@ class Simulator:
             t_pe = self._exchange(
                 fractions, volumes, tuple(float(x) for x in busbw), cap, t_bw, overlap
             )
-            sigma = self._net_sigma(instances)
+            sigma = self._net_sigma(instances, vms, world)
         after = copy_out + step  # after the exchange: DDP's copy out, the optimizer step
         estimated = [workload.profile(g.instance.device_type) for g in groups]
         estimated = [p for p in estimated if p.estimate]
@@ -853,6 +854,12 @@ def _ring_world(inst: SimInstance, vms: int, world: int, types: int) -> int:
     return world if types == 1 else max(2, vms * inst.ranks_per_vm)
 
 
+def _comm_key(inst: SimInstance, ring_world: int) -> str:
+    """``comm_key`` of ``inst`` in a ring of ``ring_world`` of its ranks (``_ring_world``):
+    inside one VM when they fit on one (the simulator places ``ranks_per_vm`` on each)."""
+    return comm_key(inst.name, ring_world <= inst.ranks_per_vm)
+
+
 def _mean_time_factors(
     extras: BandwidthExtras, instance_type: str, sizes: tuple[int, ...]
 ) -> NDArray[np.float64]:
@@ -905,6 +912,15 @@ def compute_key(device_type: str, sharing: int) -> str:
     one rank alone (the demo's re-plan onto one worker was predicted 11% slow when the
     factor of two sharing ranks was carried over)."""
     return device_type if sharing <= 1 else f"{device_type} x{sharing} on one host"
+
+
+def comm_key(instance_type: str, one_vm: bool) -> str:
+    """The key of a calibration's communication factor: the instance type and the links
+    its ring crosses, inside one VM (NVLink or PCIe) or across VMs (the NICs). What one
+    VM's exchange measured says nothing of a ring through the NICs, nor the other way
+    round (a factor learned on one p3.8xlarge, whose exchange had been priced at NIC
+    speed and ran 70x faster on NVLink, once slowed every 2-VM plan of the type 70x)."""
+    return f"{instance_type} {'in one VM' if one_vm else 'across VMs'}"
 
 
 if TYPE_CHECKING:  # mypy holds the simulator to what the planner asks of it

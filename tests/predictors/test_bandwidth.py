@@ -26,6 +26,7 @@ from srifty_core.predictors.bandwidth import (
     size_masks,
 )
 from srifty_core.predictors.base import FEATURE_COLUMNS, BandwidthPredictor
+from srifty_core.predictors.prior import hardware_of
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, SearchSpace, tune
 from tests.predictors.bw_rows import make_probes, true_busbw
 
@@ -125,15 +126,65 @@ def test_caps_rule(probes: pd.DataFrame, model: BandwidthModel) -> None:
     assert caps.cap("g4dn.xlarge", 64) == caps.cap("g4dn.xlarge", 4)
     # the cap covers a single transfer at the top of the curve
     assert caps.cap("g4dn.xlarge", 2) >= 0.9 * true_busbw("g4dn.xlarge", 64 << 20, 2, 1)
-    # a type never probed: its rated bandwidth (catalog) x the median cap/rated ratio of
-    # the probed types; not in the catalog either: the smallest probed type's cap
-    type_max = {t: max(m.values()) for t, m in caps.by_type.items()}
-    ratio = float(np.median([type_max[t] / caps.rated[t] for t in type_max]))
+    # a type never probed on a side of the VM boundary: its rated link there x the median
+    # cap/rated ratio of the probed types of that side (across VMs the NIC: g4dn.xlarge;
+    # inside one VM its PCIe: g4dn.12xlarge, probed at 2 and 4 of its 4 GPUs); not in the
+    # catalog either: the smallest cap probed on that side
+    across = {t: max(m.values()) for t, m in caps.by_type.across.items()}
+    inside = {t: max(m.values()) for t, m in caps.by_type.one_vm.items()}
+    assert set(across) == {"g4dn.xlarge"} and set(inside) == {"g4dn.12xlarge"}
+    ratio = float(np.median([across[t] / caps.rated[t] for t in across]))
     rated = _catalog_rated_bytes("g5.xlarge")
     assert rated is not None
     assert caps.cap("g5.xlarge", 2) == pytest.approx(ratio * rated)
-    assert caps.cap("no-such.type", 2) == min(type_max.values())
+    assert caps.cap("g4dn.12xlarge", 8) == pytest.approx(ratio * caps.rated["g4dn.12xlarge"])
+    pcie = {t: hardware_of(t).intra_gbs * 1e9 for t in ("g4dn.12xlarge", "g5.12xlarge")}  # type: ignore[union-attr]
+    expected = inside["g4dn.12xlarge"] / pcie["g4dn.12xlarge"] * pcie["g5.12xlarge"]
+    assert caps.cap("g5.12xlarge", 4) == pytest.approx(expected)
+    assert caps.cap("no-such.type", 2) == min(across.values())
     assert BandwidthCaps.from_dict(caps.to_dict()) == caps
+
+
+def test_caps_and_sustained_factors_keep_one_vm_and_across_vms_apart() -> None:
+    """A ring inside one VM (NVLink or PCIe) and one across VMs (the NICs) are different
+    links: a one-VM query never takes a cap or a sustained factor measured across VMs,
+    even where that world size is the nearer one, nor the other way round; the probe
+    table too. A model saved before the two were kept apart splits its caps by the
+    catalog (ranks packed one per GPU)."""
+    from srifty_core.predictors.table import ProbeTableBandwidth
+
+    # g4dn.12xlarge (4 GPUs): 2 ranks on one VM, 5 ranks on two; inside ten times faster
+    grid = make_probes(types=("g4dn.12xlarge",), worlds=(2, 5), allocations=2)
+    grid["busbw"] = np.where(grid["world_size"] == 2, 10.0, 1.0) * grid["busbw"]
+    top = grid[(grid["buffer_bytes"] == grid["buffer_bytes"].max()) & (grid["world_size"] == 5)]
+    held = top[top["concurrent"] == 1].assign(phase="sustained")
+    held["busbw"] = held["busbw"] / 4
+    data = pd.concat([grid.assign(phase="burst"), held], ignore_index=True)
+    m = BandwidthModel(small_params={"n_estimators": 5}, large_params={"n_estimators": 5})
+    m.fit(data)
+    name = "g4dn.12xlarge"
+    # one VM: never the NICs' cap, though 5 ranks are nearer to 4 than 2 are
+    assert m.bandwidth_cap(name, 4) > 5 * m.bandwidth_cap(name, 8)
+    assert m.sustained_factor(name, 4) == 1.0  # no NIC, no burst credits to spend
+    assert m.sustained_factor(name, 8) == pytest.approx(0.25, rel=0.05)
+    one_vm = m.caps_.by_type.one_vm[name]
+    assert set(one_vm) == {2} and set(m.caps_.by_type.across[name]) == {5}
+    assert m.bandwidth_cap(name, 4) == one_vm[2]
+    assert m.bandwidth_cap(name, 8) == pytest.approx(float(held["busbw"].median()), rel=0.2)
+    table = ProbeTableBandwidth().fit(data)
+    assert table.bandwidth_cap(name, 4) > 5 * table.bandwidth_cap(name, 8)
+    assert table.sustained_factor(name, 4) == 1.0
+    query = feature_frame(
+        [{**data.iloc[0].to_dict(), "world_size": n, "buffer_bytes": 64 << 20, "concurrent": 1}
+         for n in (4, 8)]
+    )  # fmt: skip
+    inside, across = table.predict(query)
+    assert inside > 5 * across
+    old = {"by_type": {name: {"2": 1.0, "4": 2.0, "8": 3.0}}, "quantile": 0.95,
+           "min_buffer": 1 << 20}  # fmt: skip
+    caps = BandwidthCaps.from_dict(old)
+    assert caps.by_type.one_vm == {name: {2: 1.0, 4: 2.0}}
+    assert caps.by_type.across == {name: {8: 3.0}}
 
 
 def test_save_and_load_round_trip(

@@ -19,6 +19,7 @@ from srifty_core.predictors.prior import (
     LinkPrior,
     hardware_columns,
     hardware_of,
+    one_vm,
     pcie_generation,
 )
 from tests.predictors.bw_rows import make_probes
@@ -77,6 +78,10 @@ def test_ranks_are_packed_one_per_gpu_unless_the_table_says_how_many_nodes() -> 
     )
     assert nodes["vms"].tolist() == [1, 2, 2]
     assert nodes["ranks_per_vm"].tolist() == [4, 4, 1]
+    # a query by type and world size alone: inside one VM while its GPUs hold every rank
+    assert [one_vm("p3.8xlarge", n) for n in (2, 4, 8)] == [True, True, False]
+    assert not one_vm("g4dn.xlarge", 2) and not one_vm("local.cpu", 2)
+    assert hardware_of("p3.8xlarge").gpus_per_vm == 4  # type: ignore[union-attr]
 
 
 def _ring_rows(eta: float, alpha: float) -> tuple[pd.DataFrame, np.ndarray]:

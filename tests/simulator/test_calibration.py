@@ -47,6 +47,7 @@ def workload(cv_a: float = 0.02, cv_b: float = 0.04) -> Workload:
 
 
 A, B = gpu("a.big", "A", 10.0), gpu("b.big", "B", 25.0)
+NET_A, NET_B = calib.comm_key("a.big", False), calib.comm_key("b.big", False)  # across VMs
 
 
 def cfg(*groups: tuple[SimInstance, int, int]) -> ClusterConfig:
@@ -82,11 +83,12 @@ def test_prior_width_is_what_the_simulator_learned_not_a_constant() -> None:
     assert cal.compute["A"].sd == pytest.approx(spreads["A"])
     assert cal.compute["B"].sd == pytest.approx(spreads["B"])
     assert cal.compute["A"].sd != cal.compute["B"].sd
-    assert cal.comm["a.big"].sd == 0.09 and cal.comm["b.big"].sd == 0.07
+    assert set(cal.comm) == {NET_A, NET_B}  # one GPU a VM: no ring inside one
+    assert cal.comm[NET_A].sd == 0.09 and cal.comm[NET_B].sd == 0.07
     assert all(f.scale == 1.0 for f in (*cal.compute.values(), *cal.comm.values()))
     # nothing learned (one VM, no spread model): the floor, so that it can still learn
     bare = calib.prior(Workload("m", {"A": steady(make_profile(), "A")}), [A], ConstantBandwidth(1))
-    assert bare.compute["A"].sd == calib.PRIOR_FLOOR == bare.comm["a.big"].sd
+    assert bare.compute["A"].sd == calib.PRIOR_FLOOR == bare.comm[NET_A].sd
 
 
 def test_measured_noise_is_jitter_over_the_sample_count() -> None:
@@ -104,9 +106,7 @@ def test_calibration_scales_compute_per_device_and_bandwidth_per_type() -> None:
     w = workload()
     base = Simulator(ConstantBandwidth(1e6), mean="exact")
     c = cfg((A, 2, 32), (B, 2, 32))
-    cal = Calibration(
-        "m", {"A": Factor(math.log(1.3), 0.01)}, {"a.big": Factor(math.log(2.0), 0.01)}
-    )
+    cal = Calibration("m", {"A": Factor(math.log(1.3), 0.01)}, {NET_A: Factor(math.log(2.0), 0.01)})
     sim = calib.calibrated(base, cal)
     (pc0, busy0), (pc1, busy1) = base.breakdown(w, c), sim.breakdown(w, c)
     assert pc1["A"] == pytest.approx(1.3 * pc0["A"]) and pc1["B"] == pytest.approx(pc0["B"])
@@ -122,9 +122,7 @@ def test_observed_factors_replace_the_predictive_spreads_in_the_p90() -> None:
     base = Simulator(bw)
     c = cfg((A, 4, 32))
     prior = calib.prior(w, [A], bw)
-    observed = Calibration(
-        "m", {"A": Factor(0.0, 0.001, 2, 2)}, {"a.big": Factor(0.0, 0.001, 2, 2)}
-    )
+    observed = Calibration("m", {"A": Factor(0.0, 0.001, 2, 2)}, {NET_A: Factor(0.0, 0.001, 2, 2)})
     e0 = calib.calibrated(base, prior).estimate(w, c)
     e1 = calib.calibrated(base, observed).estimate(w, c)
     e2 = calib.calibrated(base, observed.unobserved()).estimate(w, c)
@@ -143,7 +141,7 @@ def test_two_windows_of_a_hidden_slowdown_bring_the_projection_within_5pct() -> 
     pred, busy = base.breakdown(w, c)
     rng = np.random.default_rng(0)
     cal = calib.prior(w, [A, B], bw)
-    truth = Calibration("m", {"B": Factor(math.log(1.3), 0.01)}, {"a.big": Factor(0.0, 0.01)})
+    truth = Calibration("m", {"B": Factor(math.log(1.3), 0.01)}, {NET_A: Factor(0.0, 0.01)})
     actual = calib.calibrated(base, truth).estimate(w, c).t_iter
     errors = []
     for _ in range(2):
@@ -160,7 +158,7 @@ def test_two_windows_of_a_hidden_slowdown_bring_the_projection_within_5pct() -> 
     assert errors[-1] <= 0.05 < abs(base.estimate(w, c).t_iter / actual - 1)
     assert cal.compute["B"].scale == pytest.approx(1.3, rel=0.02)
     assert cal.compute["A"].scale == pytest.approx(1.0, rel=0.02)
-    assert cal.comm["b.big"].windows == 0 and cal.comm["a.big"].windows == 2  # link class
+    assert cal.comm[NET_B].windows == 0 and cal.comm[NET_A].windows == 2  # link class
     with pytest.raises(ConfigError, match="uncalibrated"):
         calib.update(cal, window, calib.calibrated(base, cal), w, c)
 
@@ -201,8 +199,50 @@ def test_local_workers_sharing_a_host_calibrate_a_factor_of_their_own() -> None:
 def test_link_class_is_the_slowest_rated_network_after_its_factor() -> None:
     c = cfg((A, 1, 32), (B, 1, 32))
     assert calib.link_class(c) == "a.big"
-    slow_b = Calibration("m", {}, {"b.big": Factor(math.log(4.0), 0.01)})
+    slow_b = Calibration("m", {}, {NET_B: Factor(math.log(4.0), 0.01)})
     assert calib.link_class(c, slow_b) == "b.big"
+
+
+def test_a_factor_learned_in_one_vm_never_applies_across_vms() -> None:
+    """Issue 47: one p3.8xlarge's exchange (NVLink) measured 70x under a prediction made at
+    NIC speed; the factor learned there slowed a 2-VM ring (the NICs) 70x. A ring inside
+    one VM and one across VMs keep factors of their own, both ways."""
+    w = Workload("m", {"A": steady(make_profile(), "A")})
+    quad = SimInstance("q.4gpu", "A", 4, {"instance_type": "q.4gpu", "gpu_model": "A",
+                                          "network_gbps": 10.0})  # fmt: skip
+    base = Simulator(ConstantBandwidth(1e6), mean="exact")
+    one, two = cfg((quad, 1, 128)), cfg((quad, 2, 256))
+    prior = calib.prior(w, [quad], base.bandwidth)
+    inside, across = calib.comm_key("q.4gpu", True), calib.comm_key("q.4gpu", False)
+    assert set(prior.comm) == {inside, across} and inside != across
+    for seen, other in ((one, two), (two, one)):
+        predicted, busy = base.breakdown(w, seen)
+        window = Window.from_samples(
+            None, {"A": np.full((50, 4), predicted["A"])}, np.full(50, busy / 70)
+        )
+        cal = calib.update(prior, window, base, w, seen)
+        learned = inside if seen is one else across
+        assert cal.comm[learned].scale < 0.05 and cal.comm[learned].windows == 1
+        sim = calib.calibrated(base, cal)
+        assert sim.breakdown(w, seen)[1] < busy / 20
+        assert sim.breakdown(w, other)[1] == pytest.approx(base.breakdown(w, other)[1])
+        assert sim.estimate(w, other).t_iter == pytest.approx(base.estimate(w, other).t_iter)
+
+
+def test_stored_factors_of_unknown_links_are_dropped(data_dir: Path) -> None:
+    """A version 1 file keyed its communication factors by instance type alone: which
+    links they measured is unknown, so they are dropped when read (compute factors kept)."""
+    path = calib.store_path("m")
+    path.parent.mkdir(parents=True)
+    factor = Factor(math.log(0.014), 0.003, 1, 1).to_dict()
+    path.write_text(json.dumps({"version": 1, "model": "m", "compute": {"A": factor},
+                                "comm": {"p3.8xlarge": factor}}))  # fmt: skip
+    stored = calib.load_stored("m")
+    assert stored is not None and dict(stored.comm) == {} and set(stored.compute) == {"A"}
+    calib.save(Calibration("m", {}, {calib.comm_key("p3.8xlarge", True): Factor(0.1, 0.01, 1, 1)}))
+    again = json.loads(path.read_text())
+    assert again["version"] == calib.VERSION == 2
+    assert list(again["comm"]) == ["p3.8xlarge in one VM"]
 
 
 # --------------------------------------------------------------------------- re-plan rule
