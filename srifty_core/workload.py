@@ -216,7 +216,7 @@ def build(text: str, size: str = "small", seed: int = 0) -> Workload:
         takes_size = False
     try:
         made = factory(size=size) if takes_size else factory()
-    except Exception as exc:  # the user's code: any failure is theirs to read, in one line
+    except (Exception, SystemExit) as exc:  # the user's code: theirs to read, in one line
         raise ModelRefError(
             f"factory {ref.text} raised {type(exc).__name__}: {_first_line(exc)}"
         ) from exc
@@ -224,6 +224,8 @@ def build(text: str, size: str = "small", seed: int = 0) -> Workload:
 
 
 def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):  # sys.exit() in the user's code: not a success
+        return f"sys.exit({exc.code!r}) called; a model's code must not exit"
     text = str(exc).strip().splitlines()
     return text[0] if text else "(no message)"
 
@@ -243,7 +245,7 @@ def _factory(ref: ModelRef) -> Callable[..., Any]:
             sys.modules[name] = module
             try:
                 spec.loader.exec_module(module)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 del sys.modules[name]
                 raise ModelRefError(
                     f"{ref.text}: running {path} raised {type(exc).__name__}: {_first_line(exc)}"
@@ -251,7 +253,7 @@ def _factory(ref: ModelRef) -> Callable[..., Any]:
     else:
         try:
             module = importlib.import_module(ref.target)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ModelRefError(
                 f"{ref.text}: importing {ref.target} failed ({type(exc).__name__}: "
                 f"{_first_line(exc)})"

@@ -278,18 +278,26 @@ def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
 ) -> None:
     """Off a terminal progress is one plain line per stage (no bar redraws, which were 15
     lines of control characters before the error of a profile that could not be
-    written), and the error stays one line, the last."""
+    written), and the error stays one line, the last. An output path that cannot be a
+    file is refused before any stage (``outputs``); one whose folder takes no file fails
+    at the write, late."""
     afile = tmp_path / "afile"
     afile.write_text("x")
+    argv = [sys.executable, "-m", "srifty_core.cli", "profile", "--model", "dlrm", "--size",
+            "tiny", "--max-batch", "8", "--probes", "2", "--repeats", "2", "--warmup", "0",
+            "--refine", "0", "--threads", "1", "--no-mlflow", "--out"]  # fmt: skip
+    early = subprocess.run([*argv, str(afile / "p.json")], capture_output=True, text=True,
+                           check=False, timeout=300)  # fmt: skip
+    assert early.returncode == 2
+    (line,) = early.stderr.splitlines()  # no stage: refused before profiling
+    assert line.startswith(f"srifty: error: --out: {afile}")
     proc = subprocess.run(
-        [sys.executable, "-m", "srifty_core.cli", "profile", "--model", "dlrm", "--size",
-         "tiny", "--max-batch", "8", "--probes", "2", "--repeats", "2", "--warmup", "0",
-         "--refine", "0", "--threads", "1", "--no-mlflow", "--out", str(afile / "p.json")],
-        capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        [*argv, "/proc/self/p.json"], capture_output=True, text=True, check=False, timeout=300
+    )
     assert proc.returncode == 2
     *stages, error = proc.stderr.splitlines()
-    assert error.startswith(f"srifty: error: {afile}") and "\r" not in proc.stderr
+    assert error.startswith("srifty: error: --out: cannot write /proc/self/p.json")
+    assert "\r" not in proc.stderr
     assert stages and all(line.startswith("profile dlrm: ") for line in stages), stages
     names = [line.split(": ")[1] for line in stages]
     assert len(names) == len(set(names))  # a line per stage, not per step

@@ -24,14 +24,17 @@ import os
 import platform
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from srifty_core import host_allocator
+from srifty_core.console import still_running
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import die_with_caller
 from srifty_core.noise import NOISY_CV, NOISY_RETRIES, spread
@@ -53,7 +56,7 @@ from srifty_core.profiling.buckets import (
 from srifty_core.profiling.profile import ComputeProfile, PassStats
 from srifty_core.profiling.zoo import Batch, Workload
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workload import build, make_optimizer, prepare
+from srifty_core.workload import ModelRefError, build, make_optimizer, parse_model, prepare
 
 GPU_MODELS = ("H100", "H200", "A100", "A10G", "L4", "T4", "V100", "M60", "K80")
 """GPU names as the catalog writes them; a CUDA device name is matched against these."""
@@ -509,10 +512,76 @@ def profile_model(
     host_allocator.steady()  # the heap behaviour training runs with (host_allocator)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    workload = build(name, size, seed=config.seed).to(device)
+    with still_running(f"building model {name}"):  # a factory that hangs says so
+        workload = build(name, size, seed=config.seed).to(device)
+    with user_steps(name):
+        return _profile(name, size, config, progress, device, workload)
+
+
+@contextlib.contextmanager
+def user_steps(name: str) -> Iterator[None]:
+    """Where the steps of model ``name`` run: an exception the model's own code raises (a
+    forward pass that fails, a loss without a gradient) is a ``ModelRefError`` naming the
+    model, one line (``step_failure``). A zoo model's failure is Srifty's own bug and keeps
+    its traceback; Srifty's errors pass as they are."""
+    try:
+        yield
+    except SriftyError:
+        raise
+    except Exception as exc:
+        if not _user_code(name):
+            raise
+        raise ModelRefError(step_failure(name, exc)) from exc
+
+
+def _user_code(name: str) -> bool:
+    """Whether ``name`` is a model Srifty did not write (a factory, an ``hf:`` config)."""
+    try:
+        return parse_model(name).kind != "zoo"
+    except ModelRefError:
+        return False
+
+
+def step_failure(name: str, exc: BaseException) -> str:
+    """``<model>: a training step raised <type>: <first line> (<file>:<line>, in <fn>)``:
+    the innermost frame outside torch and Srifty (the model's code) where there is one,
+    and what a loss without a gradient means."""
+    lines = str(exc).strip().splitlines()
+    text = f"{name}: a training step raised {type(exc).__name__}: "
+    text += lines[0] if lines else "(no message)"
+    ours = (Path(torch.__file__).parent, Path(__file__).parent.parent)
+    theirs = [
+        f
+        for f, _ in traceback.walk_tb(exc.__traceback__)
+        if not any(Path(f.f_code.co_filename).is_relative_to(d) for d in ours)
+    ]
+    if theirs:
+        f = theirs[-1]
+        text += f" ({Path(f.f_code.co_filename).name}:{f.f_lineno}, in {f.f_code.co_name})"
+    if "does not require grad" in str(exc):
+        text += (
+            "; the loss must be computed from the module's output with gradients on (not "
+            "detached, not under torch.no_grad)"
+        )
+    return text
+
+
+def _profile(
+    name: str,
+    size: str,
+    config: ProfilerConfig,
+    progress: Progress | None,
+    device: torch.device,
+    workload: Workload,
+) -> ComputeProfile:
+    """``profile_model`` once the model is built."""
     workload.module.train()
     precision = prepare(workload, config.settings, autocast=True)
     sync = _sync_fn(device)
+    if _user_code(name):  # a step that fails is one line before any progress line
+        workload.module.zero_grad(set_to_none=True)
+        workload.loss(workload.make_batch(1, device, seed=config.seed)).backward()
+        workload.module.zero_grad(set_to_none=True)
 
     memory = find_b_max(workload, device, config, progress)
     if config.batch_sizes:

@@ -67,7 +67,12 @@ def make_provider(
             raise ConfigError(f"--preempt: {name} given twice (one preemption per type)")
         after[name] = seconds
     region = conf.get("region") or "us-east-1"
-    s = int(conf.get("seed", 0)) if seed is None else seed
+    if seed is None:  # the conf's, checked as the job's schema does (not int("abc"))
+        from srifty_core.planner import schema
+
+        seed = conf.get("seed", 0)
+        schema.check("seed", schema.Seed, seed)
+    s = int(seed)
     return EmulatedProvider(seed=s, region=str(region), preempt_after=after)
 
 
