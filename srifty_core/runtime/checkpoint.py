@@ -202,8 +202,11 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
     never reached the shared storage) would silently start over at 0 and log the same
     iterations twice: that is an error, unless ``restart``, which moves the old log aside
     (``progress.jsonl.<unix time>.old``) and starts from scratch. A damaged checkpoint is
-    an error too (``load_checkpoint``), and with ``restart`` it is moved aside as well."""
-    from srifty_core.runtime.progress import read_progress
+    an error too (``load_checkpoint``), and with ``restart`` it is moved aside as well.
+    Records the log holds beyond the checkpoint (an attempt that died between two
+    checkpoints logged them; the resumed run logs those iterations again) are cut off it
+    and kept beside it (``progress.rewind``)."""
+    from srifty_core.runtime.progress import read_progress, rewind
 
     try:
         ck = load_checkpoint(checkpoint_path)
@@ -214,6 +217,7 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
         _aside(sidecar_path(checkpoint_path))
         ck = None
     if ck is not None:
+        rewind(progress_path, ck.iteration)
         return ck.iteration
     done = read_progress(progress_path)
     if done and not restart:

@@ -235,6 +235,18 @@ def _run_dir(spec: JobSpec, run_key: str) -> Path | str:
     return ck.parent
 
 
+def _rewind_to_checkpoint(run_dir: Path | str) -> None:
+    """Cut the records the progress log holds past the checkpoint the run resumes from
+    (``progress.rewind``): a run that lost a rank between two checkpoints logged them, and
+    the resumed one logs those iterations again."""
+    from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
+    from srifty_core.runtime.progress import PROGRESS_FILE, rewind
+
+    done = checkpoint_iteration(run_store.join(run_dir, CHECKPOINT_FILE))
+    if done is not None:
+        rewind(run_store.join(run_dir, PROGRESS_FILE), done)
+
+
 def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -> Path | str:
     """Plan this run of the job and save it; returns the ``JobPlan`` JSON's path.
 
@@ -252,6 +264,8 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
     run_dir = _run_dir(spec, run_key)
     if isinstance(run_dir, Path):
         run_dir.mkdir(parents=True, exist_ok=True)
+    if spec.resume is not None:  # what the last run logged past its checkpoint goes aside
+        _rewind_to_checkpoint(run_dir)
     request = build_request(spec)
     # Calibrated by what this job measured (a re-plan) or earlier jobs of the model stored.
     simulator, calibrated = planning_simulator(

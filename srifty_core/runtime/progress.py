@@ -16,6 +16,7 @@ import json
 import math
 import os
 import statistics
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -229,6 +230,50 @@ def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
 
 def read_progress(path: Path | str) -> list[ProgressRecord]:
     return list(iter_progress(path))
+
+
+def rewind(path: Path | str, iteration: int) -> int:
+    """Cut the records after ``iteration`` off the end of the progress log ``path``: what
+    an attempt that died between two checkpoints logged after the checkpoint a rerun
+    resumes from (``iteration``), which the rerun logs again. Without this the log holds
+    those iterations twice, and the monitor's windows mix the two attempts. The records
+    cut keep their bytes in ``progress.jsonl.after-<iteration>.<unix time>.old`` beside
+    it (written before the log is cut); a torn last line goes with them. Returns how many
+    records were cut. Call it before anything tails the log (``ProgressTail`` reads on
+    from an offset). A remote log (segments) is left as it is."""
+    if run_store.is_remote(path):
+        return 0
+    log = Path(path)
+    try:
+        data = log.read_bytes()
+    except FileNotFoundError:
+        return 0
+    keep, cut = len(data), 0
+    lines = data.split(b"\n")
+    end = len(data)
+    for k in range(len(lines) - 1, -1, -1):  # from the end while records are past it
+        line = lines[k]
+        start = end - len(line)
+        if line.strip():
+            try:
+                later = _whole("iteration", json.loads(line)["iteration"]) > iteration
+                record = True
+            except (ValueError, KeyError, TypeError):  # ConfigError too
+                later, record = k == len(lines) - 1, False  # a torn last line goes
+            if not later:
+                break
+            keep = start
+            cut += record
+        end = start - 1  # the newline before this line
+    if keep >= len(data):
+        return 0
+    aside = log.with_name(f"{log.name}.after-{iteration}.{int(time.time())}.old")
+    with open(aside, "ab") as fh:
+        fh.write(data[keep:])
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.truncate(log, keep)
+    return cut
 
 
 WARMUP_STEPS = 3

@@ -93,3 +93,33 @@ def test_a_failed_job_ends_its_runs_as_failed(ready_to_plan: Path) -> None:
     (run,) = _runs()
     assert run.info.status == "FAILED" and run.data.tags["srifty.outcome"] == "failed"
     assert "TrainingFailed" in run.data.tags["srifty.reason"]
+
+
+def test_a_resumed_plan_cuts_what_the_last_run_logged_past_its_checkpoint(
+    ready_to_plan: Path,
+) -> None:
+    """A run that lost a rank between two checkpoints logged iterations its checkpoint
+    does not hold; the run that resumes logs them again. Planning the resumed run moves
+    them off the log first (``progress.rewind``), so the log holds each iteration once."""
+    import torch
+
+    from srifty_core.runtime.checkpoint import save_checkpoint
+    from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+
+    first = orc.JobPlan.load(orc.plan_job(orc.JobSpec.from_params(PARAMS), "manual__r"))
+    run_dir = Path(first.train.run_dir)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ck = run_dir / "checkpoint.pt"
+    save_checkpoint(ck, model=model, optimizer=opt, iteration=4, global_batch=16, config_id="c0")
+    with ProgressLog(run_dir / "progress.jsonl") as log:
+        for i in range(1, 8):
+            log.append(ProgressRecord(i, float(i), 0.1, 16, "c0"))
+    resume = {
+        "checkpoint": str(ck), "iterations_done": 4, "time_spent_s": 3.0,
+        "cost_spent_usd": 0.001, "parent_run_id": "manual__r", "job_run_id": first.job_run_id,
+    }  # fmt: skip
+    params = {**PARAMS, "iterations": 16, "resume": resume}
+    orc.plan_job(orc.JobSpec.from_params(params), "manual__r2")
+    assert [r.iteration for r in read_progress(run_dir / "progress.jsonl")] == [1, 2, 3, 4]
+    assert len(list(run_dir.glob("progress.jsonl.after-4.*.old"))) == 1

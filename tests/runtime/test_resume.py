@@ -70,3 +70,32 @@ def test_flipped_bytes_inside_a_checkpoint_are_caught_by_its_digest(tmp_path: Pa
     summary.write_text(json.dumps(other))
     damaged = load_checkpoint(ck)  # nothing to check it against: loads (as before)
     assert damaged is not None and damaged.iteration == 40
+
+
+def test_records_past_the_checkpoint_are_cut_off_before_a_resume(tmp_path: Path) -> None:
+    """A run that died between two checkpoints logged iterations the checkpoint does not
+    hold; the rerun resumes at the checkpoint and logs them again. They are cut off the
+    log (kept beside it, whole lines and the torn tail), so that each iteration is in the
+    log once, raw, as the monitor reads it."""
+    ck, log = tmp_path / "checkpoint.pt", tmp_path / "progress.jsonl"
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(ck, model=model, optimizer=opt, iteration=40, global_batch=8, config_id="c0")
+    _log(log, 47)
+    with log.open("a") as fh:
+        fh.write('{"iteration": 48, "wall')  # the kill's torn line
+    assert check_resumable(ck, log, restart=False) == 40
+    assert [r.iteration for r in read_progress(log)] == list(range(1, 41))
+    (aside,) = tmp_path.glob("progress.jsonl.after-40.*.old")
+    kept = aside.read_text()
+    assert kept.count("\n") == 7 and kept.endswith('{"iteration": 48, "wall')
+    assert check_resumable(ck, log, restart=False) == 40  # a log at the checkpoint stays
+    assert len(read_progress(log)) == 40 and len(list(tmp_path.glob("*.old"))) == 1
+    _log_from(log, 41, 50)  # the rerun
+    assert [r.iteration for r in read_progress(log)] == list(range(1, 51))
+
+
+def _log_from(path: Path, first: int, last: int) -> None:
+    with ProgressLog(path) as log:
+        for i in range(first, last + 1):
+            log.append(ProgressRecord(i, float(i), 0.1, 8, "c0"))
