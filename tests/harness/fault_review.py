@@ -367,12 +367,14 @@ _plan_case("plan-method-unknown", "--method fastest", BASE_REQUEST, "--method",
 
 def _frontier_drawn(ctx: Ctx, run: Run) -> None:
     _finite_plan(ctx, run)
-    if not (ctx.work / "missing" / "dir" / "f.png").is_file():
+    if not (ctx.work / "f.png").is_file():
         raise CheckFailed(WRONG, "no frontier plot written")
 
 
 _plan_case("plan-frontier-new-dir", "--frontier into a folder not there yet", BASE_REQUEST,
-           None, extra=("--frontier", "missing/dir/f.png"), check=_frontier_drawn)  # fmt: skip
+           "missing", extra=("--frontier", "missing/dir/f.png"))  # fmt: skip
+_plan_case("plan-frontier-ok", "--frontier into a folder that is there", BASE_REQUEST,
+           None, extra=("--frontier", "f.png"), check=_frontier_drawn)  # fmt: skip
 case("plan-missing-file", "plan request", "a request file that does not exist",
      field="nope.yaml")(lambda c: c.srifty("plan", "nope.yaml"))  # fmt: skip
 case("plan-directory", "plan request", "a folder as the request", field="request")(
@@ -1093,6 +1095,241 @@ def _data_dir_file(ctx: Ctx) -> Run:
 
 
 case("data-dir-is-a-file", "data dir", "`--data-dir` naming a file", field="afile")(_data_dir_file)
+
+
+# ----------------------------------------------------------------------------- issue 48
+# Stores checked on read, output paths, user code, and the leftovers (issue 48 items 5,
+# 9, 10): each was a silent wrong result, a traceback or an unclear error before.
+def _damaged_profile(damage: Callable[[dict[str, Any]], Any], gpu: str = "T4",
+                     name: str = "T4.json", offers: list[dict[str, Any]] | None = None
+                     ) -> Callable[[Ctx], Run]:  # fmt: skip
+    def body(ctx: Ctx) -> Run:
+        _profile_setup(ctx)
+        folder = ctx.data / "profiles" / "alexnet" / "full"
+        d = json.loads((folder / f"{gpu}.json").read_text())
+        (folder / name).write_text(json.dumps(damage(d)))
+        req = _with(offers=offers) if offers else BASE_REQUEST
+        path = ctx.write("request.yaml", yaml.safe_dump(req))
+        return ctx.srifty("plan", str(path), "--estimator", "apm")
+
+    return body
+
+
+def _nan_fit(d: dict[str, Any]) -> Any:
+    d["fw_fit"]["slopes"] = [float("nan")] * len(d["fw_fit"]["slopes"])
+    return d
+
+
+def _negative_fit(d: dict[str, Any]) -> Any:
+    n = len(d["fw_fit"]["slopes"])
+    d["fw_fit"]["slopes"], d["fw_fit"]["intercepts"] = [-1.0] * n, [-1.0] * n
+    return d
+
+
+def _profile_field(key: str, value: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda d: d | {key: value}
+
+
+for _id, _what, _damage, _field in (
+    ("plan-profile-nan-slopes", "a stored profile with NaN slopes", _nan_fit, "fw_fit.slopes"),
+    ("plan-profile-negative-times", "a stored profile with negative times", _negative_fit,
+     "fw_fit"),
+    ("plan-profile-bmax-0", "a stored profile with B_max 0", _profile_field("b_max", 0),
+     "b_max"),
+    ("plan-profile-no-buckets", "a stored profile without gradient buckets",
+     _profile_field("buckets", []), "buckets"),
+    ("plan-profile-json-list", "a stored profile that is a JSON list", lambda d: [d],
+     "T4.json"),
+):  # fmt: skip
+    case(_id, "plan stores", _what, field=_field)(_damaged_profile(_damage))
+case("plan-profile-t4-as-v100", "plan stores", "a T4 profile copied to V100.json",
+     field="V100.json")(_damaged_profile(lambda d: d, name="V100.json", offers=[
+         {"type": "p3.2xlarge", "market": "on-demand", "quota": 4}]))  # fmt: skip
+
+
+def _calibration_garbage(ctx: Ctx) -> Run:
+    _profile_setup(ctx)
+    cal = ctx.data / "calibration" / "alexnet.json"
+    cal.parent.mkdir(parents=True)
+    cal.write_text(json.dumps({"version": 2, "model": "alexnet",
+                               "compute": {"T4": {"log_scale": 900.0, "sd": 0.1}}}))  # fmt: skip
+    path = ctx.write("request.yaml", yaml.safe_dump(BASE_REQUEST))
+    return ctx.srifty("plan", str(path), "--bandwidth", "public")
+
+
+case("plan-calibration-damaged", "plan stores", "a calibration factor of e^900 stored",
+     field="alexnet.json")(_calibration_garbage)  # fmt: skip
+
+
+def _says_why_none(ctx: Ctx, run: Run) -> None:
+    if "among 0 evaluated" in run.out or "holds global_batch 255" not in run.out:
+        raise CheckFailed(WRONG, f"no reason why nothing was evaluated: {run.out[:120]!r}")
+
+
+_plan_case("plan-global-batch-255", "`global_batch: 255` (no split of it fits the offers)",
+           _with(global_batch=255), None, ok_codes=(1,), check=_says_why_none)  # fmt: skip
+
+
+def _plan_written(name: str) -> Callable[[Ctx, Run], None]:
+    def check(ctx: Ctx, run: Run) -> None:
+        text = run.out if name == "-" else (ctx.work / name).read_text()
+        try:
+            plan = json.loads(text)
+        except ValueError:
+            raise CheckFailed(WRONG, f"no training plan in {name}: {text[:80]!r}") from None
+        if sum(plan["local_batches"]) != 256 or (ctx.work / "-").exists():
+            raise CheckFailed(WRONG, "not the plan, or a file named '-'")
+
+    return check
+
+
+_plan_case("plan-write-plan-stdout", "`--write-plan -`: the plan on standard output",
+           BASE_REQUEST, None, extra=("--write-plan", "-"), check=_plan_written("-"))  # fmt: skip
+_plan_case("plan-write-plan-empty", '`--write-plan ""`', BASE_REQUEST, "--write-plan",
+           extra=("--write-plan", ""))  # fmt: skip
+_plan_case("plan-write-plan-folder-missing", "`--write-plan` into a folder not there",
+           BASE_REQUEST, "--write-plan", extra=("--write-plan", "nowhere/plan.json"))  # fmt: skip
+_plan_case("plan-write-plan-what-if", "`--write-plan` with `--what-if`", BASE_REQUEST, None,
+           extra=("--what-if", "budget_usd=20", "--write-plan", "p.json"),
+           check=_plan_written("p.json"))  # fmt: skip
+
+
+def _special_output(kind: str) -> Callable[[Ctx], Run]:
+    def body(ctx: Ctx) -> Run:
+        _profile_setup(ctx)
+        target = ctx.work / "target"
+        if kind == "fifo":
+            os.mkfifo(target)
+        else:
+            try:  # a copy of /dev/null's node, which only root may make
+                os.mknod(target, 0o20666, os.makedev(1, 3))
+            except PermissionError:
+                raise NotRun("not root: no device node to write over") from None
+        path = ctx.write("request.yaml", yaml.safe_dump(BASE_REQUEST))
+        run = ctx.srifty("plan", str(path), "--estimator", "apm", "--write-plan", str(target))
+        if not (target.is_fifo() or target.is_char_device()):
+            raise CheckFailed(WRONG, f"the {kind} was replaced by a regular file")
+        return run
+
+    return body
+
+
+case("plan-write-plan-fifo", "plan outputs", "`--write-plan` naming a FIFO",
+     field="--write-plan")(_special_output("fifo"))  # fmt: skip
+case("plan-write-plan-device", "plan outputs", "`--write-plan` naming a device node (root)",
+     field="--write-plan")(_special_output("device"))  # fmt: skip
+
+FULL_DISK = (
+    "import errno, io, os, sys\n"
+    "from srifty_core import atomic, cli\n"
+    "class Full(io.RawIOBase):\n"
+    "    def writable(self): return True\n"
+    "    def write(self, b): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+    "atomic.os.fdopen = lambda fd, *a, **k: (os.close(fd), io.BufferedWriter(Full()))[1]\n"
+    "sys.exit(cli.main())\n"
+)
+
+
+def _full_disk(ctx: Ctx) -> Run:
+    _profile_setup(ctx)
+    path = ctx.write("request.yaml", yaml.safe_dump(BASE_REQUEST))
+    run = ctx.srifty("plan", str(path), "--estimator", "apm", "--write-plan", "p.json",
+                     code=FULL_DISK)  # fmt: skip
+    if (ctx.work / "p.json").exists() or list(ctx.work.glob(".p.json.*")):
+        raise CheckFailed(WRONG, "a file or its temporary was left by the failed write")
+    return run
+
+
+case("plan-write-plan-full-disk", "plan outputs", "`--write-plan` onto a full disk",
+     field="No space left")(_full_disk)  # fmt: skip
+_train("train-config-id-dotdot", "`config_id: ../../evil`", "config_id",
+       config_id="../../evil")  # fmt: skip
+_train("train-entrypoint-null", "`entrypoint: null`", "entrypoint", entrypoint=None)
+
+
+def _emulated_seed(ctx: Ctx) -> Run:
+    job = {"model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 2,
+           "provider": "ec2-emulated", "seed": "abc",
+           "offers": [{"type": "g4dn.xlarge", "quota": 2}]}  # fmt: skip
+    path = ctx.write("job.yaml", yaml.safe_dump(job))
+    return ctx.srifty("train", "--job", str(path), "--no-progress")
+
+
+case("train-job-emulated-seed-abc", "train plan", "`seed: abc` in an emulated job",
+     field="seed")(_emulated_seed)  # fmt: skip
+
+USER_MODELS = """
+import sys
+import torch
+from srifty_core.workload import Parts
+
+
+def _batch(b, g):
+    return torch.randn(b, 8, generator=g), torch.randn(b, 1, generator=g)
+
+
+class Broken(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.lin(x.view(-1, 9))
+
+
+def forward_fails():
+    return Parts(Broken(), _batch, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean())
+
+
+def no_grad():
+    lin = torch.nn.Linear(8, 1)
+    return Parts(lin, _batch, lambda m, b: ((m(b[0]).detach() - b[1]) ** 2).mean())
+"""
+
+
+def _user_model(command: str, ref: str) -> Callable[[Ctx], Run]:
+    def body(ctx: Ctx) -> Run:
+        ctx.write("models.py", USER_MODELS)
+        ctx.write("exits.py", "import sys\nsys.exit(0)\n\ndef build():\n    pass\n")
+        if command == "profile":
+            return ctx.srifty(*TINY_PROFILE[:2], ref, *TINY_PROFILE[3:])
+        req = {**BASE_REQUEST, "model": ref, "offers": [{"type": "g4dn.xlarge", "quota": 2}]}
+        path = ctx.write("request.yaml", yaml.safe_dump(req))
+        return ctx.srifty("plan", str(path), "--estimator", "apm")
+
+    return body
+
+
+for _id, _command, _ref in (
+    ("profile-user-forward-error", "profile", "models.py:forward_fails"),
+    ("profile-user-loss-no-grad", "profile", "models.py:no_grad"),
+    ("profile-user-sys-exit", "profile", "exits.py:build"),
+    ("plan-user-forward-error", "plan", "models.py:forward_fails"),
+):
+    case(_id, "user code", f"`{_command}` of {_ref}", field=_ref)(_user_model(_command, _ref))
+
+
+def _crash_between_checkpoints(ctx: Ctx) -> Run:
+    """Every process of the run killed at once (a lost machine): no rank checkpoints on
+    the way out, so the log holds iterations past the last checkpoint; the rerun resumes
+    at the checkpoint and must not log them twice."""
+    path = _plan_file(ctx, iterations=20, step_sleep_s=0.3, checkpoint_every=4)
+    proc = ctx.start("train", str(path), "--no-progress")
+    try:
+        _wait_records(ctx, 6, proc)
+    finally:
+        for pid in case_pids(ctx.case):  # this case's processes only
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+    path = _plan_file(ctx, iterations=20, checkpoint_every=4)
+    return ctx.srifty("train", str(path), "--no-progress")
+
+
+case("train-crash-between-checkpoints", "kills",
+     "SIGKILL every process of `srifty train` between checkpoints, then rerun",
+     check=_exact_log(20))(_crash_between_checkpoints)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- running
