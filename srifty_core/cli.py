@@ -145,7 +145,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             progress=progress,
         )
     print(summary_text(result.profile), file=report)
-    print(f"\nprofile: {result.path}", file=report)
+    print(f"\nprofile: {out if out is not None else result.path}", file=report)
     if plot is not None:
         from srifty_core.profiling.report import plot_profile
 

@@ -15,8 +15,8 @@ from srifty_core.profiling.store import ProfileStore
 @dataclass(frozen=True, slots=True)
 class ProfileJobResult:
     profile: ComputeProfile
-    path: Path | str
-    """Where the profile went (``standard output`` for an ``Output`` that is ``-``)."""
+    path: Path
+    """Where the profile went (``-`` for standard output)."""
     mlflow_run_id: str | None
 
 
@@ -33,9 +33,9 @@ def run_profile_job(
     ``outputs.Output``: a checked path or standard output) or the profile store
     (atomically) and log it to MLflow. Nothing is written if profiling fails."""
     profile = profile_model(model, size, config, progress)
-    path: Path | str
     if isinstance(out, Output):
-        path = out.write(profile.to_json())
+        out.write(profile.to_json())
+        path = out.path or Path("-")
     else:
         path = ProfileStore.save_to(profile, out) if out else ProfileStore().save(profile)
     run_id = None

@@ -389,11 +389,11 @@ class ComputeProfile:
                     f"{where}.ready_fraction: must be within 0..1 of the backward pass, "
                     f"got {b.ready_fraction}"
                 )
-        for b, e in self.probe_checks:
-            if b < 1 or not math.isfinite(e) or e < 0:
+        for batch, e in self.probe_checks:
+            if batch < 1 or not math.isfinite(e) or e < 0:
                 raise ConfigError(
                     f"probe_checks: (batch, relative error) must be >= 1 and finite >= 0, "
-                    f"got {(b, e)}"
+                    f"got {(batch, e)}"
                 )
 
 
