@@ -436,9 +436,68 @@ def load_census(
             f"no operator census of {model}/{size} and no torch here to count it: run "
             f"`{command}` where the worker extra is installed, with the same data folder"
         ) from exc
-    census = take_census(model, size, settings)
+    census = (
+        count_in_child(model, size, settings)
+        if is_user_code(model)
+        else take_census(model, size, settings)
+    )
     write_text_atomic(census_path(root, model, size, settings), census.to_json())
     return census
+
+
+def is_user_code(model: str) -> bool:
+    """Whether counting ``model`` runs code the caller did not write: a factory in a file
+    or a module. Zoo names and ``hf:`` configs are data (a stored name is no reference)."""
+    from srifty_core.workload import ModelRefError, parse_model
+
+    try:
+        return parse_model(model).kind in ("file", "module")
+    except ModelRefError:
+        return False
+
+
+def count_in_child(model: str, size: str, settings: TrainingSettings) -> OpCensus:
+    """``take_census`` in a child interpreter (``python -m srifty_core.profiling.census
+    --out``) with a worker's environment (``worker_env.scrubbed``: none of this process's
+    secrets) in this working directory: how planning counts a user's factory. It ends when
+    this process does. A failure is one ``ConfigError`` line naming the model."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from srifty_core.lifetime import caller_env
+    from srifty_core.worker_env import scrubbed
+
+    with tempfile.TemporaryDirectory(prefix="srifty-census-") as tmp:
+        out = Path(tmp) / "census.json"
+        argv = [sys.executable, "-m", "srifty_core.profiling.census", "--model", model]
+        argv += ["--size", size, "--settings", json.dumps(settings.to_dict()), "--out", str(out)]
+        proc = subprocess.run(
+            argv,
+            env={**scrubbed(), **caller_env()},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        if proc.returncode != 0 or not out.is_file():
+            last = lines[-1] if lines else "(no message)"
+            prefix = "python -m srifty_core.profiling.census: error: "
+            if proc.returncode == 2 and last.startswith(prefix):
+                raise ConfigError(last.removeprefix(prefix))  # already one line naming it
+            how = f"exit code {proc.returncode}" if proc.returncode else "exit code 0, no census"
+            raise ConfigError(
+                f"model: counting the operators of {model} in a child process failed "
+                f"({how}): {last}"
+            )
+        try:
+            return OpCensus.from_json(out.read_text(encoding="utf-8"))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"model: counting the operators of {model} gave no census ({exc})"
+            ) from exc
 
 
 SHIPPED_MODELS = (
@@ -480,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from srifty_core import paths
     from srifty_core.atomic import write_text_atomic
+    from srifty_core.lifetime import die_with_caller
     from srifty_core.workload import model_key
 
     ap = argparse.ArgumentParser(
@@ -491,20 +551,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="full", help="size preset (default: full)")
     ap.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"), help="default: sgd")
     ap.add_argument("--ship", action="store_true", help="retake the package's shipped censuses")
+    ap.add_argument(
+        "--out", type=Path, help="write the census to this file instead of the profile store"
+    )
+    ap.add_argument("--settings", help=argparse.SUPPRESS)  # count_in_child: all the settings
     args = ap.parse_args(argv)
+    die_with_caller()  # a child of count_in_child ends with its caller
     if args.ship:
         for path in ship():
             print(path)
         return 0
     if not args.model:
         ap.error("--model is required (or --ship)")
-    settings = TrainingSettings(optimizer=args.optimizer)
     try:
+        settings = (
+            TrainingSettings.from_dict(json.loads(args.settings))
+            if args.settings
+            else TrainingSettings(optimizer=args.optimizer)
+        )
         model_key(args.model)  # a bad reference is one line before anything is built
         census = take_census(args.model, args.size, settings)
     except ConfigError as exc:
         ap.exit(2, f"{ap.prog}: error: {exc}\n")
-    path = census_path(paths.profiles_dir(), args.model, args.size, settings)
+    path = args.out or census_path(paths.profiles_dir(), args.model, args.size, settings)
     write_text_atomic(path, census.to_json())
     print(f"{path}: {len(census.phase)} operators, {census.n_parameters} parameters")
     return 0
