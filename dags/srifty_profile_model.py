@@ -169,8 +169,10 @@ def srifty_profile_model() -> None:
         from srifty_core.profiling.job import run_profile_job
         from srifty_core.profiling.profiler import ProfilerConfig
         from srifty_core.training_settings import TrainingSettings
+        from srifty_core.trigger_models import registered_model
 
         p = get_current_context()["params"]
+        registered_model(p["model"])  # a trigger's model is data: never a file to import
         config = ProfilerConfig(
             device=device,
             probes=p["probes"],

@@ -40,6 +40,10 @@ def what_if_report(
 
     if not isinstance(request, Mapping):
         raise ConfigError(f"request: a mapping of request fields, got {type(request).__name__}")
+    if "model" in request:  # a trigger's: a registered model, never a file to import
+        from srifty_core.trigger_models import registered_model
+
+        registered_model(request["model"])
     parsed = [whatif.parse_scenario(str(t)) for t in scenarios]  # bad input fails first
     if not parsed and not one_more_vm:
         raise ConfigError("scenarios: give at least one, or ask for one_more_vm")

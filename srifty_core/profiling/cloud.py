@@ -129,9 +129,16 @@ class CloudProfileRequest:
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> CloudProfileRequest:
-        """From the profiling DAG's params (or any mapping with those keys)."""
+        """From the profiling DAG's params (or any mapping with those keys): a trigger's,
+        so the model must be registered (``trigger_models``: never a file path)."""
+        from srifty_core.trigger_models import registered_model
+
+        try:
+            model = registered_model(p["model"])
+        except ConfigError as exc:
+            raise FieldError("model", str(exc).removeprefix("model: ")) from None
         return cls(
-            model=p["model"],
+            model=model,
             size=p.get("size", "small"),
             settings=TrainingSettings.from_dict(p),
             probes=p.get("probes", 4),

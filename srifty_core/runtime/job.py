@@ -133,10 +133,15 @@ class JobSpec:
     def from_params(cls, p: Mapping[str, Any], *, shell: bool = False) -> JobSpec:
         """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
         unknown keys): every problem is a ``ConfigError`` naming the field. ``shell``: a
-        job run from the shell (``ShellJobConf``: the emulated EC2 allowed too)."""
+        job run from the shell (``ShellJobConf``: the emulated EC2 allowed too, and any
+        model reference); else a DAG trigger's, whose model must be registered
+        (``trigger_models``: never a file path)."""
         from srifty_core.planner.schema import JobConf, ShellJobConf
+        from srifty_core.trigger_models import registered_model
 
         c = (ShellJobConf if shell else JobConf).parse(p)
+        if not shell:
+            registered_model(c.model)  # data, not code: before anything imports it
         return cls(
             model=c.model,
             size=c.size,
