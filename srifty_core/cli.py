@@ -565,6 +565,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if (args.plan is None) == (args.job is None):
         raise ConfigError("train: give a plan file or --job JOB.yaml (one of them)")
     if args.job is not None:
+        if args.force:
+            raise ConfigError("--force: only with a plan file (a --job is planned for here)")
         return _train_job(args)
     if args.provider not in (None, "local") or args.preempt:
         raise ConfigError(
@@ -579,6 +581,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, entrypoint=tuple(command))
     if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
         read_progress_checked(plan.progress_path)
+    from srifty_core.runtime.preflight import PlanDoesNotFit, check_plan_fits
+
+    try:  # a plan made for other machines (GPU VMs, more cores or memory) is refused
+        check_plan_fits(plan, args.plan)
+    except PlanDoesNotFit as exc:
+        if not args.force:
+            raise
+        print(
+            f"srifty: warning: {exc.path}: {'; '.join(exc.problems)}; running it anyway (--force)",
+            file=sys.stderr,
+        )
     from srifty_core.console import StageProgress
 
     bar = StageProgress(f"train {plan.model}", disable=args.no_progress)
@@ -1027,6 +1040,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start from scratch where the run folder has progress but no usable checkpoint "
         "(the old log and checkpoint are moved aside)",
+    )
+    tr.add_argument(
+        "--force",
+        action="store_true",
+        help="run a plan file here even if it does not fit this machine (made for GPU VMs, "
+        "more ranks than the cores take, more memory than is available)",
     )
     tr.set_defaults(func=_cmd_train)
 

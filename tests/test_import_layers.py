@@ -24,7 +24,7 @@ _LAYERS = (
     ("run folder", "run_store progress train_plan checkpoint rendezvous placement exchange_timer"
      " timeline"),
     ("job model", "job decisions"),
-    ("policy", "monitor replanner planning recalibration"),
+    ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
     ("effects", "job_log cloud_watch provisioning artifact launch worker user measure"
      " emulated_job"),

@@ -8,6 +8,14 @@ another process (an Airflow teardown) can release what this one launched; before
 a recorded PID, ``release`` checks that the process's start time still matches, so a
 reused PID is never hit.
 
+Workers run with ``lifetime.caller_env`` (``srifty train``, ``srifty probe``: callers that
+wait for them) are tied to the caller: each such allocation gets a guard
+(``cloud.local_guard``, one small process in its own session) that waits for the caller to
+go away; if the caller dies without releasing the allocation (SIGKILL, SIGTERM, a crash),
+the guard releases it: SIGTERM to the workers (the train worker checkpoints), SIGKILL to
+whatever still runs after ``TERM_GRACE_S`` (a rank stuck in a long step, a script that
+ignores SIGTERM), and the allocation's instances turn terminated in its state file.
+
 Instance types: ``local.cpu`` (one rank per instance, the machine's vCPUs, no rated
 network), or any catalog type, whose specs are then used as *labels* (one rank per GPU):
 the measurement is still local, and the rows say so (provider and cloud ``local``).
@@ -27,6 +35,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -49,6 +58,7 @@ from srifty_core.cloud.base import (
     ProviderError,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
+from srifty_core.lifetime import ENV_VAR as TIED_ENV
 from srifty_core.worker_env import scrubbed
 
 LOCAL_CPU = "local.cpu"
@@ -57,6 +67,12 @@ DEFAULT_MAX_RANKS = 16
 """Worker processes one local allocation may hold (a quota: each rank is a Python process
 with torch loaded, a few hundred MB)."""
 TERM_GRACE_S = 5.0
+GUARD_KEEP = b"keep"
+"""What the caller tells an allocation's guard (``cloud.local_guard``) before it closes the
+pipe, once it released the allocation itself."""
+_GUARDS: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+"""This process's guards, by (state folder, allocation id): module-wide, as several
+``LocalProvider`` objects of one process may launch and release the same allocation."""
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -239,10 +255,13 @@ class LocalProvider(Provider):
         world = sum(a.ranks for a in allocations)
         # the caller's environment without its secrets (worker_env), plus what it passes
         base_env = {**scrubbed(), **(env or {})}
+        tied = base_env.get(TIED_ENV) == str(os.getpid())
         first = 0
         for a, state in zip(allocations, states, strict=True):
             logs = log_dir or self.state_dir / a.id / "logs"
             logs.mkdir(parents=True, exist_ok=True)
+            if tied:  # before the workers: a caller killed while starting them is covered
+                self._guard(a.id, logs)
             procs: dict[int, subprocess.Popen[bytes]] = {}
             records: list[dict[str, Any]] = []
             per = a.spec.ranks_per_instance
@@ -347,6 +366,40 @@ class LocalProvider(Provider):
                 state["instances"][iid] = InstanceState.TERMINATED.value
                 ended.setdefault(iid, at)
         self._save(alloc_id, state)
+        self._unguard(alloc_id)
+
+    # ------------------------------------------------------------------ guards
+    def _guard_key(self, alloc_id: str) -> tuple[str, str]:
+        return str(self.state_dir.resolve()), alloc_id
+
+    def _guard(self, alloc_id: str, logs: Path) -> None:
+        """Start the allocation's guard (once): it releases the allocation if this process
+        ends without releasing it (see the module's doc)."""
+        key = self._guard_key(alloc_id)
+        guard = _GUARDS.get(key)
+        if guard is not None and guard.poll() is None:
+            return
+        with open(logs / "guard.log", "ab") as log:
+            _GUARDS[key] = subprocess.Popen(
+                [sys.executable, "-m", "srifty_core.cloud.local_guard", str(self.state_dir),
+                 alloc_id],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # not stopped with the caller's process group
+            )  # fmt: skip
+
+    def _unguard(self, alloc_id: str) -> None:
+        """The allocation is released: its guard can go."""
+        guard = _GUARDS.pop(self._guard_key(alloc_id), None)
+        if guard is None or guard.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            guard.stdin.write(GUARD_KEEP + b"\n")
+        with contextlib.suppress(OSError):
+            guard.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            guard.wait(timeout=TERM_GRACE_S)
 
     # ------------------------------------------------------------------ internals
     def _stop(self, records: list[dict[str, Any]], alloc_id: str) -> None:

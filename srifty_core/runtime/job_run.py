@@ -87,7 +87,7 @@ def run_job(
         alloc = orc.provision(job_path, provider, keep=orc.handed_over(spec))
         kept: list[str] = []
         try:
-            started = orc.start_training(job_path, alloc, provider)
+            started = orc.start_training(job_path, alloc, provider, tie=True)  # ends with us
             monitor = Monitor(job_path, alloc, spec, started, provider=provider)
             try:
                 result = watch(

@@ -14,6 +14,14 @@ is released, one with a rank per survivor launched), and training resumes from t
 checkpoint with the global batch split over the survivors (a plan file carries no model
 of the hardware, so ``Replanner.survivors`` splits it evenly). The job ends when every
 worker of the latest configuration exits with 0.
+
+There is no wall-clock cap: a job runs as long as it makes progress (its limits are the
+plan's iterations and what ``limits`` says). Workers that log no step for longer than their
+step time allows (``monitor.Stall``) fail the job as hung, and their ranks are stopped.
+The ranks are tied to this process (``lifetime.caller_env``): if it dies, however it dies,
+the local provider's guard stops them (SIGTERM, then SIGKILL after a grace period) and
+releases their allocation; a rerun on the same run folder first releases whatever a
+killed run left launched (``RUN_ALLOCATIONS``).
 """
 
 from __future__ import annotations
@@ -21,14 +29,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
+import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest
+from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, ProviderError
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
@@ -37,9 +49,9 @@ from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.decisions import PollResult
 from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch, TrainingFailed
 from srifty_core.runtime.launch import launch_argv
-from srifty_core.runtime.monitor import Limits
+from srifty_core.runtime.monitor import Limits, Stall
 from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
-from srifty_core.runtime.monitor_step import Monitor
+from srifty_core.runtime.monitor_step import JobStalled, Monitor
 from srifty_core.runtime.replanner import Replanner
 from srifty_core.runtime.train_plan import TrainPlan
 
@@ -85,27 +97,74 @@ def train_local(
     *,
     limits: Limits | None = None,
     poll_s: float = 0.05,
-    timeout_s: float = 600.0,
+    timeout_s: float = math.inf,
     on_poll: Callable[[Allocation], None] | None = None,
     restart: bool = False,
+    stall: Stall | None = None,
 ) -> RunReport:
     """Train ``plan`` to its last iteration on local workers, re-planning on preemption.
 
-    Resumes from the run folder's checkpoint; refuses a folder whose log shows progress
-    without a checkpoint, unless ``restart`` (``checkpoint.check_resumable``). One live job
-    per run folder (``run_folder_lock``). Local workers train in a local run folder: a
-    ``run_dir`` on run storage (an ``s3://`` URI, for cloud VMs) is a ``ConfigError``."""
+    ``timeout_s``: a cap of wall time for a caller that wants one (none by default: a
+    healthy job runs to its end; a hung one is stopped by ``stall``, ``monitor.Stall``'s
+    defaults unless given). Resumes from the run folder's checkpoint; refuses a folder
+    whose log shows progress without a checkpoint, unless ``restart``
+    (``checkpoint.check_resumable``). One live job per run folder (``run_folder_lock``).
+    Local workers train in a local run folder: a ``run_dir`` on run storage (an ``s3://``
+    URI, for cloud VMs) is a ``ConfigError``."""
     if run_store.is_remote(plan.run_dir):
         raise ConfigError(
             f"run_dir {plan.run_dir}: local workers train in a local run folder; run "
             "storage (a URI) is for workers on cloud VMs. Give the plan a local run_dir"
         )
     with run_folder_lock(Path(plan.run_dir)):
-        return _train_local(plan, provider, limits, poll_s, timeout_s, on_poll, restart)
+        return _train_local(plan, provider, limits, poll_s, timeout_s, on_poll, restart, stall)
 
 
 RUN_LOCK = ".srifty-run.lock"
 RUN_OWNER = ".srifty-run.owner"
+RUN_ALLOCATIONS = ".srifty-run.allocations"
+"""The allocations the job holding the run folder launched (with the provider's state
+folder), removed once it released them: one left behind is a killed job's, released by
+the next job on the folder before its ranks start (``release_left_behind``)."""
+
+
+def record_allocations(run_dir: Path, provider: LocalProvider, ids: list[str]) -> None:
+    text = json.dumps({"state_dir": str(provider.state_dir), "allocations": ids})
+    write_text_atomic(run_dir / RUN_ALLOCATIONS, text + "\n")
+
+
+def release_left_behind(run_dir: Path, provider: LocalProvider) -> list[str]:
+    """Release the allocations a killed job on this run folder left launched (its ranks,
+    if any still run, are stopped: SIGTERM, then SIGKILL); the ids that still had running
+    instances. Call it holding the run folder's lock."""
+    path = run_dir / RUN_ALLOCATIONS
+    try:
+        d = json.loads(path.read_text())
+        state_dir = Path(d["state_dir"])
+        ids = [str(a) for a in d["allocations"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError):
+        print(f"train: {path} is damaged; ignored", file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return []
+    owner = provider if state_dir == provider.state_dir else LocalProvider(state_dir)
+    released: list[str] = []
+    for alloc_id in ids:
+        try:
+            alloc = owner.get_allocation(alloc_id)
+            running = any(i.state is InstanceState.RUNNING for i in owner.describe(alloc))
+            owner.release(alloc_id)
+        except (ProviderError, ConfigError):
+            continue
+        if running:
+            released.append(alloc_id)
+            print(
+                f"train: released {alloc_id}, left launched by a killed job on {run_dir}",
+                file=sys.stderr,
+            )
+    path.unlink(missing_ok=True)
+    return released
 
 
 @contextlib.contextmanager
@@ -174,16 +233,19 @@ def _train_local(
     timeout_s: float,
     on_poll: Callable[[Allocation], None] | None,
     restart: bool,
+    stall: Stall | None,
 ) -> RunReport:
+    run_dir = Path(plan.run_dir)
+    release_left_behind(run_dir, provider)  # before anything reads the checkpoint
     check_resumable(plan.checkpoint_path, plan.progress_path, restart)
     limits = limits or Limits(iterations=plan.iterations, global_batch=plan.global_batch)
-    run_dir = Path(plan.run_dir)
     started = time.time()
     deadline = time.monotonic() + timeout_s
     config = plan
     segments: list[Segment] = []
     decisions: list[PollResult] = []
     alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
+    record_allocations(run_dir, provider, [alloc.id])
     try:
         while True:
             ck = load_checkpoint(config.checkpoint_path)
@@ -198,7 +260,9 @@ def _train_local(
             )
             # The one monitor (monitor_step): the throughput rule, online recalibration
             # (the plan's own configuration only: no search), the decisions log.
-            monitor = Monitor(job_path, [alloc.id], spec, started, provider=provider, search=False)
+            monitor = Monitor(
+                job_path, [alloc.id], spec, started, provider=provider, search=False, stall=stall
+            )
             step = _LocalStep(monitor, provider, alloc, decisions, on_poll)
             try:
                 result = watch(step, poll_s=poll_s, timeout_s=max(deadline - time.monotonic(), 0))
@@ -229,6 +293,7 @@ def _train_local(
             if alive < 1:
                 raise TrainingError("every instance was preempted; nothing to resume on")
             (alloc,), _ = Replanner.apply(provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive})
+            record_allocations(run_dir, provider, [alloc.id])
             config = dataclasses.replace(
                 config,
                 local_batches=Replanner.survivors(config.global_batch, alive),
@@ -236,6 +301,7 @@ def _train_local(
             )
     finally:
         provider.release(alloc)
+        (run_dir / RUN_ALLOCATIONS).unlink(missing_ok=True)
 
 
 @dataclass
@@ -257,6 +323,8 @@ class _LocalStep:
             self.on_poll(self.alloc)
         try:
             result = self.monitor.step(time.time())
+        except JobStalled as exc:  # ``train_local`` releases the allocation: ranks stop
+            raise TrainingError(str(exc)) from None
         except TrainingFailed:
             codes = self.provider.exit_codes(self.alloc)
             if codes and all(c == 0 for c in codes.values()):

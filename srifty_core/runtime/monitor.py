@@ -6,13 +6,16 @@ confidence bound of the mean (the optimistic throughput) and projects the finish
 the cost of the remaining iterations with it. It recommends ``replan`` only when even the
 optimistic projection breaks a limit, so a transient slowdown (which widens the bound)
 does not make it switch. A preemption is different: the instance type is marked
-depleted and the decision is ``replan`` at once. Light: no torch import.
+depleted and the decision is ``replan`` at once. ``StallWatch`` says when a configuration
+has logged no step for longer than its step time allows (a hung script or rank). Light: no
+torch import.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -143,3 +146,80 @@ def decide(
     return Decision(
         action, reason, done, elapsed, spent, window, optimistic, t_proj, c_proj, depleted
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """When a running configuration counts as hung (``StallWatch``): no new step for
+    ``steps`` step times (the typical step logged so far, or the planned one if longer),
+    never less than ``min_s`` nor than twice the longest step seen (a checkpoint, an
+    evaluation pass); before its first step, ``startup_s`` (starting Python, building
+    the model, the ranks' rendezvous, a first compiled step)."""
+
+    steps: float = 20.0
+    min_s: float = 120.0
+    startup_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "min_s", "startup_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name}: must be a positive number of seconds, got {v!r}")
+
+
+class StallWatch:
+    """The clock of one configuration's progress: ``see`` the steps each look finds,
+    ``hung`` says (the reason) when none came for longer than the window. Time is the
+    monitor's own (``now`` of its looks, not the records' clocks), so a skewed clock
+    on a VM neither hides nor fakes a stall."""
+
+    def __init__(
+        self,
+        rule: Stall,
+        started_at: float,
+        planned_step_s: float = 0.0,
+        *,
+        startup: bool = True,
+    ) -> None:
+        """``startup``: also judge the time before the first step (off where the start has
+        its own timeout: VMs that install the wheel, then wait for each other up to their
+        join timeout)."""
+        self.rule = rule
+        self.startup = startup
+        self.progress_at = started_at
+        self.planned_step_s = planned_step_s if math.isfinite(planned_step_s) else 0.0
+        self._steps: deque[float] = deque(maxlen=64)
+        self._longest = 0.0
+
+    def see(self, records: Sequence[ProgressRecord], now: float) -> None:
+        """The steps logged since the last look (none: no progress)."""
+        if not records:
+            return
+        self.progress_at = max(self.progress_at, now)
+        for r in records:
+            if math.isfinite(r.step_s) and r.step_s > 0:
+                self._steps.append(r.step_s)
+                self._longest = max(self._longest, r.step_s)
+
+    def window_s(self) -> tuple[float, str]:
+        """How long without a step is too long, and how that was set."""
+        rule = self.rule
+        if not self._steps:
+            w = max(rule.startup_s, rule.min_s, rule.steps * self.planned_step_s)
+            return w, f"{w:.0f} s before the first step"
+        typical = max(statistics.median(self._steps), self.planned_step_s)
+        w = max(rule.min_s, rule.steps * typical, 2.0 * self._longest)
+        return w, (
+            f"{w:.0f} s: {rule.steps:g} steps of {typical:.3g} s, at least {rule.min_s:g} s "
+            f"and twice the longest step, {self._longest:.3g} s"
+        )
+
+    def hung(self, now: float) -> str | None:
+        """Why the configuration looks hung at ``now``, or ``None``."""
+        if not self._steps and not self.startup:
+            return None
+        idle = now - self.progress_at
+        window, why = self.window_s()
+        if idle <= window:
+            return None
+        return f"no training step for {idle:.0f} s (the window: {why})"

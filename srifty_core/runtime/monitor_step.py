@@ -6,11 +6,12 @@ trigger, in the triggerer): it keeps the provider, the allocations and the progr
 read position, so a step reads only the steps logged since the last one, the small state
 file rank 0 replaces each step (the iteration the checkpoint holds: never the checkpoint
 itself) and the provider's interruptions and exit codes. Workers that died without a
-preemption raise ``TrainingFailed``. Every step is appended to the run folder's
-``decisions.jsonl`` (``DecisionLog``: the run folder may be a run-storage URI); with
-``live`` set, each step that saw new training steps reports the window's metrics
-(throughput, iteration time measured against predicted, loss) to it, which
-``job_log.LiveMetrics`` logs to the configuration's MLflow run while it trains.
+preemption raise ``TrainingFailed``; workers that logged no step for longer than their
+step time allows (``monitor.StallWatch``: a hung script or rank) raise ``JobStalled``.
+Every step is appended to the run folder's ``decisions.jsonl`` (``DecisionLog``: the run
+folder may be a run-storage URI); with ``live`` set, each step that saw new training steps
+reports the window's metrics (throughput, iteration time measured against predicted, loss)
+to it, which ``job_log.LiveMetrics`` logs to the configuration's MLflow run while it trains.
 
 Light: no torch import (importing this module, or stepping a monitor, never loads it).
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from srifty_core.cloud.base import Provider
+from srifty_core.cloud.base import Allocation, Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.planner.request import offer_key
 from srifty_core.runtime import job_log
@@ -44,7 +45,7 @@ from srifty_core.runtime.job import (
     TrainingFailed,
     item_key,
 )
-from srifty_core.runtime.monitor import Limits, decide
+from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide
 from srifty_core.runtime.progress import ProgressRecord, ProgressTail, read_state
 from srifty_core.runtime.recalibration import Recalibrator
 
@@ -52,6 +53,7 @@ __all__ = [
     "DECISIONS_FILE",
     "WINDOW_S",
     "DecisionLog",
+    "JobStalled",
     "LiveSink",
     "Monitor",
     "PollResult",
@@ -65,6 +67,11 @@ __all__ = [
 WINDOW_S = 300.0
 LiveSink = Callable[[Mapping[str, float], int, float], None]
 """``(metrics, step, at)``: where a step's window metrics go (``job_log.LiveMetrics``)."""
+
+
+class JobStalled(TrainingFailed):
+    """The workers logged no step for longer than their step time allows (a hung script
+    or rank); the job fails with this message, and its teardown stops the ranks."""
 
 
 class Monitor:
@@ -81,6 +88,7 @@ class Monitor:
         live: LiveSink | None = None,
         window_s: float = WINDOW_S,
         search: bool = True,
+        stall: Stall | None = None,
     ) -> None:
         from srifty_core.runtime.provisioning import make_provider
 
@@ -96,6 +104,14 @@ class Monitor:
         self._decisions = DecisionLog(self.facts.run_dir, self.facts.config_id)
         self._recent: list[ProgressRecord] = []
         self._last: ProgressRecord | None = None
+        predicted = self.job.predicted.get("t_iter_s")
+        planned = max(
+            spec.step_sleep_s,
+            float(predicted) if isinstance(predicted, (int, float)) else 0.0,
+        )
+        # on VMs the start (install, join) has its own timeout: judged from the first step
+        local = self.job.provider == "local"
+        self.stall = StallWatch(stall or Stall(), started_at, planned, startup=local)
         # online recalibration; the factors go to the configuration's MLflow run at its end
         self.recal = Recalibrator(
             self.job, spec, window_s=window_s, log_factors=job_log.log_factors
@@ -105,6 +121,7 @@ class Monitor:
         """The steps of this configuration in the window (and the latest), and whether any
         arrived since the last step."""
         new = [r for r in self._tail.read() if r.wall_time >= self.started_at]
+        self.stall.see(new, now)
         if new:
             self._last = new[-1]
         self._recent = [r for r in (*self._recent, *new) if r.wall_time > now - self.window_s]
@@ -152,6 +169,7 @@ class Monitor:
         finished = checkpointed and (all_exited or job.provider != "local")
         done = max(decision.iterations_done, spec.resume.iterations_done if spec.resume else 0)
         recal = self.recal.check(records, decision.elapsed_s, decision.spent_usd)
+        hung = self.stall.hung(now)
 
         def result(status: str, reason: str) -> PollResult:
             return PollResult(
@@ -179,7 +197,7 @@ class Monitor:
             out = result(REPLAN, decision.reason)
         elif recal is not None and recal.replan:
             out = result(REPLAN, recal.reason)
-        elif decision.replan:
+        elif decision.replan and hung is None:
             out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
         elif all_exited and isinstance(provider, LocalProvider):
             logs = ", ".join(str(provider.log_dir(a)) for a in self.allocations)
@@ -192,6 +210,11 @@ class Monitor:
                 f"VM(s) ended training at iteration {done} of {facts.iterations} without a "
                 f"preemption (node: exit code) {failed}; see exit-*.json in {facts.run_dir}"
             )
+        elif hung is not None:
+            raise JobStalled(
+                f"{hung}: the job looks hung at iteration {done} of {facts.iterations}: "
+                f"stopping its ranks; see the workers' logs{_log_dirs(provider, self.allocations)}"
+            )
         else:
             out = result(RUNNING, decision.reason)
         self._decisions.append(out)
@@ -202,6 +225,12 @@ class Monitor:
             metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
             self.live({**metrics, **(recal.metrics if recal else {})}, done, now)
         return out
+
+
+def _log_dirs(provider: Provider, allocations: Sequence[Allocation]) -> str:
+    if not isinstance(provider, LocalProvider):
+        return ""
+    return " in " + ", ".join(str(provider.log_dir(a)) for a in allocations)
 
 
 def _failed_exits(run_dir: str, config_id: str) -> dict[str, int]:

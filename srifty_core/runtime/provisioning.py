@@ -19,6 +19,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import caller_env
 from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.replanner import Key, Replanner, launch_all
 
@@ -105,14 +106,20 @@ def provision(
 
 
 def start_training(
-    job_path: Path | str, allocation_ids: Sequence[str], provider: Provider | None = None
+    job_path: Path | str,
+    allocation_ids: Sequence[str],
+    provider: Provider | None = None,
+    *,
+    tie: bool = False,
 ) -> float:
     """Start the workers on the allocations; returns the start time (Unix seconds).
 
     Local: one process per rank, one process group over the allocations (ranks in their
-    order). EC2: the workers started from the user data at launch; this only notes the
-    time. The emulated EC2: its emulated ranks start (``emulated_job.start``). The time is
-    the provider's clock (simulated on the emulator).
+    order); ``tie``: they end with this process (``lifetime.caller_env``: a caller that
+    watches them itself, ``srifty train --job``; not the DAG, whose next task watches).
+    EC2: the workers started from the user data at launch; this only notes the time. The
+    emulated EC2: its emulated ranks start (``emulated_job.start``). The time is the
+    provider's clock (simulated on the emulator).
     """
     job = JobPlan.load(job_path)
     if job.provider == "local":
@@ -120,7 +127,7 @@ def start_training(
         if not isinstance(local, LocalProvider):
             raise ConfigError(f"provider: a local plan needs the local provider, got {local.name}")
         allocs = [local.get_allocation(a) for a in allocation_ids]
-        local.run_group(allocs, worker_command(job))
+        local.run_group(allocs, worker_command(job), caller_env() if tie else None)
     elif job.provider == "ec2-emulated":
         from srifty_core.runtime import emulated_job
 

@@ -68,7 +68,8 @@ def test_a_killed_probe_command_leaves_nothing_running_after_a_rerun(data_dir: P
     time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)  # no cleanup code runs
     proc.wait()
-    assert "running" in _states(data_dir).values()  # what the kill left
+    # the allocation's guard may have released it already (its workers were tied to the
+    # killed command); if not, the rerun does: either way nothing is left running
     rerun = subprocess.run([*args, "--repeats", "2"], env=env, capture_output=True, text=True,
                            check=False, timeout=300)  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr

@@ -4,17 +4,23 @@ after exactly N iterations with the parameters of a straight run."""
 
 from __future__ import annotations
 
+import json
+import sys
+import textwrap
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
 from srifty_core.cloud.base import Allocation
-from srifty_core.cloud.local import LocalProvider
+from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.runtime import local_run, monitor_loop
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.local_run import train_local
+from srifty_core.runtime.local_run import TrainingError, train_local
+from srifty_core.runtime.monitor import Stall
 from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.worker import TrainPlan, train_single
 
@@ -69,3 +75,74 @@ def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path) -> None:
     assert sorted({r.iteration for r in recs}) == list(range(1, N + 1))
     straight = train_single(plan)
     assert all(torch.allclose(ck.model[k], straight[k], atol=1e-10) for k in straight)
+
+
+STEPS_THEN = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+
+    steps, then = int(sys.argv[1]), sys.argv[2]  # then: "exit" or "hang"
+    if then == "hang":  # a hung script ignores SIGTERM too
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    rank, run_dir = os.environ["SRIFTY_PLAN_RANK"], os.environ["SRIFTY_RUN_DIR"]
+    Path(run_dir, f"rank-{rank}.pid").write_text(str(os.getpid()))
+    if rank == "0":
+        with ProgressLog(Path(run_dir) / "progress.jsonl") as log:
+            for i in range(1, steps + 1):
+                time.sleep(0.2)
+                log.append(ProgressRecord(i, time.time(), 0.2, 2, os.environ["SRIFTY_CONFIG_ID"]))
+    else:
+        time.sleep(0.2 * steps)
+    if then == "hang":
+        time.sleep(3600)
+    """
+)
+
+
+def _steps_then(tmp_path: Path, steps: int, then: str) -> TrainPlan:
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS_THEN)
+    return TrainPlan(
+        model="dlrm", size="tiny", global_batch=2, iterations=steps, local_batches=(1, 1),
+        run_dir=str(tmp_path / "run"), entrypoint=(sys.executable, str(script), str(steps), then),
+    )  # fmt: skip
+
+
+def test_a_hung_script_fails_the_job_within_a_few_windows_and_its_ranks_stop(
+    tmp_path: Path,
+) -> None:
+    """Issue 48: a hung script ran until a fixed 600 s cap, the monitor logging "too few
+    steps". The monitor sees no step for longer than the window its step time sets (20
+    steps of 0.2 s here, with a lowered minimum), fails the job with a clear message, and
+    the ranks (which ignore SIGTERM) are stopped."""
+    plan = _steps_then(tmp_path, 3, "hang")
+    provider = LocalProvider(tmp_path / "cloud")
+    started = time.monotonic()
+    with pytest.raises(TrainingError, match=r"no training step for \d+ s \(the window: 4 s: "):
+        train_local(plan, provider, poll_s=0.2, stall=Stall(min_s=1.0, startup_s=120))
+    assert time.monotonic() - started < 120  # bounded; about 10 s on a quiet machine
+    pids = [int(p.read_text()) for p in Path(plan.run_dir).glob("rank-*.pid")]
+    assert len(pids) == 2 and not any(pid_alive(p) for p in pids)
+    for f in (tmp_path / "cloud").glob("*.json"):
+        assert set(json.loads(f.read_text())["instances"].values()) == {"terminated"}
+
+
+def test_no_wall_clock_cap_ends_a_healthy_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48: `srifty train PLAN` ended every job at 600 s (``train_local``'s default
+    cap, which the command left as it was). The loops' clock runs 1000 times fast here, so
+    this 3 s job lasts over 3,000 s by it: no fixed cap applies (the stall rule, on the
+    wall clock, does not fire either: the job keeps logging steps)."""
+    fast = types.SimpleNamespace(
+        **{k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
+    )
+    fast.monotonic = lambda: time.monotonic() * 1000.0
+    monkeypatch.setattr(local_run, "time", fast)
+    monkeypatch.setattr(monitor_loop, "time", fast)
+    plan = _steps_then(tmp_path, 15, "exit")
+    report = train_local(plan, LocalProvider(tmp_path / "cloud"), poll_s=0.2)
+    assert [s.outcome for s in report.segments] == ["finished"]
+    assert len(read_progress(plan.progress_path)) == 15

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from srifty_core.runtime.monitor import Limits, decide, windowed_throughput
+from srifty_core.errors import ConfigError
+from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide, windowed_throughput
 from srifty_core.runtime.progress import ProgressRecord
 
 B = 100
@@ -72,3 +73,38 @@ def test_budget_projection_and_preemption() -> None:
     d = decide(recs, LIMITS, now=recs[-1].wall_time, started_at=0.0, preempted=["p3.8xlarge"])
     assert d.replan and d.depleted == ("p3.8xlarge",) and "preempted" in d.reason
     assert decide([], LIMITS, now=1.0, started_at=0.0).action == "continue"
+
+
+def test_a_stall_window_is_set_by_the_step_time_and_progress_resets_it() -> None:
+    """No step for longer than the window (20 step times, at least min_s, twice the
+    longest step; before the first step, startup_s) is a hung job; each new step restarts
+    the clock, so a healthy job that runs many windows long never is."""
+    rule = Stall(steps=20, min_s=10, startup_s=300)
+    watch = StallWatch(rule, started_at=1000.0)
+    assert watch.window_s()[0] == 300 and watch.hung(1299.0) is None
+    assert watch.hung(1301.0) is not None  # nothing logged in the first 301 s
+    t = 1000.0
+    for i in range(1, 401):  # 400 steps of 2 s: 800 s, 40 windows of 40 s
+        t += 2.0
+        watch.see([ProgressRecord(i, t, 2.0, B, "c0")], now=t)
+        assert watch.hung(t + 39.0) is None
+    assert watch.window_s()[0] == 40.0  # 20 steps of 2 s
+    reason = watch.hung(t + 41.0)
+    assert reason is not None and reason.startswith("no training step for 41 s")
+    watch.see([ProgressRecord(401, t + 30, 30.0, B, "c0")], now=t + 30)  # a checkpoint: 30 s
+    assert watch.window_s()[0] == 60.0 and watch.hung(t + 30 + 59) is None
+    fast = StallWatch(rule, started_at=0.0)
+    fast.see([ProgressRecord(1, 0.1, 0.1, B, "c0")], now=0.1)
+    assert fast.window_s()[0] == 10  # 20 steps of 0.1 s is under min_s
+    planned = StallWatch(rule, started_at=0.0, planned_step_s=1.5)
+    planned.see([ProgressRecord(1, 0.1, 0.1, B, "c0")], now=0.1)
+    assert planned.window_s()[0] == 30  # the plan's step time when it is the longer
+    vms = StallWatch(rule, started_at=0.0, startup=False)  # VMs: their join timeout rules
+    assert vms.hung(10_000.0) is None
+    vms.see([ProgressRecord(1, 10_000.0, 0.1, B, "c0")], now=10_000.0)
+    assert vms.hung(10_011.0) is not None
+
+
+def test_a_bad_stall_rule_is_named() -> None:
+    with pytest.raises(ConfigError, match="min_s"):
+        Stall(min_s=0)
