@@ -137,3 +137,25 @@ def test_check_probes_find_a_bend_the_budgeted_probes_miss() -> None:
     assert gap_midpoint(8, 9) is None and gap_midpoint(1, 8) == 3 and gap_midpoint(8, 32) == 16
     with pytest.raises(ConfigError, match="refine"):
         refine_batch_sizes([1, 8], lambda b: 1.0, lambda b: (1.0, 0.0), budget=-1)
+
+
+def test_no_piece_falls_so_extrapolation_to_b_max_stays_positive() -> None:
+    # the digits MLP probed at 1, 8 and 16 (noise put 16 below 8) with B_max 739,556:
+    # the unconstrained last piece fell and predicted a negative time at B_max
+    x = [1.0, 2.0, 4.0, 8.0, 16.0]
+    y = [1.00e-3, 1.02e-3, 1.05e-3, 1.40e-3, 1.30e-3]
+    fit = fit_piecewise(x, y, repeats=2)
+    assert all(s >= 0 for s in fit.slopes), fit
+    assert fit.at(739_556) > 0
+    assert max(abs(fit.at(b) / t - 1) for b, t in zip(x, y, strict=True)) < 0.1
+
+
+def test_a_rising_fit_is_the_unconstrained_least_squares_fit() -> None:
+    x = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    y = 0.002 + 0.001 * x + 0.0005 * np.maximum(0.0, x - 8.0)
+    y = y * (1 + 0.003 * np.array([1, -1, 1, -1, 1, -1]))
+    fit = fit_piecewise(x, y, repeats=3)
+    w = 1.0 / (y * 0.01)
+    design = np.stack([np.ones_like(x), x, *(np.maximum(0.0, x - k) for k in fit.breakpoints)], 1)
+    coef, *_ = np.linalg.lstsq(design * w[:, None], y * w, rcond=None)
+    assert np.allclose(fit(x), design @ coef, rtol=1e-12, atol=0)
