@@ -18,6 +18,7 @@ from srifty_core.errors import ConfigError, SriftyError
 
 if TYPE_CHECKING:
     from srifty_core.outputs import Output
+    from srifty_core.runtime.outcome import Outcome
     from srifty_core.runtime.progress import ProgressRecord
     from srifty_core.runtime.train_plan import TrainPlan
 
@@ -519,6 +520,7 @@ def _train_job(args: argparse.Namespace) -> int:
 
     from srifty_core.console import StageProgress
     from srifty_core.runtime.job_run import read_job_file, run_job
+    from srifty_core.runtime.outcome import Outcome
 
     conf = read_job_file(Path(args.job))
     if args.command:
@@ -541,17 +543,24 @@ def _train_job(args: argparse.Namespace) -> int:
             on_poll=lambda r: show(
                 f"{r.config_id}: {r.status}", r.iterations_done, int(conf["iterations"])
             ),
+            track=not args.no_mlflow,
         )
     for c in run.configurations:
         print(
             f"{c.config_id}: {', '.join(c.launches)}, local batches {list(c.local_batches)}: "
             f"{c.status} ({c.reason})"
         )
-    outcome = dict(run.outcome)
-    print("done: " + ", ".join(f"{k} {v}" for k, v in outcome.items() if not isinstance(v, dict)))
+    _print_outcome(Outcome.from_dict(run.outcome))
     if provider is not None:
         print(emulated_job.summary(provider))
     return 0
+
+
+def _print_outcome(out: Outcome) -> None:
+    """Rank 0's last lines (a script's own output), then the run folder's ``outcome.json``
+    as lines: the same numbers."""
+    for line in (*out.output_lines(), *out.lines()):
+        print(line)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -593,7 +602,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     from srifty_core.console import StageProgress
+    from srifty_core.runtime.outcome import rank_logs
 
+    logs = rank_logs(plan.run_dir, plan.config_id)
+    where = f"; the ranks' output: {logs}/rank-*.log" if logs else ""
+    print(f"run folder: {plan.run_dir}{where}")
     bar = StageProgress(f"train {plan.model}", disable=args.no_progress)
     bar(f"{plan.config_id}: starting {plan.world_size} rank(s)", 0, plan.iterations)
 
@@ -608,8 +621,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # One monitor step a second: each appends a line to decisions.jsonl and may
         # recalibrate, so a faster poll would fill the log and take cores from the ranks.
         report = train_local(
-            plan, LocalProvider(), on_poll=show, poll_s=CLI_POLL_S, restart=args.restart
-        )
+            plan, LocalProvider(), on_poll=show, poll_s=CLI_POLL_S, restart=args.restart,
+            track=not args.no_mlflow,
+        )  # fmt: skip
     finally:
         bar.close()
     for seg in report.segments:
@@ -617,7 +631,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             f"{seg.config_id}: local batches {list(seg.local_batches)}, iterations "
             f"{seg.start_iteration}..{seg.end_iteration}, {seg.outcome}"
         )
-    print(f"done: {report.iterations} iterations; checkpoint {plan.checkpoint_path}")
+    if report.outcome is not None:
+        _print_outcome(report.outcome)
+    print(f"checkpoint: {plan.checkpoint_path}")
     return 0
 
 
@@ -1035,6 +1051,12 @@ def build_parser() -> argparse.ArgumentParser:
         "into its training (repeatable, one per type; default: none)",
     )
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument(
+        "--no-mlflow",
+        action="store_true",
+        help="do not record the job in MLflow (default: experiment srifty-jobs, as the DAG's "
+        "runs; a tracking store that fails is a warning, never a failed job)",
+    )
     tr.add_argument(
         "--restart",
         action="store_true",

@@ -23,7 +23,7 @@ _LAYERS = (
     # the run folder's files and their formats; what the ranks run
     ("run folder", "run_store progress train_plan checkpoint rendezvous placement exchange_timer"
      " timeline"),
-    ("job model", "job decisions"),
+    ("job model", "job decisions outcome"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
     ("effects", "job_log cloud_watch provisioning artifact launch worker user measure"

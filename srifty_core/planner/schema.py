@@ -344,7 +344,7 @@ class RequestSpec(Strict):
 
 class JobOffer(OfferSpec):
     quota: Quota
-    price: LocalPrice | None = None  # type: ignore[assignment]
+    price: LocalPrice | None = None
     """A cloud type's ``Price`` (> 0); ``LOCAL_TYPE``'s ``LocalPrice`` (0 allowed)."""
 
     @model_validator(mode="after")

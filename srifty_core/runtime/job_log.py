@@ -21,12 +21,13 @@ import json
 import logging
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.runtime.decisions import DECISIONS_FILE, read_decisions
+from srifty_core.runtime.outcome import OUTCOME_FILE, Outcome
 from srifty_core.runtime.progress import median_step_s, read_progress
 from srifty_core.runtime.timeline import plot_timeline
 from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
@@ -186,25 +187,17 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
         client.set_terminated(rid, "FINISHED")
 
 
-def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
-    """The job finished: its totals and timeline go to the job's run, which ends."""
+def log_outcome(job: JobPlan, outcome: Outcome) -> None:
+    """The job finished: its totals (``outcome.Outcome.metrics``, the numbers of its
+    ``outcome.json``) and timeline go to the job's run, which ends."""
+    if not job.job_run_id:
+        return
     facts = job.facts
     records = read_progress(facts.progress_path)
-    outcome = {
-        "iterations": max((r.iteration for r in records), default=0),
-        "target_iterations": facts.iterations,
-        "elapsed_s": float(result.get("elapsed_s", 0.0)),
-        "cost_usd": float(result.get("spent_usd", 0.0)),
-        "configurations": len({r.config_id for r in records}),
-    }
-    if not job.job_run_id:
-        return outcome
     client, _ = _client()
     rid = job.job_run_id
-    log_batch(
-        client, rid, metrics={f"outcome_{k}": float(v) for k, v in outcome.items()},
-        tags=srifty_tags(outcome="finished"),
-    )  # fmt: skip
+    log_batch(client, rid, metrics=outcome.metrics(), tags=srifty_tags(outcome=outcome.status))
+    client.log_text(rid, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
     with tempfile.TemporaryDirectory() as tmp:
         png = plot_timeline(
             records, Path(tmp) / "timeline.png", target=facts.iterations,
@@ -212,13 +205,27 @@ def log_outcome(job: JobPlan, result: Mapping[str, Any]) -> dict[str, Any]:
         )  # fmt: skip
         client.log_artifact(rid, str(png))
     client.set_terminated(rid, "FINISHED")
-    return outcome
+
+
+def log_totals(job: JobPlan, outcome: Outcome) -> None:
+    """The whole job's wall time and bill, known once everything is released (after
+    ``log_outcome``), on the job's run: those metrics and ``outcome.json`` again."""
+    if not job.job_run_id:
+        return
+    client, _ = _client()
+    totals = ("outcome_wall_s", "outcome_billed_usd")
+    metrics = {k: v for k, v in outcome.metrics().items() if k in totals}
+    log_batch(client, job.job_run_id, metrics=metrics)
+    client.log_text(job.job_run_id, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
 
 
 def log_failure(job: JobPlan, reason: str) -> None:
     """The job failed (a task gave up): its runs say why and end as FAILED."""
+    ids = list(dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r))
+    if not ids:  # not tracked
+        return
     client, _ = _client()
-    for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
+    for rid in ids:
         log_batch(client, rid, tags=srifty_tags(outcome="failed", reason=reason))
         client.set_terminated(rid, "FAILED")
 
@@ -232,3 +239,58 @@ def log_factors(run_id: str, config_id: str, cal: Calibration) -> None:
     metrics.update({f"calibration.comm.{k}": f.scale for k, f in cal.comm.items() if f.windows})
     log_batch(client, run_id, metrics=metrics)
     client.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")
+
+
+class ShellTracker:
+    """The MLflow record of a job run from the shell (``srifty train``), in ``srifty-jobs``
+    as a DAG run's is: one run per job made by its first plan (``log_plan``), a run nested
+    under it per later configuration, each configuration's decisions and factors, the
+    outcome and the timeline. It never fails the job: the first error (MLflow unreachable,
+    a store that refuses) is one warning, and the job goes on untracked."""
+
+    def __init__(self) -> None:
+        self.off: str | None = None
+        """Why tracking stopped, or None."""
+        self.job_run_id: str | None = None
+
+    def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.off is not None:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # tracking is a record, never a reason to stop training
+            self.off = f"{type(exc).__name__}: {exc}"
+            log.warning("MLflow: could not %s (%s); the job goes on untracked", what, self.off)
+            return None
+
+    def log_plan(self, spec: JobSpec, job: JobPlan, result: Mapping[str, Any], key: str) -> JobPlan:
+        """``log_plan`` (a ``planning.PlanSink``); ``job`` untracked when it fails."""
+        out = self.attempt("record the plan", log_plan, spec, job, result, key)
+        if out is None:
+            return job
+        self.job_run_id = out.job_run_id
+        return out
+
+    def plan_file(
+        self, spec: JobSpec, job: JobPlan, plan: Mapping[str, Any], key: str, done: int
+    ) -> JobPlan:
+        """A configuration of a plan file (``local_run.train_local``): the job's run for
+        the first, a nested one for a later (``done`` iterations done before it)."""
+        if self.job_run_id is not None:
+            from srifty_core.runtime.job import Resume
+
+            resume = Resume(checkpoint="", iterations_done=done, job_run_id=self.job_run_id)
+            spec = replace(spec, iterations=max(spec.iterations - done, 1), resume=resume)
+        return self.log_plan(spec, job, plan, key)
+
+    def configuration_end(self, job: JobPlan, result: Mapping[str, Any], outcome: str) -> None:
+        def end() -> None:
+            log_configuration_end(job, result, outcome=outcome)
+
+        self.attempt("record the configuration's end", end)
+
+    def outcome(self, job: JobPlan, outcome: Outcome) -> None:
+        self.attempt("record the outcome", log_outcome, job, outcome)
+
+    def failed(self, job: JobPlan, reason: str) -> None:
+        self.attempt("record the failure", log_failure, job, reason)

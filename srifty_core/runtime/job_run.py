@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ class Configuration:
 class JobRun:
     configurations: tuple[Configuration, ...]
     outcome: Mapping[str, Any] = field(default_factory=dict)
-    """``orchestrate.finish``'s summary (iterations, time, cost) of the finished job."""
+    """The finished job's ``outcome.Outcome`` (as in its run folder's ``outcome.json``):
+    iterations, training and wall time, training cost and the bill, the run folder."""
 
 
 def run_job(
@@ -61,10 +63,15 @@ def run_job(
     poll_s: float = 1.0,
     on_poll: Callable[[PollResult], None] | None = None,
     timeout_s: float = float("inf"),
+    track: bool = True,
 ) -> JobRun:
     """Run the job ``params`` (the DAG's conf, ``planner.schema.ShellJobConf``: provider
     ``ec2-emulated`` too) to its end. ``timeout_s``: of wall time; ``poll_s``: of the
-    provider's time between two looks of the monitor."""
+    provider's time between two looks of the monitor; ``track``: record it in MLflow
+    (``job_log.ShellTracker``: a tracking store that fails never fails the job). Its
+    outcome, with the wall time and the bill once everything is released, goes to the run
+    folder's ``outcome.json`` (``runtime.outcome``)."""
+    from srifty_core.runtime import job_log, outcome
     from srifty_core.runtime import orchestrate as orc
 
     key = run_key or f"shell__{time.strftime('%Y%m%dT%H%M%S')}"
@@ -74,17 +81,26 @@ def run_job(
 
         provider = make_provider(conf)
     deadline = time.monotonic() + timeout_s
+    tracker = job_log.ShellTracker() if track else None
+    sink = tracker.log_plan if tracker is not None else None
+    clock = provider.now if provider is not None else _now
+    began = clock()
+    launched: list[str] = []
     done: list[Configuration] = []
+    finished: JobPlan | None = None
+    recorded = False  # the outcome is in MLflow already (continue_or_finish's finish)
     for n in range(MAX_CONFIGURATIONS):
         spec = JobSpec.from_params(conf, shell=True)
         try:
-            job_path = orc.plan_job(spec, key if n == 0 else f"{key}.r{n}")
+            job_path = orc.plan_job(spec, key if n == 0 else f"{key}.r{n}", track=track,
+                                    log_plan=sink)  # fmt: skip
         except Exception:
             if orc.handed_over(spec):  # nothing will provision: give the parent's back
                 orc.release(orc.handed_over(spec), provider)
             raise
         job = JobPlan.load(job_path)
         alloc = orc.provision(job_path, provider, keep=orc.handed_over(spec))
+        launched += alloc
         kept: list[str] = []
         try:
             started = orc.start_training(job_path, alloc, provider, tie=True)  # ends with us
@@ -106,12 +122,17 @@ def run_job(
                 )
             )  # fmt: skip
             if result.status == FINISHED:
-                return JobRun(tuple(done), orc.finish(job_path, result.to_dict()))
+                orc.finish(job_path, result.to_dict(), track=False)  # outcome.json
+                if tracker is not None:
+                    tracker.configuration_end(job, result.to_dict(), "finished")
+                finished = job
+                break  # released below (finally), then the totals
             child = orc.continue_or_finish(
                 conf, job_path, alloc, result.to_dict(), key, provider=provider
             )
             if child is None:  # the last iteration came before the workers were stopped
-                return JobRun(tuple(done), {"status": "finished"})
+                finished, recorded = job, True
+                break
             kept = list(child.get("resume", {}).get("allocations", []))
             conf = child
         except BaseException as exc:
@@ -120,7 +141,29 @@ def run_job(
             raise
         finally:
             orc.release(alloc, provider, job_path, except_ids=kept)
-    raise JobRunError(f"the job re-planned {MAX_CONFIGURATIONS} times without finishing")
+    else:
+        raise JobRunError(f"the job re-planned {MAX_CONFIGURATIONS} times without finishing")
+    # Everything is released: the whole job's wall time and bill complete its outcome.
+    assert finished is not None
+    out = outcome.read(finished.facts.run_dir)
+    if out is None:
+        raise JobRunError(f"the job finished but left no {outcome.OUTCOME_FILE} in its run folder")
+    wall_s = (clock() - began).total_seconds()
+    if finished.provider == "local":
+        out = outcome.with_totals(out, wall_s)
+    else:
+        out = outcome.with_totals(out, wall_s, *outcome.bill(provider, launched))
+    out.save()
+    if tracker is not None and finished.job_run_id:
+        if recorded:  # add the totals
+            tracker.attempt("record the totals", job_log.log_totals, finished, out)
+        else:
+            tracker.outcome(finished, out)
+    return JobRun(tuple(done), out.to_dict())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def read_job_file(path: Path) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, Pro
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
-from srifty_core.runtime import run_store
+from srifty_core.runtime import job_log, outcome, run_store
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.decisions import PollResult
 from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch, TrainingFailed
@@ -52,6 +52,7 @@ from srifty_core.runtime.launch import launch_argv
 from srifty_core.runtime.monitor import Limits, Stall
 from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
 from srifty_core.runtime.monitor_step import JobStalled, Monitor
+from srifty_core.runtime.outcome import Outcome, rank_logs
 from srifty_core.runtime.replanner import Replanner
 from srifty_core.runtime.train_plan import TrainPlan
 
@@ -81,6 +82,8 @@ class RunReport:
     segments: tuple[Segment, ...]
     decisions: tuple[PollResult, ...] = field(default_factory=tuple)
     """The monitor's results where its status changed (``monitor_step.PollResult``)."""
+    outcome: Outcome | None = None
+    """What the run folder's ``outcome.json`` says (``runtime.outcome``)."""
 
     @property
     def iterations(self) -> int:
@@ -101,6 +104,7 @@ def train_local(
     on_poll: Callable[[Allocation], None] | None = None,
     restart: bool = False,
     stall: Stall | None = None,
+    track: bool = False,
 ) -> RunReport:
     """Train ``plan`` to its last iteration on local workers, re-planning on preemption.
 
@@ -110,14 +114,20 @@ def train_local(
     whose log shows progress without a checkpoint, unless ``restart``
     (``checkpoint.check_resumable``). One live job per run folder (``run_folder_lock``).
     Local workers train in a local run folder: a ``run_dir`` on run storage (an ``s3://``
-    URI, for cloud VMs) is a ``ConfigError``."""
+    URI, for cloud VMs) is a ``ConfigError``. The ranks write their output into the run
+    folder (``outcome.rank_logs``); the job's totals go to its ``outcome.json``; ``track``:
+    the job is recorded in MLflow as a DAG run is (``job_log.ShellTracker``: a tracking
+    store that fails never fails the job)."""
     if run_store.is_remote(plan.run_dir):
         raise ConfigError(
             f"run_dir {plan.run_dir}: local workers train in a local run folder; run "
             "storage (a URI) is for workers on cloud VMs. Give the plan a local run_dir"
         )
     with run_folder_lock(Path(plan.run_dir)):
-        return _train_local(plan, provider, limits, poll_s, timeout_s, on_poll, restart, stall)
+        tracker = job_log.ShellTracker() if track else None
+        return _train_local(
+            plan, provider, limits, poll_s, timeout_s, on_poll, restart, stall, tracker
+        )
 
 
 RUN_LOCK = ".srifty-run.lock"
@@ -234,6 +244,7 @@ def _train_local(
     on_poll: Callable[[Allocation], None] | None,
     restart: bool,
     stall: Stall | None,
+    tracker: job_log.ShellTracker | None = None,
 ) -> RunReport:
     run_dir = Path(plan.run_dir)
     release_left_behind(run_dir, provider)  # before anything reads the checkpoint
@@ -246,23 +257,29 @@ def _train_local(
     decisions: list[PollResult] = []
     alloc = provider.launch(LaunchRequest(LOCAL_CPU, count=config.world_size))
     record_allocations(run_dir, provider, [alloc.id])
+    job: JobPlan | None = None
     try:
         while True:
             ck = load_checkpoint(config.checkpoint_path)
             start_iter = ck.iteration if ck else 0
             plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
             spec, job = plan_file_job(config, plan_path, limits)
+            if tracker is not None:
+                job = tracker.plan_file(spec, job, config.to_dict(), run_dir.name, start_iter)
             job_path = job.save(run_dir / f"job-{config.config_id}.json")
             provider.run(  # this loop waits for them: they end with it
                 alloc,
                 launch_argv(str(plan_path)),
                 caller_env(),
+                log_dir=rank_logs(run_dir, config.config_id),
             )
             # The one monitor (monitor_step): the throughput rule, online recalibration
             # (the plan's own configuration only: no search), the decisions log.
+            live = job_log.live_metrics(job) if tracker is not None else None
             monitor = Monitor(
-                job_path, [alloc.id], spec, started, provider=provider, search=False, stall=stall
-            )
+                job_path, [alloc.id], spec, started, provider=provider, search=False, stall=stall,
+                live=live,
+            )  # fmt: skip
             step = _LocalStep(monitor, provider, alloc, decisions, on_poll)
             try:
                 result = watch(step, poll_s=poll_s, timeout_s=max(deadline - time.monotonic(), 0))
@@ -277,8 +294,17 @@ def _train_local(
                         "finished",
                     )
                 )  # fmt: skip
-                return RunReport(plan, tuple(segments), tuple(decisions))
+                out = outcome.with_totals(
+                    outcome.of_result(job, result.to_dict()), time.time() - started
+                )
+                out.save()
+                if tracker is not None:
+                    tracker.configuration_end(job, result.to_dict(), "finished")
+                    tracker.outcome(job, out)
+                return RunReport(plan, tuple(segments), tuple(decisions), out)
             # A re-plan: workers were taken back (a plan file has no other configuration).
+            if tracker is not None:
+                tracker.configuration_end(job, result.to_dict(), "replan")
             interrupted = provider.interruptions(alloc)
             provider.stop(alloc)  # survivors checkpoint on SIGTERM and exit
             ck = load_checkpoint(config.checkpoint_path)
@@ -299,6 +325,10 @@ def _train_local(
                 local_batches=Replanner.survivors(config.global_batch, alive),
                 config_id=_next_id(plan.config_id, len(segments)),
             )
+    except BaseException as exc:
+        if tracker is not None and job is not None:
+            tracker.failed(job, f"{type(exc).__name__}: {exc}")
+        raise
     finally:
         provider.release(alloc)
         (run_dir / RUN_ALLOCATIONS).unlink(missing_ok=True)
@@ -328,9 +358,10 @@ class _LocalStep:
         except TrainingFailed:
             codes = self.provider.exit_codes(self.alloc)
             if codes and all(c == 0 for c in codes.values()):
+                elapsed = time.time() - self.monitor.started_at
                 result = PollResult(
                     FINISHED, "every worker exited with 0", self.monitor.recal.last_iteration,
-                    time.time() - self.monitor.started_at, 0.0,
+                    elapsed, self.monitor.job.usd_per_hour * elapsed / 3600.0,
                     config_id=self.monitor.job.config_id, at=time.time(),
                 )  # fmt: skip
             else:

@@ -101,12 +101,16 @@ __all__ = [
 ]
 
 
-def plan_job(spec: JobSpec, run_key: str, *, track: bool = True) -> Path | str:
+def plan_job(
+    spec: JobSpec, run_key: str, *, track: bool = True, log_plan: planning.PlanSink | None = None
+) -> Path | str:
     """Plan this run of the job and save it (``planning.plan_job``), recorded in MLflow
-    (``job_log.log_plan``) unless not ``track``; returns the ``JobPlan`` JSON's path."""
+    (``job_log.log_plan``, or ``log_plan`` where given) unless not ``track``; returns the
+    ``JobPlan`` JSON's path."""
     from srifty_core.runtime import job_log
 
-    return planning.plan_job(spec, run_key, log_plan=job_log.log_plan if track else None)
+    sink = (log_plan or job_log.log_plan) if track else None
+    return planning.plan_job(spec, run_key, log_plan=sink)
 
 
 def continue_or_finish(
@@ -130,13 +134,21 @@ def continue_or_finish(
         return None
 
 
-def finish(job_path: Path | str, result: Mapping[str, Any]) -> dict[str, Any]:
-    """The job finished: log the last configuration, the outcome and the timeline."""
-    from srifty_core.runtime import job_log
+def finish(
+    job_path: Path | str, result: Mapping[str, Any], *, track: bool = True
+) -> dict[str, Any]:
+    """The job finished: its ``outcome.json`` in the run folder (``outcome.of_result``),
+    then, unless not ``track``, the last configuration, the outcome and the timeline in
+    MLflow; returns the outcome."""
+    from srifty_core.runtime import job_log, outcome
 
     job = JobPlan.load(job_path)
-    job_log.log_configuration_end(job, result, outcome="finished")
-    return job_log.log_outcome(job, result)
+    out = outcome.of_result(job, result)
+    out.save()
+    if track:
+        job_log.log_configuration_end(job, result, outcome="finished")
+        job_log.log_outcome(job, out)
+    return out.to_dict()
 
 
 def job_failed(job_path: Path | str, reason: str) -> None:

@@ -21,6 +21,7 @@ from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env
 from srifty_core.runtime.job import JobPlan, JobSpec
+from srifty_core.runtime.outcome import rank_logs
 from srifty_core.runtime.replanner import Key, Replanner, launch_all
 
 
@@ -127,7 +128,8 @@ def start_training(
         if not isinstance(local, LocalProvider):
             raise ConfigError(f"provider: a local plan needs the local provider, got {local.name}")
         allocs = [local.get_allocation(a) for a in allocation_ids]
-        local.run_group(allocs, worker_command(job), caller_env() if tie else None)
+        logs = rank_logs(job.facts.run_dir, job.config_id)  # in the run folder, beside its outcome
+        local.run_group(allocs, worker_command(job), caller_env() if tie else None, log_dir=logs)
     elif job.provider == "ec2-emulated":
         from srifty_core.runtime import emulated_job
 

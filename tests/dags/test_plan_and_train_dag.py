@@ -72,6 +72,11 @@ def test_plan_and_train_runs_to_the_last_iteration(dagbag: Any, ready_to_plan: P
     (job,) = _job_runs()
     assert job.info.status == "FINISHED" and job.data.tags["srifty.outcome"] == "finished"
     assert job.data.metrics["outcome_iterations"] == N
+    # the run folder's outcome.json holds the numbers the run got (no wall time or bill:
+    # the DAG's steps are separate tasks, none of which saw the whole job)
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["iterations"] == N and outcome["wall_s"] is None
+    assert job.data.metrics["outcome_training_s"] == pytest.approx(outcome["training_s"])
     assert job.data.metrics["measured_t_iter_s"] > 0
     assert "predicted_t_iter_s" in job.data.metrics
     import mlflow
