@@ -13,6 +13,8 @@ provider's (``Provider.wait``): on the emulated EC2 its simulated clock, no wall
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -70,11 +72,69 @@ def run_job(
     provider's time between two looks of the monitor; ``track``: record it in MLflow
     (``job_log.ShellTracker``: a tracking store that fails never fails the job). Its
     outcome, with the wall time and the bill once everything is released, goes to the run
-    folder's ``outcome.json`` (``runtime.outcome``)."""
+    folder's ``outcome.json`` (``runtime.outcome``).
+
+    The job's run folder is its own from creation and held while it runs
+    (``claim_run_folder``): a second job never trains in it."""
+    key, held = claim_run_folder(params, run_key)
+    with held:
+        return _run_job(params, key, provider, poll_s, on_poll, timeout_s, track)
+
+
+def claim_run_folder(
+    params: Mapping[str, Any], run_key: str | None
+) -> tuple[str, contextlib.AbstractContextManager[Any]]:
+    """The run key of a job and the hold on its run folder (``local_run.run_folder_lock``,
+    an OS lock released when this process exits, however it exits). Without a ``run_key``
+    the job gets a new folder ``shell__<time>-<random>``, made here with an exclusive
+    ``mkdir``, so two jobs started at once never share one; a given key's folder (or a
+    resumed job's, its checkpoint's) is held as it is: a second job on it fails naming the
+    holder. Run storage (a URI) has no folder to hold: its name is unique all the same."""
+    from srifty_core.runtime import planning, run_store
+    from srifty_core.runtime.local_run import run_folder_lock
+
+    spec = JobSpec.from_params(dict(params), shell=True)
+    root = run_store.runs_root()
+    local = isinstance(root, Path)
+    if spec.resume is not None:  # the checkpoint's folder; the key only names the job
+        local = local and not run_store.is_remote(spec.resume.checkpoint)
+        key = run_key or _new_key()
+    elif run_key:
+        key = run_key
+    else:
+        for _ in range(100):  # the same second and the same 32 random bits: try again
+            key = _new_key()
+            if not isinstance(root, Path):
+                break
+            root.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                (root / key).mkdir()
+                break
+        else:
+            raise JobRunError(f"no new run folder could be made in {root}")
+    if not local:
+        return key, contextlib.nullcontext()
+    folder = planning._run_dir(spec, key)
+    assert isinstance(folder, Path)
+    return key, run_folder_lock(folder)
+
+
+def _new_key() -> str:
+    return f"shell__{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def _run_job(
+    params: Mapping[str, Any],
+    key: str,
+    provider: Provider | None,
+    poll_s: float,
+    on_poll: Callable[[PollResult], None] | None,
+    timeout_s: float,
+    track: bool,
+) -> JobRun:
     from srifty_core.runtime import job_log, outcome
     from srifty_core.runtime import orchestrate as orc
 
-    key = run_key or f"shell__{time.strftime('%Y%m%dT%H%M%S')}"
     conf = dict(params)
     if provider is None and JobSpec.from_params(conf, shell=True).provider == "ec2-emulated":
         from srifty_core.runtime.emulated_job import make_provider

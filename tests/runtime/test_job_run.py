@@ -99,3 +99,60 @@ def test_train_takes_a_plan_or_a_job_not_both(capsys: pytest.CaptureFixture[str]
 
     assert main(["train"]) == 2
     assert "give a plan file or --job" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_jobs_started_in_the_same_second_never_share_a_run_folder(
+    ready_to_plan: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job from the shell gets a run folder of its own, made and held from creation: a
+    job started in the same second as one that is still running trains elsewhere (before,
+    both trained in ``runs/shell__<second>``: doubled records, one checkpoint from two)."""
+    import subprocess
+    import types
+
+    from srifty_core.runtime import job_run
+    from srifty_core.runtime.local_run import TrainingError, run_folder_lock
+
+    second = "20260101T000000"
+    clock = types.SimpleNamespace(
+        strftime=lambda *_: second, monotonic=time.monotonic, sleep=time.sleep
+    )
+    monkeypatch.setattr(job_run, "time", clock)
+    runs = ready_to_plan / "runs"
+    first = runs / f"shell__{second}"  # the folder of a job started that second, running
+    first.mkdir(parents=True)
+    (first / "progress.jsonl").write_text("")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from srifty_core.runtime.local_run import run_folder_lock\n"
+         "with run_folder_lock(Path(sys.argv[1])):\n"
+         "    print('held', flush=True); time.sleep(300)\n", str(first)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    held: list[bool] = []
+
+    def try_to_take(_: Any) -> None:  # a second job on this job's folder is refused
+        if not held:
+            (mine,) = [p for p in runs.iterdir() if p.is_dir() and p != first]
+            try:
+                with run_folder_lock(mine):
+                    held.append(False)
+            except TrainingError:
+                held.append(True)
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        run = run_job({**PARAMS, "iterations": 6}, provider=LocalProvider(), poll_s=0.1,
+                      on_poll=try_to_take, timeout_s=240)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (first / "progress.jsonl").read_text() == ""  # the other job's folder untouched
+    (mine,) = [p for p in runs.iterdir() if p.is_dir() and p != first]
+    assert mine.name.startswith(f"shell__{second}-")
+    assert Path(run.outcome["run_dir"]).resolve() == mine.resolve()
+    assert [r.iteration for r in read_progress(mine / "progress.jsonl")] == list(range(1, 7))
+    assert held == [True]
+    with run_folder_lock(mine):  # released at the end
+        pass
