@@ -51,7 +51,7 @@ from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch,
 from srifty_core.runtime.launch import launch_argv
 from srifty_core.runtime.monitor import Limits, Stall
 from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
-from srifty_core.runtime.monitor_step import JobStalled, Monitor
+from srifty_core.runtime.monitor_step import JobStalled, Monitor, ReportRefused
 from srifty_core.runtime.outcome import Outcome, rank_logs
 from srifty_core.runtime.replanner import Replanner
 from srifty_core.runtime.train_plan import TrainPlan
@@ -287,6 +287,12 @@ def _train_local(
                 raise TrainingError(f"training did not finish within {timeout_s:.0f} s") from None
             ck = load_checkpoint(config.checkpoint_path)
             end = ck.iteration if ck else 0
+            if result.status == FINISHED and end < config.iterations:  # the state file lied
+                raise TrainingError(
+                    f"the workers' state file claims a checkpoint of iteration "
+                    f"{config.iterations}, but {config.checkpoint_path} holds "
+                    f"{end or 'no iteration'}: the job did not finish"
+                )
             if result.status == FINISHED:
                 segments.append(
                     Segment(
@@ -337,9 +343,11 @@ def _train_local(
 @dataclass
 class _LocalStep:
     """One look at local workers: the monitor's step, and what local workers need beside
-    it: ``on_poll`` first; workers that all exited 0 finished (a script that keeps no
-    checkpoint too); workers that exited otherwise get ``TERM_GRACE_S`` for an interruption
-    record before the job fails. Keeps each change of status in ``decisions``."""
+    it: ``on_poll`` first; workers that all exited 0 before a checkpoint held the plan's last
+    iteration fail the job (the monitor's ``finished`` needs one); a script the runtime
+    refused fails it with the reason (``monitor_step.ReportRefused``); workers that exited
+    otherwise get ``TERM_GRACE_S`` for an interruption record before the job fails. Keeps
+    each change of status in ``decisions``."""
 
     monitor: Monitor
     provider: LocalProvider
@@ -353,17 +361,19 @@ class _LocalStep:
             self.on_poll(self.alloc)
         try:
             result = self.monitor.step(time.time())
-        except JobStalled as exc:  # ``train_local`` releases the allocation: ranks stop
+        except (JobStalled, ReportRefused) as exc:  # ``train_local`` releases: ranks stop
             raise TrainingError(str(exc)) from None
         except TrainingFailed:
             codes = self.provider.exit_codes(self.alloc)
-            if codes and all(c == 0 for c in codes.values()):
-                elapsed = time.time() - self.monitor.started_at
-                result = PollResult(
-                    FINISHED, "every worker exited with 0", self.monitor.recal.last_iteration,
-                    elapsed, self.monitor.job.usd_per_hour * elapsed / 3600.0,
-                    config_id=self.monitor.job.config_id, at=time.time(),
-                )  # fmt: skip
+            if codes and all(c == 0 for c in codes.values()):  # not "finished": no checkpoint
+                n = self.monitor.facts.iterations
+                raise TrainingError(
+                    f"workers exited with 0 at iteration {self.monitor.recal.last_iteration} "
+                    f"of {n}, and no checkpoint holds iteration {n}: a training script "
+                    "reports every iteration up to iterations() and keeps a checkpoint of "
+                    "the last (report(..., model=...)), then calls finish(); see the logs in "
+                    f"{self.provider.log_dir(self.alloc)}"
+                ) from None
             else:
                 self.exited_at = self.exited_at or time.monotonic()
                 if time.monotonic() - self.exited_at > TERM_GRACE_S + 1.0:

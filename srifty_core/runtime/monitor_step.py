@@ -46,7 +46,12 @@ from srifty_core.runtime.job import (
     item_key,
 )
 from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide
-from srifty_core.runtime.progress import ProgressRecord, ProgressTail, read_state
+from srifty_core.runtime.progress import (
+    ProgressRecord,
+    ProgressTail,
+    read_state,
+    refused_report,
+)
 from srifty_core.runtime.recalibration import Recalibrator
 
 __all__ = [
@@ -57,6 +62,7 @@ __all__ = [
     "LiveSink",
     "Monitor",
     "PollResult",
+    "ReportRefused",
     "alternatives",
     "append_decision",
     "poll",
@@ -72,6 +78,12 @@ LiveSink = Callable[[Mapping[str, float], int, float], None]
 class JobStalled(TrainingFailed):
     """The workers logged no step for longer than their step time allows (a hung script
     or rank); the job fails with this message, and its teardown stops the ranks."""
+
+
+class ReportRefused(TrainingFailed):
+    """The runtime refused what the training script reported (``runtime.user``: an
+    iteration out of order, a non-finite loss, the last iteration never reached or never
+    checkpointed) and stopped its ranks; the job fails with the reason."""
 
 
 class Monitor:
@@ -200,12 +212,14 @@ class Monitor:
         elif decision.replan and hung is None:
             out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
         elif all_exited and isinstance(provider, LocalProvider):
+            _raise_if_refused(facts.run_dir, facts.config_id, self.started_at)
             logs = ", ".join(str(provider.log_dir(a)) for a in self.allocations)
             raise TrainingFailed(
                 f"workers exited at iteration {done} of {facts.iterations} without a "
                 f"preemption; see the logs in {logs}"
             )
         elif job.provider != "local" and (failed := _failed_exits(facts.run_dir, facts.config_id)):
+            _raise_if_refused(facts.run_dir, facts.config_id, self.started_at)
             raise TrainingFailed(
                 f"VM(s) ended training at iteration {done} of {facts.iterations} without a "
                 f"preemption (node: exit code) {failed}; see exit-*.json in {facts.run_dir}"
@@ -225,6 +239,14 @@ class Monitor:
             metrics = window_metrics(mine, out, job.predicted, state.loss if state else None)
             self.live({**metrics, **(recal.metrics if recal else {})}, done, now)
         return out
+
+
+def _raise_if_refused(run_dir: str, config_id: str, since: float) -> None:
+    """``ReportRefused`` with the reason, where the script's ranks were stopped for what
+    it reported since ``since`` (``progress.refused_report``)."""
+    refused = refused_report(run_dir, config_id, since)
+    if refused:
+        raise ReportRefused(f"the training script was stopped: {refused}")
 
 
 def _log_dirs(provider: Provider, allocations: Sequence[Allocation]) -> str:

@@ -335,6 +335,35 @@ def read_state(path: Path | str) -> TrainState | None:
         raise ConfigError(f"{path}: not a training state ({exc})") from exc
 
 
+REFUSED_PREFIX = "refused-"
+"""``refused-<config>.txt``: why the runtime refused what a training script reported
+(``runtime.user``: an iteration out of order, a non-finite loss, the last iteration never
+reached or never checkpointed), written by rank 0 before its rank stops; the monitor fails
+the job with it (``refused_report``)."""
+
+
+def refused_path(run_dir: Path | str, config_id: str) -> Path | str:
+    return run_store.join(run_dir, f"{REFUSED_PREFIX}{config_id}.txt")
+
+
+def refuse_report(run_dir: Path | str, config_id: str, reason: str) -> None:
+    """Record why a script's report was refused (one line) for the monitor."""
+    run_store.write_text(refused_path(run_dir, config_id), reason.strip() + "\n")
+
+
+def refused_report(run_dir: Path | str, config_id: str, since: float) -> str | None:
+    """Why this configuration's script was stopped for what it reported, if it was, since
+    the Unix time ``since`` (an older note is an earlier run's on the same folder)."""
+    where = refused_path(run_dir, config_id)
+    try:
+        if run_store.modified(where) < since - 1.0:  # S3 keeps the time to the second
+            return None
+    except FileNotFoundError:
+        return None
+    text = run_store.read_text(where)
+    return None if text is None else text.strip()
+
+
 class ProgressTail:
     """Reads a growing progress log incrementally: each ``read`` parses only the complete
     lines added since the last one (a line being written waits for the next read). A

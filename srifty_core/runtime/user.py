@@ -36,6 +36,14 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
   monitor reads (rank 0), checkpoints (rank 0) every ``checkpoint_every`` iterations, at
   the last one and when stopping, and on stopping ends the process with
   ``EXIT_STOPPED`` after the checkpoint, as the built-in worker does.
+- The runtime checks what you report, and stops the job with ``ReportError`` (the
+  message is also the job's error) when it cannot be right: ``iteration`` must be the
+  last reported one plus one (the first: where the run folder's checkpoint stands, plus
+  one; ``load_checkpoint``'s return value is that point), the global batch's loss must be
+  finite (the step is not checkpointed, so the checkpoint keeps the last finite weights),
+  and ``finish()`` must come after the plan's last iteration (``iterations()``) with a
+  checkpoint holding it (``report(..., model=...)`` or ``save_checkpoint``). A script
+  that exits 0 without that fails the job too.
 - ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
   re-plan resumes from); ``extra`` keeps your own state beside the model and optimizer.
 """
@@ -58,6 +66,7 @@ import torch.distributed as dist
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
+from srifty_core.runtime.checkpoint import checkpoint_iteration
 from srifty_core.runtime.checkpoint import load_checkpoint as _load
 from srifty_core.runtime.checkpoint import save_checkpoint as _save
 from srifty_core.runtime.launch import PLAN_ENV
@@ -66,12 +75,14 @@ from srifty_core.runtime.progress import (
     ProgressLog,
     ProgressRecord,
     TrainState,
+    refuse_report,
     write_state,
 )
 from srifty_core.runtime.train_plan import TrainPlan
 
 __all__ = [
     "EXIT_STOPPED",
+    "ReportError",
     "checkpoint_extra",
     "finish",
     "global_batch",
@@ -93,8 +104,15 @@ EXIT_STOPPED = 3
 """Exit code of a rank that stopped on SIGTERM after the checkpoint (as the worker's)."""
 
 
+class ReportError(ConfigError):
+    """What the script reported cannot be right (module doc); the job stops with it."""
+
+
 class _State:
     stop = False
+    start = 0
+    """The iteration the run folder's checkpoint held when this rank started."""
+    reported: int | None = None
     device: torch.device | None = None
     log: ProgressLog | None = None
     last_step: float | None = None
@@ -176,6 +194,8 @@ def init(timeout_s: float | None = None) -> torch.device:
     signal.signal(signal.SIGTERM, on_term)
     _state.device = where.torch_device
     _state.log = ProgressLog(p.progress_path) if rank() == 0 else None
+    _state.start = checkpoint_iteration(p.checkpoint_path) or 0
+    _state.reported = None
     _state.last_step = time.perf_counter()
     return where.torch_device
 
@@ -214,7 +234,7 @@ def load_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer | N
     model.load_state_dict(ck.model)
     if optimizer is not None and ck.optimizer:
         optimizer.load_state_dict(ck.optimizer)
-    _state.saved = ck.iteration
+    _state.saved = _state.start = ck.iteration
     _state.extra = ck.extra
     return ck.iteration
 
@@ -274,13 +294,34 @@ def report(
     if p.step_sleep_s:  # a demo's or a test's slowed job (TrainPlan.step_sleep_s)
         time.sleep(p.step_sleep_s)
     value = float(loss.detach().item() if isinstance(loss, torch.Tensor) else loss)
-    row = torch.tensor([1.0 if _state.stop else 0.0, value], dtype=torch.float64)
+    expected = (_state.start if _state.reported is None else _state.reported) + 1
+    wrong = isinstance(iteration, bool) or not isinstance(iteration, int) or iteration != expected
+    flags = [1.0 if _state.stop else 0.0, value, 1.0 if wrong else 0.0]
+    row = torch.tensor(flags, dtype=torch.float64)
     if _state.device.type == "cuda":
         row = row.to(_state.device)
-    dist.all_reduce(row)  # the stop flags and the scaled losses, summed over ranks
+    dist.all_reduce(row)  # stop flags, scaled losses, wrong iterations: summed over ranks
     stopping = bool(row[0].item() > 0)
+    if row[2].item() > 0:
+        after = (
+            f"iteration {_state.reported}" if _state.reported is not None
+            else f"the checkpoint's iteration {_state.start}" if _state.start
+            else "the start (no checkpoint)"
+        )  # fmt: skip
+        _refuse(
+            f"report: iteration {iteration!r}, expected {expected} (after {after}): report "
+            "the number of iterations done, each step once, counted from the job's start "
+            "(resume at load_checkpoint()'s return value)"
+        )
     # the scaled losses sum to world * the global batch's mean loss (loss_scale's weights)
     mean_loss = row[1].item() / world_size()
+    if not math.isfinite(mean_loss):
+        kept = f"iteration {_state.saved}" if _state.saved else "none"
+        _refuse(
+            f"report: the loss at iteration {iteration} is {mean_loss} (not finite): training "
+            f"stopped; the checkpoint keeps the last finite weights ({kept})"
+        )
+    _state.reported = iteration
     now = time.perf_counter()
     step_s = now - (_state.last_step or now)
     due = stopping or iteration >= p.iterations or iteration % p.checkpoint_every == 0
@@ -301,9 +342,43 @@ def report(
         sys.exit(EXIT_STOPPED)
 
 
+def _refuse(reason: str) -> None:
+    """Stop this rank for what the script reported: rank 0 records why for the monitor
+    (``progress.refuse_report``); every rank that agreed on it raises ``ReportError``."""
+    p = plan()
+    if rank() == 0:
+        refuse_report(p.run_dir, p.config_id, reason)
+    if _state.log is not None:
+        _state.log.close()
+        _state.log = None
+    raise ReportError(reason)
+
+
 def finish(wait: bool = True) -> None:
     """Close the progress log and leave the process group after the last ``report``
-    (with ``wait``, once every rank is there)."""
+    (with ``wait``, once every rank is there). With ``wait`` the plan's last iteration
+    must have been reported and checkpointed (module doc), else ``ReportError``."""
+    if wait and _state.device is not None:
+        p = plan()
+        done = _state.start if _state.reported is None else _state.reported
+        missing = rank() == 0 and _state.saved < p.iterations  # rank 0 saves
+        row = torch.tensor([1.0 if missing else 0.0], dtype=torch.float64)
+        if _state.device.type == "cuda":
+            row = row.to(_state.device)
+        if dist.is_initialized():
+            dist.all_reduce(row)
+        if done < p.iterations:
+            _refuse(
+                f"finish: the script reported iteration {done} of {p.iterations}: "
+                "report(iteration, loss) after every step, up to iterations()"
+            )
+        if row[0].item() > 0:
+            _refuse(
+                f"finish: no checkpoint holds the last iteration {p.iterations} (the last "
+                f"saved: {_state.saved or 'none'}): pass model= (and optimizer=) to "
+                "report, or call save_checkpoint before finish(); the trained weights "
+                "would be lost"
+            )
     if _state.log is not None:
         _state.log.close()
         _state.log = None

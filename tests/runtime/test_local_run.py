@@ -93,6 +93,16 @@ STEPS_THEN = textwrap.dedent(
             for i in range(1, steps + 1):
                 time.sleep(0.2)
                 log.append(ProgressRecord(i, time.time(), 0.2, 2, os.environ["SRIFTY_CONFIG_ID"]))
+        if then == "exit":  # a finished job keeps a checkpoint of its last iteration
+            import torch
+            from srifty_core.runtime.checkpoint import save_checkpoint
+            from srifty_core.runtime.progress import TrainState, write_state
+
+            net, config = torch.nn.Linear(1, 1), os.environ["SRIFTY_CONFIG_ID"]
+            save_checkpoint(os.environ["SRIFTY_CHECKPOINT"], model=net, iteration=steps,
+                            optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                            global_batch=2, config_id=config)
+            write_state(Path(run_dir) / "state.json", TrainState(steps, time.time(), config, steps))
     else:
         time.sleep(0.2 * steps)
     if then == "hang":
