@@ -617,15 +617,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
             loss = f", loss {last.loss:.4g}" if last.loss is not None else ""
             bar(f"{last.config_id}: training{loss}", last.iteration, plan.iterations)
 
-    try:
+    with bar:  # "done" only when it is: not on Ctrl-C or an error (main says which)
         # One monitor step a second: each appends a line to decisions.jsonl and may
         # recalibrate, so a faster poll would fill the log and take cores from the ranks.
         report = train_local(
             plan, LocalProvider(), on_poll=show, poll_s=CLI_POLL_S, restart=args.restart,
             track=not args.no_mlflow,
         )  # fmt: skip
-    finally:
-        bar.close()
     for seg in report.segments:
         print(
             f"{seg.config_id}: local batches {list(seg.local_batches)}, iterations "
@@ -693,10 +691,12 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
         usd_per_hour=args.usd_per_hour,
     )
     started = records[0].wall_time - records[0].step_s
-    d = decide(
-        records, limits, now=args.now if args.now is not None else time.time(),
-        started_at=started, window_s=args.window * 60.0,
-    )  # fmt: skip
+    now = args.now
+    if now is None:
+        # a finished run is judged when its last step ended, not counted up to today
+        finished = max(r.iteration for r in records) >= args.iterations
+        now = max(r.wall_time for r in records) if finished else time.time()
+    d = decide(records, limits, now=now, started_at=started, window_s=args.window * 60.0)
     if args.json:
         print(json.dumps({
             "action": d.action, "reason": d.reason, "iterations_done": d.iterations_done,
@@ -1088,7 +1088,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--usd-per-hour", type=float, default=0.0, help="the configuration's rate (default 0)"
     )
     mon.add_argument("--window", type=float, default=5.0, help="minutes (default 5)")
-    mon.add_argument("--now", type=float, help="Unix time to judge at (default: now)")
+    mon.add_argument(
+        "--now",
+        type=float,
+        help="Unix time to judge at (default: now; for a finished run, its last record's)",
+    )
     mon.add_argument("--json", action="store_true", help="machine-readable answer")
     mon.set_defaults(func=_cmd_monitor)
 
@@ -1112,7 +1116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the whole loop for real through Airflow on this machine (probe "
         "sweep, model refresh, profiling, plan-and-train with a preemption and its "
         "re-plan, the case studies), keeping everything under the data folder; about "
-        "three minutes.",
+        "two minutes.",
     )
     demo.set_defaults(func=_cmd_demo)
     return parser

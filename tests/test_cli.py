@@ -329,3 +329,62 @@ def test_train_runs_the_command_after_the_double_dash_on_every_rank(
     assert result["iterations"] == 6
     saved = json.loads((tmp_path / "run" / "plan-c0.json").read_text())
     assert saved["entrypoint"] == ["python", script, "--lr", "0.05"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_train_is_one_line_exit_130_and_stops_the_ranks(tmp_path: Path) -> None:
+    """Ctrl-C on `srifty train` (off a terminal, so its stage lines are on): no 'done'
+    line for the job it did not finish, no traceback, one line, the shell's 130, and none
+    of its ranks left running."""
+    import signal
+    import time
+
+    import psutil
+
+    run = tmp_path / "run"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({
+        "model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 500,
+        "local_batches": [2, 2], "run_dir": str(run), "step_sleep_s": 0.2,
+        "checkpoint_every": 5,
+    }))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srifty_core.cli", "train", str(plan), "--no-mlflow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ranks: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            log = run / "progress.jsonl"
+            if log.exists() and len(log.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        ranks = psutil.Process(proc.pid).children(recursive=True)  # the ranks and theirs
+        assert len(ranks) >= 2
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and ": done [" not in err, err
+    assert err.splitlines()[-1] == "srifty: interrupted", err
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, f"ranks still running after Ctrl-C: {[p.pid for p in alive]}"
+
+
+def test_the_demo_takes_as_long_in_its_help_as_in_the_readme() -> None:
+    """The README and `srifty demo --help` give the demo one duration."""
+    import re
+
+    from srifty_core.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = re.search(r"`scripts/demo` .*?[Ii]n about (\w+) minutes", readme, re.S)
+    assert said is not None
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    helped = re.search(r"about (\w+) minutes", sub.choices["demo"].description)  # type: ignore[attr-defined]
+    assert helped is not None and helped[1] == said[1]

@@ -28,6 +28,24 @@ def test_monitor_reads_a_log_and_decides(
     assert main(["monitor", str(tmp_path / "nothing"), "--iterations", "5"]) == 2
 
 
+def test_monitor_of_a_finished_run_counts_time_to_its_last_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that finished long ago: elapsed time and spend end at its last record, not
+    at the moment `srifty monitor` is asked (without --now)."""
+    with ProgressLog(tmp_path / "progress.jsonl") as log:
+        for i in range(1, 21):
+            log.append(ProgressRecord(i, 1000.0 + i, 1.0, 100, "c0"))
+    args = ["monitor", str(tmp_path), "--iterations", "20", "--usd-per-hour", "3.6"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["reason"] == "finished" and out["iterations_done"] == 20
+    assert out["elapsed_s"] == pytest.approx(20.0)  # the first step's start to the last's end
+    assert out["spent_usd"] == pytest.approx(0.02)
+    assert main(args) == 0
+    assert "iterations 20/20, elapsed 20 s" in capsys.readouterr().out
+
+
 def test_train_a_plan_on_local_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = TrainPlan(
         model="dlrm", size="tiny", global_batch=6, iterations=4, local_batches=(2, 4),
