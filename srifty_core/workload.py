@@ -10,7 +10,9 @@ A model reference (``--model``, a request's ``model``, a plan's ``model``) is on
 - ``hf:NAME``: a ``transformers`` architecture built from a config with random weights
   (nothing is downloaded). ``NAME`` is a config shipped in ``srifty_core/shipped/hf/``
   (``hf:bert-base-uncased``, ``hf:gpt2``, ...), a ``config.json`` file, or a folder that
-  holds one.
+  holds one. Size ``full`` builds the config as it is; ``small`` and ``tiny`` scale it
+  down as the zoo's BERT sizes (``HF_SIZE_LIMITS``: layers, width, heads, vocabulary) and
+  shorten the samples (``HF_SEQUENCE``).
 
 The factory protocol (what ``factory()`` returns, or ``factory(size=...)`` when it takes a
 ``size`` parameter): a ``Parts`` (or any object with these three attributes, a mapping
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HF_CONFIGS",
+    "HF_SIZE_LIMITS",
     "ModelRef",
     "ModelRefError",
     "Parts",
@@ -64,12 +67,34 @@ __all__ = [
     "parse_model",
     "prepare",
     "shipped_hf_configs",
+    "shrink_hf_config",
 ]
 
 HF_CONFIGS = Path(__file__).parent / "shipped" / "hf"
 """Shipped Hugging Face configs, one ``NAME.json`` each (``hf:NAME``)."""
 HF_SEQUENCE = {"tiny": 16, "small": 64, "full": 128}
 """Tokens per sample of an ``hf:`` model's synthetic batch, per size preset."""
+HF_SIZE_LIMITS: dict[str, dict[str, int]] = {
+    "tiny": {"layers": 2, "hidden": 64, "heads": 2, "vocab": 512},
+    "small": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 8192},
+}
+"""What ``tiny`` and ``small`` make of an ``hf:`` config, as the zoo's BERT presets do:
+at most this many layers, this width (with this many heads and the feed-forward scaled
+alike) and this vocabulary; a config already smaller keeps its own. ``full`` builds the
+config as it is."""
+_HF_LAYERS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
+_HF_HEADS = (
+    "num_attention_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "num_key_value_heads",
+)  # fmt: skip
+_HF_FFN = (
+    "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
+    "hidden_dim",
+)  # fmt: skip
+_HF_TOKEN_IDS = (
+    "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id",
+    "mask_token_id", "decoder_start_token_id",
+)  # fmt: skip
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -360,6 +385,7 @@ def _hf(ref: ModelRef, size: str) -> Workload:
             f"{ref.text}: {path} is not a transformers config ({type(exc).__name__}: "
             f"{_first_line(exc)})"
         ) from exc
+    shrink_hf_config(config, size, f"{ref.text} ({path})")
     archs = getattr(config, "architectures", None) or []
     cls = getattr(transformers, archs[0], None) if archs else None
     classify = cls is not None and cls.__name__.endswith("ForSequenceClassification")
@@ -398,6 +424,50 @@ def _hf(ref: ModelRef, size: str) -> Workload:
 
     knobs = {"ref": ref.text, "config": str(path), "seq": seq, "vocab": vocab}
     return Workload(ref.text, size, module, knobs, make, loss)
+
+
+def shrink_hf_config(config: Any, size: str, where: str) -> None:
+    """Scale a ``transformers`` config down in place to the ``size`` preset
+    (``HF_SIZE_LIMITS``; ``full``: unchanged). Layers, width, heads and feed-forward are
+    read through the config's standard names (``hidden_size``, ``num_hidden_layers``,
+    ``num_attention_heads``: GPT-2's ``n_embd`` and DistilBERT's ``dim`` answer to them);
+    a config without them cannot be scaled and is a ``ModelRefError`` naming ``where``."""
+    limits = HF_SIZE_LIMITS.get(size)
+    if limits is None:
+        return
+
+    def get(name: str) -> int | None:
+        v = getattr(config, name, None)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    hidden = get("hidden_size")
+    if hidden is None or get("num_hidden_layers") is None or get("num_attention_heads") is None:
+        raise ModelRefError(
+            f"{where}: size {size} scales a config down through hidden_size, "
+            "num_hidden_layers and num_attention_heads, and this config does not name them; "
+            "give size full (the config as it is)"
+        )
+    for name in _HF_LAYERS:
+        if (v := get(name)) is not None:
+            setattr(config, name, min(v, limits["layers"]))
+    if hidden > limits["hidden"]:
+        scale = limits["hidden"] / hidden
+        width = config.attribute_map.get("hidden_size")  # DistilBERT's `dim`, not `hidden_dim`
+        for name in _HF_FFN:
+            if name != width and (v := get(name)) is not None:
+                setattr(config, name, max(1, round(v * scale)))
+        config.hidden_size = limits["hidden"]
+        for name in _HF_HEADS:
+            if (v := get(name)) is not None:
+                setattr(config, name, min(v, limits["heads"]))
+        if get("head_dim") is not None:
+            config.head_dim = limits["hidden"] // limits["heads"]
+    vocab = get("vocab_size")
+    if vocab is not None and vocab > limits["vocab"]:
+        config.vocab_size = limits["vocab"]
+        for name in _HF_TOKEN_IDS:  # special tokens stay inside the smaller vocabulary
+            if (v := get(name)) is not None and v >= limits["vocab"]:
+                setattr(config, name, limits["vocab"] - 1)
 
 
 # ------------------------------------------------------------------- training settings

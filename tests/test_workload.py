@@ -132,8 +132,32 @@ def test_hf_models_build_from_a_local_or_a_shipped_config(tiny_hf: str) -> None:
     assert ids.shape == (3, 16) and int(ids.max()) < 128
     assert torch.isfinite(w.loss((ids, labels)))
     assert {"bert-base-uncased", "gpt2"} <= set(shipped_hf_configs())
-    bert = build("hf:bert-base-uncased", "tiny")
+    bert = build("hf:bert-base-uncased", "full")
     assert 109e6 < bert.n_parameters < 111e6  # BERT-base with its MLM head
+
+
+def test_hf_sizes_scale_the_config_as_the_zoo_sizes_do(tmp_path: Path) -> None:
+    """`tiny` and `small` shrink an hf: config (layers, width with its heads and
+    feed-forward, vocabulary) as the zoo's BERT presets do, whatever the config names them
+    (GPT-2's n_layer/n_embd, DistilBERT's dim/hidden_dim); `full` is the config as it is.
+    A config that names no width or heads is one line asking for size full."""
+    gpt2 = build("hf:gpt2", "tiny")
+    cfg = gpt2.module.config  # type: ignore[union-attr]
+    assert (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size) == (2, 64, 2, 512)
+    assert gpt2.n_parameters < 1e6  # not the 124M model
+    ids, labels = gpt2.make_batch(2, torch.device("cpu"))
+    assert (
+        ids.shape == (2, 16) and int(ids.max()) < 512 and torch.isfinite(gpt2.loss((ids, labels)))
+    )
+    distil = build("hf:distilbert-base-uncased", "small").module.config  # type: ignore[union-attr]
+    assert (distil.n_layers, distil.dim, distil.n_heads, distil.hidden_dim) == (4, 256, 4, 1024)
+    zoo = build("bert_base", "small")
+    hf = build("hf:bert-base-uncased", "small")
+    assert abs(hf.n_parameters / zoo.n_parameters - 1) < 0.05  # the same small BERT
+    mamba = tmp_path / "mamba.json"
+    mamba.write_text(json.dumps({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}))
+    with pytest.raises(ModelRefError, match=r"size tiny scales .* give size full"):
+        build(f"hf:{mamba}", "tiny")
 
 
 def _quick(settings: TrainingSettings | None = None) -> object:
