@@ -1,7 +1,7 @@
 """APM: the analytical baseline the method compares against, with the same interface.
 
 - compute: one line t = a*B + b per pass through the profile's measured points (Nexus-style),
-  no variance; the slowest type sets the pace;
+  held at or above the fastest measured pass, no variance; the slowest type sets the pace;
 - communication: ring allreduce with an alpha-beta model from the *rated* network bandwidth
   (Daydream / nccl-tests style): t(s) = 2(n-1) alpha + 2 (n-1)/n * s / beta;
 - no overlap (Cynthia-style): t_iter = t_fw + t_bw + sum of the buckets' allreduce times.
@@ -34,8 +34,12 @@ class ApmEstimator:
         slow = None
         for g in config.groups:
             p = workload.profile(g.instance.device_type)
-            fw = fit_line(p.fw.batch_sizes, p.fw.mean_s).at(g.batch_per_rank)
-            bw = fit_line(p.bw.batch_sizes, p.bw.mean_s).at(g.batch_per_rank)
+            # the line, but never under the fastest pass measured: a line through a curve
+            # that bends up can cross zero below the profiled batches, and a 0 s
+            # iteration is no estimate (the planner refuses it)
+            b = g.batch_per_rank
+            fw = max(fit_line(p.fw.batch_sizes, p.fw.mean_s).at(b), min(p.fw.mean_s))
+            bw = max(fit_line(p.bw.batch_sizes, p.bw.mean_s).at(b), min(p.bw.mean_s))
             if fw + bw > t_fw + t_bw:
                 t_fw, t_bw, slow = fw, bw, p
         n = config.world_size

@@ -176,6 +176,18 @@ def test_apm_ignores_overlap_and_variance() -> None:
     )
 
 
+def test_apm_never_predicts_a_pass_faster_than_the_fastest_measured() -> None:
+    # a curve that bends up: the straight line through it is negative at batch 1, and
+    # APM predicted a 0 s iteration there (the planner refuses such an estimate)
+    sizes = (1, 8, 32, 256)
+    fw_mean = (0.001, 0.0011, 0.0012, 0.2)
+    fw = PassStats(sizes, fw_mean, tuple(0.01 * m for m in fw_mean), 5)
+    p = dataclasses.replace(make_profile(), fw=fw, bw=fw)
+    apm = ApmEstimator().estimate(Workload("m", {"cpu": p}), config((inst("a"), 1, 1)))
+    assert apm.t_fw == pytest.approx(0.001) and apm.t_bw == pytest.approx(0.001)
+    assert apm.t_iter > 0
+
+
 def test_probe_table_predictor() -> None:
     rows: list[dict[str, Any]] = []
     for alloc, noise in (("a1", 0.9), ("a2", 1.1)):
