@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -388,3 +389,52 @@ def test_the_demo_takes_as_long_in_its_help_as_in_the_readme() -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     helped = re.search(r"about (\w+) minutes", sub.choices["demo"].description)  # type: ignore[attr-defined]
     assert helped is not None and helped[1] == said[1]
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> None:
+    """A local rank killed outside a preemption (no notice from the provider): the job
+    ends with one line saying which rank died and how, that only a preemption is re-planned
+    on the survivors, and that running the plan again resumes; no rank is left running."""
+    import signal
+    import time
+
+    import psutil
+
+    run = tmp_path / "run"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({
+        "model": "dlrm", "size": "tiny", "global_batch": 6, "iterations": 500,
+        "local_batches": [2, 2, 2], "run_dir": str(run), "step_sleep_s": 0.2,
+        "checkpoint_every": 5,
+    }))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srifty_core.cli", "train", str(plan), "--no-mlflow",
+         "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ranks: dict[str, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            log = run / "progress.jsonl"
+            if log.exists() and len(log.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        for p in psutil.Process(proc.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if "RANK" in p.environ():
+                    ranks[p.environ()["RANK"]] = p
+        assert set(ranks) == {"0", "1", "2"}
+        ranks["1"].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "rank 1 was killed by SIGKILL" in err, err
+    assert "re-planned on the survivors" in err and "again to resume" in err, err
+    _, alive = psutil.wait_procs(list(ranks.values()), timeout=30)
+    assert not alive

@@ -32,9 +32,10 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -340,6 +341,29 @@ def _train_local(
         (run_dir / RUN_ALLOCATIONS).unlink(missing_ok=True)
 
 
+def describe_exits(codes: Mapping[int, int | None]) -> str:
+    """How the ranks ended, grouped: ``rank 2 was killed by SIGKILL, ranks 0, 1 exited
+    with 1``."""
+    ranks: dict[str, list[int]] = {}
+    for rank, code in sorted(codes.items()):
+        if code is None:
+            how = "still ran"
+        elif code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with {code}"
+        ranks.setdefault(how, []).append(rank)
+    parts = []
+    for how, r in ranks.items():
+        who = f"rank {r[0]}" if len(r) == 1 else f"ranks {', '.join(map(str, r))}"
+        verb = ("was " if len(r) == 1 else "were ") if how.startswith("killed") else ""
+        parts.append(f"{who} {verb}{how}")
+    return ", ".join(parts)
+
+
 @dataclass
 class _LocalStep:
     """One look at local workers: the monitor's step, and what local workers need beside
@@ -378,8 +402,10 @@ class _LocalStep:
                 self.exited_at = self.exited_at or time.monotonic()
                 if time.monotonic() - self.exited_at > TERM_GRACE_S + 1.0:
                     raise TrainingError(
-                        f"workers exited with {codes}; see the logs in "
-                        f"{self.provider.log_dir(self.alloc)}"
+                        f"{describe_exits(codes)}, with no preemption notice: a rank that dies "
+                        "so ends the job (only workers the provider takes back are re-planned "
+                        "on the survivors); run the same plan again to resume from its last "
+                        f"checkpoint; see the logs in {self.provider.log_dir(self.alloc)}"
                     ) from None
                 result = PollResult(
                     RUNNING, "workers exited: waiting for an interruption record", 0, 0.0, 0.0,
