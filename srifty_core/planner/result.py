@@ -270,13 +270,13 @@ class PlanResult:
                 f"No configuration meets the limits (time {r.time_limit_s:g} s, budget "
                 f"${r.budget_usd:g}) among {self.evaluated} evaluated."
             )
-            q = f"p{100 * r.risk_quantile:g}"
+            at_q = f"p{100 * r.risk_quantile:g}"
             for m in self.nearest_misses:
                 # the limits are checked at the risk quantile: the excess is against those
                 # figures, so they are the ones shown beside it
                 lines.append(
                     f"  nearest: {m.label}: {m.time_at_risk_s:.0f} s, "
-                    f"${m.cost_at_risk_usd:.2f} at {q} ({', '.join(m.violations)}); "
+                    f"${m.cost_at_risk_usd:.2f} at {at_q} ({', '.join(m.violations)}); "
                     f"typical {m.time_s:.0f} s, ${m.cost_usd:.2f}"
                 )
             if self.nearest_misses:
