@@ -216,7 +216,8 @@ ModelName = Annotated[
         {
             "type": "string",
             "pattern": (f"^(({'|'.join(MODEL_NAMES)})|hf:.+|[^:]+:[A-Za-z_][A-Za-z0-9_]*)$"),
-            "examples": [*MODEL_NAMES, "examples/digits/model.py:build", "hf:gpt2"],
+            # a trigger form offers what a trigger may name (no file paths: trigger_models)
+            "examples": [*MODEL_NAMES, "hf:gpt2"],
         }
     ),
     Rule(
