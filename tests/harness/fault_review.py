@@ -1183,7 +1183,7 @@ def _profile_field(key: str, value: Any) -> Callable[[dict[str, Any]], Any]:
     return lambda d: d | {key: value}
 
 
-for _id, _what, _damage, _field in (
+for _id, _what, _change, _field in (
     ("plan-profile-nan-slopes", "a stored profile with NaN slopes", _nan_fit, "fw_fit.slopes"),
     ("plan-profile-negative-times", "a stored profile with negative times", _negative_fit,
      "fw_fit"),
@@ -1194,7 +1194,7 @@ for _id, _what, _damage, _field in (
     ("plan-profile-json-list", "a stored profile that is a JSON list", lambda d: [d],
      "T4.json"),
 ):  # fmt: skip
-    case(_id, "plan stores", _what, field=_field)(_damaged_profile(_damage))
+    case(_id, "plan stores", _what, field=_field)(_damaged_profile(_change))
 case("plan-profile-t4-as-v100", "plan stores", "a T4 profile copied to V100.json",
      field="V100.json")(_damaged_profile(lambda d: d, name="V100.json", offers=[
          {"type": "p3.2xlarge", "market": "on-demand", "quota": 4}]))  # fmt: skip
