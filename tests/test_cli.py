@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
@@ -338,7 +339,6 @@ def test_ctrl_c_on_train_is_one_line_exit_130_and_stops_the_ranks(tmp_path: Path
     line for the job it did not finish, no traceback, one line, the shell's 130, and none
     of its ranks left running."""
     import signal
-    import time
 
     import psutil
 
@@ -355,13 +355,7 @@ def test_ctrl_c_on_train_is_one_line_exit_130_and_stops_the_ranks(tmp_path: Path
     )  # fmt: skip
     ranks: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            log = run / "progress.jsonl"
-            if log.exists() and len(log.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.communicate()
+        _wait_for_records(proc, run / "progress.jsonl", 3)
         ranks = psutil.Process(proc.pid).children(recursive=True)  # the ranks and theirs
         assert len(ranks) >= 2
         proc.send_signal(signal.SIGINT)
@@ -397,7 +391,6 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
     ends with one line saying which rank died and how, that only a preemption is re-planned
     on the survivors, and that running the plan again resumes; no rank is left running."""
     import signal
-    import time
 
     import psutil
 
@@ -415,13 +408,7 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
     )  # fmt: skip
     ranks: dict[str, psutil.Process] = {}
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            log = run / "progress.jsonl"
-            if log.exists() and len(log.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.communicate()
+        _wait_for_records(proc, run / "progress.jsonl", 3)
         for p in psutil.Process(proc.pid).children():
             with contextlib.suppress(psutil.Error):
                 if "RANK" in p.environ():
@@ -438,3 +425,13 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
     assert "re-planned on the survivors" in err and "again to resume" in err, err
     _, alive = psutil.wait_procs(list(ranks.values()), timeout=30)
     assert not alive
+
+
+def _wait_for_records(proc: subprocess.Popen[str], log: Path, n: int) -> None:
+    """Wait (at most 240 s) until ``log`` holds ``n`` records; ``proc`` must still run."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= n:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
