@@ -5,9 +5,10 @@ Manual trigger; also triggered by itself when a run re-plans. Tasks:
 
 1. **plan**: the real planner over the trigger's ``offers`` (instance type, market, quota,
    optional price): the model's compute profiles (made by ``srifty_profile_model``), the
-   champion bus-bandwidth model (made by ``srifty_model_refresh``), the simulator and the
-   search. It fails at once, naming the DAG to run, when either is missing, and with the
-   nearest misses when nothing meets the limits. The plan goes to MLflow (experiment
+   champion bus-bandwidth model (made by ``srifty_model_refresh``; until there is one, the
+   model of the shipped public nccl-tests tables, as ``srifty plan``), the simulator and
+   the search. It fails at once with the nearest misses when nothing meets the limits, and
+   logs what it planned. The plan goes to MLflow (experiment
    ``srifty-jobs``: one run per job, a nested run per re-plan) and to the data folder's
    ``runs/<run id>/``. The ``local`` provider offers ``local.cpu`` (worker processes on
    this machine, priced by the trigger); ``ec2`` offers the catalog's types.

@@ -24,6 +24,8 @@ from airflow.sdk import Param, dag, get_current_context, task, task_group
 # Shared policy (plugins/): the probe-store Asset, start date, task defaults.
 from srifty_policy import LOCAL_HOST_POOL, PROBE_STORE, START_DATE, default_args, fails_fast
 
+from srifty_core.probing.config import MIN_ALLOCATIONS
+
 DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2))
 SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
 
@@ -73,13 +75,14 @@ SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
         "repeats": Param(5, type="integer", minimum=1, maximum=1000),
         "warmup": Param(2, type="integer", minimum=0, maximum=100),
         "allocations": Param(
-            1,
+            MIN_ALLOCATIONS,
             type="integer",
             minimum=1,
             maximum=10,
             description=(
-                "Fresh allocations per type (the bandwidth model holds out whole "
-                "allocations: a refresh needs probes from at least 3)."
+                f"Fresh allocations per type (the bandwidth model holds out whole "
+                f"allocations: the refresh this sweep triggers needs probes from at least "
+                f"{MIN_ALLOCATIONS})."
             ),
         ),
         "sustained_s": Param(

@@ -181,4 +181,10 @@ class TrainingProgressSensor(BaseSensorOperator):
 
                 raise AirflowFailException(message)
             raise RuntimeError(message)  # the cloud or the file system kept failing: retry
+        self.log.info(
+            "%s %s: %s (%s iterations done, %.0f s, $%.4f spent)",
+            event.get("config_id", ""), event.get("status"), event.get("reason"),
+            event.get("iterations_done"), float(event.get("elapsed_s") or 0.0),
+            float(event.get("spent_usd") or 0.0),
+        )  # fmt: skip
         return event

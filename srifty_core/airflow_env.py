@@ -77,12 +77,74 @@ def airflow_environment(
     }
 
 
+ADMIN_USER = "admin"
+"""The one user of the local Airflow UI (Airflow's simple auth manager; ``srifty ui`` sets
+its password)."""
+
+
+def data_folder_environment(root: Path) -> dict[str, str]:
+    """The environment of every Airflow process on the data folder ``root`` that is not a
+    ``dag.test()`` run: ``srifty ui``'s servers and the ``airflow`` CLI through ``srifty
+    airflow`` (so a DAG triggered there runs on the scheduler ``srifty ui`` started, with the
+    same metadata DB, DAGs, plugins and data folder)."""
+    return {
+        **airflow_environment(paths.airflow_home(root)),
+        DEADLINE_ALERTS_ENV: "1",  # a real scheduler runs the DAGs (no dag.test())
+        paths.ENV_VAR: str(root),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+        # the CLI's dags commands warn on every call that graphviz (diagrams) is missing
+        "PYTHONWARNINGS": ",".join(
+            w for w in (os.environ.get("PYTHONWARNINGS", ""), GRAPHVIZ_WARNING) if w
+        ),
+        # components that start `airflow ...` find this interpreter's
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+    }
+
+
+NO_DB_COMMANDS = frozenset({"version", "info", "config", "cheat-sheet"})
+"""``airflow`` commands that need no metadata DB: ``srifty airflow`` runs them at once."""
+GRAPHVIZ_WARNING = "ignore:Could not import graphviz:UserWarning"
+MIGRATED_STAMP = "srifty-migrated"
+"""In the Airflow home: the Airflow version and metadata DB the last ``migrate`` was for."""
+
+
+def migrate_once(env: Mapping[str, str]) -> None:
+    """``migrate`` unless the home's stamp says this Airflow version already migrated this
+    metadata DB (the CLI wrapper runs on every call; ``airflow db migrate`` takes seconds)."""
+    from importlib.metadata import version
+
+    home = Path(env["AIRFLOW_HOME"])
+    stamp = home / MIGRATED_STAMP
+    want = f"{version('apache-airflow')} {env['AIRFLOW__DATABASE__SQL_ALCHEMY_CONN']}"
+    try:
+        if stamp.read_text() == want:
+            return
+    except OSError:
+        pass
+    migrate(env)
+    stamp.write_text(want)
+
+
+def airflow_cli(root: Path, args: list[str]) -> int:
+    """``srifty airflow ARGS``: the ``airflow`` CLI of this interpreter on the data folder
+    ``root`` (``data_folder_environment``; its metadata DB created or upgraded first), its
+    exit code returned. ``dags test`` runs with deadline alerts off (``DEADLINE_ALERTS_ENV``)."""
+    env = data_folder_environment(root)
+    if args[:2] == ["dags", "test"]:
+        env[DEADLINE_ALERTS_ENV] = "0"
+    if args and args[0] not in NO_DB_COMMANDS and not {"-h", "--help"} & set(args):
+        migrate_once(env)
+    return subprocess.run(airflow_command(args), env={**os.environ, **env}, check=False).returncode
+
+
 def _jwt_secret(home: Path) -> str:
     """A random secret kept in ``home`` so every Airflow process of this home agrees."""
     path = home / "jwt_secret"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(64))
-        path.chmod(0o600)
+        with contextlib.suppress(FileExistsError):  # another process wrote it first
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(64))
     return path.read_text().strip()
 
 

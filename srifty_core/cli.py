@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from srifty_core import __version__, paths
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.probing.config import MIN_ALLOCATIONS
 
 if TYPE_CHECKING:
     from srifty_core.outputs import Output
@@ -515,7 +516,9 @@ def read_train_plan(path: Path) -> TrainPlan:
 
 def _train_job(args: argparse.Namespace) -> int:
     """``srifty train --job JOB.yaml``: the whole job with the DAG's steps
-    (``runtime.job_run``)."""
+    (``runtime.job_run``). The same job run again after its driver died (killed, Ctrl-C,
+    an error) resumes its unfinished run in the same folder; ``--restart`` starts a new
+    one (``job_run.run_job(resume_unfinished=...)``)."""
     from pathlib import Path
 
     from srifty_core.console import StageProgress
@@ -544,6 +547,8 @@ def _train_job(args: argparse.Namespace) -> int:
                 f"{r.config_id}: {r.status}", r.iterations_done, int(conf["iterations"])
             ),
             track=not args.no_mlflow,
+            resume_unfinished=not args.restart,
+            say=print,
         )
     for c in run.configurations:
         print(
@@ -728,6 +733,12 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_airflow(args: argparse.Namespace) -> int:
+    from srifty_core.airflow_env import airflow_cli
+
+    return airflow_cli(paths.data_dir(), list(args.airflow_args))
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from srifty_core.demo import run_demo
 
@@ -908,7 +919,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--warmup", type=int, default=2, help="untimed rounds per point")
     probe.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (CUDA)")
-    probe.add_argument("--allocations", type=int, default=1, help="fresh allocations to repeat on")
+    probe.add_argument(
+        "--allocations",
+        type=int,
+        default=MIN_ALLOCATIONS,
+        help=f"fresh allocations to repeat on (default {MIN_ALLOCATIONS}: what `srifty "
+        "fit-bandwidth` needs)",
+    )
     probe.add_argument("--day", help="partition day YYYY-MM-DD (default: today, UTC)")
     probe.add_argument("--fresh", action="store_true", help="re-measure, replacing the day's data")
     probe.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -1061,7 +1078,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--restart",
         action="store_true",
         help="start from scratch where the run folder has progress but no usable checkpoint "
-        "(the old log and checkpoint are moved aside)",
+        "(the old log and checkpoint are moved aside); with --job: start the job in a new "
+        "run folder instead of resuming its unfinished run",
     )
     tr.add_argument(
         "--force",
@@ -1110,6 +1128,19 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--once", action="store_true", help="stop as soon as both answer")
     ui.set_defaults(func=_cmd_ui)
 
+    af = sub.add_parser(
+        "airflow",
+        help="the airflow CLI on the data folder (e.g. srifty airflow dags trigger ...)",
+        description="Run the `airflow` command of this environment on the data folder's "
+        "Airflow home: the metadata DB `srifty ui` and the demo use (created or upgraded "
+        "first), the repository's DAGs and plugins. Everything after `airflow` goes to it "
+        "as is: `srifty airflow dags trigger srifty_what_if --conf '{...}'`, `srifty "
+        "airflow dags list-runs srifty_what_if`, `srifty airflow --help`.",
+        add_help=False,
+    )
+    af.add_argument("airflow_args", nargs="*", metavar="ARGS", help="airflow's arguments")
+    af.set_defaults(func=_cmd_airflow)
+
     demo = sub.add_parser(
         "demo",
         help="run the main job through Airflow on embedded defaults (SQLite, local files)",
@@ -1122,14 +1153,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _airflow_args(words: list[str]) -> list[str] | None:
+    """The words after ``airflow`` when it is the command (``srifty [--data-dir D]
+    airflow ...``), or None: they go to airflow untouched (its own options included)."""
+    k = 0
+    while k < len(words) and words[k].startswith("--data-dir"):
+        k += 1 if "=" in words[k] else 2
+    return words[k + 1 :] if k < len(words) and words[k] == "airflow" else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
-    if "train" in words and "--" in words[words.index("train") :]:
+    passthrough = _airflow_args(words)
+    if passthrough is not None:  # `srifty airflow ARGS`: ARGS are airflow's, as given
+        words = words[: len(words) - len(passthrough)]
+    elif "train" in words and "--" in words[words.index("train") :]:
         cut = words.index("--", words.index("train"))
         words, command = words[:cut], words[cut + 1 :]
     args = parser.parse_args(words)
+    if passthrough is not None:
+        args.airflow_args = passthrough
     args.command = command  # `srifty train PLAN -- COMMAND`: the script every rank runs
     args.as_program = argv is None  # the `srifty` command, not a caller in its own process
     if args.as_program:

@@ -19,15 +19,16 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from srifty_core import paths
 from srifty_core.airflow_env import (
-    DEADLINE_ALERTS_ENV,
-    airflow_environment,
-    migrate,
+    ADMIN_USER,
+    data_folder_environment,
+    migrate_once,
     start_airflow,
     stop_process_groups,
     wait_healthy,
@@ -36,7 +37,6 @@ from srifty_core.atomic import replacing
 from srifty_core.errors import SriftyError
 from srifty_core.tracking import default_tracking_uri
 
-ADMIN_USER = "admin"
 DEFAULT_PASSWORD = "srifty-admin"
 LOOPBACK = "127.0.0.1"
 PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
@@ -92,6 +92,53 @@ class StopSignals:
             signal.signal(s, handler)
 
 
+def _api(base: str, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+    """One call of Airflow's REST API (loopback), its JSON answer."""
+    req = urllib.request.Request(
+        base + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {token}"} if token else {}),
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
+        return json.loads(resp.read() or b"null")
+
+
+def unpause_on_demand_dags(
+    base: str, password: str, parser: subprocess.Popen[bytes], timeout_s: float = 180.0
+) -> tuple[list[str], list[str]]:
+    """Unpause the DAGs that run only when triggered or when data arrives (the plan-and-
+    train, what-if and profiling DAGs; the model refresh after a sweep): Airflow creates
+    every DAG paused, and a triggered run of a paused DAG waits without a word. The DAGs
+    on a clock (the nightly probe sweep, the weekly catalog refresh) stay as they are: the
+    user turns them on. Waits until the DAG processor (``parser``) has stored every DAG
+    file's DAG; returns (unpaused, periodic and paused)."""
+    expected = {f.stem for f in paths.DAGS_DIR.glob("srifty_*.py")}
+    token = _api(base, "POST", "/auth/token", {"username": ADMIN_USER, "password": password})[
+        "access_token"
+    ]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dags = _api(base, "GET", "/api/v2/dags?limit=100&dag_id_pattern=srifty_", token=token)
+        found = {d["dag_id"]: d for d in dags["dags"]}
+        if expected <= found.keys():
+            break
+        if parser.poll() is not None or time.monotonic() > deadline:
+            missing = ", ".join(sorted(expected - found.keys()))
+            raise SriftyError(f"the DAG processor did not load {missing} (see its log)")
+        time.sleep(2.0)
+    on, paused = [], []
+    for dag_id, d in sorted(found.items()):
+        if not d["timetable_periodic"]:
+            if d["is_paused"]:
+                _api(base, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, token)
+            on.append(dag_id)
+        elif d["is_paused"]:
+            paused.append(dag_id)
+    return on, paused
+
+
 def run_ui(
     data_dir: Path | None = None,
     *,
@@ -121,16 +168,13 @@ def _run_ui(
     home = paths.airflow_home(root)
     env = {
         **os.environ,
-        **airflow_environment(home),
-        DEADLINE_ALERTS_ENV: "1",  # a real scheduler runs the DAGs here (no dag.test())
-        paths.ENV_VAR: str(root),
+        **data_folder_environment(root),
         "AIRFLOW__API__PORT": str(airflow_port),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
-        # components that start `airflow ...` find this interpreter's
-        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+        # the task logs say what was planned, launched, decided and released
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }
     write_password_file(home, password)
-    migrate(env)
+    migrate_once(env)
     artifacts = (paths.mlflow_dir(root) / "artifacts").resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
     logs = home / "ui-logs"
@@ -164,6 +208,14 @@ def _run_ui(
         wait_healthy(f"http://{LOOPBACK}:{mlflow_port}/health", procs["mlflow"], 120)
         wait_healthy(
             f"http://{LOOPBACK}:{airflow_port}/api/v2/monitor/health", procs["api-server"], 180
+        )
+        api = f"http://{LOOPBACK}:{airflow_port}"
+        on, paused = unpause_on_demand_dags(api, password, procs["dag-processor"])
+        print(
+            f"DAGs you trigger, unpaused: {', '.join(on) or 'none'}; scheduled DAGs, paused "
+            f"until you unpause them (`srifty airflow dags unpause DAG_ID`): "
+            f"{', '.join(paused) or 'none'}",
+            flush=True,
         )
         print(
             f"Airflow: http://{LOOPBACK}:{airflow_port}  (user {ADMIN_USER}, password "

@@ -91,6 +91,13 @@ def test_ui_listens_on_loopback_keeps_its_password_private_and_stops_on_sigterm(
             if line.startswith("MLflow:"):
                 break
         assert any(ln.startswith("Airflow:") for ln in lines), "".join(lines)
+        # Airflow creates every DAG paused: the UI unpauses those one triggers (a triggered
+        # run of a paused DAG would wait without a word), not those on a clock.
+        (dags,) = [ln for ln in lines if ln.startswith("DAGs you trigger, unpaused:")]
+        unpaused, paused = dags.split(";", 1)
+        for dag_id in ("srifty_plan_and_train", "srifty_what_if", "srifty_profile_model"):
+            assert dag_id in unpaused, dags
+        assert "srifty_probe_sweep" in paused and "srifty_catalog_refresh" in paused, dags
         deadline = time.monotonic() + 120
         while not _healthy(a_port) and time.monotonic() < deadline:
             time.sleep(2)

@@ -49,7 +49,7 @@ def what_if_report(
         raise ConfigError("scenarios: give at least one, or ask for one_more_vm")
     build = store_requests(Catalog.load(), ProfileStore())
     base = build(dict(request))  # the schema's checks, with the field named
-    model, source = load_bandwidth_with_source(bandwidth)
+    model, source = load_bandwidth_with_source(bandwidth, public_fallback=True)
     calibration = for_request(base, model)
     estimator = Simulator(model, calibration=calibration)
     what = whatif.WhatIf(dict(request), estimator, build, {"method": method})

@@ -71,11 +71,11 @@ from srifty_core.predictors.bandwidth import (
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.network import mix_mask, split_mixes
 from srifty_core.predictors.tuning import DEFAULT_TRIALS
+from srifty_core.probing.config import MIN_ALLOCATIONS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MIN_ALLOCATIONS = 3
 TUNE_ROWS = 10_000
 """Default most rows per size class that tuning runs on (``RefreshConfig.tune_rows``)."""
 TRAIN_ALLOCATIONS = 2

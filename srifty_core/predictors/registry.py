@@ -40,17 +40,21 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import SriftyError
 from srifty_core.predictors.bandwidth import LABEL, BandwidthModel
 from srifty_core.predictors.champion_cache import ChampionSource
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -355,7 +359,7 @@ def log_fit(
                 p = Path(tmp) / name
                 p.write_text(json.dumps(obj, indent=1, default=str))
                 mlflow.log_artifact(str(p))
-        with warnings.catch_warnings():  # MLflow's hints and its pandas deprecations
+        with warnings.catch_warnings(), _notices_as_info():  # MLflow's hints, pandas'
             warnings.simplefilter("ignore", UserWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             info = mlflow.pyfunc.log_model(
@@ -376,6 +380,20 @@ def log_fit(
     for key, value in tags.items():
         c.set_model_version_tag(MODEL_NAME, version, key, value)
     return run_id, version
+
+
+@contextlib.contextmanager
+def _notices_as_info() -> Iterator[None]:
+    """MLflow prints its notices ("Successfully registered model ...") to stderr, which an
+    Airflow task logs as errors: inside this block they are logged at INFO instead."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            yield
+    finally:
+        for line in buffer.getvalue().splitlines():
+            if line.strip():
+                _log.info("MLflow: %s", line.strip())
 
 
 def promote(version: str, tracking_uri: str | None = None) -> None:

@@ -24,6 +24,9 @@ MAX_CONCURRENT = 16
 BACKENDS = ("gloo", "nccl")
 DEFAULT_CONCURRENCY = (1, 2, 4)
 DEFAULT_POINTS_PER_DECADE = 3
+MIN_ALLOCATIONS = 3
+"""A bandwidth model's refresh needs probes from at least this many allocations (two to
+cross-validate on, one held out): the sweep DAG's and ``srifty probe``'s default."""
 
 _UNITS = {
     "": 1,

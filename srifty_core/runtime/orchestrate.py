@@ -22,6 +22,7 @@ This module gathers them under one name for the DAG and the tests. Light: no tor
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,6 +65,8 @@ from srifty_core.runtime.provisioning import (
 )
 from srifty_core.runtime.run_store import runs_dir
 
+_log = logging.getLogger(__name__)
+
 __all__ = [
     "DECISIONS_FILE",
     "DEFAULT_LAUNCH_S",
@@ -85,6 +88,7 @@ __all__ = [
     "child_conf",
     "continue_or_finish",
     "deadline_missed",
+    "describe_plan",
     "finish",
     "handed_over",
     "job_failed",
@@ -110,7 +114,32 @@ def plan_job(
     from srifty_core.runtime import job_log
 
     sink = (log_plan or job_log.log_plan) if track else None
-    return planning.plan_job(spec, run_key, log_plan=sink)
+    path = planning.plan_job(spec, run_key, log_plan=sink)
+    _log.info("%s", describe_plan(JobPlan.load(path)))
+    return path
+
+
+def describe_plan(job: JobPlan) -> str:
+    """What was planned, in a few lines (the plan task's log): the VMs, the prediction,
+    the planner's explanation."""
+    vms = ", ".join(
+        f"{x.count} x {x.instance_type} ({x.market}, {x.ranks_per_vm} rank(s) of batch "
+        f"{x.batch_per_rank})"
+        for x in job.launches
+    )
+    p = job.predicted
+    head = f"planned {job.config_id} on {job.provider}: {vms} at ${job.usd_per_hour:.3f}/h"
+    numbers = ", ".join(
+        f"{label} {p[key]:.4g}{unit}"
+        for key, label, unit in (
+            ("t_iter_s", "iteration", " s"),
+            ("time_s", "time", " s"),
+            ("cost_usd", "cost", " USD"),
+        )
+        if isinstance(p.get(key), (int, float))
+    )
+    lines = [head, f"predicted: {numbers}" if numbers else "", *job.explanation]
+    return "\n".join(line for line in lines if line)
 
 
 def continue_or_finish(

@@ -173,21 +173,23 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
     )
 
 
-def load_bandwidth_model(source: str, provider: str = "local") -> Any:
-    """The bandwidth predictor, with the DAG that makes it named when it is missing. On
-    the emulated EC2 (a job tried from the shell, nothing probed yet) a missing champion
-    falls back, as ``srifty plan`` does, to the model of the shipped public nccl-tests
-    tables (``planner.job.public_bandwidth``)."""
-    from srifty_core.planner.job import load_bandwidth_with_source
-    from srifty_core.predictors.registry import NoChampionError
+def load_bandwidth_model(source: str) -> Any:
+    """The bandwidth predictor. While there is no champion (a fresh install, before the
+    srifty_model_refresh DAG or ``srifty fit-bandwidth`` made one) it falls back, as ``srifty
+    plan`` does, to the model of the shipped public nccl-tests tables
+    (``planner.job.public_bandwidth``), with a warning naming what makes a champion."""
+    import logging
 
-    try:
-        model, _ = load_bandwidth_with_source(source, public_fallback=provider == "ec2-emulated")
-        return model
-    except NoChampionError as exc:
-        raise ConfigError(
-            f"bandwidth: {exc}; or run the srifty_model_refresh DAG (after srifty_probe_sweep)"
-        ) from exc
+    from srifty_core.planner.job import load_bandwidth_with_source
+
+    model, where = load_bandwidth_with_source(source, public_fallback=True)
+    if where["kind"] == "public" and source == "champion":
+        logging.getLogger(__name__).warning(
+            "bandwidth: no champion yet, planning on the public tables: %s; the "
+            "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
+            where["text"],
+        )
+    return model
 
 
 def _config_id(run_dir: Path | str, resume: Resume | None) -> str:
@@ -269,7 +271,7 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
     request = build_request(spec)
     # Calibrated by what this job measured (a re-plan) or earlier jobs of the model stored.
     simulator, calibrated = planning_simulator(
-        Simulator(load_bandwidth_model(spec.bandwidth, spec.provider)), request, run_dir
+        Simulator(load_bandwidth_model(spec.bandwidth)), request, run_dir
     )
     if spec.resume is None:
         result = plan(request, simulator)

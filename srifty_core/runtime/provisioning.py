@@ -11,6 +11,7 @@ passes it in; its workers are ``runtime.emulated_job``'s).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ from srifty_core.lifetime import caller_env
 from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.outcome import rank_logs
 from srifty_core.runtime.replanner import Key, Replanner, launch_all
+
+_log = logging.getLogger(__name__)
 
 
 def make_provider(
@@ -87,7 +90,9 @@ def provision(
         provider = make_provider(job, training=job.provider != "local")
     if not keep:
         requests = _split(job.provider, [x.request() for x in job.launches])
-        return [a.id for a in launch_all(provider, requests)]
+        ids = [a.id for a in launch_all(provider, requests)]
+        _log.info("%s: launched %s", job.config_id, ", ".join(ids))
+        return ids
     try:
         current = [provider.get_allocation(a) for a in keep]
         target: dict[Key, int] = {}
@@ -102,6 +107,10 @@ def provision(
         raise
     order = {x.key: k for k, x in enumerate(job.launches)}
     allocs: list[Allocation] = [*change.keep, *new]
+    _log.info(
+        "%s: kept %s from the run that re-planned, released %s, launched %s",
+        job.config_id, _ids(change.keep), _ids(change.release), _ids(new),
+    )  # fmt: skip
     allocs.sort(key=lambda a: order.get(f"{a.spec.name}/{a.market.value}", len(order)))
     return [a.id for a in allocs]
 
@@ -153,8 +162,17 @@ def release(
 ) -> None:
     """Give back the allocations and stop anything still running on them (idempotent);
     ``except_ids`` were handed over to the run that continues the job."""
-    ids = [allocation_ids] if isinstance(allocation_ids, str) else list(allocation_ids)
-    ids = [a for a in ids if a not in set(except_ids)]
+    given = [allocation_ids] if isinstance(allocation_ids, str) else list(allocation_ids)
+    ids = [a for a in given if a not in set(except_ids)]
+    kept = [a for a in given if a in set(except_ids)]
     if provider is None:
         provider = make_provider(JobPlan.load(job_path)) if job_path else LocalProvider()
     release_all(provider, ids)
+    _log.info(
+        "released %s%s", ", ".join(ids) or "nothing",
+        f"; left running for the re-planned run: {', '.join(kept)}" if kept else "",
+    )  # fmt: skip
+
+
+def _ids(allocs: Sequence[Allocation]) -> str:
+    return ", ".join(a.id for a in allocs) or "none"

@@ -93,7 +93,7 @@ class Context:
         from srifty_core.simulator.estimator import Simulator
 
         request = build_request(spec)
-        bw = load_bandwidth_model(spec.bandwidth, spec.provider) if bandwidth is None else bandwidth
+        bw = load_bandwidth_model(spec.bandwidth) if bandwidth is None else bandwidth
         config, devices = configuration(request, job)
         overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
         return cls(

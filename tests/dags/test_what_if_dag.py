@@ -43,3 +43,25 @@ def test_a_bad_scenario_fails_at_once_naming_it(dagbag: Any, data_dir: Path) -> 
     )
     assert run.state == "failed"
     assert not list((data_dir / "reports").glob("what_if/*/report.json"))
+
+
+def test_a_fresh_install_plans_on_the_public_tables(dagbag: Any, data_dir: Path) -> None:
+    """No champion yet (nothing probed or refreshed): the DAG plans as `srifty plan` does,
+    on the model of the shipped public nccl-tests tables, instead of failing."""
+    request = {
+        "model": "resnet50",
+        "global_batch": 1024,
+        "iterations": 400,
+        "offers": [
+            {"type": "p3.8xlarge", "market": "spot", "quota": 2},
+            {"type": "g4dn.8xlarge", "market": "on-demand", "quota": 8},
+        ],
+    }
+    dag = dagbag.get_dag("srifty_what_if")
+    conf = {"request": request, "scenarios": ["budget_usd=8"], "bandwidth": "champion"}
+    run = dag.test(run_conf=conf)
+    assert run.state == "success"
+    (report,) = (data_dir / "reports" / "what_if").glob("*/report.json")
+    out = json.loads(report.read_text())
+    assert out["bandwidth_model"]["kind"] == "public"
+    assert out["base"]["best"] is not None
