@@ -74,6 +74,7 @@ from srifty_core.runtime.progress import (
     ProgressLog,
     ProgressRecord,
     TrainState,
+    refuse_report,
     write_state,
 )
 from srifty_core.runtime.train_plan import (
@@ -274,8 +275,10 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             busy = timer.busy_s if timer is not None else nan
             if plan.step_sleep_s:
                 time.sleep(plan.step_sleep_s)
-            # One small all-gather per step: the stop flag and this rank's timings.
-            mine = torch.tensor([1.0 if stop.set else 0.0, fwbw, busy], dtype=torch.float64)
+            # One small all-gather per step: the stop flag, this rank's timings and loss.
+            mine = torch.tensor(
+                [1.0 if stop.set else 0.0, fwbw, busy, float(loss.item())], dtype=torch.float64
+            )
             if cuda:
                 mine = mine.to(device)
             rows = [torch.empty_like(mine) for _ in range(world)]
@@ -285,8 +288,9 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             step_s, t_prev = t_now - t_prev, t_now
             done = i + 1
             stopping = bool(gathered[:, 0].max().item() > 0)
+            non_finite(gathered[:, 3].tolist(), done, saved, plan, rank)
             if log is not None:
-                compute_s, exchange_s = step_timings(gathered[:, 1:].tolist())
+                compute_s, exchange_s = step_timings(gathered[:, 1:3].tolist())
                 local_loss = loss.item() / scale if scale else None  # rank 0's samples
                 log.append(
                     ProgressRecord(
@@ -334,6 +338,29 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         if log is not None:
             log.close()
     return code
+
+
+class NonFiniteLoss(ConfigError):
+    """A rank's loss was NaN or infinite: every rank stops before anything is saved."""
+
+
+def non_finite(losses: Sequence[float], done: int, saved: int, plan: TrainPlan, rank: int) -> None:
+    """Stop the job when a rank's loss of this step is not finite (every rank sees the same
+    gathered losses, so all stop together): rank 0 records why for the monitor
+    (``progress.refuse_report``), then each raises ``NonFiniteLoss``. Nothing of this step
+    is logged or checkpointed: the checkpoint keeps the last finite weights."""
+    bad = {r: x for r, x in enumerate(losses) if not math.isfinite(x)}
+    if not bad:
+        return
+    which = ", ".join(f"rank {r}: {x}" for r, x in bad.items())
+    reason = (
+        f"the loss at iteration {done} is not finite ({which}): training stopped; the "
+        f"checkpoint keeps the last finite weights (iteration {saved or 'none'}); lower the "
+        "learning rate or check the data"
+    )
+    if rank == 0:
+        refuse_report(plan.run_dir, plan.config_id, reason)
+    raise NonFiniteLoss(reason)
 
 
 def train_single(plan: TrainPlan, iterations: int | None = None) -> dict[str, Tensor]:

@@ -3,6 +3,7 @@ a checkpoint on another world size gives the parameters of a straight run."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,25 @@ def test_a_bad_plan_field_is_named(tmp_path: Path, field: str, value: object) ->
     TrainPlan.from_dict(good)
     with pytest.raises(ConfigError, match=field):
         TrainPlan.from_dict({**good, field: value})
+
+
+def test_a_non_finite_loss_stops_the_job_and_keeps_the_last_finite_weights(
+    tmp_path: Path,
+) -> None:
+    """A diverging run (a learning rate of 1e30): the built-in worker stops at the first
+    non-finite loss with one clear reason for the monitor, and neither logs nor saves that
+    step, so the checkpoint holds finite weights (issue 48 item 6, as scripts get)."""
+    from srifty_core.runtime.progress import read_progress, refused_report
+    from srifty_core.runtime.worker import NonFiniteLoss
+
+    p = plan(tmp_path, local_batches=(8,), iterations=40, lr=1e30, checkpoint_every=1)
+    with pytest.raises(NonFiniteLoss, match="not finite") as err:
+        run_rank(p, 0, 1, "127.0.0.1", free_port())
+    records = read_progress(p.progress_path)
+    assert records and all(r.loss is None or math.isfinite(r.loss) for r in records)
+    stopped_at = int(str(err.value).split("iteration ")[1].split(" ")[0])
+    assert records[-1].iteration == stopped_at - 1
+    ck = load_checkpoint(p.checkpoint_path)
+    assert ck.iteration == stopped_at - 1
+    assert all(bool(torch.isfinite(t).all()) for t in ck.model.values())
+    assert refused_report(p.run_dir, p.config_id, since=0.0) == str(err.value)
