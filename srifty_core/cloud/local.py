@@ -387,6 +387,7 @@ class LocalProvider(Provider):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # not stopped with the caller's process group
+                env=scrubbed(),  # a worker's allow-listed environment: it needs no secret
             )  # fmt: skip
 
     def _unguard(self, alloc_id: str) -> None:

@@ -131,6 +131,9 @@ def stuck_job(tmp_path: Path, data_dir: Path) -> Iterator[tuple[TrainPlan, Path,
             os.kill(pid, signal.SIGKILL)
 
 
+SECRET = "postgresql://srifty:hunter2-in-the-env@db/srifty"
+
+
 def _start_stuck(
     plan: TrainPlan, pids_dir: Path, pids: list[int], tmp_path: Path
 ) -> subprocess.Popen[bytes]:
@@ -139,6 +142,7 @@ def _start_stuck(
     driver = subprocess.Popen(
         [sys.executable, "-m", "srifty_core.cli", "train", str(path), "--no-progress"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "DATABASE_URL": SECRET},  # what no worker or guard may see
     )  # fmt: skip
     try:
         assert _wait(lambda: len(list(pids_dir.glob("rank-*.pid"))) == 2, 120), "no ranks"
@@ -187,6 +191,8 @@ def test_a_rerun_on_the_run_folder_stops_what_a_killed_job_left(
         and str(data_dir) in _cmdline(d)
     ]  # fmt: skip
     assert len(guards) == 1
+    # the guard gets a worker's allow-listed environment, not the driver's secrets
+    assert SECRET.encode() not in Path(f"/proc/{guards[0]}/environ").read_bytes()
     os.kill(guards[0], signal.SIGKILL)
     driver.kill()
     driver.wait(timeout=60)
