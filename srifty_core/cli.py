@@ -198,6 +198,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         bar("allreduce sweep: points", done, total)
 
+    ok = False  # "done" only when every point was measured (an error or a failed point: no)
     try:
         result = probe_sweep(
             config,
@@ -208,8 +209,9 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             on_progress=progress,
         )
+        ok = result.ok
     finally:
-        bar.close()
+        bar.close(ok=ok)
     print(
         f"{result.measured} point(s) measured, {result.skipped} already stored, "
         f"{len(result.failed)} failed, in {result.wall_s:.1f}s on "

@@ -437,7 +437,7 @@ case("plan-no-champion", "plan request", "plan on a data folder without a bandwi
 
 # ----------------------------------------------------------------------------- flags
 TINY_PROBE = ["probe", "--no-progress", "--sizes", "4B:1KB", "--steps", "2", "--repeats", "2",
-              "--warmup", "1", "--concurrency", "1"]  # fmt: skip
+              "--warmup", "1", "--concurrency", "1", "--allocations", "1"]  # fmt: skip
 
 
 def _probe_flag(id: str, flag: str, value: str, field: str) -> None:

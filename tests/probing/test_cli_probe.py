@@ -16,7 +16,17 @@ def test_probe_command_sweeps_and_summarizes(
 ) -> None:
     # World sizes 2 and 3 on a 3-rank allocation: world size 2 runs on a subgroup while
     # rank 2 waits.
-    argv = ["probe", "--world-sizes", "2,3", "--sizes", "4B:1KB", "--steps", "2"]
+    argv = [
+        "probe",
+        "--allocations",
+        "1",
+        "--world-sizes",
+        "2,3",
+        "--sizes",
+        "4B:1KB",
+        "--steps",
+        "2",
+    ]
     argv += ["--repeats", "3", "--concurrency", "1", "--day", "2026-03-01"]
     assert main(argv) == 0
     out = capsys.readouterr()
@@ -68,7 +78,19 @@ def test_probing_and_cloud_packages_stay_light() -> None:
 def test_probe_command_runs_the_sustained_probe(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["probe", "--sizes", "4B:1KB", "--steps", "2", "--repeats", "2", "--concurrency", "1"]
+    argv = [
+        "probe",
+        "--allocations",
+        "1",
+        "--sizes",
+        "4B:1KB",
+        "--steps",
+        "2",
+        "--repeats",
+        "2",
+        "--concurrency",
+        "1",
+    ]
     argv += ["--sustained-s", "1", "--no-progress", "--day", "2026-03-02"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -76,3 +98,22 @@ def test_probe_command_runs_the_sustained_probe(
     assert len(marked) == 1 and marked[0].split()[:2] == ["2", "64MB"]
     df = read_probes()
     assert sorted(df.loc[df["phase"] == "sustained", "buffer_bytes"].unique()) == [64 << 20]
+
+
+def test_probe_progress_says_done_only_when_it_is(
+    monkeypatch: pytest.MonkeyPatch, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep that fails (here: the sweep itself raises, as a provider that cannot launch
+    does) ends without a "done" line: the error is the last word."""
+    from srifty_core.errors import SriftyError
+    from srifty_core.probing import sweep
+
+    def failing(*args: object, on_progress: object, **kw: object) -> None:
+        on_progress(1, 4)  # type: ignore[operator]
+        raise SriftyError("the provider could not launch an allocation")
+
+    monkeypatch.setattr(sweep, "probe_sweep", failing)
+    assert main(["probe", "--sizes", "4B:1KB", "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "probe local.cpu: allreduce sweep: points (1/4)" in err
+    assert "done" not in err and "could not launch" in err.splitlines()[-1]

@@ -57,7 +57,7 @@ def test_the_owner_lock_stays_when_the_release_raised(tmp_path: Path) -> None:
 def test_a_killed_probe_command_leaves_nothing_running_after_a_rerun(data_dir: Path) -> None:
     args = [sys.executable, "-m", "srifty_core.cli", "probe", "--no-progress", "--sizes",
             "4B:1KB", "--steps", "2", "--concurrency", "1", "--warmup", "1",
-            "--day", "2026-01-02"]  # fmt: skip
+            "--day", "2026-01-02", "--allocations", "1"]  # fmt: skip
     env = os.environ | {"SRIFTY_DATA_DIR": str(data_dir)}
     proc = subprocess.Popen([*args, "--repeats", "400"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

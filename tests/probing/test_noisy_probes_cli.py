@@ -26,7 +26,19 @@ def test_srifty_probe_warns_of_a_noisy_point(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(NOISE_ENV, f"1:{1 + noise.NOISY_RETRIES}")  # 1 KB: noisy throughout
-    argv = ["probe", "--world-sizes", "2", "--sizes", "4B:1KB", "--steps", "2", "--repeats", "5"]
+    argv = [
+        "probe",
+        "--allocations",
+        "1",
+        "--world-sizes",
+        "2",
+        "--sizes",
+        "4B:1KB",
+        "--steps",
+        "2",
+        "--repeats",
+        "5",
+    ]
     assert main([*argv, "--concurrency", "1", "--day", "2026-03-02", "--no-progress"]) == 0
     out = capsys.readouterr().out
     warnings = [ln for ln in out.splitlines() if ln.startswith("warning: noisy probe")]
