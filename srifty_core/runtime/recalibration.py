@@ -31,6 +31,16 @@ configuration's first ``progress.WARMUP_STEPS`` steps (warm-up) are left out. Th
 artificial per-step sleep (``step_sleep_s``, a test knob the simulator does not model) is
 added to the projections.
 
+Where no bandwidth model prices the running configuration's exchange (a fresh install:
+no probes of ``local.cpu``, so no champion, and the public nccl-tests tables have no
+``local.cpu`` rows; a plan file made by hand made no estimate of it either), recalibration
+stays on with what the job's plan had: the compute profiles. Only the compute factors
+learn (``calibration.update(exchange=False)``: from the ranks' measured compute times),
+the exchange is kept as measured (no factor, no estimate to correct), the projection is
+the window's measured iteration time (``calibration.project_measured``), no other
+configuration is searched (none can be estimated), and ``calibration.json`` says so
+(``exchange``), as does one line of the log (``Context.exchange``).
+
 Light: no torch import.
 """
 
@@ -42,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srifty_core.errors import ConfigError
+from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.runtime import run_store
 from srifty_core.runtime.job import DETACH_S, JobPlan, JobSpec
 from srifty_core.runtime.planning import (
@@ -61,6 +71,21 @@ if TYPE_CHECKING:
     from srifty_core.simulator.calibration import Calibration, Projection, Window
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig
+
+
+class Unpriced:
+    """The bandwidth "model" of a job that has none for its links: every question about
+    the exchange is refused with ``reason`` (no bandwidth is made up)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def predict(self, features: Any) -> Any:
+        raise ConfigError(f"no estimate of the exchange: {self.reason}")
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        raise ConfigError(f"no estimate of the exchange: {self.reason}")
+
 
 FactorsSink = Callable[[str, str, "Calibration"], None]
 """``(run id, config id, factors)``: where a configuration's factors go when it ends
@@ -85,10 +110,16 @@ class Context:
     depleted: tuple[str, ...] = ()
     extra_s: float = 0.0
     """Seconds each step adds that the simulator does not model (``step_sleep_s``)."""
+    exchange: str | None = None
+    """Why nothing estimates the exchange of ``config`` (no bandwidth model prices its
+    links; ``simulator``'s bandwidth is then ``Unpriced``): the factors are compute only
+    and the exchange is kept as measured (the module's doc). None: estimated."""
 
     @classmethod
     def of_job(cls, job: JobPlan, spec: JobSpec, bandwidth: Any = None) -> Context:
-        """From the job's files and conf (the bandwidth model is loaded when not given)."""
+        """From the job's files and conf (the bandwidth model is loaded when not given;
+        ``Unpriced``, or one that cannot price the configuration's links: compute only,
+        ``exchange``)."""
         from srifty_core.planner.request import Overheads
         from srifty_core.simulator.estimator import Simulator
 
@@ -96,9 +127,16 @@ class Context:
         bw = load_bandwidth_model(spec.bandwidth) if bandwidth is None else bandwidth
         config, devices = configuration(request, job)
         overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
+        sim, exchange = Simulator(bw), bw.reason if isinstance(bw, Unpriced) else None
+        if exchange is None:
+            try:  # the model may not know the workers' links (public tables: no local.cpu)
+                sim.breakdown(request.workload, config)
+            except SriftyError as exc:
+                exchange = f"the bandwidth model does not price {config.label()}: {exc}"
+                sim = Simulator(Unpriced(exchange))
         return cls(
-            request, Simulator(bw), config, devices, job.usd_per_hour, overheads,
-            spec.resume.depleted if spec.resume else (), spec.step_sleep_s,
+            request, sim, config, devices, job.usd_per_hour, overheads,
+            spec.resume.depleted if spec.resume else (), spec.step_sleep_s, exchange,
         )  # fmt: skip
 
 
@@ -177,14 +215,21 @@ def assess(
 
     req, sim, config = ctx.request, ctx.simulator, ctx.config
     w = window(records, ctx.rank_devices)
-    cal = calib.update(cal, w, sim, req.workload, config)
-    mine = calib.calibrated(sim, cal)
-    proj = calib.project(mine, req.workload, config, iterations_left, ctx.usd_per_hour,
-                         req.risk_quantile)  # fmt: skip
-    proj = _extra(proj, ctx)
+    priced = ctx.exchange is None
+    cal = calib.update(cal, w, sim, req.workload, config, exchange=priced)
+    if priced:
+        mine = calib.calibrated(sim, cal)
+        proj = calib.project(mine, req.workload, config, iterations_left, ctx.usd_per_hour,
+                             req.risk_quantile)  # fmt: skip
+        proj = _extra(proj, ctx)
+    else:  # the measured iteration, its exchange (and any step sleep) included
+        if w.iteration is None:
+            raise ConfigError("a window without iteration times: nothing to project")
+        proj = calib.project_measured(w.iteration, iterations_left, ctx.usd_per_hour,
+                                      req.risk_quantile)  # fmt: skip
     alt_label = None
     alt = None
-    if search and iterations_left > 0:
+    if search and priced and iterations_left > 0:
         other = calib.calibrated(sim, cal.unobserved())
         replanner = Replanner(other, overheads=ctx.overheads)
         try:
@@ -224,6 +269,8 @@ def assess(
     metrics.update({f"recal_comm_{k}": f.scale for k, f in cal.comm.items() if f.windows})
     if w.iteration is not None:
         metrics["recal_measured_t_iter_s"] = w.iteration.mean_s
+    if w.exchange is not None:
+        metrics["recal_measured_exchange_s"] = w.exchange.mean_s
     return Assessment(cal, proj, replan, reason, alt_label if replan else None, metrics)
 
 
@@ -272,8 +319,23 @@ class Recalibrator:
 
     @property
     def context(self) -> Context:
+        """The job's ``Context``; without a bandwidth model (a fresh install), compute only
+        (``Context.exchange``, said once in the log)."""
         if self._ctx is None:
-            self._ctx = Context.of_job(self.job, self.spec)
+            try:
+                ctx = Context.of_job(self.job, self.spec)
+            except SriftyError as exc:  # a failure of anything but the model is raised again
+                ctx = Context.of_job(self.job, self.spec, Unpriced(f"no bandwidth model: {exc}"))
+            if ctx.exchange is not None:
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "recalibration of %s learns the compute factors only, the exchange kept "
+                    "as measured: %s",
+                    self.job.config_id,
+                    ctx.exchange,
+                )
+            self._ctx = ctx
         return self._ctx
 
     @property
@@ -289,10 +351,13 @@ class Recalibrator:
             instances = [o.instance for o in ctx.request.offers]
             bw = ctx.simulator.bandwidth
             if state is not None:
-                self._cal = calib.prior(ctx.request.workload, instances, bw, state["calibration"])
+                cal = calib.prior(ctx.request.workload, instances, bw, state["calibration"])
             else:
                 found = calib.for_request(ctx.request, bw)
-                self._cal = found or calib.prior(ctx.request.workload, instances, bw)
+                cal = found or calib.prior(ctx.request.workload, instances, bw)
+            if ctx.exchange is not None:  # no estimate of the exchange to correct
+                cal = calib.Calibration(cal.model, cal.compute, {})
+            self._cal = cal
         return self._cal
 
     def _resume(self) -> dict[str, Any] | None:
@@ -388,6 +453,20 @@ class Recalibrator:
             state["projection"] = {"iterations": p.iterations, "mean_s": p.mean_s,
                                    "q_s": p.q_s, "t_iter_s": p.t_iter_s}  # fmt: skip
             state["decision"] = {"replan": last.replan, "reason": last.reason}
+        exchange = self.context.exchange
+        if exchange is not None:
+            measured = last.metrics.get("recal_measured_exchange_s") if last else None
+            learned = any(f.windows for f in self._cal.compute.values())
+            state["exchange"] = {
+                "estimated": False,
+                "reason": exchange,
+                "factors": "compute only; the exchange is kept as measured"
+                if learned
+                else "none yet: the steps carry iteration times alone (no per-rank compute "
+                "times), which nothing splits into compute and exchange; the projection "
+                "keeps the measured iteration",
+                "measured_s": measured,
+            }
         run_store.write_text(run_path(self.run_dir), json.dumps(state, indent=1) + "\n")
 
     def close(self, records: Sequence[ProgressRecord], elapsed_s: float, spent_usd: float) -> None:
@@ -407,6 +486,7 @@ __all__ = [
     "Assessment",
     "Context",
     "Recalibrator",
+    "Unpriced",
     "assess",
     "configuration",
     "planning_simulator",

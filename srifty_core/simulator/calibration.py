@@ -341,14 +341,25 @@ def update(
     simulator: Simulator,
     workload: Workload,
     config: ClusterConfig,
+    *,
+    exchange: bool = True,
 ) -> Calibration:
     """The posterior after ``window`` of ``config``. ``simulator`` is the uncalibrated
-    one the factors correct (its ``breakdown`` is the prediction)."""
+    one the factors correct (its ``breakdown`` is the prediction).
+
+    ``exchange=False``: nothing estimates the exchange (no bandwidth model prices the
+    links of ``config``), so only the compute factors learn, from the ranks' measured
+    compute times (``simulator.compute_breakdown``); a measured exchange has no estimate
+    to correct and stays as measured, and a window of iteration times alone moves no
+    factor (nothing splits its compute from its exchange)."""
     if simulator.calibration is not None:
         raise ConfigError("update: pass the uncalibrated simulator the factors correct")
     compute = dict(calibration.compute)
     comm = dict(calibration.comm)
-    predicted, busy = simulator.breakdown(workload, config)
+    if exchange:
+        predicted, busy = simulator.breakdown(workload, config)
+    else:
+        predicted, busy = simulator.compute_breakdown(workload, config), 0.0
     link = comm_key(link_class(config, calibration), config.vms == 1)
 
     def observe(table: dict[str, Factor], key: str, m: Measured, pred: float) -> None:
@@ -366,6 +377,8 @@ def update(
     for d, m in window.compute.items():
         if d in predicted:
             observe(compute, key(d), m, predicted[d])
+    if not exchange:
+        return Calibration(calibration.model, compute, comm)
     if window.exchange is not None:
         observe(comm, link, window.exchange, busy)
     if not window.compute and window.exchange is None and window.iteration is not None:
@@ -431,6 +444,22 @@ def project(
     t_q = est.t_iter_quantile(risk_quantile)
     return Projection(iterations, iterations * est.t_iter, iterations * t_q, usd_per_hour,
                       est.t_iter)  # fmt: skip
+
+
+def project_measured(
+    iteration: Measured, iterations: int, usd_per_hour: float, risk_quantile: float = 0.9
+) -> Projection:
+    """The remaining ``iterations`` at a window's measured iteration time: its mean, and
+    at ``risk_quantile`` the quantile of that mean (``Measured.log_noise``). What a job
+    projects where nothing estimates its exchange (``update(exchange=False)``): the
+    iteration it measured, communication included, is kept as measured."""
+    from scipy.special import ndtri
+
+    if iterations < 0:
+        raise ConfigError(f"iterations: must be >= 0, got {iterations}")
+    t_q = iteration.mean_s * math.exp(iteration.log_noise * float(ndtri(risk_quantile)))
+    return Projection(iterations, iterations * iteration.mean_s, iterations * t_q, usd_per_hour,
+                      iteration.mean_s)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +617,7 @@ __all__ = [
     "log_mlflow",
     "prior",
     "project",
+    "project_measured",
     "save",
     "should_replan",
     "store_path",

@@ -646,6 +646,19 @@ class Simulator:
             out[sizes] = np.array(rows, dtype=np.float64).reshape(len(worlds), len(sizes))
         return out
 
+    def compute_breakdown(self, workload: Workload, config: ClusterConfig) -> dict[str, float]:
+        """``breakdown``'s compute side alone, which needs no bandwidth model: per device
+        type of ``config``, the mean forward + backward pass of one rank."""
+        compute: dict[str, float] = {}
+        terms = self._terms(workload, config.groups)
+        # local workers slowing each other on this host, as ``estimate`` has it: what a
+        # rank measures includes that, so the prediction it is compared with must too
+        share, _, _ = self._host_sharing(workload, config.groups, terms)
+        for g, t, h in zip(config.groups, terms, share, strict=True):
+            d = g.instance.device_type
+            compute[d] = max(compute.get(d, 0.0), (t.fw + t.bw) * h)
+        return compute
+
     def breakdown(
         self, workload: Workload, config: ClusterConfig
     ) -> tuple[dict[str, float], float]:
@@ -656,14 +669,7 @@ class Simulator:
         iteration the gradient exchange keeps the links busy (each bucket's transfer at
         its bus bandwidth within the cap, one after the other as DDP issues them; 0 for
         one rank). ``simulator.calibration`` compares these with a window's measurements."""
-        compute: dict[str, float] = {}
-        terms = self._terms(workload, config.groups)
-        # local workers slowing each other on this host, as ``estimate`` has it: what a
-        # rank measures includes that, so the prediction it is compared with must too
-        share, _, _ = self._host_sharing(workload, config.groups, terms)
-        for g, t, h in zip(config.groups, terms, share, strict=True):
-            d = g.instance.device_type
-            compute[d] = max(compute.get(d, 0.0), (t.fw + t.bw) * h)
+        compute = self.compute_breakdown(workload, config)
         world = config.world_size
         if world <= 1:
             return compute, 0.0

@@ -308,3 +308,110 @@ def test_a_plan_file_priced_at_nothing_recalibrates(ready_to_plan: Path) -> None
     assert r.last is not None and r.last.projection.usd_per_hour == 0.0
     state = recal.read_run(run)
     assert state is not None and state["calibration"].windows == 1
+
+
+def _profile_tiny_dlrm() -> None:
+    """What a fresh install has after the quick start's ``srifty profile``: this host's
+    compute profile of the model, and nothing else (no probes, no bandwidth model)."""
+    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.store import ProfileStore
+
+    config = ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1)
+    ProfileStore().save(profile_model("dlrm", "tiny", config))
+
+
+def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_measured(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No bandwidth model at all (nothing probed; the public tables have no local.cpu
+    rows): recalibration was off ("no bandwidth model"). It now learns the compute
+    factors from the ranks' measured compute times against the profile, which is what
+    the plan had, and keeps the exchange as measured, saying so; a window of iteration
+    times alone moves no factor and says why."""
+    import logging
+
+    from srifty_core.runtime.local_run import plan_file_job
+    from srifty_core.runtime.monitor import Limits
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    _profile_tiny_dlrm()
+    assert not (data_dir / "probes").exists() and not (data_dir / "calibration").exists()
+    run = data_dir / "runs" / "fresh"
+    run.mkdir(parents=True)
+    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
+                     local_batches=(8, 8), run_dir=str(run))  # fmt: skip
+    spec, job = plan_file_job(plan, plan.save(run / "plan-c0.json"), Limits(40, 16))
+    job.save(run / "job-c0.json")
+    r = recal.Recalibrator(job, spec, window_s=1e9, search=False)
+    caplog.set_level(logging.WARNING)
+    ctx = r.context
+    assert ctx.exchange is not None and isinstance(ctx.simulator.bandwidth, recal.Unpriced)
+    predicted = ctx.simulator.compute_breakdown(ctx.request.workload, ctx.config)["cpu"]
+    slow = 1.5  # the ranks' compute, measured: 1.5x the profile's prediction
+    rng = np.random.default_rng(0)
+    recs = [
+        ProgressRecord(k, 100.0 + 0.1 * k, 0.1, 16, "c0",
+                       tuple(slow * predicted * float(rng.lognormal(0, 0.02)) for _ in range(2)),
+                       0.004 * float(rng.lognormal(0, 0.05)))
+        for k in range(1, WARMUP_STEPS + 9)
+    ]  # fmt: skip
+    r.finish(recs, 1.0, 0.0)
+    assert r.disabled is None
+    assert not [m for m in caplog.messages if "is off" in m]
+    assert any("compute factors only" in m for m in caplog.messages)
+    state = json.loads((run / recal.RUN_FILE).read_text())
+    (key,) = [k for k, f in state["calibration"]["compute"].items() if f["windows"] == 1]
+    assert state["calibration"]["compute"][key]["scale"] == pytest.approx(slow, rel=0.05)
+    assert state["calibration"]["comm"] == {}  # no estimate of the exchange to correct
+    assert state["exchange"]["estimated"] is False
+    assert "compute only" in state["exchange"]["factors"]
+    assert state["exchange"]["measured_s"] == pytest.approx(0.004, rel=0.1)
+    # the projection keeps the measured iteration (0.1 s), communication included
+    assert state["projection"]["t_iter_s"] == pytest.approx(0.1)
+    assert state["projection"]["iterations"] == 40 - (WARMUP_STEPS + 8)
+    stored = calib.load_stored("dlrm")  # kept for the model's next plans, compute only
+    assert stored is not None and stored.comm == {} and key in stored.compute
+
+    # a script of yours reports iteration times alone: projected, no factor moved
+    run2 = data_dir / "runs" / "script"
+    run2.mkdir(parents=True)
+    plan2 = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
+                      local_batches=(8, 8), run_dir=str(run2))  # fmt: skip
+    spec2, job2 = plan_file_job(plan2, plan2.save(run2 / "plan-c0.json"), Limits(40, 16))
+    job2.save(run2 / "job-c0.json")
+    r2 = recal.Recalibrator(job2, spec2, window_s=1e9, search=False, context=ctx)
+    times = [ProgressRecord(k, 100.0 + 0.2 * k, 0.2, 16, "c0") for k in range(1, WARMUP_STEPS + 6)]
+    r2.finish(times, 1.0, 0.0)
+    assert r2.disabled is None
+    state2 = json.loads((run2 / recal.RUN_FILE).read_text())
+    assert not [k for k, f in state2["calibration"]["compute"].items() if f["windows"]]
+    assert "iteration times alone" in state2["exchange"]["factors"]
+    assert state2["projection"]["t_iter_s"] == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+def test_srifty_train_of_a_plan_file_on_a_fresh_install_writes_calibration_json(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """End to end, as the quick start on a fresh clone: profile, then train a plan file
+    on local workers with the built-in worker (it records each rank's compute and the
+    exchange); no probes, no bandwidth model. The monitor's recalibration stays on: the
+    run folder's calibration.json holds the compute factor the job measured."""
+    import logging
+
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.local_run import train_local
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    _profile_tiny_dlrm()
+    run = data_dir / "runs" / "fresh"
+    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=16,
+                     local_batches=(8, 8), run_dir=str(run), checkpoint_every=8)  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    report = train_local(plan, LocalProvider(tmp_path / "cloud"), timeout_s=120)
+    assert report.iterations == 16
+    assert not [m for m in caplog.messages if "recalibration" in m and "is off" in m]
+    state = json.loads((run / recal.RUN_FILE).read_text())
+    observed = {k: f for k, f in state["calibration"]["compute"].items() if f["windows"] > 0}
+    assert observed and all(f["scale"] > 0 for f in observed.values())
+    assert state["exchange"]["estimated"] is False and state["exchange"]["measured_s"] > 0
