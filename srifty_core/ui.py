@@ -170,6 +170,9 @@ def _run_ui(
         **os.environ,
         **data_folder_environment(root),
         "AIRFLOW__API__PORT": str(airflow_port),
+        # where tasks reach the execution API (Airflow's default: localhost:8080, whatever
+        # port the API server listens on)
+        "AIRFLOW__API__BASE_URL": f"http://{LOOPBACK}:{airflow_port}",
         # the task logs say what was planned, launched, decided and released
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }

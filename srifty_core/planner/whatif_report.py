@@ -7,6 +7,7 @@ What the ``srifty_what_if`` DAG runs, so that a user can ask from the Airflow UI
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ def what_if_report(
     build = store_requests(Catalog.load(), ProfileStore())
     base = build(dict(request))  # the schema's checks, with the field named
     model, source = load_bandwidth_with_source(bandwidth, public_fallback=True)
+    logging.getLogger(__name__).info("bandwidth model: %s", source["text"])
     calibration = for_request(base, model)
     estimator = Simulator(model, calibration=calibration)
     what = whatif.WhatIf(dict(request), estimator, build, {"method": method})
