@@ -173,23 +173,42 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
     )
 
 
-def load_bandwidth_model(source: str) -> Any:
+def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any:
     """The bandwidth predictor. While there is no champion (a fresh install, before the
     srifty_model_refresh DAG or ``srifty fit-bandwidth`` made one) it falls back, as ``srifty
     plan`` does, to the model of the shipped public nccl-tests tables
-    (``planner.job.public_bandwidth``), with a warning naming what makes a champion."""
+    (``planner.job.public_bandwidth``), with a warning naming what makes a champion; when
+    some of ``instance_types`` are not catalog types (``local.cpu``: nothing public measured
+    them, and no prior knows their links) the missing champion is an error naming the DAGs
+    that make one."""
     import logging
 
+    from srifty_core.catalog import Catalog
     from srifty_core.planner.job import load_bandwidth_with_source
+    from srifty_core.predictors.registry import NoChampionError
 
+    try:
+        model, _ = load_bandwidth_with_source(source)
+        return model
+    except NoChampionError as exc:
+        uncovered = sorted(set(instance_types) - set(Catalog.load().names()))
+        if uncovered:
+            raise ConfigError(
+                f"bandwidth: {exc}; the public nccl-tests tables cover catalog types only, "
+                f"not {', '.join(uncovered)}: run the srifty_model_refresh DAG (after "
+                "srifty_probe_sweep)"
+            ) from exc
     model, where = load_bandwidth_with_source(source, public_fallback=True)
-    if where["kind"] == "public" and source == "champion":
-        logging.getLogger(__name__).warning(
-            "bandwidth: no champion yet, planning on the public tables: %s; the "
-            "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
-            where["text"],
-        )
+    logging.getLogger(__name__).warning(
+        "bandwidth: no champion yet, planning on the public tables: %s; the "
+        "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
+        where["text"],
+    )
     return model
+
+
+def _types(request: PlanRequest) -> list[str]:
+    return [o.instance.name for o in request.offers]
 
 
 def _config_id(run_dir: Path | str, resume: Resume | None) -> str:
@@ -271,7 +290,7 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
     request = build_request(spec)
     # Calibrated by what this job measured (a re-plan) or earlier jobs of the model stored.
     simulator, calibrated = planning_simulator(
-        Simulator(load_bandwidth_model(spec.bandwidth)), request, run_dir
+        Simulator(load_bandwidth_model(spec.bandwidth, _types(request))), request, run_dir
     )
     if spec.resume is None:
         result = plan(request, simulator)

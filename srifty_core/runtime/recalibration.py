@@ -124,7 +124,8 @@ class Context:
         from srifty_core.simulator.estimator import Simulator
 
         request = build_request(spec)
-        bw = load_bandwidth_model(spec.bandwidth) if bandwidth is None else bandwidth
+        types = [o.instance.name for o in request.offers]
+        bw = load_bandwidth_model(spec.bandwidth, types) if bandwidth is None else bandwidth
         config, devices = configuration(request, job)
         overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
         sim, exchange = Simulator(bw), bw.reason if isinstance(bw, Unpriced) else None
