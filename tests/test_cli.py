@@ -435,3 +435,59 @@ def _wait_for_records(proc: subprocess.Popen[str], log: Path, n: int) -> None:
             break
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
+
+
+JOB: dict[str, object] = {
+    "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": 40,
+    "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
+    "objective": "time", "provider": "local", "checkpoint_every": 5, "step_sleep_s": 0.25,
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
+    ready_to_plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48: `srifty train --job JOB.yaml` killed (SIGKILL), then run again, started
+    over at 0 in a new run folder. Now the rerun takes the unfinished run over: the same
+    folder, resumed from its checkpoint, the log 1..N once each as written, nothing of the
+    killed driver left 'running'. While the driver lives, the same job is refused in one
+    line naming its folder; once finished, the run is no longer one to resume."""
+    import signal
+
+    import yaml
+
+    from srifty_core.runtime.job_run import unfinished_run
+
+    monkeypatch.chdir(tmp_path)  # the job's identity holds the folder it is run from
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(JOB))
+    argv = [sys.executable, "-m", "srifty_core.cli", "train", "--job", str(job), "--no-progress",
+            "--no-mlflow"]  # fmt: skip
+    runs = ready_to_plan / "runs"
+    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(runs.glob("*/progress.jsonl")) and time.monotonic() < deadline:
+            assert driver.poll() is None, driver.communicate()
+            time.sleep(0.2)
+        (log,) = runs.glob("*/progress.jsonl")
+        _wait_for_records(driver, log, 6)
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+        alive = driver.poll() is None
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.communicate()
+    assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
+    assert f"run folder {log.parent} is in use" in second.stderr, second.stderr
+    assert alive, "the first job ended before the second was refused"
+    rerun = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert [p.parent for p in runs.glob("*/progress.jsonl")] == [log.parent]  # no new folder
+    assert f"run folder: {log.parent} (this job's unfinished run: resuming after" in rerun.stdout
+    written = [json.loads(line)["iteration"] for line in log.read_text().splitlines()]
+    assert written == list(range(1, 41)), written  # as written: none twice, none lost
+    assert json.loads((log.parent / "outcome.json").read_text())["iterations"] == 40
+    for state in (ready_to_plan / "cloud" / "local").glob("*.json"):
+        assert "running" not in json.loads(state.read_text())["instances"].values(), state
+    assert unfinished_run(yaml.safe_load(job.read_text())) is None  # finished: a new run next

@@ -9,11 +9,23 @@ connection, or the emulated EC2: ``emulated_job``), trains, re-plans on a preemp
 projected broken limit, and gives back every VM it launched, however it ends. Each
 configuration is one entry of the returned ``JobRun``. Time between two looks is the
 provider's (``Provider.wait``): on the emulated EC2 its simulated clock, no wall time.
+
+A job run again after its driver died (``srifty train --job`` killed, or stopped by Ctrl-C
+or an error) resumes its unfinished run (``resume_unfinished``): each new run folder keeps
+the job's request and identity (``REQUEST_FILE``, ``job_identity``); the rerun takes the
+newest unfinished folder of the same identity over once its lock is free, releases what the
+dead driver left launched (``local_run.release_left_behind``: the folder records its local
+allocations) and continues from the checkpoint as a re-plan does (``resume_conf``: a
+``resume`` block, so the log is cut back to the checkpoint and a new configuration plans
+what is left). A finished run (its ``outcome.json``) is never resumed: the job starts anew.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +42,9 @@ from srifty_core.runtime.monitor_step import Monitor, PollResult
 
 MAX_CONFIGURATIONS = 20
 """Re-plans one job may make before ``run_job`` gives up (a job that keeps losing VMs)."""
+REQUEST_FILE = "request.json"
+"""In a job's run folder: the job as requested (its conf, the working folder it was run
+from) and its identity (``job_identity``), written once when the folder is made."""
 
 
 class JobRunError(SriftyError):
@@ -66,6 +81,8 @@ def run_job(
     on_poll: Callable[[PollResult], None] | None = None,
     timeout_s: float = float("inf"),
     track: bool = True,
+    resume_unfinished: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> JobRun:
     """Run the job ``params`` (the DAG's conf, ``planner.schema.ShellJobConf``: provider
     ``ec2-emulated`` too) to its end. ``timeout_s``: of wall time; ``poll_s``: of the
@@ -75,9 +92,40 @@ def run_job(
     folder's ``outcome.json`` (``runtime.outcome``).
 
     The job's run folder is its own from creation and held while it runs
-    (``claim_run_folder``): a second job never trains in it."""
+    (``claim_run_folder``): a second job never trains in it. ``resume_unfinished`` (and
+    no ``run_key``, no ``resume``): an unfinished run of the same job (``job_identity``)
+    in a local run folder is taken over and resumed from its checkpoint instead of a new
+    folder being made (``unfinished_run``, ``resume_conf``); its folder still held by a
+    live job is a ``TrainingError`` naming it. ``say``: told which run folder the job
+    trains in, before planning."""
+    from srifty_core.runtime import planning
+    from srifty_core.runtime.local_run import run_folder_lock
+
+    earlier = None
+    if resume_unfinished and run_key is None and params.get("resume") is None:
+        earlier = unfinished_run(params)
+    if earlier is not None:
+        with run_folder_lock(earlier):  # a live driver's folder: refused, naming it
+            conf = resume_conf(params, earlier, provider)
+            if conf is None:  # every iteration was done: only the outcome was missing
+                if say is not None:
+                    say(f"run folder: {earlier} (this job's run: every iteration was done)")
+                return JobRun((), finish_run(earlier))
+            if say is not None:
+                done = conf["resume"]["iterations_done"] if "resume" in conf else 0
+                say(
+                    f"run folder: {earlier} (this job's unfinished run: resuming after "
+                    f"iteration {done})"
+                )
+            return _run_job(conf, earlier.name, provider, poll_s, on_poll, timeout_s, track)
     key, held = claim_run_folder(params, run_key)
     with held:
+        spec = JobSpec.from_params(dict(params), shell=True)
+        folder = planning._run_dir(spec, key)
+        if spec.resume is None and isinstance(folder, Path):
+            _record_request(folder, params)
+        if say is not None:
+            say(f"run folder: {folder}")
         return _run_job(params, key, provider, poll_s, on_poll, timeout_s, track)
 
 
@@ -117,6 +165,163 @@ def claim_run_folder(
     folder = planning._run_dir(spec, key)
     assert isinstance(folder, Path)
     return key, run_folder_lock(folder)
+
+
+def job_identity(params: Mapping[str, Any], cwd: str | None = None) -> str:
+    """The identity of a job from the shell: the SHA-256 of its resolved request (the
+    conf checked by ``ShellJobConf``, every default filled in, ``resume`` left out, as
+    canonical JSON) and the working folder it is run from (``cwd``, default this
+    process's: a model file or a script named by a relative path is another file
+    elsewhere). The same job file (or the same content, with the same command after
+    ``--`` and ``--provider``) run from the same folder is the same job; any changed
+    field (iterations, batch, offers, limits, seed, script) is another job."""
+    from srifty_core.planner.schema import ShellJobConf
+
+    conf = ShellJobConf.parse({k: v for k, v in params.items() if k != "resume"})
+    resolved = conf.model_dump(mode="json", exclude={"resume"})
+    doc = {"conf": resolved, "cwd": os.getcwd() if cwd is None else cwd}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _record_request(folder: Path, params: Mapping[str, Any]) -> None:
+    """Write the job's request and identity into its new run folder (``REQUEST_FILE``),
+    holding the folder's lock: a rerun that finds it finds the folder held."""
+    from srifty_core.atomic import write_text_atomic
+
+    doc = {
+        "identity": job_identity(params),
+        "cwd": os.getcwd(),
+        "conf": dict(params),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_text_atomic(folder / REQUEST_FILE, json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def unfinished_run(params: Mapping[str, Any]) -> Path | None:
+    """The newest run folder (by when its request was written) of the same job
+    (``job_identity``) that has no ``outcome.json`` yet: a run whose driver died or was
+    stopped. ``None`` when there is none, or the run folders are on run storage (no lock
+    there tells a dead driver from a live one)."""
+    from srifty_core.runtime import run_store
+    from srifty_core.runtime.outcome import OUTCOME_FILE
+
+    root = run_store.runs_root()
+    if not isinstance(root, Path) or not root.is_dir():
+        return None
+    if JobSpec.from_params(dict(params), shell=True).resume is not None:
+        return None
+    me = job_identity(params)
+    found: list[tuple[float, str, Path]] = []
+    for folder in root.iterdir():
+        request = folder / REQUEST_FILE
+        try:
+            doc = json.loads(request.read_text(encoding="utf-8"))
+            when = request.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        mine = isinstance(doc, dict) and doc.get("identity") == me
+        if mine and not (folder / OUTCOME_FILE).exists():
+            found.append((when, folder.name, folder))
+    return max(found)[2] if found else None
+
+
+def resume_conf(
+    params: Mapping[str, Any], run_dir: Path, provider: Provider | None = None
+) -> dict[str, Any] | None:
+    """The conf that continues the unfinished run of ``params`` in ``run_dir`` from its
+    checkpoint, as a re-plan's conf does (``child_run.child_conf``): what is left of the
+    iterations, the time limit and the budget (the time and cost its monitor last
+    recorded in ``decisions.jsonl``), and a ``resume`` block naming the checkpoint and the
+    job's MLflow run. ``params`` as they are when nothing was checkpointed and nothing
+    logged (a first plan must still meet the limits); ``None`` when the checkpoint holds
+    every iteration (the driver died after the last one, before the outcome was written:
+    ``finish_run`` ends it).
+
+    Call it holding the folder's lock: what the dead driver left launched is released
+    first (``local_run.release_left_behind``), so no rank of it writes a checkpoint or a
+    record after this reads them. A log with records but no checkpoint is a
+    ``CheckpointError``, as for a plan file: resuming would log them a second time."""
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime.checkpoint import (
+        CHECKPOINT_FILE,
+        CheckpointError,
+        checkpoint_iteration,
+    )
+    from srifty_core.runtime.decisions import read_decisions
+    from srifty_core.runtime.local_run import release_left_behind
+    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
+    from srifty_core.runtime.replanner import Progress, Replanner
+
+    local = provider if isinstance(provider, LocalProvider) else LocalProvider()
+    release_left_behind(run_dir, local)
+    checkpoint = run_dir / CHECKPOINT_FILE
+    done = checkpoint_iteration(checkpoint) or 0
+    logged = read_progress(run_dir / PROGRESS_FILE) if not done else []
+    if logged:
+        raise CheckpointError(
+            f"{run_dir / PROGRESS_FILE} records {logged[-1].iteration} iteration(s) but there "
+            f"is no checkpoint at {checkpoint}: resuming this job would start over at 0 and "
+            "log them again. Restore the checkpoint, or start the job over in a new run "
+            "folder with --restart"
+        )
+    total = int(params["iterations"])
+    if done >= total:
+        return None
+    if not done:  # nothing to resume: the job as asked, planned afresh in this folder
+        return dict(params)
+    last = (read_decisions(run_dir) or [{}])[-1]
+    spent_s, spent_usd = float(last.get("elapsed_s", 0.0)), float(last.get("spent_usd", 0.0))
+    latest = _latest_job(run_dir)
+    left = Replanner.left(
+        total, _limit(params.get("time_limit_s")), _limit(params.get("budget_usd")),
+        Progress(done, spent_s, spent_usd),
+    )  # fmt: skip
+    conf = {k: v for k, v in params.items() if k != "resume"}
+    conf["iterations"] = left.iterations
+    # A spent limit stays just above 0: the rerun continues on the nearest miss.
+    if params.get("time_limit_s") is not None:
+        conf["time_limit_s"] = max(left.time_limit_s, 1e-9)
+    if params.get("budget_usd") is not None:
+        conf["budget_usd"] = max(left.budget_usd, 1e-9)
+    conf["resume"] = {
+        "checkpoint": str(checkpoint),
+        "iterations_done": done,
+        "time_spent_s": spent_s,
+        "cost_spent_usd": spent_usd,
+        "depleted": [str(d) for d in last.get("depleted", ())],
+        "parent_run_id": run_dir.name,
+        "job_run_id": latest.job_run_id if latest is not None else None,
+        "allocations": [],
+    }
+    return conf
+
+
+def finish_run(run_dir: Path) -> dict[str, Any]:
+    """End a run whose checkpoint holds every iteration but whose driver died before it
+    wrote the outcome: its ``outcome.json`` from its latest configuration and the monitor's
+    last look (``orchestrate.finish``); returns the outcome."""
+    from srifty_core.runtime import orchestrate as orc
+
+    latest = _latest_job(run_dir)
+    if latest is None:
+        raise JobRunError(f"{run_dir}: its checkpoint holds every iteration, but no job file")
+    last = (orc.read_decisions(run_dir) or [{}])[-1]
+    job_path = run_dir / f"job-{latest.config_id}.json"
+    return orc.finish(job_path, {**last, "status": FINISHED}, track=False)
+
+
+def _latest_job(run_dir: Path) -> JobPlan | None:
+    """The run folder's latest configuration (``job-c<k>.json``, the largest ``k``)."""
+    from srifty_core.runtime import run_store
+    from srifty_core.runtime.orchestrate import _config_number
+
+    found = run_store.names(run_dir, "job-c*.json")
+    return JobPlan.load(run_dir / max(found, key=_config_number)) if found else None
+
+
+def _limit(v: Any) -> float:
+    return float("inf") if v is None else float(v)
 
 
 def _new_key() -> str:
@@ -161,6 +366,7 @@ def _run_job(
         job = JobPlan.load(job_path)
         alloc = orc.provision(job_path, provider, keep=orc.handed_over(spec))
         launched += alloc
+        _record_allocations(job, provider, alloc)  # a rerun releases them if we die
         kept: list[str] = []
         try:
             started = orc.start_training(job_path, alloc, provider, tie=True)  # ends with us
@@ -201,6 +407,7 @@ def _run_job(
             raise
         finally:
             orc.release(alloc, provider, job_path, except_ids=kept)
+            _record_allocations(job, provider, kept)
     else:
         raise JobRunError(f"the job re-planned {MAX_CONFIGURATIONS} times without finishing")
     # Everything is released: the whole job's wall time and bill complete its outcome.
@@ -220,6 +427,24 @@ def _run_job(
         else:
             tracker.outcome(finished, out)
     return JobRun(tuple(done), out.to_dict())
+
+
+def _record_allocations(job: JobPlan, provider: Provider | None, ids: list[str]) -> None:
+    """Keep the local allocations the job holds in its run folder (``local_run.
+    RUN_ALLOCATIONS``; none: the file goes): a rerun that takes the folder over releases
+    what a dead driver left (``resume_conf``), even where no guard did."""
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runtime import run_store
+    from srifty_core.runtime.local_run import RUN_ALLOCATIONS, record_allocations
+
+    run_dir = run_store.local_path(job.facts.run_dir)
+    if job.provider != "local" or run_dir is None:
+        return
+    if ids:
+        local = provider if isinstance(provider, LocalProvider) else LocalProvider()
+        record_allocations(run_dir, local, ids)
+    else:
+        (run_dir / RUN_ALLOCATIONS).unlink(missing_ok=True)
 
 
 def _now() -> datetime:

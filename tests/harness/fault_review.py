@@ -2169,9 +2169,17 @@ fault(
     "its workers trained on as orphans and its allocations were never released (VMs, on EC2), "
     'staying "running" in the state files; the rerun started over at 0 in a new run folder',
     "the driver's death stops its ranks and releases its allocations (the guard of each tied "
-    "allocation); the rerun resumes the same job in the same folder",
+    "allocation); the rerun of the same job (its resolved request, run from the same folder: "
+    "`request.json`) takes the unfinished run folder over once its lock is free, releases what "
+    "the dead driver left launched, and resumes from the checkpoint there (the log cut back to "
+    "it, each iteration once); a live driver's folder is refused in one line naming it; a "
+    "finished run is never resumed",
     cases=("job-kill-rerun",),
-    tests=("test_killing_train_job_stops_its_local_ranks",),
+    tests=(
+        "test_killing_train_job_stops_its_local_ranks",
+        "test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder",
+        "test_a_job_is_known_by_its_resolved_request_and_where_it_is_run_from",
+    ),
 )
 fault(
     "`srifty train PLAN.json` on a plan made for GPU VMs, on a 2-core CPU machine (issue 47)",

@@ -156,3 +156,76 @@ def test_two_jobs_started_in_the_same_second_never_share_a_run_folder(
     assert held == [True]
     with run_folder_lock(mine):  # released at the end
         pass
+
+
+def test_a_job_is_known_by_its_resolved_request_and_where_it_is_run_from(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun of `srifty train --job` resumes the newest unfinished run of the same job:
+    the same resolved request (defaults written out or not) run from the same folder; a
+    changed field or another folder is another job, and a finished run is never resumed."""
+    import os
+
+    from srifty_core.runtime.job_run import _record_request, job_identity, unfinished_run
+
+    same = job_identity(PARAMS, "a")
+    assert job_identity({**PARAMS, "seed": 0, "precision": "fp32"}, "a") == same
+    assert (
+        job_identity({**PARAMS, "resume": {"checkpoint": "x", "iterations_done": 1}}, "a") == same
+    )
+    assert job_identity({**PARAMS, "iterations": 21}, "a") != same
+    assert job_identity({**PARAMS, "entrypoint": ["python", "train.py"]}, "a") != same
+    assert job_identity(PARAMS, "b") != same
+    monkeypatch.chdir(tmp_path)
+    runs = data_dir / "runs"
+    assert unfinished_run(PARAMS) is None  # no run folders at all
+    for k, (name, params) in enumerate([
+        ("old", PARAMS), ("unfinished", PARAMS), ("other", {**PARAMS, "iterations": 21}),
+        ("finished", PARAMS),
+    ]):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        _record_request(runs / name, params)
+        os.utime(runs / name / "request.json", (1000.0 + k, 1000.0 + k))
+    (runs / "finished" / "outcome.json").write_text("{}")
+    (runs / "no-request").mkdir()
+    assert unfinished_run(PARAMS) == runs / "unfinished"
+    assert unfinished_run({**PARAMS, "iterations": 21}) == runs / "other"
+    (runs / "unfinished" / "outcome.json").write_text("{}")
+    assert unfinished_run(PARAMS) == runs / "old"
+    monkeypatch.chdir(runs)
+    assert unfinished_run(PARAMS) is None  # run from another folder: another job
+
+
+def test_a_rerun_plans_afresh_where_nothing_was_done_and_finishes_a_run_done_to_the_end(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two ends of taking an unfinished run over: with no checkpoint and no record the
+    job is planned as asked (a first plan must meet the limits: no ``resume``), in the same
+    folder; with a checkpoint of every iteration (the driver died before the outcome) the
+    run is finished, not trained again."""
+    from srifty_core.runtime.job_run import _record_request, resume_conf
+    from srifty_core.runtime.local_run import plan_file_job
+    from srifty_core.runtime.monitor import Limits
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    monkeypatch.chdir(tmp_path)
+    params = {**PARAMS, "iterations": 10}
+    run = data_dir / "runs" / "killed"
+    run.mkdir(parents=True)
+    _record_request(run, params)
+    assert resume_conf(params, run) == params  # nothing done: the job as asked
+    plan = TrainPlan(
+        model="dlrm", size="tiny", global_batch=16, iterations=10, local_batches=(8, 8),
+        run_dir=str(run),
+    )  # fmt: skip
+    _, job = plan_file_job(plan, plan.save(run / "plan-c0.json"), Limits(10, 16))
+    job.save(run / "job-c0.json")
+    (run / "checkpoint.pt").write_bytes(b"the checkpoint of iteration 10")
+    (run / "checkpoint.json").write_text(json.dumps({"iteration": 10, "config_id": "c0"}))
+    (run / "decisions.jsonl").write_text(json.dumps({"elapsed_s": 12.5, "spent_usd": 0.1}) + "\n")
+    lines: list[str] = []
+    done = run_job(params, resume_unfinished=True, say=lines.append, track=False)
+    assert done.configurations == () and done.outcome["status"] == "finished"
+    assert done.outcome["training_s"] == 12.5
+    assert json.loads((run / "outcome.json").read_text()) == done.outcome
+    assert lines == [f"run folder: {run} (this job's run: every iteration was done)"]
