@@ -1,5 +1,8 @@
-"""The import contract of ``srifty_core``: no import cycles between its modules, and the
-runtime's layers (and the runtime, cloud and profiling packages) import downwards only.
+"""The import contract of ``srifty_core``: no import cycles between its modules, the
+runtime's layers (and the runtime, cloud and profiling packages) import downwards only, and
+the packages import downwards in the redesign's layer order but for an allow-list of today's
+upward imports that can only shrink; provider-name switches above the cloud package and the
+modules that import MLflow are pinned to today's lists, which can only shrink too.
 
 A small AST check, no import-linter: every ``import`` and ``from ... import`` of a module
 counts, at module level and inside functions (a function-level import is how a cycle
@@ -10,7 +13,8 @@ out: they never run, and annotations may name a type of a higher layer.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -218,3 +222,273 @@ def test_the_graph_sees_function_level_imports(module: str) -> None:
     # runtime inside its functions only.
     graph = import_graph()
     assert any(b.startswith("srifty_core.runtime.") for b in graph[module])
+
+
+# ---------------------------------------------------------------- package layers
+# The redesign's target layers (L0 lowest; L6, measure and worker, has no package yet)
+# applied to today's names: each unit is a package of srifty_core or a module at its root,
+# placed where most of it goes. A unit may import units of its own layer or below; an
+# import of a higher layer must be in ALLOWED_UPWARD. Units of one layer may import each
+# other (the module cycle check keeps that acyclic): the target's "|" (siblings
+# independent) does not hold for today's names, nor for all of the target's (paths imports
+# errors; the demo imports the case studies).
+_PACKAGE_LAYERS = (
+    ("L0 base", "errors paths training_settings atomic outputs lifetime worker_env"
+     " host_allocator noise plotting console"),
+    ("L1 data", "catalog probing workload"),
+    ("L2 schema", "trigger_models"),
+    ("L3 compute and bandwidth", "profiling predictors"),
+    ("L4 simulator", "simulator"),
+    ("L5 planner and cloud", "planner cloud"),
+    ("L7 tracking", "tracking"),
+    ("L8 jobs", "runtime"),
+    ("L9 apps", "demo case_studies ui airflow_env"),
+    # what the root exports lies below it; the CLI reads its version
+    ("facade", "srifty_core"),
+    ("L10 cli", "cli"),
+)  # fmt: skip
+PACKAGE_LAYERS = tuple((name, frozenset(units.split())) for name, units in _PACKAGE_LAYERS)
+
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("srifty_core.cloud.ec2", "srifty_core.runtime.rendezvous"):
+        "EC2 user data embeds the rendezvous start script; to be passed in by the jobs",
+    ("srifty_core.cloud.ec2", "srifty_core.runtime.run_store"):
+        "the run folder's store (runs/, L1 in the target)",
+    ("srifty_core.predictors.registry", "srifty_core.tracking"):
+        "the bandwidth model's registry is MLflow's (tracking/ in the target)",
+    ("srifty_core.probing.sweep", "srifty_core.cloud.base"):
+        "the sweep driver runs on a Provider (measure/, L6 in the target)",
+    ("srifty_core.probing.sweep", "srifty_core.cloud.local"):
+        "the sweep driver starts local workers (measure/, L6 in the target)",
+    ("srifty_core.profiling.buckets", "srifty_core.cloud.local"):
+        "free_port for the DDP-of-one process group (_procs in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.cloud.base"):
+        "profiling on cloud VMs is control plane (jobs/profile_vms in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.cloud.ec2"):
+        "profiling on EC2 VMs (jobs/profile_vms; cloud.get_provider in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.cloud.emulated"):
+        "profiling on emulated VMs (jobs/profile_vms; cloud.get_provider in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.planner.schema"):
+        "the EC2 settings' schema (schema/, L2 in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.runtime.artifact"):
+        "the worker wheel a profiling VM installs (jobs/artifact in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.runtime.run_store"):
+        "where a VM's profile comes back (runs/, L1 in the target)",
+    ("srifty_core.profiling.profiler", "srifty_core.runtime.measure"):
+        "skip_allreduce for the DDP overhead (measure/ddp in the target)",
+    ("srifty_core.profiling.report", "srifty_core.tracking"):
+        "profile runs are logged to MLflow (tracking/profiles in the target)",
+    ("srifty_core.runtime.preflight", "srifty_core.case_studies"):
+        "the shipped reference profiles' loader lives in an app (compute/ in the target)",
+    ("srifty_core.workload", "srifty_core.profiling"):
+        "the zoo's model names and sizes (workloads/ in the target)",
+    ("srifty_core.workload", "srifty_core.profiling.zoo"):
+        "the zoo's models (workloads/zoo in the target)",
+    ("srifty_core.workload", "srifty_core.runtime.placement"):
+        "choose_precision (workloads/prepare in the target)",
+}  # fmt: skip
+"""Today's upward imports, ``(importer, imported) -> why``: the list can only shrink (an
+entry whose import is gone, or no longer upward, fails the check)."""
+
+
+def unit(module: str) -> str:
+    """The package of srifty_core (or the root module) ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_layer(
+    module: str, layers: Sequence[tuple[str, frozenset[str]]] = PACKAGE_LAYERS
+) -> int | None:
+    return next((k for k, (_, units) in enumerate(layers) if unit(module) in units), None)
+
+
+def upward_imports(
+    graph: Mapping[str, Mapping[str, int]],
+    layers: Sequence[tuple[str, frozenset[str]]] = PACKAGE_LAYERS,
+) -> dict[tuple[str, str], str]:
+    """``{(importer, imported): "layer -> layer, line N"}`` of every import of a higher
+    layer (a module without a layer counts as the lowest)."""
+    out = {}
+    for a, edges in graph.items():
+        la = package_layer(a, layers) or 0
+        for b, line in edges.items():
+            lb = package_layer(b, layers) or 0
+            if lb > la:
+                out[(a, b)] = f"{layers[la][0]} -> {layers[lb][0]}, line {line}"
+    return out
+
+
+def test_every_package_has_a_layer() -> None:
+    units = {unit(m) for m in modules()}
+    placed = set().union(*(us for _, us in PACKAGE_LAYERS))
+    assert sorted(units - placed) == [], "place these in PACKAGE_LAYERS"
+    assert sorted(placed - units) == [], "no such package or module any more"
+
+
+@functools.cache
+def _upward_today() -> dict[tuple[str, str], str]:
+    return upward_imports(import_graph())
+
+
+def test_packages_import_downwards_but_for_the_allow_list() -> None:
+    found = _upward_today()
+    new = {f"{a} -> {b} ({why})" for (a, b), why in found.items() if (a, b) not in ALLOWED_UPWARD}
+    assert sorted(new) == [], "new upward imports (import downwards, or move the code)"
+
+
+def test_the_upward_allow_list_only_shrinks() -> None:
+    found = _upward_today()
+    gone = [f"{a} -> {b}" for a, b in ALLOWED_UPWARD if (a, b) not in found]
+    assert gone == [], "no longer an upward import: remove it from ALLOWED_UPWARD"
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
+    # Guard against a check that cannot fail: errors (L0) importing the catalog (L1) in a
+    # function is upward; the catalog importing errors is not.
+    pkg = tmp_path / "srifty_core"
+    (pkg / "catalog").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "catalog" / "__init__.py").write_text("from srifty_core.errors import E\n")
+    (pkg / "errors.py").write_text("def f():\n    from srifty_core.catalog import C\n")
+    assert upward_imports(import_graph(pkg)) == {
+        ("srifty_core.errors", "srifty_core.catalog"): "L0 base -> L1 data, line 2"
+    }
+
+
+# ---------------------------------------------------------------- provider names, MLflow
+PROVIDER_NAMES = frozenset({"local", "ec2", "ec2-emulated"})
+PROVIDER_HOMES = ("srifty_core.cloud", "srifty_core.planner.schema")
+"""Where provider names may be compared (the cloud package and today's schema module)."""
+KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {
+    ("srifty_core.cli", "args.provider != 'local'"): 1,
+    ("srifty_core.cli", "args.provider not in (None, 'local')"): 1,
+    ("srifty_core.cli", "conf.get('provider') in ('ec2-emulated', 'emulated')"): 1,
+    ("srifty_core.profiling.cloud", "provider == 'ec2'"): 1,
+    ("srifty_core.profiling.cloud", "provider == 'ec2-emulated'"): 2,
+    ("srifty_core.profiling.cloud", "v.provider == 'ec2'"): 1,
+    ("srifty_core.profiling.cloud", "v.provider == 'ec2-emulated'"): 1,
+    ("srifty_core.runtime.cloud_watch", "isinstance(self.provider, EC2Provider)"): 1,
+    ("srifty_core.runtime.emulated_job", "isinstance(provider, EmulatedProvider)"): 1,
+    ("srifty_core.runtime.job_run",
+     "JobSpec.from_params(conf, shell=True).provider == 'ec2-emulated'"): 1,
+    ("srifty_core.runtime.job_run", "finished.provider == 'local'"): 1,
+    ("srifty_core.runtime.job_run", "isinstance(provider, LocalProvider)"): 2,
+    ("srifty_core.runtime.job_run", "job.provider != 'local'"): 1,
+    ("srifty_core.runtime.monitor_step", "isinstance(provider, LocalProvider)"): 2,
+    ("srifty_core.runtime.monitor_step", "job.provider != 'local'"): 3,
+    ("srifty_core.runtime.monitor_step", "self.job.provider == 'local'"): 1,
+    ("srifty_core.runtime.outcome", "job.provider == 'local'"): 1,
+    ("srifty_core.runtime.planning", "spec.provider == 'local'"): 1,
+    ("srifty_core.runtime.provisioning", "isinstance(local, LocalProvider)"): 1,
+    ("srifty_core.runtime.provisioning", "job.provider != 'local'"): 1,
+    ("srifty_core.runtime.provisioning", "job.provider == 'ec2-emulated'"): 2,
+    ("srifty_core.runtime.provisioning", "job.provider == 'local'"): 2,
+    ("srifty_core.runtime.provisioning", "provider_name != 'local'"): 1,
+    ("srifty_core.simulator.estimator", "instance.features.get('provider') == 'local'"): 1,
+}  # fmt: skip
+"""Today's comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks
+outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 24 comparisons and 7
+isinstance checks, which the providers should answer instead (the redesign's
+``Provider.start_workers``, ``launch_s``, ``shares_host``...). Pinned exactly: a new one
+fails, and so does one that is gone until it is removed here."""
+MLFLOW_MODULES = frozenset({
+    "srifty_core.predictors.pyfunc",
+    "srifty_core.predictors.registry",
+    "srifty_core.profiling.report",
+    "srifty_core.runtime.job_log",
+    "srifty_core.runtime.orchestrate",
+    "srifty_core.tracking",
+})  # fmt: skip
+"""Today's modules that import MLflow (at any level); the target: the tracking package only."""
+
+
+def _strings(node: ast.expr) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return set().union(*(_strings(e) for e in node.elts))
+    return set()
+
+
+def _names_a_provider_class(node: ast.expr) -> bool:
+    if isinstance(node, ast.Tuple):
+        return any(_names_a_provider_class(e) for e in node.elts)
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return name.endswith("Provider")
+
+
+def _is_provider_switch(node: ast.AST) -> bool:
+    if isinstance(node, ast.Compare):
+        return bool(PROVIDER_NAMES & set().union(*map(_strings, [node.left, *node.comparators])))
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance" and len(node.args) == 2
+        and _names_a_provider_class(node.args[1])
+    )  # fmt: skip
+
+
+def provider_switches(root: Path = ROOT) -> dict[tuple[str, str], int]:
+    """``{(module, expression): count}`` of the comparisons with a provider name and the
+    ``isinstance(..., <X>Provider)`` checks outside ``PROVIDER_HOMES``."""
+    out: dict[tuple[str, str], int] = {}
+    for name, path in sorted(modules(root).items()):
+        if any(name == h or name.startswith(h + ".") for h in PROVIDER_HOMES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if _is_provider_switch(node):
+                key = (name, ast.unparse(node))
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+def mlflow_importers(root: Path = ROOT) -> set[str]:
+    """The modules that import ``mlflow`` or one of its modules, anywhere in the file."""
+    out = set()
+    for name, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )  # fmt: skip
+            if any(t == "mlflow" or t.startswith("mlflow.") for t in targets):
+                out.add(name)
+    return out
+
+
+def test_provider_names_above_cloud_only_shrink() -> None:
+    found = provider_switches()
+    new = {k: n for k, n in found.items() if n > KNOWN_PROVIDER_SWITCHES.get(k, 0)}
+    gone = {k: n for k, n in KNOWN_PROVIDER_SWITCHES.items() if found.get(k, 0) < n}
+    assert new == {}, "new provider switches above cloud/: ask the Provider instead"
+    assert gone == {}, "gone (or fewer): lower KNOWN_PROVIDER_SWITCHES"
+    assert sum(found.values()) == 31
+
+
+def test_mlflow_is_imported_only_where_it_is_today() -> None:
+    found = mlflow_importers()
+    assert sorted(found - MLFLOW_MODULES) == [], "MLflow belongs in the tracking modules"
+    assert sorted(MLFLOW_MODULES - found) == [], "no longer imports MLflow: remove it here"
+
+
+def test_the_provider_and_mlflow_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    # Guard against checks that cannot fail.
+    pkg = tmp_path / "srifty_core"
+    (pkg / "cloud").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cloud" / "__init__.py").write_text("def f(p):\n    return p == 'ec2'\n")
+    (pkg / "jobs.py").write_text(
+        "import mlflow.tracking\n"
+        "def f(p, q):\n"
+        "    if p.provider in ('local', 'ec2-emulated') or isinstance(q, cloud.LocalProvider):\n"
+        "        return p.name == 'localhost'\n"
+        "    return p.provider == 'local'\n"
+    )
+    (pkg / "log.py").write_text("def f():\n    from mlflow import log_metric\n")
+    assert provider_switches(pkg) == {
+        ("srifty_core.jobs", "p.provider in ('local', 'ec2-emulated')"): 1,
+        ("srifty_core.jobs", "isinstance(q, cloud.LocalProvider)"): 1,
+        ("srifty_core.jobs", "p.provider == 'local'"): 1,
+    }
+    assert mlflow_importers(pkg) == {"srifty_core.jobs", "srifty_core.log"}

@@ -1,0 +1,257 @@
+"""Characterisation tests: today's behaviour where one concept is defined twice, the
+divergences included, pinned so that the fix that gives the concept one home flips the test
+visibly (each pinned divergence is named in its test's docstring and in an ``EXPECTED_*``
+dict: the fix empties that dict).
+
+No profiling, no training: the request tests build both requests on a stored profile made
+here; the profiler tests read defaults only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srifty_core.planner.request import Objective
+
+# ---------------------------------------------------------------- one request, two builders
+REQUEST: dict[str, Any] = {
+    "model": "resnet18",
+    "size": "small",
+    "provider": "ec2",
+    "region": "us-east-1",
+    "global_batch": 256,
+    "iterations": 100,
+    "time_limit_s": 3600.0,
+    "budget_usd": 20.0,
+    "checkpoint_every": 10,
+    "offers": [
+        {"type": "g4dn.xlarge", "market": "on-demand", "quota": 4},
+        {"type": "g4dn.xlarge", "market": "spot", "quota": 2, "price": 0.2},
+    ],
+}
+"""A request both paths accept: no ``objective``, ``risk_quantile`` or overheads, so each
+path fills in its own defaults."""
+JOB_ONLY: dict[str, Any] = {"ec2": {"image_id": "ami-0123456789abcdef0"}}
+"""What the job's conf needs besides (the plan's request refuses the key)."""
+
+EXPECTED_REQUEST_DIFFERENCES: dict[str, tuple[Any, Any]] = {
+    "objective": (Objective.TIME, Objective.COST),
+}
+"""``PlanRequest`` field -> (``srifty plan``'s value, the job's value) for ``REQUEST``."""
+EXPECTED_SCHEMA_DEFAULT_DIFFERENCES: dict[str, tuple[Any, Any]] = {
+    "objective": ("time", "cost"),
+    "provider": ("ec2", "local"),
+    "size": ("full", "required"),
+    "region": ("us-east-1", None),
+    "risk_quantile": (0.9, None),
+}
+"""Field -> (``RequestSpec``'s default, ``JobConf``'s) of the fields both schemas have; the
+job's ``None`` is filled in later by ``JobSpec.from_params`` (``us-east-1``, 0.9)."""
+
+
+def _profile_store(root: Path) -> Path:
+    """A store holding a T4 profile of resnet18/small (the g4dn types' GPU)."""
+    from srifty_core.predictors.compute import fit_piecewise
+    from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
+    from srifty_core.profiling.store import ProfileStore
+
+    sizes = (1, 8, 32, 256)
+    fw = (0.002, 0.004, 0.012, 0.09)
+    bw = tuple(2 * m for m in fw)
+    ProfileStore(root).save(
+        ComputeProfile(
+            model="resnet18",
+            size="small",
+            device_type="T4",
+            device_name="Tesla T4",
+            fw=PassStats(sizes, fw, tuple(0.05 * m for m in fw), 5),
+            bw=PassStats(sizes, bw, tuple(0.05 * m for m in bw), 5),
+            fw_fit=fit_piecewise(sizes, fw),
+            bw_fit=fit_piecewise(sizes, bw),
+            b_max=256,
+            memory_per_sample_bytes=2e6,
+            memory_fixed_bytes=5e8,
+            memory_cap_bytes=16 * 2**30,
+            n_parameters=11_000_000,
+            gradient_bytes=44_000_000,
+            buckets=(GradientBucket(0, 44_000_000, 62, 0.9),),
+            bucket_cap_bytes=25 * 2**20,
+            first_bucket_cap_bytes=2**20,
+            schedule_batch_size=32,
+            probe_mode="budget:4",
+            threads=1,
+            torch_version="2.13.0",
+            created_at="2026-11-29T00:00:00+00:00",
+        )
+    )
+    return root
+
+
+def _differences(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
+    return {
+        f.name: (getattr(a, f.name), getattr(b, f.name))
+        for f in dataclasses.fields(a)
+        if getattr(a, f.name) != getattr(b, f.name)
+    }
+
+
+def _both(request: Mapping[str, Any], profiles: Path) -> tuple[Any, Any]:
+    """``request`` built by ``srifty plan`` (``planner.job.load_request``: ``RequestSpec``,
+    ``request_from_dict``) and by the plan-and-train DAG (``JobSpec.from_params``: the
+    DAG's ``JobConf``, then ``runtime.planning.build_request``)."""
+    from srifty_core.planner.job import load_request
+    from srifty_core.runtime.job import JobSpec
+    from srifty_core.runtime.planning import build_request
+
+    plan = load_request(dict(request), profiles)
+    job = build_request(JobSpec.from_params({**request, **JOB_ONLY}), profiles)
+    return plan, job
+
+
+def test_plan_and_job_paths_build_the_same_request(tmp_path: Path) -> None:
+    """Divergence pinned: a request without ``objective`` is optimised for time by ``srifty
+    plan`` (``RequestSpec.objective = "time"``) and for cost by the plan-and-train DAG
+    (``JobConf.objective = "cost"``). Everything else the request holds (workload and its
+    profiles, offers and their prices, limits, risk quantile, overheads: launch 150 s,
+    detach 0, checkpoints, batch granularity, spot pricing) comes out the same."""
+    plan, job = _both(REQUEST, _profile_store(tmp_path / "profiles"))
+    assert _differences(plan, job) == EXPECTED_REQUEST_DIFFERENCES
+    # the fields compared are there, and set (not every field at its class default)
+    assert plan.time_limit_s == 3600.0 and plan.budget_usd == 20.0 and len(plan.offers) == 2
+    assert plan.overheads.launch_s == 150.0 and plan.risk_quantile == 0.9
+    # stated, the objective is the one difference gone
+    stated = _both({**REQUEST, "objective": "cost"}, tmp_path / "profiles")
+    assert _differences(*stated) == {}
+
+
+def test_plan_and_job_schemas_default_the_same_fields() -> None:
+    """Divergences pinned (``srifty plan``'s ``RequestSpec`` -> the DAG's ``JobConf``):
+    ``objective`` time -> cost, ``provider`` ec2 -> local, ``size`` full -> required,
+    ``region`` us-east-1 -> None and ``risk_quantile`` 0.9 -> None (both filled in later by
+    ``JobSpec``, to the same values)."""
+    from pydantic_core import PydanticUndefined
+
+    from srifty_core.planner.schema import JobConf, RequestSpec
+
+    shared = sorted(set(RequestSpec.model_fields) & set(JobConf.model_fields))
+    assert {"objective", "provider", "size", "offers", "time_limit_s"} <= set(shared)
+
+    def default(model: Any, name: str) -> Any:
+        d = model.model_fields[name].default
+        return "required" if d is PydanticUndefined else d
+
+    found = {
+        name: (default(RequestSpec, name), default(JobConf, name))
+        for name in shared
+        if default(RequestSpec, name) != default(JobConf, name)
+    }
+    assert found == EXPECTED_SCHEMA_DEFAULT_DIFFERENCES
+
+
+# ---------------------------------------------------------------- the profiler's defaults
+EXPECTED_PROFILER_DIVERGENCES: dict[str, dict[str, Any]] = {
+    "share_host": {"cli": 1, "profiler_config": 1, "dag": 2},
+}
+"""Default -> its value in each source that has it, where they disagree."""
+
+
+def _cli_defaults() -> dict[str, Any]:
+    """``srifty profile``'s defaults (``cli.build_parser``), by the profiler's names."""
+    from srifty_core.cli import build_parser
+
+    a = build_parser().parse_args(["profile", "--model", "resnet18"])
+    return {
+        "size": a.size, "precision": a.precision, "optimizer": a.optimizer,
+        "compile": a.compile, "channels_last": a.channels_last, "device_types": [a.device],
+        "probes": None if a.dense else a.probes, "batch_sizes": a.batch_sizes,
+        "repeats": a.repeats, "warmup": a.warmup, "max_batch": a.max_batch,
+        "memory_cap_bytes": a.memory_cap, "max_step_s": a.max_step_s, "threads": a.threads,
+        "colocated": a.colocated, "refine": a.refine, "share_host": a.share_host,
+        "log_to_mlflow": not a.no_mlflow, "provider": a.provider, "market": a.market,
+        "region": a.region, "collect_timeout_s": a.collect_timeout_s, "seed": a.seed,
+        "reference_on_cpu": not a.no_reference,
+    }  # fmt: skip
+
+
+def _config_defaults() -> dict[str, Any]:
+    """``profiling.profiler.ProfilerConfig``'s defaults (its seed is the profiler's own, not
+    the emulator's: left out)."""
+    from srifty_core.profiling.profiler import ProfilerConfig
+
+    c = ProfilerConfig()
+    out = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    out["device_types"] = [out.pop("device")]
+    out.pop("seed")
+    return {**out, **out.pop("settings").to_dict()}
+
+
+def _cloud_defaults() -> dict[str, dict[str, Any]]:
+    """``profiling.cloud.CloudProfileRequest``'s field defaults, and those its
+    ``from_params`` fills in for a conf naming the model only."""
+    from srifty_core.profiling.cloud import CloudProfileRequest
+
+    return {
+        "cloud_request": CloudProfileRequest(model="resnet18").to_dict(),
+        "cloud_from_params": CloudProfileRequest.from_params({"model": "resnet18"}).to_dict(),
+    }
+
+
+def disagreements(sources: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{name: {source: value}}`` of the names whose sources do not all agree."""
+    out = {}
+    for name in sorted(set().union(*sources.values())):
+        seen = {s: v[name] for s, v in sources.items() if name in v}
+        first = next(iter(seen.values()))
+        if any(v != first for v in seen.values()):
+            out[name] = seen
+    return out
+
+
+def _shared(sources: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The names at least two sources have (what the comparison covers)."""
+    names = [n for v in sources.values() for n in v if n != "model"]
+    return {n for n in names if names.count(n) > 1}
+
+
+def test_cli_and_profiler_config_defaults_agree() -> None:
+    """``srifty profile``'s flags, ``ProfilerConfig`` and ``CloudProfileRequest`` (its
+    fields and its ``from_params``) state the same defaults today (four homes, one value)."""
+    sources = {"cli": _cli_defaults(), "profiler_config": _config_defaults(), **_cloud_defaults()}
+    compared = {"size", "probes", "repeats", "refine", "max_batch", "warmup", "share_host"}
+    assert _shared(sources) >= compared | {"colocated", "precision", "memory_cap_bytes"}
+    assert disagreements(sources) == {}
+
+
+def test_the_defaults_comparison_sees_a_disagreement() -> None:
+    # Guard against a comparison that cannot fail.
+    found = disagreements({"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": {"z": 0}})
+    assert found == {"y": {"a": 2, "b": 3}}
+
+
+@pytest.mark.airflow
+def test_one_home_for_profiler_defaults(dagbag: Any) -> None:
+    """Divergence pinned: the profile DAG's ``share_host`` Param defaults to 2 (on a CPU it
+    measures the shared-host slowdown with 2 workers), while ``srifty profile --share-host``
+    and ``ProfilerConfig.share_host`` default to 1 (not measured). The DAG's other Params
+    (size, settings, probes, refine, repeats, max_batch, memory cap, threads, provider,
+    market, region, collect timeout, seed) agree with the CLI and ``ProfilerConfig``."""
+    dag = dagbag.get_dag("srifty_profile_model")
+    params = {k: dag.params[k] for k in dag.params}
+    mib = params.pop("memory_cap_mib")
+    params["memory_cap_bytes"] = None if mib is None else mib * 2**20
+    sources = {
+        "cli": _cli_defaults(),
+        "profiler_config": _config_defaults(),
+        **_cloud_defaults(),
+        "dag": params,
+    }
+    assert _shared({"dag": params, "cli": _cli_defaults()}) >= {
+        "size", "probes", "refine", "repeats", "max_batch", "memory_cap_bytes", "threads",
+        "share_host", "device_types", "provider", "collect_timeout_s", "seed",
+    }  # fmt: skip
+    assert disagreements(sources) == EXPECTED_PROFILER_DIVERGENCES
