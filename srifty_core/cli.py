@@ -101,6 +101,14 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     return 1 if summary["failed"] else 0
 
 
+def _writable_folder(folder: Path) -> None:
+    """Make ``folder`` (and its parents) and check this process may write in it; an
+    ``OSError`` naming it otherwise (``main`` prints it as one line)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(13, "Read-only file system or no permission to write", str(folder))
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     if args.provider != "local":
         return _cmd_profile_cloud(args)
@@ -137,6 +145,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     parse_model(args.model)  # a bad reference is one line before anything starts
     out, plot = output(args.out, "--out"), output(args.plot, "--plot")
     report = answer_stream(out, plot)
+    if out is None:  # a store it cannot write is one line now, not after minutes of profiling
+        _writable_folder(paths.profiles_dir())
     with StageProgress(f"profile {args.model}") as progress:
         result = run_profile_job(
             args.model,

@@ -431,8 +431,15 @@ def _no_champion(ctx: Ctx) -> Run:
     return ctx.srifty("plan", str(path))
 
 
+def _planned_on_public_tables(ctx: Ctx, run: Run) -> None:
+    """A fresh install plans on the public tables and says so; MLflow's INFO lines (the
+    tracking store's first set-up) do not reach stderr."""
+    assert "public nccl-tests tables" in run.out, run.out[-800:]
+    assert " INFO " not in run.err and "Creating initial MLflow" not in run.err, run.err[-800:]
+
+
 case("plan-no-champion", "plan request", "plan on a data folder without a bandwidth model",
-     field="champion")(_no_champion)  # fmt: skip
+     check=_planned_on_public_tables)(_no_champion)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- flags
