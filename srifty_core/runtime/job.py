@@ -18,7 +18,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
-from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
+from srifty_core.planner.schema import DEFAULT_OBJECTIVE, DEFAULT_RISK_QUANTILE
 from srifty_core.runtime import run_store
 from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
 from srifty_core.training_settings import TrainingSettings
@@ -101,7 +101,7 @@ class JobSpec:
     """``champion`` (the registered XGBoost model) or ``probes`` (the probe-table model)."""
     time_limit_s: float = math.inf
     budget_usd: float = math.inf
-    objective: str = "cost"
+    objective: str = DEFAULT_OBJECTIVE
     risk_quantile: float = DEFAULT_RISK_QUANTILE
     """The limits hold for this quantile of predicted time and cost (``PlanRequest``)."""
     launch_s: float | None = None
