@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from srifty_core.planner.request import Objective
+from srifty_core.planner.schema import DEFAULT_OBJECTIVE
 
 # ---------------------------------------------------------------- one request, two builders
 REQUEST: dict[str, Any] = {
@@ -39,12 +40,9 @@ path fills in its own defaults."""
 JOB_ONLY: dict[str, Any] = {"ec2": {"image_id": "ami-0123456789abcdef0"}}
 """What the job's conf needs besides (the plan's request refuses the key)."""
 
-EXPECTED_REQUEST_DIFFERENCES: dict[str, tuple[Any, Any]] = {
-    "objective": (Objective.TIME, Objective.COST),
-}
+EXPECTED_REQUEST_DIFFERENCES: dict[str, tuple[Any, Any]] = {}
 """``PlanRequest`` field -> (``srifty plan``'s value, the job's value) for ``REQUEST``."""
 EXPECTED_SCHEMA_DEFAULT_DIFFERENCES: dict[str, tuple[Any, Any]] = {
-    "objective": ("time", "cost"),
     "provider": ("ec2", "local"),
     "size": ("full", "required"),
     "region": ("us-east-1", None),
@@ -114,24 +112,24 @@ def _both(request: Mapping[str, Any], profiles: Path) -> tuple[Any, Any]:
 
 
 def test_plan_and_job_paths_build_the_same_request(tmp_path: Path) -> None:
-    """Divergence pinned: a request without ``objective`` is optimised for time by ``srifty
-    plan`` (``RequestSpec.objective = "time"``) and for cost by the plan-and-train DAG
-    (``JobConf.objective = "cost"``). Everything else the request holds (workload and its
-    profiles, offers and their prices, limits, risk quantile, overheads: launch 150 s,
-    detach 0, checkpoints, batch granularity, spot pricing) comes out the same."""
+    """The same request through ``srifty plan`` and through the plan-and-train DAG comes out
+    the same: workload and its profiles, offers and their prices, limits, risk quantile,
+    overheads (launch 150 s, detach 0), checkpoints, batch granularity, spot pricing, and
+    the objective (until issue 49 a request without one was optimised for time by ``srifty
+    plan`` and for cost by the DAG: one default now, ``schema.DEFAULT_OBJECTIVE``)."""
     plan, job = _both(REQUEST, _profile_store(tmp_path / "profiles"))
     assert _differences(plan, job) == EXPECTED_REQUEST_DIFFERENCES
     # the fields compared are there, and set (not every field at its class default)
     assert plan.time_limit_s == 3600.0 and plan.budget_usd == 20.0 and len(plan.offers) == 2
     assert plan.overheads.launch_s == 150.0 and plan.risk_quantile == 0.9
-    # stated, the objective is the one difference gone
+    assert plan.objective == job.objective == Objective.parse(DEFAULT_OBJECTIVE)
     stated = _both({**REQUEST, "objective": "cost"}, tmp_path / "profiles")
-    assert _differences(*stated) == {}
+    assert _differences(*stated) == {} and stated[1].objective == Objective.COST
 
 
 def test_plan_and_job_schemas_default_the_same_fields() -> None:
     """Divergences pinned (``srifty plan``'s ``RequestSpec`` -> the DAG's ``JobConf``):
-    ``objective`` time -> cost, ``provider`` ec2 -> local, ``size`` full -> required,
+    ``provider`` ec2 -> local, ``size`` full -> required,
     ``region`` us-east-1 -> None and ``risk_quantile`` 0.9 -> None (both filled in later by
     ``JobSpec``, to the same values)."""
     from pydantic_core import PydanticUndefined

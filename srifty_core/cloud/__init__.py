@@ -27,25 +27,32 @@ __all__ = [
     "Provider",
     "ProviderError",
     "get_provider",
+    "provider_class",
 ]
 
 PROVIDERS = ("local", "ec2-emulated", "ec2")
 
 
-def get_provider(name: str) -> Provider:
-    """The provider called ``name`` with its default settings."""
+def provider_class(name: str) -> type[Provider]:
+    """The class of the provider called ``name`` (what it answers without an instance:
+    ``launch_s``, ``detach_s``, ``reruns_workers``)."""
     from srifty_core.errors import UnknownNameError
 
     if name == "local":
         from srifty_core.cloud.local import LocalProvider
 
-        return LocalProvider()
+        return LocalProvider
     if name == "ec2-emulated":
         from srifty_core.cloud.emulated import EmulatedProvider
 
-        return EmulatedProvider()
+        return EmulatedProvider
     if name == "ec2":
         from srifty_core.cloud.ec2 import EC2Provider
 
-        return EC2Provider()
+        return EC2Provider
     raise UnknownNameError("provider", name, PROVIDERS)
+
+
+def get_provider(name: str) -> Provider:
+    """The provider called ``name`` with its default settings."""
+    return provider_class(name)()

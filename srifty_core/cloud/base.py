@@ -143,6 +143,11 @@ class Provider(abc.ABC):
     reruns_workers: bool = False
     """Can ``run`` start new workers on an allocation whose workers were stopped? Only then
     can a re-plan keep the allocation for the next configuration."""
+    launch_s: float = 0.0
+    """Seconds from a launch request to running workers, which the planner charges a
+    configuration it must launch (a job may state its own, ``launch_s``)."""
+    detach_s: float = 0.0
+    """Seconds a re-plan spends moving the checkpoint's volume to other VMs."""
 
     @abc.abstractmethod
     def instance_type(self, name: str) -> InstanceSpec:

@@ -301,6 +301,8 @@ class EC2Training:
 class EC2Provider(Provider):
     name = "ec2"
     cloud = "aws"
+    launch_s = 150.0  # request to running workers: about 150 s
+    detach_s = 5.0  # an EBS volume's detach and attach: about 5 s
 
     @classmethod
     def from_conf(cls, ec2: Mapping[str, Any], region: str, **kwargs: Any) -> EC2Provider:

@@ -189,6 +189,8 @@ class EmulatedProvider(Provider):
     name = PROVIDER_NAME
     cloud = "aws"
     reruns_workers = True
+    launch_s = 150.0  # as EC2's
+    detach_s = 5.0
 
     def __init__(
         self,

@@ -175,6 +175,9 @@ MarketName = Annotated[
     Literal["on-demand", "spot"], _canonical(_market), Rule("'on-demand' or 'spot'")
 ]
 ObjectiveName = Annotated[Literal["time", "cost"], _canonical(_objective), Rule("'time' or 'cost'")]
+DEFAULT_OBJECTIVE: Literal["time", "cost"] = "time"
+"""What a request optimises when it does not say: the fastest plan within the limits. The one
+default of ``srifty plan``'s request, a job file and the plan-and-train DAG's conf."""
 Granularity = Annotated[Literal["pow2", "any"], Rule("'pow2' or 'any'")]
 JobProvider = Annotated[Literal["local", "ec2"], Rule("'local' or 'ec2'")]
 
@@ -327,7 +330,7 @@ class RequestSpec(Strict):
     iterations: Iterations
     time_limit_s: Limit | None = None
     budget_usd: Limit | None = None
-    objective: ObjectiveName = "time"
+    objective: ObjectiveName = DEFAULT_OBJECTIVE
     risk_quantile: RiskQuantile = DEFAULT_RISK_QUANTILE
     overheads: OverheadsSpec | None = None
     batch_granularity: Granularity = "pow2"
@@ -440,7 +443,7 @@ class JobConf(Strict):
     )
     time_limit_s: Limit | None = None
     budget_usd: Limit | None = None
-    objective: ObjectiveName = "cost"
+    objective: ObjectiveName = DEFAULT_OBJECTIVE
     risk_quantile: RiskQuantile | None = Field(
         None, description="The limits hold for this quantile of predicted time and cost."
     )

@@ -18,7 +18,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
-from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE
+from srifty_core.planner.schema import DEFAULT_OBJECTIVE, DEFAULT_RISK_QUANTILE
 from srifty_core.runtime import run_store
 from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
 from srifty_core.training_settings import TrainingSettings
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 RUNNING = "running"
 FINISHED = "finished"
 REPLAN = "replan"
-DEFAULT_LAUNCH_S = {"local": 0.0, "ec2": 150.0, "ec2-emulated": 150.0}
-"""Seconds from the request to running VMs, charged by the planner (EC2: about 150 s)."""
-DETACH_S = {"local": 0.0, "ec2": 5.0, "ec2-emulated": 5.0}
-"""Moving the checkpoint volume when a re-plan switches VMs (EBS detach: about 5 s)."""
 
 
 class TrainingFailed(SriftyError):
@@ -101,11 +97,11 @@ class JobSpec:
     """``champion`` (the registered XGBoost model) or ``probes`` (the probe-table model)."""
     time_limit_s: float = math.inf
     budget_usd: float = math.inf
-    objective: str = "cost"
+    objective: str = DEFAULT_OBJECTIVE
     risk_quantile: float = DEFAULT_RISK_QUANTILE
     """The limits hold for this quantile of predicted time and cost (``PlanRequest``)."""
     launch_s: float | None = None
-    """Launch overhead the planner charges; default per provider (``DEFAULT_LAUNCH_S``)."""
+    """Launch overhead the planner charges; default: the provider's (``Provider.launch_s``)."""
     ec2: Mapping[str, Any] = field(default_factory=dict)
     """EC2 launch settings: ``image_id`` (required for ``ec2``), ``subnet_id``,
     ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,

@@ -34,8 +34,6 @@ from srifty_core.errors import SriftyError
 from srifty_core.runtime import planning, run_store
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
-    DEFAULT_LAUNCH_S,
-    DETACH_S,
     FINISHED,
     REPLAN,
     RUNNING,
@@ -69,8 +67,6 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "DECISIONS_FILE",
-    "DEFAULT_LAUNCH_S",
-    "DETACH_S",
     "FINISHED",
     "REPLAN",
     "RUNNING",

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.catalog.types import Market
+from srifty_core.cloud import provider_class
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError
 from srifty_core.runtime import run_store
 from srifty_core.runtime.job import (
-    DEFAULT_LAUNCH_S,
-    DETACH_S,
     JobPlan,
     JobSpec,
     Launch,
@@ -158,7 +157,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
         )
         for o in offers
     }
-    launch_s = DEFAULT_LAUNCH_S[spec.provider] if spec.launch_s is None else spec.launch_s
+    launch_s = provider_class(spec.provider).launch_s if spec.launch_s is None else spec.launch_s
     return PlanRequest(
         workload=Workload(spec.model, profiles, store.vm_spreads()),
         global_batch=spec.global_batch,
@@ -296,7 +295,8 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
         result = plan(request, simulator)
     else:
         # The conf holds what is left already: nothing done yet of *this* request.
-        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
+        detach_s = provider_class(spec.provider).detach_s
+        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=detach_s)
         done = Progress(0, depleted=spec.resume.depleted)
         result = Replanner(simulator, overheads=overheads).plan(request, done)
         request = result.request

@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.runtime import run_store
-from srifty_core.runtime.job import DETACH_S, JobPlan, JobSpec
+from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.planning import (
     RUN_FILE,
     build_request,
@@ -127,7 +128,8 @@ class Context:
         types = [o.instance.name for o in request.offers]
         bw = load_bandwidth_model(spec.bandwidth, types) if bandwidth is None else bandwidth
         config, devices = configuration(request, job)
-        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=DETACH_S[spec.provider])
+        detach_s = provider_class(spec.provider).detach_s
+        overheads = Overheads(launch_s=request.overheads.launch_s, detach_s=detach_s)
         sim, exchange = Simulator(bw), bw.reason if isinstance(bw, Unpriced) else None
         if exchange is None:
             try:  # the model may not know the workers' links (public tables: no local.cpu)
