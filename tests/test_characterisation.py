@@ -53,40 +53,12 @@ job's ``None`` is filled in later by ``JobSpec.from_params`` (``us-east-1``, 0.9
 
 
 def _profile_store(root: Path) -> Path:
-    """A store holding a T4 profile of resnet18/small (the g4dn types' GPU)."""
-    from srifty_core.predictors.compute import fit_piecewise
-    from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
+    """A store holding a T4 profile of resnet18/small (the g4dn types' GPU): the profile
+    contract's synthetic profile, relabelled."""
     from srifty_core.profiling.store import ProfileStore
+    from tests.profiling.test_profile_contract import make_profile
 
-    sizes = (1, 8, 32, 256)
-    fw = (0.002, 0.004, 0.012, 0.09)
-    bw = tuple(2 * m for m in fw)
-    ProfileStore(root).save(
-        ComputeProfile(
-            model="resnet18",
-            size="small",
-            device_type="T4",
-            device_name="Tesla T4",
-            fw=PassStats(sizes, fw, tuple(0.05 * m for m in fw), 5),
-            bw=PassStats(sizes, bw, tuple(0.05 * m for m in bw), 5),
-            fw_fit=fit_piecewise(sizes, fw),
-            bw_fit=fit_piecewise(sizes, bw),
-            b_max=256,
-            memory_per_sample_bytes=2e6,
-            memory_fixed_bytes=5e8,
-            memory_cap_bytes=16 * 2**30,
-            n_parameters=11_000_000,
-            gradient_bytes=44_000_000,
-            buckets=(GradientBucket(0, 44_000_000, 62, 0.9),),
-            bucket_cap_bytes=25 * 2**20,
-            first_bucket_cap_bytes=2**20,
-            schedule_batch_size=32,
-            probe_mode="budget:4",
-            threads=1,
-            torch_version="2.13.0",
-            created_at="2026-11-29T00:00:00+00:00",
-        )
-    )
+    ProfileStore(root).save(make_profile(device_type="T4", device_name="Tesla T4"))
     return root
 
 
