@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -320,6 +321,21 @@ def _profile_tiny_dlrm() -> None:
     ProfileStore().save(profile_model("dlrm", "tiny", config))
 
 
+def _plan_file_run(run: Path) -> tuple[Any, Any]:
+    """A plan file of tiny DLRM on two ranks in the new run folder ``run``, as ``srifty
+    train PLAN.json`` starts it: (its JobSpec, its saved JobPlan)."""
+    from srifty_core.runtime.local_run import plan_file_job
+    from srifty_core.runtime.monitor import Limits
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    run.mkdir(parents=True)
+    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
+                     local_batches=(8, 8), run_dir=str(run))  # fmt: skip
+    spec, job = plan_file_job(plan, plan.save(run / "plan-c0.json"), Limits(40, 16))
+    job.save(run / "job-c0.json")
+    return spec, job
+
+
 def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_measured(
     data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -330,18 +346,10 @@ def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_me
     times alone moves no factor and says why."""
     import logging
 
-    from srifty_core.runtime.local_run import plan_file_job
-    from srifty_core.runtime.monitor import Limits
-    from srifty_core.runtime.train_plan import TrainPlan
-
     _profile_tiny_dlrm()
     assert not (data_dir / "probes").exists() and not (data_dir / "calibration").exists()
     run = data_dir / "runs" / "fresh"
-    run.mkdir(parents=True)
-    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
-                     local_batches=(8, 8), run_dir=str(run))  # fmt: skip
-    spec, job = plan_file_job(plan, plan.save(run / "plan-c0.json"), Limits(40, 16))
-    job.save(run / "job-c0.json")
+    spec, job = _plan_file_run(run)
     r = recal.Recalibrator(job, spec, window_s=1e9, search=False)
     caplog.set_level(logging.WARNING)
     ctx = r.context
@@ -374,11 +382,7 @@ def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_me
 
     # a script of yours reports iteration times alone: projected, no factor moved
     run2 = data_dir / "runs" / "script"
-    run2.mkdir(parents=True)
-    plan2 = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
-                      local_batches=(8, 8), run_dir=str(run2))  # fmt: skip
-    spec2, job2 = plan_file_job(plan2, plan2.save(run2 / "plan-c0.json"), Limits(40, 16))
-    job2.save(run2 / "job-c0.json")
+    spec2, job2 = _plan_file_run(run2)
     r2 = recal.Recalibrator(job2, spec2, window_s=1e9, search=False, context=ctx)
     times = [ProgressRecord(k, 100.0 + 0.2 * k, 0.2, 16, "c0") for k in range(1, WARMUP_STEPS + 6)]
     r2.finish(times, 1.0, 0.0)
