@@ -183,7 +183,7 @@ def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any
     import logging
 
     from srifty_core.catalog import Catalog
-    from srifty_core.planner.job import load_bandwidth_with_source
+    from srifty_core.planner.job import load_bandwidth_with_source, public_bandwidth
     from srifty_core.predictors.registry import NoChampionError
 
     try:
@@ -197,13 +197,13 @@ def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any
                 f"not {', '.join(uncovered)}: run the srifty_model_refresh DAG (after "
                 "srifty_probe_sweep)"
             ) from exc
-    model, where = load_bandwidth_with_source(source, public_fallback=True)
-    logging.getLogger(__name__).warning(
-        "bandwidth: no champion yet, planning on the public tables: %s; the "
-        "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
-        where["text"],
-    )
-    return model
+        model, text = public_bandwidth()  # what load_bandwidth_with_source falls back to
+        logging.getLogger(__name__).warning(
+            "bandwidth: no champion yet (%s), planning on the public tables: %s; the "
+            "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
+            exc, text,
+        )  # fmt: skip
+        return model
 
 
 def _types(request: PlanRequest) -> list[str]:
