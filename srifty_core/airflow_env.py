@@ -110,19 +110,30 @@ MIGRATED_STAMP = "srifty-migrated"
 
 def migrate_once(env: Mapping[str, str]) -> None:
     """``migrate`` unless the home's stamp says this Airflow version already migrated this
-    metadata DB (the CLI wrapper runs on every call; ``airflow db migrate`` takes seconds)."""
+    metadata DB (the CLI wrapper runs on every call; ``airflow db migrate`` takes seconds).
+    Under a file lock, as the MLflow store's first creation (``tracking._create_once``): two
+    calls on a fresh home at once raced, and the second failed with "database is locked"."""
     from importlib.metadata import version
+
+    from filelock import FileLock
 
     home = Path(env["AIRFLOW_HOME"])
     stamp = home / MIGRATED_STAMP
     want = f"{version('apache-airflow')} {env['AIRFLOW__DATABASE__SQL_ALCHEMY_CONN']}"
-    try:
-        if stamp.read_text() == want:
+
+    def done() -> bool:
+        try:
+            return stamp.read_text() == want
+        except OSError:
+            return False
+
+    if done():
+        return
+    with FileLock(str(home / f"{MIGRATED_STAMP}.lock")):
+        if done():
             return
-    except OSError:
-        pass
-    migrate(env)
-    stamp.write_text(want)
+        migrate(env)
+        stamp.write_text(want)
 
 
 def airflow_cli(root: Path, args: list[str]) -> int:

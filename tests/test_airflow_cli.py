@@ -53,3 +53,21 @@ def test_srifty_airflow_runs_the_cli_on_the_data_folder(tmp_path: Path) -> None:
     assert "graphviz" not in got.stderr
     # airflow's own exit code comes back
     assert srifty_airflow("dags", "trigger", "no_such_dag").returncode != 0
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_two_first_calls_at_once_both_work(tmp_path: Path) -> None:
+    """Two `srifty airflow` on a fresh data folder at once: the metadata DB is made once,
+    under a lock (before, the second failed with SQLite's "database is locked")."""
+    root = tmp_path / "fresh"
+    env = subprocess_env({paths.ENV_VAR: ""})
+    argv = [SRIFTY, "--data-dir", str(root), "airflow", "pools", "list", "-o", "plain"]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+        assert "srifty_local_host" in out
