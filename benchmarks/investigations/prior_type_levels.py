@@ -39,8 +39,8 @@ import refresh_time  # noqa: E402
 
 from srifty_core.atomic import write_text_atomic  # noqa: E402
 from srifty_core.predictors import prior as prior_module  # noqa: E402
-from srifty_core.predictors.bandwidth import BusBandwidthRegressor, with_hardware  # noqa: E402
 from srifty_core.predictors.nccl_tests import nccl_tests_frame  # noqa: E402
+from srifty_core.predictors.regressor import BusBandwidthRegressor, with_hardware  # noqa: E402
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, cross_val_predict  # noqa: E402
 
 RESULT = HERE.parent / "results" / "prior_type_levels.json"

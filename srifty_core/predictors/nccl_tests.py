@@ -43,7 +43,7 @@ import numpy as np
 
 from srifty_core import paths
 from srifty_core.errors import UnknownNameError
-from srifty_core.predictors.bandwidth import GROUP, LABEL, BandwidthDataError
+from srifty_core.predictors.features import GROUP, LABEL, BandwidthDataError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -54,21 +54,20 @@ import numpy as np
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.bandwidth import (
+from srifty_core.predictors.bandwidth import BandwidthModel
+from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.features import (
     DEFAULT_MTU,
     GROUP,
     LABEL,
     LARGE,
     SMALL,
     BandwidthDataError,
-    BandwidthModel,
     check_training_data,
     feature_frame,
-    mape,
-    noise_floor_predictions,
     size_masks,
 )
-from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.metrics import mape, noise_floor_predictions
 from srifty_core.predictors.network import mix_mask, split_mixes
 from srifty_core.predictors.tuning import DEFAULT_TRIALS
 from srifty_core.probing.config import MIN_ALLOCATIONS

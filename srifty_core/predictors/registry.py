@@ -51,8 +51,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import SriftyError
-from srifty_core.predictors.bandwidth import LABEL, BandwidthModel
+from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.champion_cache import ChampionSource
+from srifty_core.predictors.features import LABEL
 
 _log = logging.getLogger(__name__)
 

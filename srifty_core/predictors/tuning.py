@@ -34,17 +34,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.bandwidth import (
-    GROUP,
-    LABEL,
-    OBJECTIVES,
-    BandwidthDataError,
-    BusBandwidthRegressor,
-    Design,
-    Query,
-    group_kfold,
-    mape,
-)
+from srifty_core.predictors.features import GROUP, LABEL, BandwidthDataError
+from srifty_core.predictors.metrics import group_kfold, mape
+from srifty_core.predictors.regressor import OBJECTIVES, BusBandwidthRegressor, Design, Query
 
 if TYPE_CHECKING:
     import optuna

@@ -11,22 +11,19 @@ import pandas as pd
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.bandwidth import (
+from srifty_core.predictors.bandwidth import BandwidthModel
+from srifty_core.predictors.base import FEATURE_COLUMNS, BandwidthPredictor
+from srifty_core.predictors.caps import BandwidthCaps, _catalog_rated_bytes
+from srifty_core.predictors.features import (
     BUSBW_FLOOR,
-    BandwidthCaps,
     BandwidthDataError,
-    BandwidthModel,
-    BusBandwidthRegressor,
-    _catalog_rated_bytes,
     check_training_data,
     feature_frame,
-    group_kfold,
-    mape,
-    noise_floor_predictions,
     size_masks,
 )
-from srifty_core.predictors.base import FEATURE_COLUMNS, BandwidthPredictor
+from srifty_core.predictors.metrics import group_kfold, mape, noise_floor_predictions
 from srifty_core.predictors.prior import hardware_of
+from srifty_core.predictors.regressor import BusBandwidthRegressor
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, SearchSpace, tune
 from tests.predictors.bw_rows import make_probes, true_busbw
 
@@ -322,8 +319,8 @@ def test_merged_rows_train_the_same_squared_error_trees() -> None:
     trained on the merged rows predict what those trained on every row do."""
     import xgboost as xgb
 
-    from srifty_core.predictors.bandwidth import merge_rows
     from srifty_core.predictors.prior import distinct_rows
+    from srifty_core.predictors.regressor import merge_rows
 
     rng = np.random.default_rng(0)
     points = rng.integers(0, 4, size=(40, 3)).astype(np.float32)

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.predictors.bandwidth import BandwidthDataError, BandwidthModel
+from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.predictors.features import BandwidthDataError
 from srifty_core.predictors.refresh import (
     RefreshConfig,
     decide,

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from srifty_core.errors import UnknownNameError
-from srifty_core.predictors.bandwidth import BandwidthDataError, BandwidthModel
+from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.features import BandwidthDataError
 from srifty_core.predictors.nccl_tests import default_path, nccl_tests_frame
 from srifty_core.predictors.tuning import SearchSpace, tune
 
@@ -110,7 +111,7 @@ def test_the_public_tables_price_one_vm_on_its_own_links(shipped: pd.DataFrame) 
     the curve of a type the tables lack on one VM are within 2x of that rated link, a type
     they have on one VM within 2x of its row, and two VMs stay below their NIC."""
     from srifty_core.catalog import Catalog
-    from srifty_core.predictors.bandwidth import feature_frame
+    from srifty_core.predictors.features import feature_frame
     from srifty_core.predictors.prior import hardware_of
     from srifty_core.simulator.types import SimInstance
 

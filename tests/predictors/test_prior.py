@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from srifty_core.errors import UnknownNameError
-from srifty_core.predictors.bandwidth import BandwidthModel, LogErrors, feature_frame
+from srifty_core.predictors.bandwidth import BandwidthModel
+from srifty_core.predictors.features import feature_frame
 from srifty_core.predictors.prior import (
     PCIE_X16_GBS,
     TREE,
@@ -22,6 +23,7 @@ from srifty_core.predictors.prior import (
     one_vm,
     pcie_generation,
 )
+from srifty_core.predictors.uncertainty import LogErrors
 from tests.predictors.bw_rows import make_probes
 
 FAST = {"n_estimators": 40, "max_depth": 4}
@@ -233,7 +235,7 @@ def test_the_prior_the_domain_and_the_band_survive_save_and_load(
 def test_predictions_stay_within_the_residuals_the_trees_were_shown() -> None:
     """Pseudo-Huber leaves can overshoot wildly where the hessian vanishes; predictions are
     clipped to the range of the training targets (relative to the prior)."""
-    from srifty_core.predictors.bandwidth import BusBandwidthRegressor
+    from srifty_core.predictors.regressor import BusBandwidthRegressor
 
     rows = make_probes(allocations=2)
     big = rows[rows["buffer_bytes"] > 9001]
@@ -250,8 +252,8 @@ def test_a_faster_rated_link_never_lowers_the_prediction(link: str) -> None:
     """Monotone constraints where physics is certain: with every other feature fixed, a
     faster rated link (NIC, NVLink/PCIe, or the catalog's network rating) never predicts
     less bus bandwidth, through the residual or through the prior's feature."""
-    from srifty_core.predictors.bandwidth import BusBandwidthRegressor, with_hardware
     from srifty_core.predictors.nccl_tests import nccl_tests_frame
+    from srifty_core.predictors.regressor import BusBandwidthRegressor, with_hardware
 
     rows = with_hardware(nccl_tests_frame())
     y = rows["busbw"].to_numpy(float)
