@@ -2,29 +2,16 @@
 configurations chosen with communication in mind, simulated, then improved by local
 search with the simulator.
 
-1. **Every single-offer configuration** (each offer alone, at each batch that divides the
-   global batch within its quota), simulated. Their exchanges say what each offer's
-   network costs a ring (the time to move every bucket back to back, the simulator's
-   ``exchange_floor`` with nothing to wait for), the communication term below.
-2. **Anchored, network-tiered seeds.** The offers are ranked by that exchange time (the
-   fastest network first); tier ``L`` allows the first ``L``. For each tier and each
-   anchor compute time ``T`` (the distinct one-VM floors ``t_fw + t_bw`` of (offer,
-   batch)), only batches computing within ``T`` are allowed, and the global batch is
-   filled exactly twice: with the fewest VMs (largest batches first) and at the least
-   hourly rate per sample (cheapest first). A configuration is then as fast as its
-   anchor plus what its slowest network exposes, so the tiers are what make the old
-   anchored ILP's answers (fewest VMs, blind to the network) communication-aware.
-   Seeds are ranked by a communication-aware score, ``max_g (t_fw,g + max(t_bw,g, that
-   transfer time of the slowest network used))``, and the best are simulated.
-3. **Local search.** From the best simulated configurations: moves that keep the global
-   batch exact (move one common multiple of two groups' batches, half of what can move
-   or all of it, from one group to another or to an offer not used yet; hold a group's
-   samples at another batch), ranked by the score, the best simulated; repeated while
-   the best improve and simulations are left.
+Contract: ``approximate(request, estimator, space, keeper, simulations=...)`` simulates
+into ``keeper`` (1) every single-offer configuration, (2) anchored, network-tiered seeds
+and (3) local-search moves, at most ``simulations`` simulations after the single-offer
+ones, never one configuration twice. Nothing here proves optimality: ``plan`` follows it
+with the branch and bound.
 
-Nothing here proves optimality; ``plan`` follows it with the branch and bound when that
-can finish, and the approximation never reports "infeasible" on its own where the exact
-search could still find a configuration (``plan`` searches exactly for one then).
+Imports ``planner.bnb`` (``Keeper``, ``simulate``), the planner's request, result and
+space, and the simulator's estimators.
+
+How and why: docs/design/planner.md#approx
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """The method's baselines, behind one interface so that case studies compare like for like.
 
-Each returns a ``MethodChoice``: the configuration the method would run (a ``Candidate``
-evaluated on the same request, in the same ``Choice`` notation as ``plan``), or ``None``
-when the method proposes nothing, with the time it took to decide.
+Contract: ``srifty``, ``apm``, ``cheapest_gpu_first``, ``fastest_gpu_first`` and
+``oracle_bo`` each take a ``PlanRequest`` and return a ``MethodChoice``: the configuration
+the method would run (a ``Candidate`` evaluated on the same request, in ``plan``'s
+``Choice`` notation), or ``None`` when it proposes nothing, with the time it took to
+decide. The greedy heuristics ignore the limits (``candidate.violations`` says how).
+This module never touches the emulated cloud: the oracle's ground truth comes in as a
+function (``measure``).
 
-* **Srifty** (``srifty``): ``plan(request, estimator)``, the planner itself.
-* **APM** (``apm``): the same planner over the analytical ``ApmEstimator`` (its learned
-  models replaced, the optimizer kept).
-* **Greedy, cheapest GPU first** (``cheapest_gpu_first``, CGF): every chosen GPU runs its
-  B_max (the profile's); offers are taken by price per GPU, cheapest first, one VM at a
-  time until the global batch is held (the last VM takes the rest).
-* **Greedy, fastest GPU first** (``fastest_gpu_first``, FGF): 64 samples a GPU (the
-  "magic" batch; B_max where that is smaller), offers by the profile's per-sample
-  throughput at that batch, fastest first; when the quotas run out before the global batch
-  is held, every GPU is packed with its largest feasible batch (B_max), fastest first.
-* **Oracle BO** (``oracle_bo``): Bayesian optimization (a Gaussian process over a simple
-  encoding of the configuration, expected improvement) that may *measure* one third of the
-  pruned space's configurations on the ground truth (``measure``), then picks the best
-  configuration it observed. In heterogeneous requests it searches homogeneous
-  configurations only, once per instance type with an equal share of the budget, as the
-  method's evaluation does.
+Imports ``planner.search.plan``, the planner's request, result and space, and the
+simulator's ``Estimator`` and ``ApmEstimator``.
 
-The greedy heuristics ignore the time limit and the budget (their candidate may violate
-them: ``candidate.violations`` says how, by ``estimator``'s prediction). The planners
-propose nothing when they predict that nothing meets the limits. This module never touches
-the emulated cloud: the oracle's ground truth comes in as a function.
+How and why (each baseline's rule): docs/design/planner.md#baselines
 """
 
 from __future__ import annotations

@@ -1,45 +1,17 @@
 """Branch and bound over the pruned space: the exact search, at sizes the plain
 exhaustive search could never simulate, and the second half of the approximation.
 
-**Enumeration.** Depth first over the offers in their order, choosing the next offer used
-and its count and batch, so that a group's slot in the simulator's draws (its rank among
-the offers used) is known when it is chosen. A branch is entered only where the offers
-after it can still make up the rest of the global batch exactly (``Space.completions``).
-Children are taken best bound first.
+Contract: ``BranchAndBound(request, sim, space, keeper, budget=...).run()`` searches into
+``keeper`` (``Keeper``: the best few, the time/cost frontier, the nearest misses; never
+every candidate) and returns True when it finished; then the best plan is that of
+simulating every configuration (``tests/planner/test_branch_and_bound.py``). A work
+budget stops it early (False). ``simulate`` evaluates configurations not simulated yet
+into a keeper.
 
-**Bound.** For a partial configuration (more groups may follow), the simulated iteration
-time of every configuration that extends it is at least::
+Imports the planner's request, result and space and the simulator's ``PlannerEstimator``
+(its floors: ``pass_floor``, ``ring_ceiling``, ``exchange_floor``).
 
-    F + max(B, T)
-
-``F``, ``B``: the largest of the groups' forward and backward floors, the means over the
-simulator's own draws of each group's slowest VM (``Simulator.pass_floor``: an iteration
-waits for the slowest VM of every group; the exchange, DDP's copies and the optimizer step
-only add), and of what the offers after it must still hold: some group of theirs is at
-least as slow as the fastest anchor at which, at full quota, they hold the samples left.
-``T``: a floor of the gradient exchange. Each bucket goes out no earlier than its ready
-fraction of ``B``, the buckets one after the other (DDP's schedule), each moving at least
-the bus bytes of the world size so far, at no more than the most bus bandwidth any ring
-holding the chosen types (and one of the offers after them, when samples are left) with
-at least as many VMs can give it (``Simulator.ring_ceiling``: the largest over every
-larger VM count, within the cap, the mixed-ring factor where above 1). At a complete
-configuration ``T`` is the simulator's own exchange with the buckets ready by ``B``
-(``Simulator.exchange_floor``). Cost: the hourly rate so far times that time, plus, for
-the samples left, the least of a fractional knapsack of the offers left within their
-quotas, each sample paying its offer's price per sample for at least its own group's
-time (and the job's).
-
-**Pruning.** A branch is cut when its bound breaks a limit (the limits are checked at
-the risk quantile, never below the typical time) or cannot beat the ``exact``-th best
-found so far (``Keeper``: 1 by default, the runners-up then being the best others it
-simulated; 1 + runners-up proves them too, at up to a hundred times the work). Only
-complete configurations that pass the bound are simulated (full estimates, with
-quantiles). The search keeps the best few, the time/cost frontier of what it simulated and
-the nearest misses, never every candidate.
-
-Exact: on any space it finishes, the best plan is that of simulating every configuration
-(``tests/planner/test_branch_and_bound.py`` checks it, and the runners-up, on random
-requests). A work budget stops it early; ``plan`` then says ``approx``.
+How and why (enumeration, bound, pruning): docs/design/planner.md#bnb
 """
 
 from __future__ import annotations

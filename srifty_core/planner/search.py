@@ -1,40 +1,16 @@
-"""The searches behind ``plan()``, chosen by the exact size of the pruned space
-(``Space.size``: counted exactly, capped at a limit + 1, never a partial count).
+"""The searches behind ``plan()``: the best configuration of a ``PlanRequest`` under an
+``Estimator``, the search chosen by the exact size of the pruned space (``Space.size``).
 
-**Exact** (``planner.bnb``): branch and bound over the pruned space, every branch bounded
-from below by compute floors over the simulator's own draws, a communication floor and
-what the offers left must still hold, cut when it breaks a limit or cannot beat the best
-found; only configurations that pass simulated. It gives the best plan of simulating
-every configuration, at sizes that never could be; ``auto`` runs it to the end up to
-``DEFAULT_EXACT_LIMIT`` configurations.
+Contract: ``plan(request, estimator, method=...)`` returns a ``PlanResult`` whose
+``method`` says which search answered: ``exact`` (``planner.bnb``, the best plan proven),
+``approx`` (``planner.approx``, then the branch and bound within a work budget),
+``exhaustive`` (simulate every configuration) or ``ilp`` (the method's anchored integer
+programs). Inputs are never modified; an unknown method raises ``PlannerError``.
 
-**Approximation** (``planner.approx``): every single-offer configuration, anchored seeds
-over network tiers, local search, all simulated (a few hundred); then the branch and
-bound within ``DEFAULT_BUDGET`` work units from the best of them where its bandwidth
-tables are cheap (``exact`` if it finishes). Beyond ``DEFAULT_EXACT_LIMIT``.
+Imports the planner's request, result and space, ``planner.bnb``, ``planner.approx`` and
+the simulator's estimators; PuLP only inside ``ilp_search``.
 
-**Exhaustive** (``method="exhaustive"``): simulate every configuration (the reference).
-
-**Anchored ILP** (``method="ilp"``, the method's original approximation, and ``auto``
-for estimators without floors beyond ``DEFAULT_EXHAUSTIVE_LIMIT``). Every candidate
-(offer i, VM batch b) has a compute time c_ib = t_fw(b) + t_bw(b) from its profile. Sweep
-an anchor time T over the distinct c_ib: a configuration whose every VM computes within T
-is balanced at T. For each anchor, with integer VM counts n_ib and binaries y_ib (one
-batch per offer)::
-
-    minimize     sum n_ib              (objective time: fewest VMs, least straggling
-                                        and communication at this compute time)
-              or sum p_i n_ib          (objective cost: the hourly rate)
-    subject to   sum_b n_ib * b  =  B  summed over every (i, b)   (the global batch, exactly)
-                 n_ib <= quota_i * y_ib,   sum_b y_ib <= 1        (quota, one batch per type)
-                 (N T + overheads) / 3600 * sum p_i n_ib <= budget
-                 only (i, b) with c_ib <= T;  skip T if N T + overheads > time limit
-
-Each anchor's optimum is then simulated, and the best simulated configuration wins. CBC
-solves it by default (bundled with PuLP), HiGHS when ``highspy`` is installed and asked
-for. A status other than Optimal or Infeasible raises: PuLP does not. Blind to the
-network, it can miss the optimum by a quarter and call a feasible request infeasible
-(BENCHMARKS.md, "Planner at scale").
+How and why: docs/design/planner.md#search
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """Spot interruptions priced into a plan: a hazard per VM-hour, and what it adds to a job's
 expected time and cost and to their quantile.
 
-**Hazard.** AWS's Spot Instance Advisor publishes, per type and region, a *frequency of
-interruption*: the share of that type's spot VMs interrupted over the last month, in bands
-(``<5%``, ``5-10%``, ``10-15%``, ``15-20%``, ``>20%``; the catalog's
-``spot_interrupt_freq``). A band is read as its midpoint (``BAND_MONTHLY``; ``>20%`` has no
-upper edge and is read as 25%: an assumption, which an offer overrides with
-``interruptions_per_month``; a type the catalog gives no band is read as the top band). As
-a constant hazard over a 730-hour month, a share ``p``
-is ``lambda = -ln(1 - p) / 730`` interruptions per VM-hour. On-demand VMs have none.
+Contract: ``monthly_share`` reads a Spot Instance Advisor band, ``hazard_per_hour`` turns a
+monthly share into interruptions per VM-hour, and ``interruption_risk(rate_per_hour, ...)``
+returns a ``SpotRisk`` (expected interruptions, the count at the risk quantile, the time
+they add on average and at the quantile; infinite where the configuration is interrupted
+faster than it recovers; ``NONE`` without spot VMs). Pure functions.
 
-**What an interruption costs** (the runtime's own rules: the job goes on from its last
-checkpoint once a VM replaces the lost one): the work since the last checkpoint, uniform
-over one checkpoint interval (``checkpoint_every`` iterations of ``t_iter``), plus the
-relaunch (``overheads.launch_s``) and moving the checkpoint (``overheads.detach_s``). The
-other VMs keep billing meanwhile, so the configuration's hourly rate pays for the lost time.
+Imports nothing of srifty_core (standard library only).
 
-**Job time.** With ``r = sum of lambda over the spot VMs`` (per hour) and ``d`` the mean loss
-per interruption (seconds), interruptions arrive at rate ``r`` over the whole (longer) job, so
-the expected time solves ``T = T0 + r T d / 3600``: ``T = T0 / (1 - r d / 3600)`` (no finite
-answer when ``r d >= 3600``: a configuration interrupted faster than it recovers). At the
-request's risk quantile ``q``, the number of interruptions is the ``q`` quantile of a Poisson
-count over the quantile job time, each losing a whole checkpoint interval plus the relaunch;
-the two are solved together by a short fixed-point iteration (a Poisson quantile is a step
-function: at most ``FIXED_POINT_ROUNDS`` rounds). Cost is the hourly rate times the time.
+How and why (hazard, cost of an interruption, job time): docs/design/planner.md#spot
 """
 
 from __future__ import annotations

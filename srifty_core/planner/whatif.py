@@ -1,24 +1,17 @@
 """What-if answers: how the best plan, its time and cost change when one thing in the request
 changes, and what one more VM of each offered type would be worth.
 
-A scenario is one or more assignments to the request, as a user would type them::
+Contract: ``parse_scenario`` reads ``key=value[; key=value ...]`` (a ``FieldError`` naming
+the scenario otherwise); ``WhatIf(data, estimator, build).ask(scenario)`` returns an
+``Answer`` (the scenario's ``PlanResult`` beside the base plan), ``marginal_values`` one
+per offer with one more VM than its quota. The changed request goes through the same
+schema as a request file; the base request is never modified. Every scenario plans behind
+one ``MemoEstimator``: a configuration already simulated is not simulated again.
 
-    budget_usd=20                  time_limit_s=600         global_batch=2048
-    quota[g4dn.xlarge]=16          price[p3.8xlarge]=3.1    offers[1].market=spot
-    overheads.launch_s=60          objective=cost           quota[g4dn.xlarge]=16; budget_usd=20
+Imports ``planner.search.plan`` (at call time), PyYAML, and the planner's and
+simulator's types for annotations.
 
-``quota[TYPE]`` and ``price[TYPE]`` (also ``market``, ``zone``, ``min_batch``) name the
-offer of that instance type (``TYPE@MARKET`` when the type is offered on both markets);
-``offers[i].field`` names it by position; other keys are request fields, dotted into
-``overheads``. The value is read as YAML (``16``, ``0.5``, ``spot``, ``null``), and the
-changed request goes through the same schema as a request file, so a bad scenario is a
-one-line error naming it.
-
-Every scenario is planned with the base request's estimator behind a memo
-(``MemoEstimator``): a configuration the base search (or an earlier scenario) already
-simulated is not simulated again, and the profiles are loaded once, so a scenario costs its
-search, not its simulations. ``marginal_values`` asks, per offer, for one more VM than its
-quota allows.
+How and why (scenario syntax, the memo): docs/design/planner.md#whatif
 """
 
 from __future__ import annotations
