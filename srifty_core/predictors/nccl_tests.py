@@ -1,37 +1,17 @@
 """Public nccl-tests ``all_reduce_perf`` tables as bus-bandwidth rows the model can fit on.
 
-``nccl_tests_frame(path)`` reads a CSV laid out like the shipped
-``srifty_core/shipped/reference/nccl_tests_public.csv`` (its columns:
-``srifty_core/shipped/SOURCES.md`` section 4) and
-returns probe-like rows: the model's features (``predictors.base.FEATURE_COLUMNS``), the label
-``busbw`` and the grouping columns. ``BandwidthModel.fit`` and ``tuning.tune`` take the frame
-as it is.
+Contract: ``nccl_tests_frame(path)`` (default: the shipped
+``srifty_core/shipped/reference/nccl_tests_public.csv``; columns:
+``srifty_core/shipped/SOURCES.md`` section 4) returns probe-like rows: the model's features
+(``predictors.base.FEATURE_COLUMNS``), the label ``busbw`` and the grouping columns, which
+``BandwidthModel.fit`` and ``tuning.tune`` take as they are. A missing needed column or
+empty cell raises ``BandwidthDataError`` naming it; a type the catalog lacks raises
+``UnknownNameError`` with the closest names.
 
-Columns of the table:
+Imports ``paths``, ``predictors.features`` (label, group, ``BandwidthDataError``) and the
+catalog (at call time); pandas only inside functions.
 
-- **Needed**, because a feature or the label is derived from them (a missing one, or an empty
-  cell in one, raises ``BandwidthDataError`` naming it): ``instance_type`` (GPU model, GPUs
-  per VM, vCPUs and rated network come from the catalog; a type the catalog lacks raises
-  ``UnknownNameError`` with the closest names), ``world_size``, ``size_bytes``
-  (``buffer_bytes``) and ``time_us`` (the label, bus bandwidth ``2*s*(n-1)/(n*t)``,
-  recomputed from the time because ``busbw_GBps`` is rounded to 0.01 GB/s in the tables).
-- **Optional**, each with the rule used when it is absent:
-
-  - ``cloud``: read per row; absent (or an empty cell): ``"aws"``, the cloud of the catalog
-    every type was resolved in (the shipped catalog is EC2's; ``SimInstance.from_catalog``
-    labels its types the same way).
-  - ``table_id`` (one published table: one run on one set of VMs): absent, the ``source``
-    column; absent too, the file name (the whole file is then one table). ``allocation_id``
-    is a copy of it: a table is the unit the model must generalise across, as an
-    allocation is in the probe store.
-  - ``num_nodes`` (part of the configuration, not a feature: 2x1 and 2x8 GPUs differ):
-    absent or empty, ``world_size / gpus_per_node`` where ``gpus_per_node`` is given and
-    divides it, else null (``<NA>``).
-
-Rows with ``size_bytes <= 0`` or a non-positive ``time_us`` (nccl-tests prints size 0 rows)
-are dropped. The fixed features say what a public table does not: ``provider`` is
-``"public"``, ``region``/``zone`` ``"unknown"``, no placement group, one allreduce in flight
-(``concurrent`` 1; nccl-tests runs them one at a time), ``backend`` ``"nccl"``.
+How and why (each column's rule, the fixed features): docs/design/bandwidth.md#nccl_tests
 """
 
 from __future__ import annotations

@@ -1,55 +1,18 @@
 """What probes say about a type's network beyond one short transfer, for both bandwidth
-predictors (the probe table and the XGBoost model):
+predictors (the probe table and the XGBoost model).
 
-- **Sustained bandwidth** (``sustained_caps``): the bus bandwidth of the sweep's
-  sustained-transfer probe (``phase == "sustained"``: back-to-back large allreduces after
-  the NICs' burst credits are spent), per (instance type, world size): the median over
-  allocations of each allocation's median. A training job sends hundreds of MB every
-  iteration for hours, so this, not the short probes' burst rate, is what its transfers get.
-- **Sustained factor** (``sustained_factors``): per (instance type, world size), the
-  sustained bus bandwidth over the grid's (burst) bus bandwidth at the same world size,
-  concurrency 1 and the grid size nearest the sustained probe's, at most 1. The grid's
-  shape over buffer sizes (protocols, trees, the pipeline ramp) is the same once the NIC
-  runs at its baseline, scaled down by this factor, so a bucket of any size is predicted
-  at ``grid busbw x factor``.
-- **Inside one VM or across VMs** (``WorldTable``): both of the above, and the caps, are
-  kept apart for rings whose ranks all sit on one VM (NVLink or PCIe, no NIC: ``prior.
-  vms_of`` of the rows) and rings across VMs (through the NICs, with their burst credits).
-  A world size never probed takes the nearest probed on its own side only: what 2 VMs'
-  NICs sustain says nothing of one VM's NVLink, nor the other way round.
-- **Allocation spread** (``level_sigmas``): how much the network level differs from one
-  allocation to the next, per type: at each probed point of large buffers (burst phase,
-  >= ``min_buffer``), each allocation's median bus bandwidth over the median of all
-  allocations' medians, in log; each allocation's mean of those; the standard deviation of
-  these across allocations (0 with fewer than two), pooled over the types and widened into
-  a *predictive* spread (``pooled_spreads``): a sweep sees only a few allocations of each
-  type, so the level of the next one is Student-t distributed around them. The simulator
-  turns it into the network level of a 10th-percentile allocation
-  (``IterationEstimate.t_iter_p90``).
-- **Mean time** (``mean_time_factors``): a job's time is the sum of its iterations, so the
-  simulator needs each transfer's *mean* time, while both predictors give the typical one
-  (the table the median of the probes, the regressors a robust fit in log space). On a
-  host or network whose times are right-skewed (a late wake-up, a retransmission) the mean
-  exceeds the median: on two gloo ranks on 2 shared cores the mean of 10 probes at one
-  size was up to 4.5x their median below 1 MB and 1.0-1.7x at 1-12 MB. Per instance type
-  and decade of buffer size (grid rows at concurrency 1 with ``time_s``; each point, i.e.
-  world size, buffer size and allocation, with at least ``MEAN_TIME_MIN_SAMPLES`` samples),
-  every sample's time over its point's median; the factor is 1 over the mean of these,
-  clipped to ``MEAN_TIME_RANGE``. The simulator multiplies a bucket's predicted bus
-  bandwidth by it (a point of one row, e.g. a published table's mean over its iterations,
-  says nothing and is left out; 1 for a type or decade without samples).
-- **Mixed rings** (``split_mixes``, ``mixed_ring_factors``): rows probed over a ring of
-  several instance types (``probing.mix``) are never any type's: every per-type fit above
-  (and the bandwidth regressors, the caps) runs on the other rows. They check the rule the
-  simulator composes a mixed ring's bus bandwidth with: each member type's own prediction
-  at the world size of a ring of all the ring's VMs of that type (``VMs x its ranks per
-  VM``, at least 2), times its sustained factor on sustained rows, the minimum over the
-  members. Per (mix, world size, buffer size, phase) at concurrency 1, the ratio of the
-  measured median bus bandwidth to that composition; per decade of buffer size
-  (``floor(log10 bytes)``) the median of these ratios, clipped to at most 1.5, is the
-  *mixed-ring factor* the simulator multiplies a mixed ring's prediction by (a size
-  between probed decades takes the nearest one's, ties the larger; 1 where no mix was
-  probed). Mix groups whose member types have no rows of their own are left out.
+Contract: from probe-store frames, per instance type (and world size), ``sustained_caps``
+and ``sustained_factors`` (``WorldTable``: inside one VM and across VMs kept apart, a
+lookup taking the nearest probed world size on its own side only), ``level_sigmas`` and
+``pooled_spreads`` (predictive spreads of the network level across allocations),
+``mean_time_factors`` (per decade of buffer size, within ``MEAN_TIME_RANGE``) and
+``mixed_ring_factors`` (at most ``MIXED_FACTOR_MAX``); ``split_phases`` and ``split_mixes``
+separate the sustained and mixed-ring rows, which no per-type fit sees.
+
+Imports ``probing.mix`` and ``probing.schema`` (names of the probe rows) and
+``predictors.prior`` (at call time); pandas only inside functions.
+
+How and why (each rule): docs/design/bandwidth.md#network
 """
 
 from __future__ import annotations

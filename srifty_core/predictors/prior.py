@@ -1,53 +1,17 @@
 """The physics prior of the bus-bandwidth model: rated links from the hardware, with the
 efficiency and latency of each link class learned from probes.
 
-What a row's hardware is (``hardware_columns``): the ranks sit on ``vms`` VMs of
-``ranks_per_vm`` each (a ``num_nodes`` column wins where it has a value; otherwise ranks
-are packed one per GPU, ``vms = ceil(world_size / gpus_per_vm)``, as the probe sweep and
-the simulator place them). From the catalog and ``gpu_specs.csv``:
+Contract: ``hardware_of(type)`` gives a type's rated links (``Hardware``; ``None`` outside
+the catalog), ``vms_of`` and ``one_vm`` where a row's ranks sit (one per GPU, as the
+sweep and the simulator place them), ``hardware_columns`` a row's links and classes.
+``LinkPrior().fit(frame, busbw, weight)`` returns itself (scikit-learn style, fitted
+attributes end in ``_``); ``predict(frame)`` gives each row's bus bandwidth in bytes/s,
+positive; ``to_dict``/``from_dict`` round-trip it.
 
-- **intra-VM link** per GPU and direction: NVLink/NVSwitch (``nvlink_bw_gbs`` is the total
-  of both directions, so half of it) where the GPU has it, else its PCIe host interface
-  (x16 per-direction rate of the PCIe generation named, ``PCIE_X16_GBS``); a type without a
-  GPU spec (``local.cpu``) has no rated intra link (class ``host``).
-- **inter-VM link** per VM: the rated NIC bandwidth (the "up to" burst rate where the type
-  has one: the probe grid runs while credits last; the sustained level is the caps' job),
-  class ``efa`` for types that support EFA, ``ena`` otherwise, ``host`` without a rating.
+Imports the catalog (at call time: its types and their GPU specs); SciPy and threadpoolctl
+only inside ``fit``.
 
-The ring (``LinkPrior``): an allreduce of ``s`` bytes over ``n`` ranks moves
-``s_eff = 2 s (n-1)/n`` bytes through every rank, so with ``c`` allreduces sharing the links
-
-    t = 2(n-1)/n * (hops_net * alpha_net + hops_intra * alpha_intra)  +  c * s_eff / B
-    busbw = s_eff / t
-
-(a ring over ``v`` VMs crosses ``v`` NIC hops and ``n - v`` intra-VM hops per pass; on one
-VM all ``n`` hops are intra-VM; ``alpha`` is the latency per hop of the link class), where
-``B`` is the slowest link the ring crosses: the intra link on one VM; on several,
-``min(eta_intra * intra, eta_net * nic)`` (each VM's NIC carries ``s_eff`` however many
-ranks it holds, so the NIC bounds bus bandwidth directly; the intra link only matters when
-a VM holds more than one rank). A VM whose ranks use only some of its GPUs drives a share
-``(ranks_per_vm / gpus_per_vm) ** beta`` of its NIC (NCCL pins channels and NICs to GPUs:
-one GPU of eight does not fill a VM's network).
-
-The tree: over several VMs NCCL also has a (double binary) tree, a chain inside each VM and
-a binary tree across VMs, whose latency grows with ``log2 v`` instead of ``v``,
-
-    t_tree = 2 * (ceil(log2 v) * alpha_net + (ranks_per_vm - 1) * alpha_intra)
-             + c * s_eff / (eta_tree * B)
-
-and, like NCCL's tuner, each row takes the faster of the two (``t = min(t_ring, t_tree)``);
-``eta_tree`` (<= 1: the tree's bandwidth as a fraction of the ring's on the same links) is
-learned, so the tree wins where latency matters (small buffers, many VMs) and the ring where
-bandwidth does. One VM is always a ring. The tree is kept only where it fits the probes
-better than the ring alone (fitted first): a backend without one (gloo) keeps a ring.
-
-Learned from the probes (robust least squares on log busbw): ``eta`` (the fraction of its
-rating a link class delivers) and ``alpha`` (latency per hop) per class, ``beta`` and
-``eta_tree``. Classes the probes
-never crossed take the geometric mean of the learned ones; a class with no rating
-(``host``) learns its bandwidth in absolute terms (rating 1 GB/s). A weak ridge towards
-``eta = 1``, ``alpha = 10 us`` and ``beta = 0`` keeps parameters that the data cannot see (the
-bandwidth of tiny buffers, the latency of huge ones) defined; data outweighs it at once.
+How and why (the ring, the tree, what is learned): docs/design/bandwidth.md#prior
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """A measured-table bus-bandwidth predictor: the median of the probes themselves.
 
-For a query (instance type, world size, concurrency, buffer size) it interpolates the
-per-size median busbw of the matching grid probes linearly in log(size) (held constant
-beyond the probed sizes), using the nearest probed world size and concurrency when the
-exact one was not probed: the nearest on the same side of the VM boundary (rings inside
-one VM, through NVLink or PCIe, and rings across VMs, through the NICs:
-``predictors.network.WorldTable``), or of either side where the type was probed on one
-side only (the table knows no hardware to extrapolate with: probe one VM's world sizes
-too). No learning, no extrapolation to unprobed instance types: a baseline for the XGBoost
-model, and what a simulation of *this* machine needs when only local probes exist. The cap
-is the sustained bus bandwidth (``predictors.network``) where the sweep ran the
-sustained-transfer probe on that side, else the largest aggregate (concurrent x median
-busbw) seen for the type and world size (on its side where probed); ``level_sigma`` is the
-spread of network levels across the probed allocations; ``mean_time_factors`` turn the
-medians into the mean transfer's bandwidth. Rows of mixed-type rings (``probing.mix``) are
-no type's curve: they only give the mixed-ring factor (``mixed_factor``,
-``predictors.network``).
+Contract: ``ProbeTableBandwidth().fit(probes)`` (a probe-store frame; a ``ConfigError``
+when it lacks a needed column or holds no successful rows of single instance types)
+implements ``BandwidthPredictor``: ``predict`` (bytes/s per query row), ``bandwidth_cap``,
+``sustained_factor``, ``level_sigma``, ``mean_time_factors`` and ``mixed_factor``. No
+learning and no extrapolation to unprobed instance types: a baseline for the XGBoost
+model, and what a simulation of *this* machine needs when only local probes exist.
+
+Imports ``predictors.network`` (sustained bandwidth, factors, spreads, mixed rings,
+``WorldTable``) and ``predictors.prior.one_vm``.
+
+How and why (interpolation, nearest world size, the cap): docs/design/bandwidth.md#table
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Hyperparameter autotuning of one ``BusBandwidthRegressor``: Optuna's TPE sampler, seeded,
 for a fixed number of trials, scored by MAPE under cross-validation grouped by allocation.
 
-- Score: weighted MAPE (%) of the out-of-fold predictions, folds from ``group_kfold``
-  (scikit-learn's ``GroupKFold``) on the group column (``allocation_id`` by default): every
-  allocation is predicted by a model that never saw it, so the score says how the model does
-  on a *new* allocation.
-- Space (``SearchSpace``): objective (pseudo-Huber, squared, absolute error; on log busbw),
-  max_depth, learning rate (eta), n_estimators, min_child_weight, subsample, and the
-  pseudo-Huber slope (sampled only when the objective is pseudo-Huber).
-- Search: ``n_trials`` trials, one at a time (``n_jobs=1``). The first trial is the default
-  parameters (``DEFAULT_PARAMS``, enqueued); the others come from Optuna's
-  ``TPESampler(seed=seed)`` (its first ``n_startup_trials`` at random, then TPE). XGBoost is
-  seeded with ``seed`` too. Nothing depends on the clock, so the same data, seed and trial
-  count give the same trials, the same best parameters and the same error on any machine.
-- Pruning (``prune``, on by default): each trial reports its score on the folds done so far
-  after each fold, and Optuna's ``MedianPruner`` stops it after its second fold or later
-  when that score is worse than the median of the earlier trials' at the same fold (from
-  the ``PRUNE_STARTUP + 1``-th trial on). A stopped trial is kept in ``trials`` with its
-  partial score and ``pruned`` set; it can never be the best. The folds are the same for
-  every trial, so the comparison is like for like, and nothing in it depends on the clock.
-- Best: the completed trial with the lowest score; ties go to the earlier trial.
+Contract: ``tune(data, n_trials=..., seed=...)`` (one size class's rows: features,
+``busbw`` and the group column) returns a ``TuneResult``: the best parameters, their
+grouped-CV MAPE (%), the out-of-fold predictions and every trial (pruned ones marked,
+never the best). Nothing depends on the clock: the same data, seed and trial count give
+the same trials, best parameters and error on any machine. ``Folds`` prepares each
+fold's rows once for all trials.
+
+Imports ``predictors.features``, ``predictors.metrics`` (``group_kfold``, ``mape``) and
+``predictors.regressor``; Optuna only inside ``tune``.
+
+How and why (score, space, search, pruning): docs/design/bandwidth.md#tuning
 """
 
 from __future__ import annotations
