@@ -1,19 +1,15 @@
 """Piecewise-linear compute-latency model t(B), fitted from a batch-size sweep.
 
-The method observes that latency is linear in the batch size, t(B) = alpha*B + beta, with a
-slope that changes where training goes from latency-bound (the device is not yet saturated:
-a flat or shallow slope) to throughput-bound (a steeper slope). We fit a *continuous*
-piecewise-linear function whose breakpoints are chosen among the probed batch sizes:
+Contract: ``fit_piecewise(x, y, cv=..., repeats=...)`` fits the mean latencies ``y`` at
+distinct batch sizes ``x`` and returns a ``PiecewiseLinear``: continuous, breakpoints
+among the probed sizes, every slope >= 0 (a larger batch never takes less time),
+extrapolating its first/last piece outside the fitted range; ``fit_line`` is the
+single-line baseline. ``budget_batch_sizes``, ``dense_batch_sizes`` and
+``refine_batch_sizes`` choose which batch sizes to probe.
 
-- for each candidate set of breakpoints (none, one, up to ``max_knots`` interior probes) the
-  hinge basis ``[1, B, max(0, B - k1), ...]`` is fitted by least squares on *relative* error
-  (each point weighted by ``1 / t^2``, because users read MAPE, and the latencies span orders
-  of magnitude), every piece's slope held >= 0 (a larger batch never takes less time);
-- the candidate with the lowest Bayesian information criterion wins, with the noise level
-  of the relative residuals set to ``max(measured coefficient of variation / sqrt(repeats),
-  noise_floor)``: a breakpoint is added only when it explains more than noise.
+Imports only ``srifty_core.errors``; pure numpy, no torch.
 
-Pure numpy; no torch.
+How and why (hinge basis, relative error, BIC): docs/design/compute.md#compute
 """
 
 from __future__ import annotations

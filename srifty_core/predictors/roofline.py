@@ -1,45 +1,18 @@
 """Compute latency on a GPU nobody profiled: an operator roofline over the model's census,
 with efficiencies learned from measurements.
 
-Each operator of a training step (``profiling.census.OpCensus``: its floating-point
-operations ``F`` and the bytes it reads and writes ``M`` at batch ``B``) takes
+Contract: ``learn(observations)`` returns a ``Roofline`` (``Efficiencies`` fitted to every
+measured time, the held-out spreads ``specs_cv`` and ``scaled_cv``, ``carry``);
+``estimate_profile(census, device, roofline, source=...)`` returns a ``ComputeProfile``
+of a GPU nobody measured, from the specs or scaled from a measured profile of the same
+model on another GPU; ``estimate`` says which, ``estimate_cv`` is that path's held-out
+spread. ``DeviceSpec`` holds a GPU's sheet; ``nearest_measured`` picks the profile to
+scale from.
 
-    t_op = max(F / (eta_unit * c_class * peak_unit), M / (eta_mem * memory_bw)) + launch
+Imports ``predictors.compute`` and ``profiling.profile`` (at call time); the catalog's
+``GpuSpec`` and ``profiling.census`` for annotations; numpy and SciPy, no torch.
 
-on a device whose peaks come from its specification sheet (``DeviceSpec``: the catalog's
-GPU specs). Convolutions and matrix products run on a unit that the precision and the sheet
-choose (``DeviceSpec.units``): the FP16/BF16 tensor cores under ``amp``, the TF32 tensor
-cores where the GPU has them (PyTorch's defaults run convolutions in TF32 and matrix
-products in FP32 unless ``tf32`` is asked for), else the FP32 vector units. The efficiency
-``eta_unit`` belongs to the unit, not to the GPU or the operator, and ``c_class`` (1 for a
-matrix product, ``conv`` for a convolution) to the operator, so what one GPU's FP32 matrix
-products teach carries to another GPU's FP32 convolutions. ``amp`` halves the bytes of
-activations (``half_bytes``); the rest of the operators move bytes only. ``launch`` is what
-one operator adds however small (eager PyTorch's dispatch and the kernel launch). A pass is
-the sum over its operators; the optimizer step is memory-bound (multi-tensor kernels: one
-launch per update).
-
-Nothing in it is a constant of the device beyond its sheet: the efficiencies
-(``Efficiencies``) are fitted (``fit``) to every measured time there is: the per-batch
-forward and backward means of measured GPU profiles and published single-GPU training
-throughput (``shipped/reference/public_training_throughput.csv``), by least squares on log
-time. Published rows of an implementation that fuses the elementwise operators (NVIDIA's
-BERT: ``Observation.fused``) move ``fused`` times the bytes the eager census counts for
-them; that factor is learned from those rows and never applies to an estimate, which is of
-the eager program srifty profiles. ``held_out`` scores the fit leaving one GPU out at a
-time, which is the spread an estimate carries (``estimate_cv``).
-
-Two paths give a profile (``estimate_profile``):
-
-* **specs**: the roofline's times on the device;
-* **scaled** from a measured profile of the same model on another GPU: the roofline's times
-  on the device times the share ``carry`` of the measured profile's departure from the
-  roofline on its own GPU, batch by batch (Habitat's idea: the compute-bound and
-  memory-bound operators move with different specs, and what the roofline gets wrong about
-  the model carries to the other GPU). ``carry`` is learned too (``carry_share``): how much
-  of one GPU's departure the same program shows on another GPU, over the evidence.
-
-Pure numpy and scipy; no torch.
+How and why (the roofline, what is learned, the two paths): docs/design/compute.md#roofline
 """
 
 from __future__ import annotations
