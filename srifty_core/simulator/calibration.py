@@ -1,56 +1,18 @@
 """Online recalibration: what a running job measures of itself corrects the simulator.
 
-Per job, two kinds of multiplicative correction factors, each a normal distribution of
-its logarithm (a log-normal factor), updated by conjugate normal updates:
+Contract: a ``Calibration`` holds log-normal factors (``Factor``): ``compute`` per device
+type, ``comm`` per instance type and side of the VM boundary (a key without one: scale 1).
+``prior`` / ``for_request`` start one; ``update(cal, window, base_sim, workload, config)``
+returns the posterior after a monitor ``Window`` (inputs unchanged; the simulator must be
+the uncalibrated one); ``calibrated(sim, cal)`` is the corrected simulator; ``project``
+gives the rest of a job (``Projection``); ``should_replan`` (pure) a ``Decision``;
+``save`` / ``load_stored`` keep factors in ``<data dir>/calibration/<model>.json``.
 
-* a **compute scale** per device type (T4, V100...): measured forward + backward time of a
-  rank over what the compute profile predicts at its batch;
-* a **communication scale** per instance type's links and side of the VM boundary
-  (``estimator.comm_key``: ``p3.8xlarge in one VM``, NVLink or PCIe; ``p3.8xlarge across
-  VMs``, the NICs): measured time the gradient exchange keeps the links busy per iteration
-  over what the bandwidth model predicts (``Simulator.breakdown``). A factor learned on one
-  VM never applies to a ring across VMs, nor the other way round. A ring of several types
-  runs at its slowest link, so a window's exchange informs the factor of the type with the
-  slowest rated network (``network_gbps``) of the ring.
+Imports the simulator's estimator and types, ``predictors.base.LevelSpread``, ``paths``
+and ``atomic`` (at call time); MLflow only when the caller already imported it.
 
-**Prior** centred on 1 (log 0), its width what the simulator already learned of how far
-reality strays from its prediction: for compute, the predictive spread of a VM's speed
-(the profiles' ``vm_cv``, pooled: ``predictors.network.pooled_spreads``); for
-communication, the spread of the network level across allocations (the bandwidth
-model's ``level_sigma``). Where that spread is 0 (a type profiled on one VM, a model
-without allocation spreads) nothing was learned about it, and the prior is vague
-(``PRIOR_FLOOR``, a log sd of 0.5): the job's own windows decide the factor.
-
-**Observations**, per monitor window: the window's mean of a per-iteration quantity
-(``Measured``), ``y = log(measured mean / predicted)``, with noise ``sd / mean / sqrt(n)``
-(the measured within-window jitter over the iteration count). The posterior after ``k``
-windows has precision ``1/s0^2 + sum 1/noise_i^2``: it tightens as windows arrive. When a
-window carries only its iteration time, the whole ratio goes to the side the estimate
-says bounds the iteration (compute: the slowest device type; communication: the ring's
-link class).
-
-**Projection** (``project``): the remaining iterations on the recalibrated simulator
-(``calibrated``): mean and the ``q`` quantile of the rest, and their cost. Where a factor
-was observed on this job, its posterior spread replaces the predictive spread in the
-simulator's ``t_iter_p90`` (the allocation is no longer unknown).
-
-**Re-plan rule** (``should_replan``, pure): re-plan when the projection at the request's
-risk quantile breaks the time limit or the budget, or when another configuration, even
-at its own quantile and after the switching cost (relaunch, checkpoint restore: the
-request's overheads), beats the running one's mean projection on the objective.
-
-**Persistence** (``save``, ``load``, ``for_request``): factors per model and device /
-instance type and side of the VM boundary in ``<data dir>/calibration/<model>.json``
-(version 2: ``VERSION``; and logged to MLflow when a
-tracking run is active), so the next plan of the same model and types starts calibrated:
-the stored posterior, widened by the prior spread (the next job lands on other VMs and
-another allocation: ``Factor.carried``).
-
-Wiring into the monitor (``runtime``): once per window, build a ``Window`` from what rank
-0 gathered (``Window.from_samples``), ``cal = update(cal, window, base_sim, workload,
-config)``, ``proj = project(calibrated(base_sim, cal), workload, config, left, rate)``,
-and ``should_replan(proj, ...)``; on a re-plan, plan the rest with ``calibrated(base_sim,
-cal)``; at the end of the job, ``save(cal)``.
+How and why (prior, observations, projection, re-plan rule, persistence, wiring):
+docs/design/simulator.md#calibration
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Gradient exchange: when does the last allreduce of an iteration end?
 
-Two schedules. ``serial_exchange`` is what DDP does: buckets go out in their order on one
-communication stream (NCCL runs one collective at a time on it), so a bucket starts when it
-is ready and the previous one has ended. ``simulate_exchange`` is the method's event model
-below, in which ready buckets run concurrently and share the VM's cap.
+Contract: ``serial_exchange(starts, volumes, busbw)`` is DDP's schedule (buckets in their
+order on one stream) and returns when the last ends (0 with no bucket);
+``simulate_exchange(starts, volumes, busbw, cap)`` is the method's event model (ready
+buckets run concurrently and share the VM's cap) and returns an ``ExchangeResult``
+(``t_pe``: when the last transfer ends). Time 0 is the start of the backward pass;
+volumes are bus bytes (``bus_bytes``: ``2 s (n-1) / n``); bandwidths must be positive
+(``ValueError`` otherwise). Pure functions.
 
-Time 0 is the start of the backward pass. Each gradient bucket starts its allreduce when its
-last gradient is ready. While transfers overlap they share the VM's bus bandwidth cap
-``b_cap``: a transfer alone runs at its bus bandwidth ``b_bus`` (from the predictor); with
-``c`` transfers in flight and their ``b_bus`` summing to ``b_agg``,
+Imports nothing of srifty_core (standard library only).
 
-    b_tra = b_bus                   if b_agg < b_cap
-    b_tra = min(b_bus, b_cap / c)   otherwise.
-
-A bucket of ``s`` bytes over ``n`` ranks moves ``2 s (n-1) / n`` bytes on the bus (the
-definition of bus bandwidth), so at rate ``b_tra`` it takes ``2 s (n-1) / (n b_tra)``.
-Events are bucket starts (known) and finishes (computed from the current rates). Whenever
-the set of active transfers changes, every active transfer's rate and finish time is
-recomputed. ``t_pe`` is when the last transfer ends.
+How and why (the sharing rule, the events): docs/design/simulator.md#exchange
 """
 
 from __future__ import annotations
