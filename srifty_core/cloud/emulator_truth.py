@@ -1,101 +1,18 @@
 """Ground truth of the emulated EC2: how its network and GPUs behave. ONE module, on purpose.
 
 The emulated provider (``cloud.emulated``) draws every measurement from the functions here.
-The learned side of Srifty (``srifty_core.predictors``, ``simulator``, ``planner``) must
-never import this module: it would learn the answer instead of the cloud
-(``tests/cloud/test_emulated.py`` checks the imports). Everything here is a documented
-assumption, calibrated where public data exists and extrapolated where it does not.
+The learned side (``srifty_core.predictors``, ``simulator``, ``planner``) must never
+import it: it would learn the answer instead of the cloud (``tests/cloud/test_emulated.py``).
 
-Network (allreduce, NCCL-like)
-------------------------------
-An allreduce of ``s`` bytes over ``n`` ranks on VMs with ``g`` GPUs each spans
-``k = ceil(n / g)`` VMs (ranks fill VMs in order). Its time is
+Contract: network: ``NetSpec.of(type)``, ``allreduce_time`` and ``cluster_allreduce_time``
+(noise-free seconds; a ring of several types runs at its slowest link),
+``draw_allocation_level``, ``sample_noise``; compute: ``device_rate``, ``compute_scale``,
+``draw_spatial``, ``draw_temporal``, ``step_costs``; a job's iterations:
+``training_iterations(_detail)``. Every draw comes from the caller's ``rng`` (seeded, the
+same numbers). Imports ``errors``; the catalog's types and ``ComputeProfile`` for
+annotations only.
 
-    t = lat_p * L(n, k) + 2 (n - 1) / n * s / (bw_p * r(s) * B(n, k))
-
-(``r(s)`` is the pipeline ramp of ``ramp_fraction`` above 64 KB, 1 below), so its bus
-bandwidth ``2 s (n - 1) / (n t)`` tends to ``bw_p * B`` for large buffers and
-the latency floor dominates small ones. ``p`` is the protocol, switched at fixed sizes as
-NCCL's tuner does: LL below 64 KB (low latency, a fraction of the bandwidth), LL128 up to
-4 MB, Simple above (full bandwidth, the highest start-up cost); ``PROTOCOLS`` holds the
-(latency factor, bandwidth fraction) of each. That makes visible kinks at 64 KB and 4 MB,
-which a learned model has to capture (the method notes the same about real NCCL).
-
-* Inside one VM (``k = 1``): a ring over NVLink (``0.45 x`` the GPU's total NVLink
-  bandwidth from the catalog, e.g. 135 GB/s busbw for 8 V100) or over PCIe through the host
-  (no peer-to-peer: 6 / 12 / 24 GB/s for PCIe 3 / 4 / 5, parsed from the catalog's
-  ``host_interface``), with ``8 us + 2 (n - 1) x hop`` latency (1 us a hop on NVLink, 2.5 us
-  on PCIe).
-* Across VMs (``k >= 2``): ``B = min(B_intra, eff x NIC, g x per_gpu_cap)`` where NIC is
-  the catalog's rated (baseline) bandwidth; ``L = L0`` for two VMs, growing like a ring
-  ``L0 (k - 1)`` for large buffers and like a tree ``L0 log2 k`` for buffers under 4 MB
-  (NCCL picks trees for small messages at scale; tree bandwidth is 0.6 of ring's), plus
-  ``2 (n - k)`` intra-VM hops.
-
-Calibration against the public nccl-tests tables
-(``srifty_core/shipped/reference/nccl_tests_public.csv``,
-``all_reduce_perf``, out-of-place): ``L0`` is the median time of the 8 B..1 KB rows (the
-latency floor) minus the intra-VM hops, and ``eff`` the busbw of the largest rows divided by
-the rated NIC bandwidth. Per family (``FAMILY_NET``):
-
-* p3dn: 2x1 tables give L0 = 52 us and a one-GPU ceiling of 2.6 GB/s (one V100 cannot fill
-  the 100 Gbps EFA NIC); the 2x8 and 8x8 tables give eff = 5.5 / 12.5 = 0.44.
-* p4d: the 2x8 tables (NCCL 2.8.3 and 2.9.9) give a floor of about 170 us (L0 = 140 us) and
-  eff = 43.4 / 50 = 0.87 (the newer table; the older one reaches 32.7 GB/s).
-* p5: the 2x8 tables give a floor of 65-77 us (L0 = 40 us) and busbw 445-480 GB/s over a
-  rated 400 GB/s (eff = 1.15: hierarchical algorithms send less than a flat ring over the
-  NIC).
-* g5: one 2x1 excerpt (256 KB..4 MB only) gives eff = 0.85 of 25 Gbps (its 4 MB point is
-  still rising); its latency floor is not in the table, so L0 = 60 us is extrapolated.
-* g3, g4dn, g6, p3 (and g5 sizes without EFA): **extrapolated**, no public table. NCCL runs
-  over TCP sockets on ENA: eff = 0.75, L0 = 60 us (g4dn, g6), 75 us (p3, g3: older
-  hypervisor/NIC); p4de uses p4d's values, p5.4xlarge p5's.
-
-The fit is rough where the tables are: the p3dn 8x8 table's small-message floor (2.2 ms)
-is about 4x the model's, an EFA/NCCL 2.6 effect at 64 ranks that is not modelled. The
-benchmark ``benchmarks/emulator_calibration.py`` prints model vs table for every row.
-
-Burst credits. Types AWS rates "up to" N Gbps (g4dn.xlarge-4xlarge, g5.xlarge-4xlarge,
-p3.2xlarge, g3.4xlarge...) send at the burst rate while their network I/O credits last and
-at the documented baseline after (``NetSpec.burst_credit_s``, ``BURST_MINUTES``): a fresh
-allocation's short probes see the burst, a job hours in sees the baseline. Credits are
-spent by the time the NIC is busy and not refilled while a job keeps it busy.
-
-Mixed jobs. A job's allreduce is one ring over all its VMs (``cluster_allreduce_time``):
-ranks of a VM sit together, the ring crosses each VM's NIC once each way, so the data term
-runs at the slowest member's link and the latency term grows with the number of VMs of the
-whole ring; buckets go out one at a time in DDP's order.
-
-Variance: each allocation draws a bandwidth level for small and for large buffers
-(``draw_allocation_level``): truncated normal in log space whose range across allocations
-is at most ``spread`` (METHOD.md: mean performance varies up to 1.8x on large and 1.5x on
-small buffers; a placement group narrows both to ``spread ** 0.4`` and lifts the mean by
-5 %). Sizes in between blend the two levels in log(size). Each sample then varies by a
-log-normal factor (4 % on large buffers, 10 % on small), and 1 % of samples are outliers 1.3-2x
-slower. ``c`` concurrent transfers overlap their latency (``+15 %`` per extra transfer) and
-share the bottleneck bandwidth (aggregate up to 10 % above one transfer, more channels).
-
-Compute
--------
-A ``ComputeProfile`` measured on a reference device is scaled to a catalog GPU by
-``sqrt((F_ref / F) * (M_ref / M))``, F the FP32 TFLOPS and M the memory bandwidth (a
-geometric mean of the compute-bound and memory-bound ratios). A profile measured on a
-catalog GPU uses that GPU as reference (scale 1 on itself); a CPU profile uses
-``CPU_REFERENCE`` (2 cores with AVX2: 0.1 TFLOPS, 20 GB/s), an assumption: pass another
-reference for another machine. Each VM draws a spatial factor (normal, sd 2.5 %, truncated
-at +-5 %, so VMs differ by up to 1.1x) and each pass a temporal factor (log-normal, sd the
-profile's own coefficient of variation, at least 1.5 %, truncated at +-4.8 %: right-skewed)
-and, rarely (``STRAGGLER_P``), a straggler's 1.2-1.6x. Every step also copies the
-gradients (DDP, two passes: into its buckets, divided by the world size on the way as
-PyTorch's reducer does in ``copy_grad_to_bucket``, and back out) and runs the optimizer (SGD
-with momentum), both bound by the GPU's memory bandwidth (``step_costs``).
-
-Training iteration (the emulator's own, not the planner's simulator): per iteration, each
-VM's forward and backward time is drawn; gradient bucket ``j`` is ready on a VM at
-``fw + ready_fraction_j x bw``, its allreduce starts when every VM has it and the previous
-bucket's allreduce ended (DDP issues them in order on one stream), and takes the allreduce
-time of the slowest instance type in the job (each type's own network model at the job's
-world size). The iteration ends when the last allreduce and the slowest backward pass end.
+How and why (each assumption, its calibration, its figures): docs/design/emulator.md#emulator_truth
 """
 
 from __future__ import annotations
