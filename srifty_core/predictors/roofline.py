@@ -3,14 +3,10 @@ with efficiencies learned from measurements.
 
 Contract: ``learn(observations)`` returns a ``Roofline`` (``Efficiencies`` fitted to every
 measured time, the held-out spreads ``specs_cv`` and ``scaled_cv``, ``carry``);
-``estimate_profile(census, device, roofline, source=...)`` returns a ``ComputeProfile``
-of a GPU nobody measured, from the specs or scaled from a measured profile of the same
-model on another GPU; ``estimate`` says which, ``estimate_cv`` is that path's held-out
-spread. ``DeviceSpec`` holds a GPU's sheet; ``nearest_measured`` picks the profile to
-scale from.
+``op_times``/``pass_times`` are its predictions for a census on a ``DeviceSpec`` (a GPU's
+sheet). The profile built from it: ``predictors.roofline_profile``.
 
-Imports ``predictors.compute`` and ``profiling.profile`` (at call time); the catalog's
-``GpuSpec`` and ``profiling.census`` for annotations; numpy and SciPy, no torch.
+Imports ``profiling.census`` for annotations; numpy and SciPy, no torch.
 
 How and why (the roofline, what is learned, the two paths): docs/design/compute.md#roofline
 """
@@ -18,9 +14,8 @@ How and why (the roofline, what is learned, the two paths): docs/design/compute.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +26,6 @@ from srifty_core.errors import ConfigError
 if TYPE_CHECKING:
     from srifty_core.catalog.types import GpuSpec
     from srifty_core.profiling.census import OpCensus
-    from srifty_core.profiling.profile import ComputeProfile
 
 MODES = ("fp32", "tf32", "amp")
 CLASS_OTHER = 2
@@ -478,157 +472,3 @@ def learn(observations: Sequence[Observation], held: HeldOut | None = None) -> R
     return Roofline(
         eff, len(observations), gpus, specs_cv, scaled_cv, carry_share(observations, eff)
     )
-
-
-PROFILER = "srifty profile"
-"""``Observation.source`` of a measured profile's times: every profile is the same program,
-the model's step under srifty's profiler."""
-
-
-def profile_observations(
-    profile: ComputeProfile, census: OpCensus, device: DeviceSpec
-) -> list[Observation]:
-    """The forward and backward means of a measured GPU profile, one per probed batch."""
-    mode = mode_of(profile.settings.precision)
-    out = []
-    for what, stats in (("fw", profile.fw), ("bw", profile.bw)):
-        for b, m in zip(stats.batch_sizes, stats.mean_s, strict=True):
-            out.append(
-                Observation(census, device, mode, int(b), float(m), what, PROFILER, device.name)
-            )
-    return out
-
-
-# ----------------------------------------------------------------------------- profiles
-def batch_limit(
-    census: OpCensus, device: DeviceSpec, optimizer_states: int
-) -> tuple[int, float, float]:
-    """(B_max, fixed bytes, bytes per sample) on ``device``: the tensors saved for the
-    backward pass (the census's), plus the weights, their gradients and the optimizer's
-    state; a batch may fill ``MEMORY_HEADROOM`` of the GPU."""
-    fixed = census.saved_bytes0 + (2 + optimizer_states) * census.gradient_bytes
-    per_sample = max(census.saved_bytes1, 1.0)
-    room = device.memory_gib * 2**30 * MEMORY_HEADROOM - fixed
-    return max(0, min(MAX_BATCH, int(room // per_sample))), fixed, per_sample
-
-
-def estimate_profile(
-    census: OpCensus,
-    device: DeviceSpec,
-    roofline: Roofline,
-    *,
-    source: ComputeProfile | None = None,
-    source_device: DeviceSpec | None = None,
-    relative_std: float = 0.02,
-) -> ComputeProfile:
-    """A ``ComputeProfile`` of ``census``'s model on ``device`` that nobody measured: from
-    the specs, or scaled from ``source`` (a measured profile of the same model, size and
-    settings on ``source_device``). ``estimate`` says which, ``estimate_cv`` is the
-    roofline's held-out spread for that path; ``relative_std`` the step-to-step jitter the
-    passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
-    ``step_jitter``)."""
-    from srifty_core.predictors.compute import (
-        PiecewiseLinear,
-        budget_batch_sizes,
-        dense_batch_sizes,
-        fit_piecewise,
-    )
-    from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
-
-    settings = census.settings if source is None else source.settings
-    mode = mode_of(settings.precision)
-    eff = roofline.efficiencies
-    states = 2 if settings.optimizer == "adamw" else 1
-    b_max, fixed, per_sample = batch_limit(census, device, states)
-    if b_max < 1:
-        raise ConfigError(
-            f"{census.model}/{census.size} does not fit one {device.name} "
-            f"({device.memory_gib:g} GiB): one sample needs about "
-            f"{(fixed + per_sample) / 2**30:.1f} GiB"
-        )
-
-    def times(b: int) -> tuple[float, float, float]:
-        fw, bw, opt = pass_times(census, device, mode, eff, b)
-        if source is None or source_device is None:
-            return fw, bw, opt
-        s_fw, s_bw, s_opt = pass_times(census, source_device, mode, eff, b)
-        c = roofline.carry
-        return (
-            scale(float(source.fw_fit.at(b)), s_fw, fw, c),
-            scale(float(source.bw_fit.at(b)), s_bw, bw, c),
-            scale(source.optimizer_step_s, s_opt, opt, c) if source.optimizer_step_s > 0 else opt,
-        )
-
-    dense = dense_batch_sizes(b_max)  # the fit's points
-    probes = budget_batch_sizes(b_max, 4) if b_max > 1 else [1]  # what a profile lists
-    at = {b: times(b) for b in sorted({*dense, *probes})}
-
-    def stats(k: int) -> PassStats:
-        means = tuple(at[b][k] for b in probes)
-        return PassStats(tuple(probes), means, tuple(m * relative_std for m in means), 5)
-
-    def fitted(k: int) -> PiecewiseLinear:
-        if len(dense) < 2:
-            return PiecewiseLinear.flat(at[dense[0]][k])
-        ys = [at[b][k] for b in dense]
-        return fit_piecewise(dense, ys, cv=[relative_std] * len(dense), repeats=5)
-
-    fw_stats, bw_stats, fw_fit, bw_fit = stats(0), stats(1), fitted(0), fitted(1)
-    sched_b = probes[len(probes) // 2]
-    bw_ops = op_times(census, device, mode, eff, sched_b, 1)
-    done = np.minimum(np.cumsum(bw_ops) / max(float(bw_ops.sum()), 1e-12), 1.0)
-    buckets = tuple(
-        GradientBucket(i, size, n, float(done[min(op, done.size - 1)]) if done.size else 1.0)
-        for i, (size, n, op) in enumerate(
-            zip(census.bucket_sizes, census.bucket_params, census.bucket_ready_op, strict=True)
-        )
-    )
-    opt_s = at[sched_b][2]
-    path = "specs" if source is None else f"scaled from {source.device_type}"
-    cv = roofline.specs_cv if source is None else roofline.scaled_cv
-    return ComputeProfile(
-        model=census.model,
-        size=census.size,
-        device_type=device.name,
-        device_name=f"{device.variant or device.name} (estimated: {path})",
-        fw=fw_stats,
-        bw=bw_stats,
-        fw_fit=fw_fit,
-        bw_fit=bw_fit,
-        b_max=b_max,
-        memory_per_sample_bytes=per_sample,
-        memory_fixed_bytes=fixed,
-        memory_cap_bytes=int(device.memory_gib * 2**30),
-        n_parameters=census.n_parameters,
-        gradient_bytes=census.gradient_bytes,
-        buckets=buckets,
-        bucket_cap_bytes=census.bucket_cap_bytes,
-        first_bucket_cap_bytes=census.first_bucket_cap_bytes,
-        schedule_batch_size=sched_b,
-        probe_mode=f"estimated:{path}",
-        threads=0,
-        torch_version=census.torch_version,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        copy_bytes_per_s=device.memory_bytes_per_s * eff.memory,
-        optimizer_step_s=opt_s,
-        settings=settings,
-        effective_precision=settings.precision,
-        b_max_limit="memory (estimated)",
-        estimate=path,
-        estimate_cv=cv,
-    )
-
-
-def nearest_measured(
-    device: DeviceSpec, measured: Iterable[tuple[ComputeProfile, DeviceSpec]]
-) -> tuple[ComputeProfile, DeviceSpec] | None:
-    """The measured profile whose GPU is nearest ``device`` in peak compute and memory
-    bandwidth (log distance): the one to scale from."""
-    best = None
-    for prof, spec in measured:
-        d = abs(math.log(spec.fp32_flops / device.fp32_flops)) + abs(
-            math.log(spec.memory_bytes_per_s / device.memory_bytes_per_s)
-        )
-        if best is None or d < best[0]:
-            best = (d, (prof, spec))
-    return None if best is None else best[1]

@@ -177,7 +177,7 @@ def evidence(
     catalog: Catalog, store: ProfileStore | None
 ) -> tuple[list[Observation], list[ComputeProfile]]:
     """Every observation the roofline learns from, and the measured GPU profiles."""
-    from srifty_core.predictors.roofline import profile_observations
+    from srifty_core.predictors.roofline_profile import profile_observations
     from srifty_core.profiling.census import load_census
 
     root = store.root if store is not None else None
@@ -247,8 +247,8 @@ def estimate(
 ) -> ComputeProfile:
     """An estimated profile of ``model``/``size`` with ``settings`` on GPU ``device_type``:
     scaled from the store's measured profile of the same model on the nearest GPU, else
-    from the specs (``predictors.roofline.estimate_profile``)."""
-    from srifty_core.predictors.roofline import estimate_profile, nearest_measured
+    from the specs (``predictors.roofline_profile.estimate_profile``)."""
+    from srifty_core.predictors.roofline_profile import estimate_profile, nearest_measured
     from srifty_core.profiling.census import load_census
 
     spec = device_spec(catalog, device_type)

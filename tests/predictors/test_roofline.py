@@ -14,6 +14,7 @@ import pytest
 from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.predictors import roofline as rl
+from srifty_core.predictors import roofline_profile as rp
 from srifty_core.profiling import estimate
 from srifty_core.profiling.census import (
     BATCHES,
@@ -177,15 +178,15 @@ def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
     resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
 ) -> None:
     fitted = rl.Roofline(rl.Efficiencies(), 10, ("V100", "A100"), 0.3, 0.15)
-    t4 = rl.estimate_profile(resnet18, specs["Tesla T4 16GB (PCIe)"], fitted)
-    h200 = rl.estimate_profile(resnet18, specs["H200 SXM 141GB"], fitted)
+    t4 = rp.estimate_profile(resnet18, specs["Tesla T4 16GB (PCIe)"], fitted)
+    h200 = rp.estimate_profile(resnet18, specs["H200 SXM 141GB"], fitted)
     assert t4.estimate == "specs" and t4.estimate_cv == 0.3
     assert t4.b_max < h200.b_max or h200.b_max == rl.MAX_BATCH
     assert float(t4.memory_bytes(t4.b_max)) <= 16 * 2**30
     assert t4.t_iter(64) > h200.t_iter(64)
     assert all(0 <= b.ready_fraction <= 1 for b in t4.buckets)
     assert [b.ready_fraction for b in t4.buckets] == sorted(b.ready_fraction for b in t4.buckets)
-    same = rl.estimate_profile(
+    same = rp.estimate_profile(
         resnet18,
         specs["Tesla T4 16GB (PCIe)"],
         fitted,
@@ -197,7 +198,7 @@ def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
         assert float(same.t_iter(b)) == pytest.approx(float(t4.t_iter(b)), rel=0.03)
     huge = dataclasses.replace(resnet18, saved_bytes1=1e12)
     with pytest.raises(ConfigError, match="does not fit one T4"):
-        rl.estimate_profile(huge, specs["Tesla T4 16GB (PCIe)"], fitted)
+        rp.estimate_profile(huge, specs["Tesla T4 16GB (PCIe)"], fitted)
 
 
 def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(
