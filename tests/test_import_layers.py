@@ -260,8 +260,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the sweep driver runs on a Provider (measure/, L6 in the target)",
     ("srifty_core.probing.sweep", "srifty_core.cloud.local"):
         "the sweep driver starts local workers (measure/, L6 in the target)",
-    ("srifty_core.profiling.buckets", "srifty_core.cloud.local"):
-        "free_port for the DDP-of-one process group (_procs in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.base"):
         "profiling on cloud VMs is control plane (jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.ec2"):

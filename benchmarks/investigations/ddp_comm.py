@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch.multiprocessing as mp
 
-    from srifty_core.cloud.local import free_port
+    from srifty_core.lifetime import free_port
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     mp.spawn(_rank, args=(free_port(), args.repeats, str(args.out)), nprocs=2)

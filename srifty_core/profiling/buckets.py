@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from srifty_core.lifetime import free_port
 from srifty_core.profiling.profile import GradientBucket
 from srifty_core.profiling.zoo import Batch, Workload
 
@@ -197,8 +198,6 @@ def ddp_observed_buckets(
     import tempfile
 
     import torch.multiprocessing as mp
-
-    from srifty_core.cloud.local import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]

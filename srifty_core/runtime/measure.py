@@ -40,6 +40,7 @@ from torch import nn
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +197,6 @@ def _run(
     if alone and False not in modes:
         raise ConfigError("alone: needs the no-op hook's run (split), which finds DDP's buckets")
     import torch.multiprocessing as mp
-
-    from srifty_core.cloud.local import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from srifty_core import paths
-from srifty_core.cloud.local import LocalProvider, free_port
+from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
 from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import (
     CheckpointError,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from srifty_core.cloud.local import free_port
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.worker import (
     TrainPlan,
