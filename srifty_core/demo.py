@@ -309,7 +309,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     a, b = DEMO_BATCHES
     steps.start(f"simulate, then run, DDP on 2 local workers with local batches {a} and {b}")
     from srifty_core.predictors.registry import load_champion
-    from srifty_core.runtime.measure import measure_ddp
+    from srifty_core.profiling.ddp_check import measure_ddp
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload

@@ -30,8 +30,7 @@ _LAYERS = (
     ("job model", "job decisions outcome"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
-    ("effects", "job_log cloud_watch provisioning artifact launch worker user measure"
-     " emulated_job"),
+    ("effects", "job_log cloud_watch provisioning artifact launch worker user emulated_job"),
     ("composition", "monitor_step monitor_loop local_run orchestrate job_run child_run"),
 )  # fmt: skip
 RUNTIME_LAYERS = tuple((name, frozenset(ms.split())) for name, ms in _LAYERS)
@@ -272,8 +271,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the worker wheel a profiling VM installs (jobs/artifact in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.runtime.run_store"):
         "where a VM's profile comes back (runs/, L1 in the target)",
-    ("srifty_core.profiling.profiler", "srifty_core.runtime.measure"):
-        "skip_allreduce for the DDP overhead (measure/ddp in the target)",
     ("srifty_core.profiling.report", "srifty_core.tracking"):
         "profile runs are logged to MLflow (tracking/profiles in the target)",
     ("srifty_core.runtime.preflight", "srifty_core.case_studies"):

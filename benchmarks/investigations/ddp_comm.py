@@ -30,7 +30,7 @@ def _rank(rank: int, port: int, repeats: int, out: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from srifty_core.runtime.measure import skip_allreduce
+    from srifty_core.profiling.buckets import skip_allreduce
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

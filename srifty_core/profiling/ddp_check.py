@@ -41,6 +41,7 @@ from torch import nn
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
+from srifty_core.profiling.buckets import skip_allreduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +60,6 @@ class DdpMeasurement:
     @property
     def mean_s(self) -> float:
         return sum(self.iteration_s) / len(self.iteration_s)
-
-
-def skip_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
-    """No-op DDP comm hook: each rank keeps its own gradients (compute and DDP's
-    bookkeeping without the exchange)."""
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
 
 
 def note_buckets(numel, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
