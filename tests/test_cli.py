@@ -133,8 +133,7 @@ def test_mlflow_info_lines_do_not_join_an_error(data_dir: Path, tmp_path: Path) 
 
     import yaml
 
-    from srifty_core.case_studies import load_reference_profile
-    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.profiling.store import ProfileStore, load_reference_profile
 
     profile, _ = load_reference_profile("alexnet")
     ProfileStore().save(dataclasses.replace(profile, size="full", device_type="T4"))

@@ -273,8 +273,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "where a VM's profile comes back (runs/, L1 in the target)",
     ("srifty_core.profiling.report", "srifty_core.tracking"):
         "profile runs are logged to MLflow (tracking/profiles in the target)",
-    ("srifty_core.runtime.preflight", "srifty_core.case_studies"):
-        "the shipped reference profiles' loader lives in an app (compute/ in the target)",
     ("srifty_core.workload", "srifty_core.profiling"):
         "the zoo's model names and sizes (workloads/ in the target)",
     ("srifty_core.workload", "srifty_core.profiling.zoo"):
