@@ -107,7 +107,7 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
 
     from srifty_core.cloud.base import InstanceState
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
+    from srifty_core.runs.progress import PROGRESS_FILE, read_progress
 
     provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
     taken: list[str] = []
@@ -180,9 +180,9 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
 
 
 def _print_job(run_dir: Path) -> None:
+    from srifty_core.runs.progress import PROGRESS_FILE, median_step_s, read_progress
     from srifty_core.runtime.job import JobPlan
     from srifty_core.runtime.monitor_step import read_decisions
-    from srifty_core.runtime.progress import PROGRESS_FILE, median_step_s, read_progress
 
     records = read_progress(run_dir / PROGRESS_FILE)
     decisions = read_decisions(run_dir)

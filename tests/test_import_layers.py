@@ -25,8 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "srifty_core"
 # below (the cycle check keeps a layer acyclic), never above.
 _LAYERS = (
     # the run folder's files and their formats; what the ranks run
-    ("run folder", "run_store progress train_plan checkpoint rendezvous placement exchange_timer"
-     " timeline"),
+    ("run folder", "train_plan checkpoint rendezvous placement exchange_timer"),
     ("job model", "job decisions outcome"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
@@ -234,7 +233,7 @@ def test_the_graph_sees_function_level_imports(module: str) -> None:
 _PACKAGE_LAYERS = (
     ("L0 base", "errors paths training_settings atomic outputs lifetime worker_env"
      " host_allocator noise plotting console"),
-    ("L1 data", "catalog probing workload"),
+    ("L1 data", "catalog probing workload runs"),
     ("L2 schema", "trigger_models"),
     ("L3 compute and bandwidth", "profiling predictors"),
     ("L4 simulator", "simulator"),
@@ -251,8 +250,6 @@ PACKAGE_LAYERS = tuple((name, frozenset(units.split())) for name, units in _PACK
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("srifty_core.cloud.ec2", "srifty_core.runtime.rendezvous"):
         "EC2 user data embeds the rendezvous start script; to be passed in by the jobs",
-    ("srifty_core.cloud.ec2", "srifty_core.runtime.run_store"):
-        "the run folder's store (runs/, L1 in the target)",
     ("srifty_core.predictors.registry", "srifty_core.tracking"):
         "the bandwidth model's registry is MLflow's (tracking/ in the target)",
     ("srifty_core.probing.sweep", "srifty_core.cloud.base"):
@@ -269,8 +266,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the EC2 settings' schema (schema/, L2 in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.runtime.artifact"):
         "the worker wheel a profiling VM installs (jobs/artifact in the target)",
-    ("srifty_core.profiling.cloud", "srifty_core.runtime.run_store"):
-        "where a VM's profile comes back (runs/, L1 in the target)",
     ("srifty_core.profiling.report", "srifty_core.tracking"):
         "profile runs are logged to MLflow (tracking/profiles in the target)",
     ("srifty_core.workload", "srifty_core.profiling"):

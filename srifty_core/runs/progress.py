@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from srifty_core.atomic import open_for_append
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
 
 PROGRESS_FILE = "progress.jsonl"
 STATE_FILE = "state.json"
