@@ -47,11 +47,10 @@ from srifty_core.case_studies import (
     REGION,
     Case,
     case_setup,
-    load_reference_profile,
     one_core,
-    reference_profile_paths,
     short_label,
 )
+from srifty_core.profiling.store import load_reference_profile, reference_profile_paths
 
 OUT = Path(__file__).parent / "results"
 MODELS = (

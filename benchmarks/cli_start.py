@@ -67,11 +67,11 @@ def prepare(root: Path) -> Path:
         return request
     os.environ["SRIFTY_DATA_DIR"] = str(root)
     os.environ["MLFLOW_TRACKING_URI"] = ""
-    from srifty_core.case_studies import load_reference_profile, one_core
+    from srifty_core.case_studies import one_core
     from srifty_core.cloud.emulated import emulated_probe_sweep, emulated_profiles
     from srifty_core.predictors.refresh import RefreshConfig, refresh_bandwidth_model
     from srifty_core.probing.store import write_partition
-    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.profiling.store import ProfileStore, load_reference_profile
 
     reference = load_reference_profile(MODEL)[0]
     store = ProfileStore()

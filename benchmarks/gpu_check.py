@@ -392,8 +392,8 @@ def train_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import socket
     import subprocess
 
+    from srifty_core.runs.progress import read_progress
     from srifty_core.runtime.checkpoint import load_checkpoint
-    from srifty_core.runtime.progress import read_progress
     from srifty_core.runtime.train_plan import TrainPlan
 
     run_dir = out / "train_run"

@@ -37,10 +37,11 @@ REGION = "us-east-1"
 
 
 def requests(n: int, seed: int) -> list[Any]:
-    from srifty_core.case_studies import load_reference_profile, one_core
+    from srifty_core.case_studies import one_core
     from srifty_core.catalog import Catalog
     from srifty_core.cloud.emulated import emulated_profiles
     from srifty_core.planner.request import Overheads, PlanRequest, offers_from_catalog
+    from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.types import Workload
 
     catalog = Catalog.load()

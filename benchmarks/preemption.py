@@ -53,12 +53,13 @@ def run(limit_s: float) -> None:
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.predictors.table import ProbeTableBandwidth
+    from srifty_core.profiling.store import load_reference_profile
     from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
 
     catalog = Catalog.load()
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     cloud = EmulatedProvider(
         seed=21, region=REGION, catalog=catalog, launch_delay_s=(150.0, 20.0), volume_detach_s=5.0
     )

@@ -130,11 +130,12 @@ def world(
     from srifty_core.cloud.emulated import EmulatedProvider
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
+    from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
 
     catalog = Catalog.load()
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     cloud = EmulatedProvider(seed=seed, region=REGION, catalog=catalog, volume_detach_s=DETACH_S)
     profiles: dict[str, Any] = {}
     for name in quotas:
@@ -213,13 +214,14 @@ def run_arm(arm: str, w: World, bandwidth: Any) -> ArmResult:
     """One arm on its own world (see the module's doc)."""
     from srifty_core import case_studies as cs
     from srifty_core.planner.request import Overheads
+    from srifty_core.profiling.store import load_reference_profile
     from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator import calibration as calib
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group
 
     cloud, req = w.cloud, w.request
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     sim = Simulator(bandwidth)
     overheads = Overheads(launch_s=LAUNCH_S, detach_s=DETACH_S, solve_s=SOLVE_S)
     cal = calib.prior(w.workload, [o.instance for o in req.offers], bandwidth)

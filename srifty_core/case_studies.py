@@ -25,16 +25,14 @@ only ever sees what a profiler and a probe sweep would measure.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srifty_core import paths
 from srifty_core.errors import ConfigError
+from srifty_core.profiling.store import load_reference_profile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,33 +100,6 @@ def get_case(name: str) -> Case:
 
 
 # ---------------------------------------------------------------------------- inputs
-def reference_profile_paths(model: str, directory: Path | None = None) -> tuple[Path, Path]:
-    """``(<model>.json, <model>.meta.json)`` under ``directory`` (default the shipped
-    ``srifty_core/shipped/reference_profiles/``)."""
-    d = directory or paths.REFERENCE_PROFILES_DIR
-    return d / f"{model}.json", d / f"{model}.meta.json"
-
-
-def load_reference_profile(
-    model: str, directory: Path | None = None
-) -> tuple[ComputeProfile, dict[str, Any]]:
-    """The model's reference compute profile, its numbers checked (``store.read_profile``:
-    a bad file is a ``ConfigError`` naming it), and how it was made (its ``.meta.json``)."""
-    from srifty_core.profiling.store import read_profile
-
-    path, meta_path = reference_profile_paths(model, directory)
-    if not (path.is_file() and meta_path.is_file()):
-        raise ConfigError(
-            f"no reference profile of {model} in {path.parent} (make it with "
-            "benchmarks/case_studies.py --reprofile)"
-        )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{meta_path}: not JSON ({exc})") from None
-    return read_profile(path), meta
-
-
 def one_core() -> DeviceRate:
     """The reference device of the reference profiles (``ONE_CORE``)."""
     from srifty_core.cloud.emulator_truth import DeviceRate

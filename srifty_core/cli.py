@@ -19,8 +19,8 @@ from srifty_core.probing.config import MIN_ALLOCATIONS
 
 if TYPE_CHECKING:
     from srifty_core.outputs import Output
+    from srifty_core.runs.progress import ProgressRecord
     from srifty_core.runtime.outcome import Outcome
-    from srifty_core.runtime.progress import ProgressRecord
     from srifty_core.runtime.train_plan import TrainPlan
 
 
@@ -584,9 +584,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
+    from srifty_core.runs.progress import read_progress
     from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.progress import read_progress
 
     if (args.plan is None) == (args.job is None):
         raise ConfigError("train: give a plan file or --job JOB.yaml (one of them)")
@@ -658,7 +658,7 @@ def read_progress_checked(log: Path | str) -> list[ProgressRecord]:
     ``ValueError`` traceback or a NaN throughput."""
     import math
 
-    from srifty_core.runtime.progress import read_progress
+    from srifty_core.runs.progress import read_progress
 
     try:
         records = read_progress(log)
@@ -681,8 +681,8 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from srifty_core.runs.progress import PROGRESS_FILE
     from srifty_core.runtime.monitor import Limits, decide
-    from srifty_core.runtime.progress import PROGRESS_FILE
 
     if args.iterations < 1:
         raise ConfigError(f"--iterations: must be at least 1, got {args.iterations}")

@@ -107,7 +107,7 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
 
     from srifty_core.cloud.base import InstanceState
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
+    from srifty_core.runs.progress import PROGRESS_FILE, read_progress
 
     provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
     taken: list[str] = []
@@ -180,9 +180,9 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
 
 
 def _print_job(run_dir: Path) -> None:
+    from srifty_core.runs.progress import PROGRESS_FILE, median_step_s, read_progress
     from srifty_core.runtime.job import JobPlan
     from srifty_core.runtime.monitor_step import read_decisions
-    from srifty_core.runtime.progress import PROGRESS_FILE, median_step_s, read_progress
 
     records = read_progress(run_dir / PROGRESS_FILE)
     decisions = read_decisions(run_dir)
@@ -309,7 +309,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     a, b = DEMO_BATCHES
     steps.start(f"simulate, then run, DDP on 2 local workers with local batches {a} and {b}")
     from srifty_core.predictors.registry import load_champion
-    from srifty_core.runtime.measure import measure_ddp
+    from srifty_core.profiling.ddp_check import measure_ddp
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload

@@ -1,4 +1,5 @@
-"""Workers that end with the process waiting for them.
+"""Local workers' process hygiene: workers that end with the process waiting for them, and
+the free loopback port their rendezvous listens on (``free_port``).
 
 Local workers start in their own process group (so that one signal stops a whole run), which
 also means that killing the command that started them (``srifty train``, ``srifty probe``)
@@ -15,10 +16,19 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
 
 ENV_VAR = "SRIFTY_DIE_WITH_PID"
 _PR_SET_PDEATHSIG = 1
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def caller_env() -> dict[str, str]:

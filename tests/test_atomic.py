@@ -38,7 +38,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(
 
 def test_open_for_append_cuts_a_torn_last_line_and_keeps_whole_ones(tmp_path: Path) -> None:
     from srifty_core.atomic import open_for_append
-    from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord, read_progress
 
     p = tmp_path / "progress.jsonl"
     rec = ProgressRecord(1, 0.0, 0.1, 8, "c0")

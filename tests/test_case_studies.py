@@ -12,10 +12,10 @@ from srifty_core.case_studies import (
     CASES,
     CasePlan,
     format_case_plans,
-    load_reference_profile,
     plan_case_studies,
 )
 from srifty_core.errors import ConfigError
+from srifty_core.profiling.store import load_reference_profile
 
 BENCHMARK_RESULTS = paths.REPO_ROOT / "benchmarks" / "results" / "case_studies.json"
 

@@ -77,7 +77,7 @@ def test_console_script_is_installed() -> None:
 def test_bad_values_are_one_line_errors_naming_the_option(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord
 
     with ProgressLog(data_dir / "run" / "progress.jsonl") as log:
         for i in range(1, 5):
@@ -133,8 +133,7 @@ def test_mlflow_info_lines_do_not_join_an_error(data_dir: Path, tmp_path: Path) 
 
     import yaml
 
-    from srifty_core.case_studies import load_reference_profile
-    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.profiling.store import ProfileStore, load_reference_profile
 
     profile, _ = load_reference_profile("alexnet")
     ProfileStore().save(dataclasses.replace(profile, size="full", device_type="T4"))
@@ -213,7 +212,7 @@ def test_a_missing_train_plan_is_one_line(tmp_path: Path, capsys: pytest.Capture
 def test_bad_monitor_options_are_named_before_the_log_is_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], name: str
 ) -> None:
-    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord
 
     with ProgressLog(tmp_path / "progress.jsonl") as log:
         for i in range(1, 5):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from srifty_core import paths
-from srifty_core.cloud.local import free_port
+from srifty_core.lifetime import free_port
 from srifty_core.planner.whatif_report import report_path
 from srifty_core.runtime.planning import _safe
 from tests.conftest import subprocess_env

@@ -16,7 +16,7 @@ from srifty_core.cloud.base import LaunchRequest, Market
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.demo import PREEMPT_AT, _preempt_when_running, run_dag
 from srifty_core.errors import SriftyError
-from srifty_core.runtime.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
+from srifty_core.runs.progress import PROGRESS_FILE, ProgressLog, ProgressRecord
 
 
 def _log(run: Path, steps: int) -> None:

@@ -25,13 +25,11 @@ ROOT = Path(__file__).resolve().parents[1] / "srifty_core"
 # below (the cycle check keeps a layer acyclic), never above.
 _LAYERS = (
     # the run folder's files and their formats; what the ranks run
-    ("run folder", "run_store progress train_plan checkpoint rendezvous placement exchange_timer"
-     " timeline"),
+    ("run folder", "train_plan checkpoint rendezvous placement exchange_timer"),
     ("job model", "job decisions outcome"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
-    ("effects", "job_log cloud_watch provisioning artifact launch worker user measure"
-     " emulated_job"),
+    ("effects", "job_log cloud_watch provisioning artifact launch worker user emulated_job"),
     ("composition", "monitor_step monitor_loop local_run orchestrate job_run child_run"),
 )  # fmt: skip
 RUNTIME_LAYERS = tuple((name, frozenset(ms.split())) for name, ms in _LAYERS)
@@ -235,7 +233,7 @@ def test_the_graph_sees_function_level_imports(module: str) -> None:
 _PACKAGE_LAYERS = (
     ("L0 base", "errors paths training_settings atomic outputs lifetime worker_env"
      " host_allocator noise plotting console"),
-    ("L1 data", "catalog probing workload"),
+    ("L1 data", "catalog probing workload runs"),
     ("L2 schema", "trigger_models"),
     ("L3 compute and bandwidth", "profiling predictors"),
     ("L4 simulator", "simulator"),
@@ -252,16 +250,12 @@ PACKAGE_LAYERS = tuple((name, frozenset(units.split())) for name, units in _PACK
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("srifty_core.cloud.ec2", "srifty_core.runtime.rendezvous"):
         "EC2 user data embeds the rendezvous start script; to be passed in by the jobs",
-    ("srifty_core.cloud.ec2", "srifty_core.runtime.run_store"):
-        "the run folder's store (runs/, L1 in the target)",
     ("srifty_core.predictors.registry", "srifty_core.tracking"):
         "the bandwidth model's registry is MLflow's (tracking/ in the target)",
     ("srifty_core.probing.sweep", "srifty_core.cloud.base"):
         "the sweep driver runs on a Provider (measure/, L6 in the target)",
     ("srifty_core.probing.sweep", "srifty_core.cloud.local"):
         "the sweep driver starts local workers (measure/, L6 in the target)",
-    ("srifty_core.profiling.buckets", "srifty_core.cloud.local"):
-        "free_port for the DDP-of-one process group (_procs in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.base"):
         "profiling on cloud VMs is control plane (jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.ec2"):
@@ -272,14 +266,8 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the EC2 settings' schema (schema/, L2 in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.runtime.artifact"):
         "the worker wheel a profiling VM installs (jobs/artifact in the target)",
-    ("srifty_core.profiling.cloud", "srifty_core.runtime.run_store"):
-        "where a VM's profile comes back (runs/, L1 in the target)",
-    ("srifty_core.profiling.profiler", "srifty_core.runtime.measure"):
-        "skip_allreduce for the DDP overhead (measure/ddp in the target)",
     ("srifty_core.profiling.report", "srifty_core.tracking"):
         "profile runs are logged to MLflow (tracking/profiles in the target)",
-    ("srifty_core.runtime.preflight", "srifty_core.case_studies"):
-        "the shipped reference profiles' loader lives in an app (compute/ in the target)",
     ("srifty_core.workload", "srifty_core.profiling"):
         "the zoo's model names and sizes (workloads/ in the target)",
     ("srifty_core.workload", "srifty_core.profiling.zoo"):

@@ -49,8 +49,9 @@ def test_package_data_globs_cover_every_shipped_file() -> None:
 
 
 def test_the_files_the_code_reads_are_shipped() -> None:
-    from srifty_core.case_studies import CASES, reference_profile_paths
+    from srifty_core.case_studies import CASES
     from srifty_core.predictors.nccl_tests import default_path
+    from srifty_core.profiling.store import reference_profile_paths
 
     shipped = shipped_files()
     wanted = [

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from srifty_core.cloud.local import free_port
+from srifty_core.lifetime import free_port
 
 pytestmark = pytest.mark.airflow
 

@@ -159,7 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch.multiprocessing as mp
 
-    from srifty_core.cloud.local import free_port
+    from srifty_core.lifetime import free_port
 
     report = {}
     for name, batch in args.cases.items():

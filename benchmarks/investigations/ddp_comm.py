@@ -30,7 +30,7 @@ def _rank(rank: int, port: int, repeats: int, out: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from srifty_core.runtime.measure import skip_allreduce
+    from srifty_core.profiling.buckets import skip_allreduce
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch.multiprocessing as mp
 
-    from srifty_core.cloud.local import free_port
+    from srifty_core.lifetime import free_port
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     mp.spawn(_rank, args=(free_port(), args.repeats, str(args.out)), nprocs=2)

@@ -53,6 +53,7 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
     import torch.distributed as dist
 
     from srifty_core import host_allocator
+    from srifty_core.profiling.buckets import skip_allreduce
     from srifty_core.profiling.profiler import (
         ProfilerConfig,
         _bytes,
@@ -61,7 +62,6 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
         trainable,
     )
     from srifty_core.profiling.zoo import build
-    from srifty_core.runtime.measure import skip_allreduce
 
     host_allocator.steady()
     torch.set_num_threads(1)

@@ -142,7 +142,7 @@ def measure_exchange_factor(
 ) -> ExchangeFactor:
     import torch.multiprocessing as mp
 
-    from srifty_core.cloud.local import free_port
+    from srifty_core.lifetime import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(

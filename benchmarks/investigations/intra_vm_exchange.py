@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from srifty_core.planner.job import public_bandwidth
     from srifty_core.predictors.nccl_tests import nccl_tests_frame
     from srifty_core.predictors.prior import hardware_of
+    from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.exchange import bus_bytes
     from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     catalog = Catalog.load()
     model, _ = public_bandwidth()
     tables = table_single_vm(nccl_tests_frame())
-    ref, _ = cs.load_reference_profile(MODEL)
+    ref, _ = load_reference_profile(MODEL)
     profiles = emulated_profiles(
         TYPES, ref, seed=0, catalog=catalog, reference_rate=cs.one_core(), region=REGION
     )

@@ -284,7 +284,7 @@ class EC2Training:
         markers there, where the monitor reads them (a local folder would be each VM's own
         disk)."""
         from srifty_core import paths
-        from srifty_core.runtime import run_store
+        from srifty_core.runs import store as run_store
 
         text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
         if text is None:

@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -59,10 +58,10 @@ from srifty_core.cloud.base import (
 )
 from srifty_core.errors import ConfigError, UnknownNameError
 from srifty_core.lifetime import ENV_VAR as TIED_ENV
+from srifty_core.lifetime import LOOPBACK, free_port
 from srifty_core.worker_env import scrubbed
 
 LOCAL_CPU = "local.cpu"
-LOOPBACK = "127.0.0.1"
 DEFAULT_MAX_RANKS = 16
 """Worker processes one local allocation may hold (a quota: each rank is a Python process
 with torch loaded, a few hundred MB)."""
@@ -73,13 +72,6 @@ pipe, once it released the allocation itself."""
 _GUARDS: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
 """This process's guards, by (state folder, allocation id): module-wide, as several
 ``LocalProvider`` objects of one process may launch and release the same allocation."""
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from srifty_core.lifetime import free_port
 from srifty_core.profiling.profile import GradientBucket
 from srifty_core.profiling.zoo import Batch, Workload
 
@@ -142,6 +143,14 @@ def form_buckets(
     return tuple(out)
 
 
+def skip_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
+    """No-op DDP comm hook: each rank keeps its own gradients (compute and DDP's
+    bookkeeping without the exchange)."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 # --------------------------------------------------------------------- DDP cross-check
 def _ddp_worker(
     rank: int,
@@ -197,8 +206,6 @@ def ddp_observed_buckets(
     import tempfile
 
     import torch.multiprocessing as mp
-
-    from srifty_core.cloud.local import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]

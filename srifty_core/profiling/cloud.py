@@ -396,7 +396,7 @@ def provision_profiler_vm(
             start=start.isoformat(), clock=p.now().isoformat(),
         )  # fmt: skip
         return vm.save()
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     storage = paths.run_storage()
     if not storage or not run_store.is_remote(storage):
@@ -561,7 +561,7 @@ def _as_measured_on_gpu(profile: ComputeProfile, request: CloudProfileRequest) -
 
 
 def _read_json(location: str) -> dict[str, Any] | None:
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     text = run_store.read_text(location)
     return None if text is None else dict(json.loads(text))
@@ -580,7 +580,7 @@ def collect_profile(
     the profile store. Fails when the VM's profiler exited non-zero (its last lines in the
     message), when the VM ended without a profile, or after ``timeout_s``
     (``CollectTimeout``)."""
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     v = _vm(vm)
     store = store or ProfileStore()
@@ -777,7 +777,7 @@ def profile_in_cloud(
 def finish(run_dir: str, code: int, profile: Path, log: Path | None = None) -> int:
     """On the VM, after the profiler: its profile (when it succeeded) and then
     ``exit.json`` (the code and the log's last lines) into ``run_dir``."""
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     tail = ""
     if log is not None and log.is_file():

@@ -51,6 +51,7 @@ from srifty_core.profiling.buckets import (
     DEFAULT_FIRST_BUCKET_BYTES,
     form_buckets,
     gradient_ready_schedule,
+    skip_allreduce,
     trainable,
 )
 from srifty_core.profiling.profile import ComputeProfile, PassStats
@@ -477,8 +478,6 @@ def _ddp_of_one(module: torch.nn.Module, device: torch.device) -> torch.nn.Modul
     gloo on the CPU, NCCL on CUDA), its exchange a no-op hook: DDP's own work, no
     communication. The caller destroys the process group."""
     import torch.distributed as dist
-
-    from srifty_core.runtime.measure import skip_allreduce
 
     cuda = device.type == "cuda"
     store = dist.HashStore()  # type: ignore[attr-defined]

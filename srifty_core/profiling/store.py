@@ -6,6 +6,9 @@ model key is ``workload.model_key`` of the reference (a zoo name as it is, a fac
 ``hf:`` reference as a stem and a digest), the suffix ``TrainingSettings.suffix`` (empty
 for fp32 SGD, ``@adamw+bf16`` otherwise). Writes are atomic (temporary file, then rename):
 a reader never sees half a profile, and a rerun replaces it.
+
+The shipped reference profiles (``srifty_core/shipped/reference_profiles/``, one
+``<model>.json`` and its ``<model>.meta.json`` each) are read with ``load_reference_profile``.
 """
 
 from __future__ import annotations
@@ -165,6 +168,31 @@ def read_profile(path: Path) -> ComputeProfile:
         ) from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: not a compute profile ({exc})") from None
+
+
+def reference_profile_paths(model: str, directory: Path | None = None) -> tuple[Path, Path]:
+    """``(<model>.json, <model>.meta.json)`` under ``directory`` (default the shipped
+    ``srifty_core/shipped/reference_profiles/``)."""
+    d = directory or paths.REFERENCE_PROFILES_DIR
+    return d / f"{model}.json", d / f"{model}.meta.json"
+
+
+def load_reference_profile(
+    model: str, directory: Path | None = None
+) -> tuple[ComputeProfile, dict[str, Any]]:
+    """The model's reference compute profile, its numbers checked (``read_profile``: a bad
+    file is a ``ConfigError`` naming it), and how it was made (its ``.meta.json``)."""
+    path, meta_path = reference_profile_paths(model, directory)
+    if not (path.is_file() and meta_path.is_file()):
+        raise ConfigError(
+            f"no reference profile of {model} in {path.parent} (make it with "
+            "benchmarks/case_studies.py --reprofile)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{meta_path}: not JSON ({exc})") from None
+    return read_profile(path), meta
 
 
 def profile_hint(

@@ -1,2 +1,2 @@
 """Training runtime: runs plans with DDP on real worker processes. Import submodules
-(``runtime.measure``) directly; they load torch."""
+(``runtime.worker``) directly; they load torch."""

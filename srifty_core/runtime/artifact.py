@@ -47,7 +47,7 @@ from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.cloud.ec2 import WHEEL_SHA256_ENV, WHEEL_URI_ENV, WorkerWheel
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.cloud.base import InstanceState, Provider
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
 from srifty_core.runtime.job import JobFinished, JobPlan, TrainingFailed, item_key
 from srifty_core.runtime.replanner import Progress, Replanner
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.atomic import open_for_append
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import iter_jsonl
 from srifty_core.runtime.job import RUNNING
-from srifty_core.runtime.progress import iter_jsonl
 
 DECISIONS_FILE = "decisions.jsonl"
 

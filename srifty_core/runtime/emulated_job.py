@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, write_state
 from srifty_core.runtime.job import JobPlan
-from srifty_core.runtime.progress import ProgressLog, ProgressRecord, TrainState, write_state
 
 if TYPE_CHECKING:
     from srifty_core.cloud.emulated import EmulatedProvider, TrainingStep

@@ -19,8 +19,8 @@ from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
 from srifty_core.planner.schema import DEFAULT_OBJECTIVE, DEFAULT_RISK_QUANTILE
-from srifty_core.runtime import run_store
-from srifty_core.runtime.progress import PROGRESS_FILE, STATE_FILE
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import PROGRESS_FILE, STATE_FILE
 from srifty_core.training_settings import TrainingSettings
 
 if TYPE_CHECKING:

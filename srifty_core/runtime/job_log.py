@@ -26,10 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.runs.progress import median_step_s, read_progress
+from srifty_core.runs.timeline import plot_timeline
 from srifty_core.runtime.decisions import DECISIONS_FILE, read_decisions
 from srifty_core.runtime.outcome import OUTCOME_FILE, Outcome
-from srifty_core.runtime.progress import median_step_s, read_progress
-from srifty_core.runtime.timeline import plot_timeline
 from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
 
 if TYPE_CHECKING:

@@ -138,7 +138,8 @@ def claim_run_folder(
     ``mkdir``, so two jobs started at once never share one; a given key's folder (or a
     resumed job's, its checkpoint's) is held as it is: a second job on it fails naming the
     holder. Run storage (a URI) has no folder to hold: its name is unique all the same."""
-    from srifty_core.runtime import planning, run_store
+    from srifty_core.runs import store as run_store
+    from srifty_core.runtime import planning
     from srifty_core.runtime.local_run import run_folder_lock
 
     spec = JobSpec.from_params(dict(params), shell=True)
@@ -203,7 +204,7 @@ def unfinished_run(params: Mapping[str, Any]) -> Path | None:
     (``job_identity``) that has no ``outcome.json`` yet: a run whose driver died or was
     stopped. ``None`` when there is none, or the run folders are on run storage (no lock
     there tells a dead driver from a live one)."""
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
     from srifty_core.runtime.outcome import OUTCOME_FILE
 
     root = run_store.runs_root()
@@ -243,6 +244,7 @@ def resume_conf(
     record after this reads them. A log with records but no checkpoint is a
     ``CheckpointError``, as for a plan file: resuming would log them a second time."""
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runs.progress import PROGRESS_FILE, read_progress
     from srifty_core.runtime.checkpoint import (
         CHECKPOINT_FILE,
         CheckpointError,
@@ -250,7 +252,6 @@ def resume_conf(
     )
     from srifty_core.runtime.decisions import read_decisions
     from srifty_core.runtime.local_run import release_left_behind
-    from srifty_core.runtime.progress import PROGRESS_FILE, read_progress
     from srifty_core.runtime.replanner import Progress, Replanner
 
     local = provider if isinstance(provider, LocalProvider) else LocalProvider()
@@ -313,7 +314,7 @@ def finish_run(run_dir: Path) -> dict[str, Any]:
 
 def _latest_job(run_dir: Path) -> JobPlan | None:
     """The run folder's latest configuration (``job-c<k>.json``, the largest ``k``)."""
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
     from srifty_core.runtime.orchestrate import _config_number
 
     found = run_store.names(run_dir, "job-c*.json")
@@ -434,7 +435,7 @@ def _record_allocations(job: JobPlan, provider: Provider | None, ids: list[str])
     RUN_ALLOCATIONS``; none: the file goes): a rerun that takes the folder over releases
     what a dead driver left (``resume_conf``), even where no guard did."""
     from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
     from srifty_core.runtime.local_run import RUN_ALLOCATIONS, record_allocations
 
     run_dir = run_store.local_path(job.facts.run_dir)

@@ -45,7 +45,8 @@ from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, Pro
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
-from srifty_core.runtime import job_log, outcome, run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runtime import job_log, outcome
 from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
 from srifty_core.runtime.decisions import PollResult
 from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch, TrainingFailed

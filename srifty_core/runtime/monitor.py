@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.progress import ProgressRecord
+from srifty_core.runs.progress import ProgressRecord
 
 CONTINUE = "continue"
 REPLAN = "replan"

@@ -27,6 +27,12 @@ from typing import Any
 from srifty_core.cloud.base import Allocation, Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.planner.request import offer_key
+from srifty_core.runs.progress import (
+    ProgressRecord,
+    ProgressTail,
+    read_state,
+    refused_report,
+)
 from srifty_core.runtime import job_log
 from srifty_core.runtime.cloud_watch import CloudView, observe
 from srifty_core.runtime.decisions import (
@@ -46,12 +52,6 @@ from srifty_core.runtime.job import (
     item_key,
 )
 from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide
-from srifty_core.runtime.progress import (
-    ProgressRecord,
-    ProgressTail,
-    read_state,
-    refused_report,
-)
 from srifty_core.runtime.recalibration import Recalibrator
 
 __all__ = [

@@ -31,7 +31,9 @@ from typing import Any
 from srifty_core.cloud.base import Provider
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
-from srifty_core.runtime import planning, run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.store import runs_dir
+from srifty_core.runtime import planning
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
     FINISHED,
@@ -61,7 +63,6 @@ from srifty_core.runtime.provisioning import (
     start_training,
     worker_command,
 )
-from srifty_core.runtime.run_store import runs_dir
 
 _log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.job import JobPlan
-from srifty_core.runtime.progress import read_progress
 
 OUTCOME_FILE = "outcome.json"
 LOGS_DIR = "logs"

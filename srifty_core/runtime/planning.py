@@ -17,7 +17,8 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.store import runs_dir
 from srifty_core.runtime.job import (
     JobPlan,
     JobSpec,
@@ -26,7 +27,6 @@ from srifty_core.runtime.job import (
     Resume,
 )
 from srifty_core.runtime.replanner import Progress, Replanner
-from srifty_core.runtime.run_store import runs_dir
 from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
@@ -259,8 +259,8 @@ def _rewind_to_checkpoint(run_dir: Path | str) -> None:
     """Cut the records the progress log holds past the checkpoint the run resumes from
     (``progress.rewind``): a run that lost a rank between two checkpoints logged them, and
     the resumed one logs those iterations again."""
+    from srifty_core.runs.progress import PROGRESS_FILE, rewind
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
-    from srifty_core.runtime.progress import PROGRESS_FILE, rewind
 
     done = checkpoint_iteration(run_store.join(run_dir, CHECKPOINT_FILE))
     if done is not None:

@@ -151,7 +151,11 @@ def rank_memory(plan: TrainPlan) -> RankMemory | None:
     """The memory one rank of ``plan`` takes on the CPU, from the model's compute profile
     (the store's CPU profile of the plan's model, size and settings, else the shipped
     reference profile of the full network); ``None`` when there is none."""
-    from srifty_core.profiling.store import ProfileStore
+    from srifty_core.profiling.store import (
+        ProfileStore,
+        load_reference_profile,
+        reference_profile_paths,
+    )
 
     store = ProfileStore()
     try:
@@ -160,8 +164,6 @@ def rank_memory(plan: TrainPlan) -> RankMemory | None:
     except (SriftyError, OSError, ValueError, KeyError, TypeError):
         if plan.size != "full" or not plan.settings.is_default:
             return None
-        from srifty_core.case_studies import load_reference_profile, reference_profile_paths
-
         try:
             profile, _ = load_reference_profile(plan.model)
         except (SriftyError, OSError, ValueError, KeyError, TypeError):

@@ -54,7 +54,8 @@ from typing import TYPE_CHECKING, Any
 
 from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import WARMUP_STEPS, ProgressRecord
 from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.planning import (
     RUN_FILE,
@@ -64,7 +65,6 @@ from srifty_core.runtime.planning import (
     read_run,
     run_path,
 )
-from srifty_core.runtime.progress import WARMUP_STEPS, ProgressRecord
 from srifty_core.runtime.replanner import Progress, Replanner
 
 if TYPE_CHECKING:

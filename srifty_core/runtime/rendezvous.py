@@ -300,7 +300,7 @@ def write_exit_marker(run_dir: str, config_id: str, node: str, code: int) -> str
     run folder (a path, or a URI on the run storage); returns where."""
     import time
 
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     if not re.fullmatch(r"g?[0-9]{1,4}", node):
         raise ConfigError(f"exit marker: node must be an index (or g<index>), got {node!r}")
@@ -314,7 +314,7 @@ def exit_markers(run_dir: str, config_id: str) -> dict[str, int]:
     (``"0"``, ``"1"``, ..., or ``"g<first node>"`` for a VM that failed before it knew its
     index); empty while every VM still trains, or where workers are not started by
     ``start_script`` (the local provider)."""
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     prefix = f"{EXIT_PREFIX}{_marker_config(config_id)}-"
     out: dict[str, int] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
 from srifty_core.runtime.placement import DEVICES as DEVICES
 from srifty_core.training_settings import PRECISIONS as PRECISIONS
 from srifty_core.training_settings import TrainingSettings
@@ -143,7 +143,7 @@ class TrainPlan:
 
     @property
     def progress_path(self) -> Path | str:
-        from srifty_core.runtime.progress import PROGRESS_FILE
+        from srifty_core.runs.progress import PROGRESS_FILE
 
         return run_store.join(self.run_dir, PROGRESS_FILE)
 

@@ -65,12 +65,8 @@ import torch.distributed as dist
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
-from srifty_core.runtime.checkpoint import checkpoint_iteration
-from srifty_core.runtime.checkpoint import load_checkpoint as _load
-from srifty_core.runtime.checkpoint import save_checkpoint as _save
-from srifty_core.runtime.launch import PLAN_ENV
-from srifty_core.runtime.progress import (
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import (
     STATE_FILE,
     ProgressLog,
     ProgressRecord,
@@ -78,6 +74,10 @@ from srifty_core.runtime.progress import (
     refuse_report,
     write_state,
 )
+from srifty_core.runtime.checkpoint import checkpoint_iteration
+from srifty_core.runtime.checkpoint import load_checkpoint as _load
+from srifty_core.runtime.checkpoint import save_checkpoint as _save
+from srifty_core.runtime.launch import PLAN_ENV
 from srifty_core.runtime.train_plan import TrainPlan
 
 __all__ = [

@@ -59,8 +59,16 @@ from torch import Tensor, nn
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
-from srifty_core.lifetime import die_with_caller
-from srifty_core.runtime import run_store
+from srifty_core.lifetime import die_with_caller, free_port
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import (
+    STATE_FILE,
+    ProgressLog,
+    ProgressRecord,
+    TrainState,
+    refuse_report,
+    write_state,
+)
 from srifty_core.runtime.checkpoint import load_checkpoint, save_checkpoint
 from srifty_core.runtime.exchange_timer import ExchangeTimer, step_timings
 from srifty_core.runtime.placement import (
@@ -68,14 +76,6 @@ from srifty_core.runtime.placement import (
     choose_device,
     choose_precision,
     plan_rank,
-)
-from srifty_core.runtime.progress import (
-    STATE_FILE,
-    ProgressLog,
-    ProgressRecord,
-    TrainState,
-    refuse_report,
-    write_state,
 )
 from srifty_core.runtime.train_plan import (
     DEVICES,
@@ -433,8 +433,6 @@ def _spawned(rank: int, plan_dict: dict[str, Any], port: int) -> None:
 def run_spawned(plan: TrainPlan) -> None:
     """Run the plan with one local process per local batch (``torch.multiprocessing``)."""
     import torch.multiprocessing as mp
-
-    from srifty_core.cloud.local import free_port
 
     mp.spawn(  # type: ignore[attr-defined]
         _spawned, args=(plan.to_dict(), free_port()), nprocs=plan.world_size, join=True

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from srifty_core.cloud.local import free_port
+from srifty_core.lifetime import free_port
 
 AMI = "ami-12c6146b"  # any id: moto does not check it
 SECRET = "not-a-real-secret-but-never-log-it"

@@ -39,7 +39,7 @@ from srifty_core.airflow_env import (
     stop_process_groups,
     wait_healthy,
 )
-from srifty_core.cloud.local import free_port
+from srifty_core.lifetime import free_port
 from tests.dags.services import REDIS_DB, REDIS_HOST, REDIS_PORT, PostgresDB
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(480)]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
-from srifty_core.runtime.progress import read_progress
+from srifty_core.runs.progress import read_progress
 from tests.dags.services import fresh
 
 pytestmark = pytest.mark.airflow

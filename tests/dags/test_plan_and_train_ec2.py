@@ -127,7 +127,7 @@ def test_ec2_plan_provision_preempt_replan_and_release(
     assert conf["resume"]["cost_spent_usd"] > 0
 
     # What the first run launched: the planner's choice, tagged and on the right market.
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
     from srifty_core.runtime.orchestrate import JobPlan
 
     fs, root = run_store.filesystem(f"{run_storage}/runs")

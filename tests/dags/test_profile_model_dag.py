@@ -175,7 +175,7 @@ def test_ec2_profile_through_moto_lands_in_the_store(
 
     from srifty_core import paths
     from srifty_core.profiling.profile import ComputeProfile
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
     from tests.cloud.moto_aws import AMI, live_instances, user_data_of
     from tests.dags.services import fresh
 

@@ -220,7 +220,7 @@ def _profile_setup(ctx: Ctx) -> None:
     the case's data folder, as `srifty profile` on a g4dn would leave it."""
     code = (
         "import dataclasses\n"
-        "from srifty_core.case_studies import load_reference_profile\n"
+        "from srifty_core.profiling.store import load_reference_profile\n"
         "from srifty_core.profiling.store import ProfileStore\n"
         "p, _ = load_reference_profile('alexnet')\n"
         "for gpu in ('T4', 'M60'):\n"

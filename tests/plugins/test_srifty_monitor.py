@@ -199,7 +199,7 @@ from srifty_core.runtime import job_log, monitor_step, orchestrate
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.runtime.job import JobPlan, JobSpec, Launch
-from srifty_core.runtime.progress import ProgressLog, ProgressRecord, TrainState, write_state
+from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, write_state
 run = {str(tmp_path)!r}
 json.dump({{"iterations": 3, "global_batch": 4, "run_dir": run, "config_id": "c0"}},
           open(run + "/plan-c0.json", "w"))

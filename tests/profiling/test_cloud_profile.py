@@ -214,7 +214,7 @@ EC2 = {"image_id": AMI, "poll_s": 0.05, "wait_timeout_s": 20}
 def test_ec2_vm_runs_the_profiler_and_its_profile_is_collected(
     aws: Any, ec2_storage: str, h200: ComputeProfile
 ) -> None:
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     req = replace(REQ, settings=TrainingSettings("fp16"))
     vm = cloud.provision_profiler_vm("ec2", "g4dn.xlarge", req, ec2=EC2, key="dag/run")
@@ -263,7 +263,7 @@ def test_ec2_profiler_failure_is_reported_with_its_last_line(
     aws: Any, ec2_storage: str, h200: ComputeProfile
 ) -> None:
     from srifty_core.cloud.base import ProviderError
-    from srifty_core.runtime import run_store
+    from srifty_core.runs import store as run_store
 
     vm = cloud.provision_profiler_vm("ec2", "g4dn.xlarge", REQ, ec2=EC2)
     done = {"code": 1, "tail": "...\nBatchDoesNotFitError: batch 1 does not fit"}

@@ -26,7 +26,8 @@ import pytest
 from srifty_core import paths
 from srifty_core.cloud.ec2 import WHEEL_SHA256_ENV, WHEEL_URI_ENV, EC2Provider, WorkerWheel
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import artifact, run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runtime import artifact
 from srifty_core.runtime.job import JobPlan, Launch
 from srifty_core.runtime.provisioning import make_provider, provision, release
 from tests.cloud.moto_aws import AMI, SECRET, live_instances

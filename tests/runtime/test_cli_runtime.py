@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cli import main
+from srifty_core.runs.progress import ProgressLog, ProgressRecord
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.progress import ProgressLog, ProgressRecord
 from srifty_core.runtime.worker import TrainPlan
 
 

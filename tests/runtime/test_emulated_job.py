@@ -15,9 +15,9 @@ import pytest
 
 from srifty_core.cloud.base import InstanceState
 from srifty_core.errors import ConfigError
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.emulated_job import make_provider, parse_preemption
 from srifty_core.runtime.job_run import run_job
-from srifty_core.runtime.progress import read_progress
 
 SPOT, ON_DEMAND = "g4dn.xlarge", "g4dn.12xlarge"
 PARAMS: dict[str, Any] = {

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.job_run import run_job
-from srifty_core.runtime.progress import read_progress
 
 PARAMS: dict[str, Any] = {
     "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": 20,

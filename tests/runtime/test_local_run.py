@@ -17,11 +17,11 @@ import torch
 
 from srifty_core.cloud.base import Allocation
 from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime import local_run, monitor_loop
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.local_run import TrainingError, train_local
 from srifty_core.runtime.monitor import Stall
-from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.worker import TrainPlan, train_single
 
 N = 40
@@ -81,7 +81,7 @@ STEPS_THEN = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from srifty_core.runtime.progress import ProgressLog, ProgressRecord
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord
 
     steps, then = int(sys.argv[1]), sys.argv[2]  # then: "exit" or "hang"
     if then == "hang":  # a hung script ignores SIGTERM too
@@ -96,7 +96,7 @@ STEPS_THEN = textwrap.dedent(
         if then == "exit":  # a finished job keeps a checkpoint of its last iteration
             import torch
             from srifty_core.runtime.checkpoint import save_checkpoint
-            from srifty_core.runtime.progress import TrainState, write_state
+            from srifty_core.runs.progress import TrainState, write_state
 
             net, config = torch.nn.Linear(1, 1), os.environ["SRIFTY_CONFIG_ID"]
             save_checkpoint(os.environ["SRIFTY_CHECKPOINT"], model=net, iteration=steps,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from srifty_core.errors import ConfigError
+from srifty_core.runs.progress import ProgressRecord
 from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide, windowed_throughput
-from srifty_core.runtime.progress import ProgressRecord
 
 B = 100
 LIMITS = Limits(iterations=1000, global_batch=B, time_limit_s=1000.0)  # needs 100 samples/s

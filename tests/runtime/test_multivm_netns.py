@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from srifty_core import lifetime
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.progress import read_progress
 from srifty_core.runtime.rendezvous import (
     Rendezvous,
     exit_markers,

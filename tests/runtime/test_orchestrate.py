@@ -11,9 +11,9 @@ import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.errors import ConfigError
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime import orchestrate as orc
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.progress import read_progress
 
 PARAMS: dict[str, Any] = {
     "model": "dlrm",

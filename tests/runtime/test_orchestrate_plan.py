@@ -103,8 +103,8 @@ def test_a_resumed_plan_cuts_what_the_last_run_logged_past_its_checkpoint(
     them off the log first (``progress.rewind``), so the log holds each iteration once."""
     import torch
 
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord, read_progress
     from srifty_core.runtime.checkpoint import save_checkpoint
-    from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
 
     first = orc.JobPlan.load(orc.plan_job(orc.JobSpec.from_params(PARAMS), "manual__r"))
     run_dir = Path(first.train.run_dir)

@@ -134,8 +134,8 @@ def test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested(
 
     from srifty_core.cloud.base import Allocation
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runs.progress import read_progress
     from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.progress import read_progress
     from srifty_core.runtime.worker import TrainPlan
 
     plan = TrainPlan(model="dlrm", size="tiny", global_batch=12, iterations=30,

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
+from srifty_core.runs.progress import ProgressLog, ProgressRecord, read_progress
 
 
 def test_append_read_and_a_cut_last_line(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_a_record_of_the_wrong_shape_is_an_error_naming_log_record_and_field(
 
 
 def test_a_configurations_measured_step_leaves_its_warm_up_out() -> None:
-    from srifty_core.runtime.progress import WARMUP_STEPS, median_step_s, steady_steps
+    from srifty_core.runs.progress import WARMUP_STEPS, median_step_s, steady_steps
 
     def rec(i: int, step: float, config: str) -> ProgressRecord:
         return ProgressRecord(i, 1000.0 + i, step, 8, config)

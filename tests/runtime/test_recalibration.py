@@ -16,9 +16,9 @@ import pytest
 from srifty_core.catalog.types import Market
 from srifty_core.planner.request import Objective, Offer, Overheads, PlanRequest
 from srifty_core.planner.search import plan
+from srifty_core.runs.progress import WARMUP_STEPS, ProgressRecord, read_progress
 from srifty_core.runtime import recalibration as recal
 from srifty_core.runtime.job import JobPlan, JobSpec, Launch
-from srifty_core.runtime.progress import WARMUP_STEPS, ProgressRecord, read_progress
 from srifty_core.simulator import calibration as calib
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.types import ClusterConfig, Group
@@ -190,8 +190,8 @@ def test_the_monitor_step_recalibrates_keeps_the_factors_and_calibrates_the_repl
     tmp_path: Path, data_dir: Path, slow: float
 ) -> None:
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.runs.progress import ProgressLog
     from srifty_core.runtime.monitor_step import Monitor
-    from srifty_core.runtime.progress import ProgressLog
 
     ctx, t_true = context(slow)
     run = tmp_path / "run"

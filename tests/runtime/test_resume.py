@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from srifty_core.runs.progress import ProgressLog, ProgressRecord, read_progress
 from srifty_core.runtime.checkpoint import (
     CheckpointError,
     check_resumable,
     load_checkpoint,
     save_checkpoint,
 )
-from srifty_core.runtime.progress import ProgressLog, ProgressRecord, read_progress
 
 
 def _log(path: Path, n: int) -> None:

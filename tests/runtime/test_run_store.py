@@ -19,18 +19,11 @@ import pytest
 import torch
 
 from srifty_core import paths
-from srifty_core.cloud.local import LocalProvider, free_port
+from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
-from srifty_core.runtime.checkpoint import (
-    CheckpointError,
-    check_resumable,
-    load_checkpoint,
-    save_checkpoint,
-)
-from srifty_core.runtime.job import JobPlan, JobSpec
-from srifty_core.runtime.monitor_step import Monitor, read_decisions
-from srifty_core.runtime.progress import (
+from srifty_core.lifetime import free_port
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import (
     ProgressLog,
     ProgressRecord,
     ProgressTail,
@@ -39,6 +32,14 @@ from srifty_core.runtime.progress import (
     read_state,
     write_state,
 )
+from srifty_core.runtime.checkpoint import (
+    CheckpointError,
+    check_resumable,
+    load_checkpoint,
+    save_checkpoint,
+)
+from srifty_core.runtime.job import JobPlan, JobSpec
+from srifty_core.runtime.monitor_step import Monitor, read_decisions
 from srifty_core.runtime.worker import TrainPlan, run_rank, train_single
 
 BUCKET = "srifty-runs"

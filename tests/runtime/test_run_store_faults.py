@@ -23,7 +23,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import (
     CHECKPOINT_FILE,
     check_resumable,
@@ -38,7 +39,6 @@ from srifty_core.runtime.monitor_step import (
     append_decision,
     read_decisions,
 )
-from srifty_core.runtime.progress import read_progress
 from tests.runtime.test_run_store import BUCKET, s3_endpoint  # noqa: F401  (the fixture)
 
 

@@ -12,8 +12,8 @@ import torch
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
+from srifty_core.runs import store as run_store
 from srifty_core.runtime import orchestrate as orc
-from srifty_core.runtime import run_store
 from srifty_core.runtime.checkpoint import save_checkpoint
 from tests.runtime.test_run_store import BUCKET, s3_endpoint  # noqa: F401  (the fixture)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from srifty_core.cloud.local import free_port
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.worker import (
     TrainPlan,
@@ -130,7 +130,7 @@ def test_a_non_finite_loss_stops_the_job_and_keeps_the_last_finite_weights(
     """A diverging run (a learning rate of 1e30): the built-in worker stops at the first
     non-finite loss with one clear reason for the monitor, and neither logs nor saves that
     step, so the checkpoint holds finite weights (issue 48 item 6, as scripts get)."""
-    from srifty_core.runtime.progress import read_progress, refused_report
+    from srifty_core.runs.progress import read_progress, refused_report
     from srifty_core.runtime.worker import NonFiniteLoss
 
     p = plan(tmp_path, local_batches=(8,), iterations=40, lr=1e30, checkpoint_every=1)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from srifty_core.cloud.local import free_port
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
 from srifty_core.profiling.zoo import build
 from srifty_core.runtime import worker
 from srifty_core.runtime.checkpoint import load_checkpoint

@@ -11,6 +11,7 @@ from srifty_core.catalog import Catalog
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.cloud.emulated import EmulatedProvider
 from srifty_core.errors import ConfigError
+from srifty_core.profiling.store import load_reference_profile
 from srifty_core.simulator import calibration as calib
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -19,7 +20,7 @@ TYPE = "g4dn.8xlarge"
 
 
 def _train(slowdown: dict[str, float] | None, iterations: int = 40) -> tuple[object, object]:
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     cloud = EmulatedProvider(seed=5, hidden_slowdown=slowdown)
     prof = cloud.profile(TYPE, ref, probes=3, repeats=3, reference_rate=cs.one_core())
     alloc = cloud.launch(LaunchRequest(TYPE, count=3))
@@ -44,7 +45,7 @@ def test_hidden_slowdown_reaches_training_but_not_the_profile() -> None:
 
 def test_one_window_calibrates_the_projection_of_a_slowed_type() -> None:
     catalog = Catalog.load()
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     cloud = EmulatedProvider(seed=3, catalog=catalog)
     prof = cloud.profile(TYPE, ref, probes=4, repeats=5, reference_rate=cs.one_core())
     cloud.hidden_slowdown = {TYPE: 1.3}  # after profiling: a fault the profile never saw

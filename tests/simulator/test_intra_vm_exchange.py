@@ -16,6 +16,7 @@ from srifty_core.cloud.emulated import EmulatedProvider, emulated_profiles
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.predictors.nccl_tests import nccl_tests_frame
 from srifty_core.predictors.prior import hardware_of
+from srifty_core.profiling.store import load_reference_profile
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.exchange import bus_bytes
 from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -33,7 +34,7 @@ def public() -> BandwidthPredictor:
 
 @pytest.fixture(scope="module")
 def workloads() -> dict[str, Workload]:
-    ref, _ = cs.load_reference_profile("resnet50")
+    ref, _ = load_reference_profile("resnet50")
     profiles = emulated_profiles(TYPES, ref, catalog=Catalog.load(), reference_rate=cs.one_core())
     return {d: Workload("resnet50", {d: p}) for d, p in profiles.items()}
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from srifty_core.runtime.progress import ProgressRecord
+from srifty_core.runs.progress import ProgressRecord
 
 
 def plot_timeline(

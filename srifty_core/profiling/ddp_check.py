@@ -40,6 +40,8 @@ from torch import nn
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import free_port
+from srifty_core.profiling.buckets import skip_allreduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +60,6 @@ class DdpMeasurement:
     @property
     def mean_s(self) -> float:
         return sum(self.iteration_s) / len(self.iteration_s)
-
-
-def skip_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads hook annotations
-    """No-op DDP comm hook: each rank keeps its own gradients (compute and DDP's
-    bookkeeping without the exchange)."""
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
 
 
 def note_buckets(numel, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
@@ -196,8 +190,6 @@ def _run(
     if alone and False not in modes:
         raise ConfigError("alone: needs the no-op hook's run (split), which finds DDP's buckets")
     import torch.multiprocessing as mp
-
-    from srifty_core.cloud.local import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(  # type: ignore[attr-defined]

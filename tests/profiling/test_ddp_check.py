@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.measure import measure_ddp, measure_ddp_cases
+from srifty_core.profiling.ddp_check import measure_ddp, measure_ddp_cases
 
 
 @pytest.mark.alone  # beside another test's load, both cases once ran ~53 ms at their fastest

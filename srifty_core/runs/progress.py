@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from srifty_core.atomic import open_for_append
 from srifty_core.errors import ConfigError
-from srifty_core.runtime import run_store
+from srifty_core.runs import store as run_store
 
 PROGRESS_FILE = "progress.jsonl"
 STATE_FILE = "state.json"
@@ -280,7 +280,7 @@ WARMUP_STEPS = 3
 """A configuration's first steps, left out of what it measures: fresh worker processes
 fault their heap in, fill caches and initialise lazily. In the demo's runs (ResNet-18 on
 local CPU workers) steps 1-3 of each configuration took 2.2x, 1.4x and 1.1-1.2x the steady
-step, and the fourth was steady; the profiler and ``runtime.measure`` warm up likewise."""
+step, and the fourth was steady; the profiler and ``profiling.ddp_check`` warm up likewise."""
 
 
 def steady_steps(records: Iterable[ProgressRecord], config_id: str) -> list[ProgressRecord]:
