@@ -94,25 +94,25 @@ DEADLINE_MARGIN = timedelta(minutes=10)
 """The deadline alert fires this long after the job's time limit (the monitor's margin)."""
 
 LOCAL_OFFER = {"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}
-DEFAULTS: dict[str, Any] = {
+EXAMPLES: dict[str, Any] = {
     "model": "resnet18",
-    "size": "tiny",
     "global_batch": 16,
     "iterations": 40,
     "offers": [LOCAL_OFFER],
-    "risk_quantile": 0.9,
-    "ec2": {},
 }
-"""The trigger form's values where they differ from ``JobConf``'s defaults (or it has none)."""
+"""The trigger form's values of the fields ``JobConf`` requires (it has no default for
+them); every other Param's default is ``JobConf``'s, so a trigger that leaves a field out
+gets what ``srifty train --job`` and ``srifty plan`` give it."""
 
 
 def job_params() -> dict[str, Param]:
-    """One Param per field of ``JobConf``, its JSON schema made from the model, so the
-    trigger form and the API check types and ranges before a run starts. Airflow keeps an
-    unknown top-level key (a typo) as a new param: the plan task rejects it, naming it."""
+    """One Param per field of ``JobConf``, its JSON schema and default made from the model,
+    so the trigger form and the API check types and ranges before a run starts. Airflow
+    keeps an unknown top-level key (a typo) as a new param: the plan task rejects it,
+    naming it."""
     out = {}
     for name, p in param_schemas(JobConf).items():
-        default = DEFAULTS.get(name, p.get("default"))
+        default = EXAMPLES[name] if name in EXAMPLES else p.get("default")
         out[name] = Param(default, description=p.get("description"), schema=p["schema"])
     return out
 

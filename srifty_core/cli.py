@@ -1067,8 +1067,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--provider",
         choices=("local", "ec2", "ec2-emulated", "emulated"),
-        help="where the ranks run (default: the job file's provider, else local: processes "
-        "on this machine); ec2 and ec2-emulated (the emulated EC2 on a simulated clock, "
+        help="where the ranks run (default: the job file's provider, which defaults to the "
+        "one its offers imply: local, processes on this machine, when every offer is "
+        "local.cpu, else ec2); ec2 and ec2-emulated (the emulated EC2 on a simulated clock, "
         "alias emulated) take a whole job (--job)",
     )
     tr.add_argument(

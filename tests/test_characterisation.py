@@ -42,14 +42,10 @@ JOB_ONLY: dict[str, Any] = {"ec2": {"image_id": "ami-0123456789abcdef0"}}
 
 EXPECTED_REQUEST_DIFFERENCES: dict[str, tuple[Any, Any]] = {}
 """``PlanRequest`` field -> (``srifty plan``'s value, the job's value) for ``REQUEST``."""
-EXPECTED_SCHEMA_DEFAULT_DIFFERENCES: dict[str, tuple[Any, Any]] = {
-    "provider": ("ec2", "local"),
-    "size": ("full", "required"),
-    "region": ("us-east-1", None),
-    "risk_quantile": (0.9, None),
-}
-"""Field -> (``RequestSpec``'s default, ``JobConf``'s) of the fields both schemas have; the
-job's ``None`` is filled in later by ``JobSpec.from_params`` (``us-east-1``, 0.9)."""
+EXPECTED_SCHEMA_DEFAULT_DIFFERENCES: dict[str, tuple[Any, Any]] = {}
+"""Field -> (``RequestSpec``'s default, ``JobConf``'s) of the fields both schemas have
+(issue 49 step 3a: ``JobConf`` extends ``RequestSpec``, one default each: ``provider``
+inferred from the offers, ``size`` full, ``region`` us-east-1, ``risk_quantile`` 0.9)."""
 
 
 def _profile_store(root: Path) -> Path:
@@ -71,15 +67,15 @@ def _differences(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
 
 
 def _both(request: Mapping[str, Any], profiles: Path) -> tuple[Any, Any]:
-    """``request`` built by ``srifty plan`` (``planner.job.load_request``: ``RequestSpec``,
-    ``request_from_dict``) and by the plan-and-train DAG (``JobSpec.from_params``: the
-    DAG's ``JobConf``, then ``runtime.planning.build_request``)."""
+    """``request`` built by ``srifty plan`` (``planner.job.load_request``: ``RequestSpec``)
+    and by the plan-and-train DAG (``JobSpec.from_params``: the DAG's ``JobConf``, then
+    ``runtime.planning.job_request``); both through ``planner.request.build_request``."""
     from srifty_core.planner.job import load_request
     from srifty_core.runtime.job import JobSpec
-    from srifty_core.runtime.planning import build_request
+    from srifty_core.runtime.planning import job_request
 
     plan = load_request(dict(request), profiles)
-    job = build_request(JobSpec.from_params({**request, **JOB_ONLY}), profiles)
+    job = job_request(JobSpec.from_params({**request, **JOB_ONLY}), profiles)
     return plan, job
 
 
@@ -100,16 +96,16 @@ def test_plan_and_job_paths_build_the_same_request(tmp_path: Path) -> None:
 
 
 def test_plan_and_job_schemas_default_the_same_fields() -> None:
-    """Divergences pinned (``srifty plan``'s ``RequestSpec`` -> the DAG's ``JobConf``):
-    ``provider`` ec2 -> local, ``size`` full -> required,
-    ``region`` us-east-1 -> None and ``risk_quantile`` 0.9 -> None (both filled in later by
-    ``JobSpec``, to the same values)."""
+    """``srifty plan``'s ``RequestSpec`` and the DAG's ``JobConf`` have one default per
+    shared field (until issue 49 step 3a: ``provider`` ec2 vs local, ``size`` full vs
+    required, ``region`` and ``risk_quantile`` None in the job's, filled in later)."""
     from pydantic_core import PydanticUndefined
 
     from srifty_core.planner.schema import JobConf, RequestSpec
 
     shared = sorted(set(RequestSpec.model_fields) & set(JobConf.model_fields))
-    assert {"objective", "provider", "size", "offers", "time_limit_s"} <= set(shared)
+    assert {"objective", "provider", "size", "region", "risk_quantile", "offers"} <= set(shared)
+    assert set(RequestSpec.model_fields) <= set(JobConf.model_fields)  # a conf is a request
 
     def default(model: Any, name: str) -> Any:
         d = model.model_fields[name].default
@@ -121,6 +117,95 @@ def test_plan_and_job_schemas_default_the_same_fields() -> None:
         if default(RequestSpec, name) != default(JobConf, name)
     }
     assert found == EXPECTED_SCHEMA_DEFAULT_DIFFERENCES
+
+
+# ---------------------------------------------------------------- one request, one plan
+DEFAULTED = {k: v for k, v in REQUEST.items() if k not in ("provider", "region", "size")}
+"""``REQUEST`` with the fields whose defaults were unified left out (and ``objective``,
+``risk_quantile`` and the overheads, which it never states): each path fills in the same."""
+
+
+def _planned_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A stored T4 profile of resnet18/full (the default size) and the public bandwidth
+    model fitted once for every path (each would fit the same on a fresh install)."""
+    import functools
+
+    from srifty_core.planner import job as planner_job
+    from srifty_core.profiling.store import ProfileStore
+    from tests.profiling.test_profile_contract import make_profile
+
+    ProfileStore().save(make_profile(size="full", device_type="T4", device_name="Tesla T4"))
+    monkeypatch.setattr(
+        planner_job, "public_bandwidth", functools.cache(planner_job.public_bandwidth)
+    )
+
+
+def _job_plan(params: Mapping[str, Any], key: str, *, shell: bool) -> Any:
+    """What ``srifty train --job`` (``job_run``: ``shell``) and the plan-and-train DAG's
+    plan task do to plan: ``JobSpec.from_params``, then ``orchestrate.plan_job``."""
+    from srifty_core.runtime.job import JobPlan, JobSpec
+    from srifty_core.runtime.orchestrate import plan_job
+
+    return JobPlan.load(plan_job(JobSpec.from_params(params, shell=shell), key, track=False))
+
+
+def test_the_same_request_plans_alike_through_srifty_plan_and_srifty_train_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``srifty plan REQUEST`` and the planning step of ``srifty train --job`` (the same
+    request as a job file, plus its EC2 image) choose the same configuration with the same
+    prediction, the defaults filled in alike (provider ec2 from the offers, size full)."""
+    import json
+
+    from srifty_core.cli import main
+
+    _planned_alike(tmp_path, monkeypatch)
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(DEFAULTED))
+    assert main(["plan", str(request), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    job = _job_plan({**DEFAULTED, **JOB_ONLY}, "shell", shell=True)
+    assert planned["best"] is not None and job.predicted == planned["best"]
+    assert job.provider == "ec2" and job.region == "us-east-1"
+
+
+@pytest.mark.airflow
+def test_the_dag_plans_a_request_as_srifty_train_job_does(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan-and-train DAG's plan task, given the trigger's conf over the DAG's Params
+    (what its ``ctx["params"]`` holds), plans what ``srifty train --job`` plans."""
+    import copy
+
+    _planned_alike(tmp_path, monkeypatch)
+    params = copy.deepcopy(dagbag.get_dag("srifty_plan_and_train").params)
+    params.update({**DEFAULTED, **JOB_ONLY})
+    dag = _job_plan({k: params[k] for k in params}, "dag", shell=False)
+    shell = _job_plan({**DEFAULTED, **JOB_ONLY}, "shell", shell=True)
+    assert dag.predicted == shell.predicted and dag.launches == shell.launches
+    assert dag.provider == shell.provider == "ec2"
+
+
+@pytest.mark.airflow
+def test_the_dags_params_default_as_the_schema_does(dagbag: Any) -> None:
+    """Each Param of the plan-and-train DAG defaults to ``JobConf``'s default (so a trigger
+    that leaves a field out plans as ``srifty train --job`` and ``srifty plan`` do); only
+    the fields the schema requires carry the trigger form's example values, which make a
+    valid conf."""
+    from srifty_core.planner.schema import JobConf
+
+    dag = dagbag.get_dag("srifty_plan_and_train")
+    params = {k: dag.params[k] for k in dag.params}
+    assert set(params) == set(JobConf.model_fields)
+    differ = {
+        name: (params[name], f.default)
+        for name, f in JobConf.model_fields.items()
+        if not f.is_required() and params[name] != f.default
+    }
+    assert differ == {}
+    required = {name for name, f in JobConf.model_fields.items() if f.is_required()}
+    assert required == {"model", "global_batch", "iterations", "offers"}
+    JobConf.parse(params)
 
 
 # ---------------------------------------------------------------- the profiler's defaults

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.errors import ConfigError
-from srifty_core.planner.request import PlanRequest, request_from_dict
+from srifty_core.planner.request import PlanRequest, build_request
 from srifty_core.planner.result import PlanResult
-from srifty_core.planner.schema import HugeInt
+from srifty_core.planner.schema import HugeInt, RequestSpec
 from srifty_core.predictors.base import BandwidthPredictor
 
 MAX_REQUEST_BYTES = 1 << 20
@@ -123,21 +123,33 @@ def _short(key: Any) -> str:
     return "a key" if isinstance(key, int) and abs(key) > 10**20 else repr(key)[:40]
 
 
-def store_requests(catalog: Any, store: Any) -> Callable[[Mapping[str, Any]], PlanRequest]:
-    """Request dict -> ``PlanRequest`` with the profiles of ``store`` (a
+def store_requests(
+    catalog: Any, store: Any
+) -> Callable[[Mapping[str, Any] | RequestSpec], PlanRequest]:
+    """Request (a dict, checked by ``RequestSpec``, or a checked one) -> ``PlanRequest``
+    (``planner.request.build_request``) with the profiles of ``store`` (a
     ``ProfileStore``; a GPU it has no profile of, estimated: ``load_or_estimate``): each
     profile read once (``whatif.profile_loader``: every request
     built holds the same profile objects, which the simulator's caches key on) and the
     store's VM spreads (``ProfileStore.vm_spreads``, the workloads' ``vm_evidence``) read
-    once for all of them."""
+    once for all of them. ``srifty plan``, the what-if DAG and a job's plan build with it."""
     from srifty_core.planner.whatif import profile_loader
 
     load = profile_loader(functools.partial(store.load_or_estimate, catalog=catalog))
     evidence = store.vm_spreads()
-    return lambda d: request_from_dict(d, catalog=catalog, load_profile=load, vm_evidence=evidence)
+
+    def build(d: Mapping[str, Any] | RequestSpec) -> PlanRequest:
+        spec = d if isinstance(d, RequestSpec) else RequestSpec.parse(d)
+        return build_request(spec, catalog=catalog, load_profile=load, vm_evidence=evidence)
+
+    return build
 
 
-def load_request(data: dict[str, Any], profiles_root: Path | None = None) -> PlanRequest:
+def load_request(
+    data: Mapping[str, Any] | RequestSpec, profiles_root: Path | None = None
+) -> PlanRequest:
+    """``data``'s ``PlanRequest`` with the catalog and the profile store
+    (``store_requests``)."""
     from srifty_core.catalog import Catalog
     from srifty_core.profiling.store import ProfileStore
 

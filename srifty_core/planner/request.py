@@ -1,4 +1,5 @@
-"""A planning request: what the user asks, validated field by field."""
+"""A planning request: what the user asks, validated field by field, and the one builder
+of it from a checked request (``build_request``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from enum import StrEnum
 from typing import Any
 
 from srifty_core.catalog.types import Market
+from srifty_core.cloud import provider_class
+from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.planner import schema, spot
 from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE, OfferSpec, RequestSpec
@@ -213,48 +216,63 @@ REQUEST_FIELDS = frozenset(RequestSpec.model_fields)
 """The keys a request may have (``planner.schema.RequestSpec``)."""
 
 
-def request_from_dict(
-    d: Mapping[str, Any],
+def local_offers(items: Sequence[OfferSpec]) -> tuple[Offer, ...]:
+    """Offers of the local provider: ``local.cpu`` only (worker processes on this
+    machine, at most ``cloud.local.DEFAULT_MAX_RANKS``), priced by the request."""
+    out = []
+    for i, o in enumerate(items):
+        where = f"offers[{i}]"
+        if o.type != LOCAL_CPU:
+            raise ConfigError(
+                f"{where}.type: the local provider offers only {LOCAL_CPU!r}, got {o.type!r}"
+            )
+        if o.quota > DEFAULT_MAX_RANKS:
+            raise ConfigError(
+                f"{where}.quota: need 0..{DEFAULT_MAX_RANKS} workers, got {o.quota!r}"
+            )
+        if o.price is None:
+            raise ConfigError(
+                f"{where}.price: {LOCAL_CPU} has no market price; give the $/hour a worker "
+                "should count for in the budget"
+            )
+        market = Market.parse(o.market)
+        out.append(Offer(SimInstance.local_cpu(), market, o.quota, o.price, min_batch=o.min_batch))
+    return tuple(out)
+
+
+def build_request(
+    spec: RequestSpec,
     *,
     catalog: Any,
     load_profile: Any,
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
 ) -> PlanRequest:
-    """A request from its YAML/JSON form (docs/usage.md, "Planning a request"), checked by
-    ``planner.schema.RequestSpec`` before anything is looked up::
+    """The ``PlanRequest`` of ``spec`` (a checked request: ``srifty plan``'s, or a job's
+    conf, ``JobConf``, which is one): the one builder, so the same request plans alike
+    through ``srifty plan``, ``srifty train --job`` and the plan-and-train DAG.
 
-        model: resnet50          # zoo name; profiles are looked up per GPU of the offers
-        size: full               # profile size preset (default full)
-        region: us-east-1
-        global_batch: 1024
-        iterations: 400
-        time_limit_s: 500        # optional
-        budget_usd: 10           # optional
-        objective: cost          # time (default) or cost
-        risk_quantile: 0.9       # limits hold for this quantile of time and cost (default)
-        overheads: {launch_s: 150, detach_s: 5}
-        offers:
-          - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
-          - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
-
-    ``load_profile(model, size, device_type[, settings])`` returns a ``ComputeProfile``
-    (the request's ``TrainingSettings`` are passed where they are not the defaults);
-    ``vm_evidence`` is what the other stored profiles say about VM-to-VM spread
-    (``ProfileStore.vm_spreads``, ``Workload.vm_evidence``). Every problem with a field is
-    a ``ConfigError`` whose message starts with the field's path.
-    """
-    spec = RequestSpec.parse(d)
-    region = _named("region", catalog.check_region, spec.region)
-    offers = offers_from_catalog(catalog, spec.offers, region, provider=spec.provider)
+    Offers: the local provider's ``local.cpu`` workers, else the catalog's types in
+    ``region`` (prices from the catalog unless given); profiles:
+    ``load_profile(model, size, device_type[, settings])`` per GPU of the offers (the
+    request's ``TrainingSettings`` passed where they are not the defaults, so a loader of
+    (model, size, device) serves every fp32 SGD request); ``vm_evidence``: what the other
+    stored profiles say about VM-to-VM spread (``ProfileStore.vm_spreads``); the launch
+    overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``). Every
+    problem with a field is a ``ConfigError`` whose message starts with its path."""
+    provider = spec.provider_name
+    if spec.provider == "local":
+        offers = local_offers(spec.offers)
+    else:
+        region = _named("region", catalog.check_region, spec.region)
+        offers = offers_from_catalog(catalog, spec.offers, region, provider=provider)
     settings = TrainingSettings.from_dict(spec.model_dump())
-    # the settings go to the loader only where they differ from the defaults: a loader of
-    # (model, size, device) serves every fp32 SGD request
     extra = () if settings.is_default else (settings,)
     profiles = {
         o.instance.device_type: load_profile(spec.model, spec.size, o.instance.device_type, *extra)
         for o in offers
     }
     oh = spec.overheads or schema.OverheadsSpec()
+    launch_s = provider_class(provider).launch_s if oh.launch_s is None else oh.launch_s
     return PlanRequest(
         workload=Workload(spec.model, profiles, vm_evidence or {}),
         global_batch=spec.global_batch,
@@ -263,9 +281,38 @@ def request_from_dict(
         time_limit_s=math.inf if spec.time_limit_s is None else spec.time_limit_s,
         budget_usd=math.inf if spec.budget_usd is None else spec.budget_usd,
         objective=Objective.parse(spec.objective),
-        overheads=Overheads(launch_s=oh.launch_s, detach_s=oh.detach_s, solve_s=oh.solve_s),
+        overheads=Overheads(launch_s=launch_s, detach_s=oh.detach_s, solve_s=oh.solve_s),
         batch_granularity=spec.batch_granularity,
         risk_quantile=spec.risk_quantile,
         checkpoint_every=spec.checkpoint_every,
         spot_interruptions=spec.spot_interruptions,
+    )
+
+
+def request_from_dict(
+    d: Mapping[str, Any],
+    *,
+    catalog: Any,
+    load_profile: Any,
+    vm_evidence: Mapping[str, tuple[float, int]] | None = None,
+) -> PlanRequest:
+    """A request from its YAML/JSON form (docs/usage.md, "Planning a request"), checked by
+    ``planner.schema.RequestSpec`` before anything is looked up, then ``build_request``::
+
+        model: resnet50          # zoo name; profiles are looked up per GPU of the offers
+        size: full               # profile size preset (default full)
+        region: us-east-1        # (default)
+        global_batch: 1024
+        iterations: 400
+        time_limit_s: 500        # optional
+        budget_usd: 10           # optional
+        objective: cost          # time (default) or cost
+        risk_quantile: 0.9       # limits hold for this quantile of time and cost (default)
+        overheads: {launch_s: 150, detach_s: 5}   # launch_s default: the provider's
+        offers:
+          - {type: p3.8xlarge, market: spot, quota: 2}          # price from the catalog
+          - {type: g4dn.8xlarge, market: on-demand, quota: 8, price: 2.0}
+    """
+    return build_request(
+        RequestSpec.parse(d), catalog=catalog, load_profile=load_profile, vm_evidence=vm_evidence
     )

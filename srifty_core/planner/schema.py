@@ -180,6 +180,7 @@ DEFAULT_OBJECTIVE: Literal["time", "cost"] = "time"
 default of ``srifty plan``'s request, a job file and the plan-and-train DAG's conf."""
 Granularity = Annotated[Literal["pow2", "any"], Rule("'pow2' or 'any'")]
 JobProvider = Annotated[Literal["local", "ec2"], Rule("'local' or 'ec2'")]
+"""Where a DAG run's workers may run (the emulated EC2 lives in one process: the shell's)."""
 
 
 def _shell_provider(value: str) -> str:
@@ -192,6 +193,7 @@ ShellJobProvider = Annotated[
     _canonical(_shell_provider),
     Rule("'local', 'ec2' or 'ec2-emulated' (alias 'emulated')"),
 ]
+"""Where a request is planned for and a job from the shell runs."""
 BandwidthSource = Annotated[Literal["champion", "probes"], Rule("'champion' or 'probes'")]
 SizeName = Annotated[
     str,
@@ -285,54 +287,105 @@ class Strict(BaseModel):
             raise field_error(exc, cls, where) from None
 
 
+OfferPrice = Annotated[
+    float,
+    Field(strict=True, ge=0, allow_inf_nan=False),
+    Rule(f"a number >= 0 ($/hour; 0, free, only for {LOCAL_TYPE})"),
+]
+"""An offer's stated price: a cloud type's ``Price`` (> 0), ``LOCAL_TYPE``'s ``LocalPrice``
+(0 allowed); ``OfferSpec`` refuses a 0 for any other type."""
+
+
 class OfferSpec(Strict):
     """Up to ``quota`` VMs of ``type`` on ``market``; ``price`` ($/hour) from the catalog
-    unless given."""
+    unless given (``local.cpu``, the local provider's workers, has none: give it)."""
 
     kind = "offer"
     rule = "a mapping like {type: g4dn.xlarge, market: spot, quota: 8}"
     type: Text
     market: MarketName = "on-demand"
     quota: Quota = 0
-    price: Price | None = None
+    price: OfferPrice | None = None
     zone: Text | None = None
     min_batch: MinBatch | None = None
     interruptions_per_month: MonthlyShare | None = None
     """Share of spot VMs interrupted per month (``planner.spot``); default: the catalog's
     band for the type."""
 
+    @model_validator(mode="after")
+    def _zero_only_for_local(self) -> OfferSpec:
+        if self.price == 0 and self.type != LOCAL_TYPE:
+            raise _PathError(
+                "price",
+                f"must be a positive number ($/hour) for {self.type} (only {LOCAL_TYPE} may "
+                "be free), got 0",
+            )
+        return self
+
 
 class OverheadsSpec(Strict):
     kind = "overheads"
     rule = "a mapping like {launch_s: 150, detach_s: 5}"
-    launch_s: Seconds = 150.0
+    launch_s: Seconds | None = None
+    """Request to running workers; default: the provider's (``Provider.launch_s``: local 0,
+    ec2 and ec2-emulated 150 s)."""
     detach_s: Seconds = 0.0
     solve_s: Seconds = 0.0
 
 
 class RequestSpec(Strict):
-    """A ``srifty plan`` request (docs/usage.md, "Planning a request")."""
+    """A planning request: a ``srifty plan`` request file (docs/usage.md, "Planning a
+    request") and the planning part of a job's conf (``JobConf`` adds the run's settings).
+    Each field and its default is defined here once."""
 
     kind = "request"
     rule = "a mapping of request fields (model, global_batch, iterations, offers, ...)"
     model: StoredModel
     """A model reference (``workload``), or the name its profiles are stored under."""
-    size: SizeName = "full"
+    size: SizeName = Field(
+        "full",
+        description=(
+            "The model's size preset; default full, the model as its name says (tiny and "
+            "small are CPU-friendly stand-ins for demos and tests)."
+        ),
+    )
     precision: PrecisionName = "fp32"
     optimizer: OptimizerName = "sgd"
     compile: Flag = False
     channels_last: Flag = False
     """Training settings (``training_settings``): the profiles read are those taken with
     them."""
-    region: Text = "us-east-1"
-    provider: Text = "ec2"
+    region: Text = Field(
+        "us-east-1",
+        description="The catalog region of the offers' types and prices (local.cpu has none).",
+    )
+    provider: ShellJobProvider | None = Field(
+        None,
+        description=(
+            "Where the workers run: local (local.cpu processes on this machine), ec2, or "
+            "ec2-emulated (from the shell only); default: inferred from the offers, local "
+            "when every offer is local.cpu, else ec2. It sets the launch overhead charged "
+            "(the provider's: local 0, ec2 150 s) unless overheads.launch_s is given."
+        ),
+    )
     global_batch: GlobalBatch
-    iterations: Iterations
+    iterations: Iterations = Field(
+        description="Iterations to train (a re-planning run's conf: those still to do)."
+    )
     time_limit_s: Limit | None = None
     budget_usd: Limit | None = None
     objective: ObjectiveName = DEFAULT_OBJECTIVE
-    risk_quantile: RiskQuantile = DEFAULT_RISK_QUANTILE
-    overheads: OverheadsSpec | None = None
+    risk_quantile: RiskQuantile = Field(
+        DEFAULT_RISK_QUANTILE,
+        description="The limits hold for this quantile of predicted time and cost.",
+    )
+    overheads: OverheadsSpec | None = Field(
+        None,
+        description=(
+            "Fixed costs of starting a configuration: launch_s (default: the provider's), "
+            "detach_s and solve_s (default 0)."
+        ),
+    )
     batch_granularity: Granularity = "pow2"
     checkpoint_every: Iterations = 10
     """Iterations between checkpoints: the work a spot interruption loses."""
@@ -343,23 +396,48 @@ class RequestSpec(Strict):
         list[OfferSpec],
         Field(min_length=1, max_length=MAX_OFFERS),
         Rule(f"a list of 1 to {MAX_OFFERS} offers {{type, market, quota[, price, zone]}}"),
-    ]
+    ] = Field(
+        description=(
+            "What may be rented: {type, market, quota, price?, zone?}. local: type local.cpu, "
+            "quota = worker processes, price = the $/hour a worker counts for (0.1 is a "
+            "nominal demo value); ec2: catalog types, prices from the catalog unless given."
+        )
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_from_offers(cls, data: Any) -> Any:
+        """A request without ``provider`` (or with null) gets the one its offers imply."""
+        if isinstance(data, Mapping) and data.get("provider") is None:
+            offers = data.get("offers")
+            local = (
+                isinstance(offers, list)
+                and bool(offers)
+                and all(isinstance(o, Mapping) and o.get("type") == LOCAL_TYPE for o in offers)
+            )
+            return {**data, "provider": "local" if local else "ec2"}
+        return data
+
+    @property
+    def provider_name(self) -> str:
+        """``provider``, which parsing always fills in (``_provider_from_offers``)."""
+        return self.provider or "ec2"  # pragma: no branch - never None once parsed
+
+
+def _request_field(name: str) -> Any:
+    """``RequestSpec``'s field ``name`` for a subclass that narrows its type: the same
+    default and description (defined once, in ``RequestSpec``)."""
+    f = RequestSpec.model_fields[name]
+    if f.is_required():
+        return Field(description=f.description)
+    return Field(f.default, description=f.description)
 
 
 class JobOffer(OfferSpec):
-    quota: Quota
-    price: LocalPrice | None = None
-    """A cloud type's ``Price`` (> 0); ``LOCAL_TYPE``'s ``LocalPrice`` (0 allowed)."""
+    """An offer of a job: it rents for real, so it states how many it may (``quota``
+    required)."""
 
-    @model_validator(mode="after")
-    def _zero_only_for_local(self) -> JobOffer:
-        if self.price == 0 and self.type != LOCAL_TYPE:
-            raise _PathError(
-                "price",
-                f"must be a positive number ($/hour) for {self.type} (only {LOCAL_TYPE} may "
-                "be free), got 0",
-            )
-        return self
+    quota: Quota
 
 
 class Ec2Settings(Strict):
@@ -420,49 +498,27 @@ class ResumeSpec(Strict):
     configuration wants and releases the rest."""
 
 
-class JobConf(Strict):
-    """The conf of the ``srifty_plan_and_train`` DAG: the planning request plus the run's
-    settings (``runtime.job.JobSpec``)."""
+class JobConf(RequestSpec):
+    """The conf of the ``srifty_plan_and_train`` DAG: a planning request (``RequestSpec``:
+    its fields, defaults and rules) plus the run's settings (``runtime.job.JobSpec``). A
+    job trains its model, so ``model`` is a reference (not only a stored profile's name),
+    each offer states its ``quota``, and the DAG runs on ``local`` or ``ec2``."""
 
     kind = "conf"
     rule = "a mapping of conf fields (model, size, global_batch, iterations, offers, ...)"
     model: ModelName
-    size: SizeName
-    global_batch: GlobalBatch
-    iterations: Iterations = Field(description="Iterations this run should do.")
+    provider: JobProvider | None = _request_field("provider")
     offers: Annotated[
         list[JobOffer],
         Field(min_length=1, max_length=MAX_OFFERS),
         Rule(f"a list of 1 to {MAX_OFFERS} offers {{type, market, quota[, price, zone]}}"),
-    ] = Field(
-        description=(
-            "What may be rented: {type, market, quota, price?, zone?}. local: type local.cpu, "
-            "quota = worker processes, price = the $/hour a worker counts for (0.1 is a "
-            "nominal demo value); ec2: catalog types, prices from the catalog unless given."
-        )
-    )
-    time_limit_s: Limit | None = None
-    budget_usd: Limit | None = None
-    objective: ObjectiveName = DEFAULT_OBJECTIVE
-    risk_quantile: RiskQuantile | None = Field(
-        None, description="The limits hold for this quantile of predicted time and cost."
-    )
-    provider: JobProvider = "local"
-    region: Text | None = Field(None, description="Catalog region (ec2).")
+    ] = _request_field("offers")  # type: ignore[assignment]  # a list of the narrower offers
     bandwidth: BandwidthSource = "champion"
-    launch_s: Seconds | None = Field(
-        None, description="Launch overhead the planner charges (default: local 0, ec2 150 s)."
-    )
     ec2: Ec2Settings | None = None
-    checkpoint_every: Iterations = 10
     step_sleep_s: Seconds = Field(
         0.0, description="Extra seconds per step (slows a demo job so it can be interrupted)."
     )
     seed: Seed = 0
-    precision: PrecisionName = "fp32"
-    optimizer: OptimizerName = "sgd"
-    compile: Flag = False
-    channels_last: Flag = False
     entrypoint: Annotated[list[LongText], Field(max_length=256), Rule("a list of strings")] = Field(
         [],
         description=(
@@ -487,7 +543,7 @@ class ShellJobConf(JobConf):
     the emulated EC2 (``ec2-emulated``, alias ``emulated``), which lives in one process and
     so runs only from the shell (``runtime.emulated_job``), never as the DAG's tasks."""
 
-    provider: ShellJobProvider = "local"  # type: ignore[assignment]
+    provider: ShellJobProvider | None = _request_field("provider")  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------------- errors

@@ -18,7 +18,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
-from srifty_core.planner.schema import DEFAULT_OBJECTIVE, DEFAULT_RISK_QUANTILE
+from srifty_core.planner.schema import JobConf, RequestSpec, ShellJobConf
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, STATE_FILE
 from srifty_core.training_settings import TrainingSettings
@@ -80,9 +80,15 @@ class Resume:
         )
 
 
+def _default(name: str) -> Any:
+    """The conf's default of ``name`` (``planner.schema.JobConf``: defined there once)."""
+    return JobConf.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """The trigger's parameters, validated: made by ``from_params``."""
+    """The trigger's parameters, validated: made by ``from_params``; the planning request
+    among them is ``request`` (``planner.request.build_request`` plans it)."""
 
     model: str
     size: str
@@ -92,29 +98,34 @@ class JobSpec:
     offers: tuple[Mapping[str, Any], ...]
     """``[{type, market, quota, price?, zone?}]``: what may be rented."""
     provider: str = "local"
-    region: str = "us-east-1"
-    bandwidth: str = "champion"
+    """Always the conf's (inferred from the offers where it names none); ``local`` for the
+    jobs a plan file runs, which are made here directly."""
+    region: str = _default("region")
+    bandwidth: str = _default("bandwidth")
     """``champion`` (the registered XGBoost model) or ``probes`` (the probe-table model)."""
     time_limit_s: float = math.inf
     budget_usd: float = math.inf
-    objective: str = DEFAULT_OBJECTIVE
-    risk_quantile: float = DEFAULT_RISK_QUANTILE
+    objective: str = _default("objective")
+    risk_quantile: float = _default("risk_quantile")
     """The limits hold for this quantile of predicted time and cost (``PlanRequest``)."""
-    launch_s: float | None = None
-    """Launch overhead the planner charges; default: the provider's (``Provider.launch_s``)."""
+    overheads: Mapping[str, float] = field(default_factory=dict)
+    """The conf's ``overheads`` as given (``launch_s`` default: the provider's,
+    ``Provider.launch_s``)."""
+    batch_granularity: str = _default("batch_granularity")
+    spot_interruptions: str = _default("spot_interruptions")
     ec2: Mapping[str, Any] = field(default_factory=dict)
     """EC2 launch settings: ``image_id`` (required for ``ec2``), ``subnet_id``,
     ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
     ``wait_timeout_s``, ``join_timeout_s`` (how long torchrun waits for every VM of a
     configuration to join); the AWS connection and what VMs install are deployment settings
     (``planner.schema.DEPLOYMENT_ONLY``)."""
-    checkpoint_every: int = 10
-    step_sleep_s: float = 0.0
-    seed: int = 0
-    precision: str = "fp32"
-    optimizer: str = "sgd"
-    compile: bool = False
-    channels_last: bool = False
+    checkpoint_every: int = _default("checkpoint_every")
+    step_sleep_s: float = _default("step_sleep_s")
+    seed: int = _default("seed")
+    precision: str = _default("precision")
+    optimizer: str = _default("optimizer")
+    compile: bool = _default("compile")
+    channels_last: bool = _default("channels_last")
     entrypoint: tuple[str, ...] = ()
     """Your training script's command on every rank (``runtime.launch``); empty: the
     built-in worker."""
@@ -125,6 +136,33 @@ class JobSpec:
         """The training settings the profiles must have been taken with."""
         return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
 
+    @property
+    def request(self) -> RequestSpec:
+        """The planning request of this run (what is left of the job's, for a re-plan)."""
+        return RequestSpec.parse(
+            {
+                "model": self.model,
+                "size": self.size,
+                "precision": self.precision,
+                "optimizer": self.optimizer,
+                "compile": self.compile,
+                "channels_last": self.channels_last,
+                "region": self.region,
+                "provider": self.provider,
+                "global_batch": self.global_batch,
+                "iterations": self.iterations,
+                "time_limit_s": None if self.time_limit_s == math.inf else self.time_limit_s,
+                "budget_usd": None if self.budget_usd == math.inf else self.budget_usd,
+                "objective": self.objective,
+                "risk_quantile": self.risk_quantile,
+                "overheads": dict(self.overheads) or None,
+                "batch_granularity": self.batch_granularity,
+                "checkpoint_every": self.checkpoint_every,
+                "spot_interruptions": self.spot_interruptions,
+                "offers": [dict(o) for o in self.offers],
+            }
+        )
+
     @classmethod
     def from_params(cls, p: Mapping[str, Any], *, shell: bool = False) -> JobSpec:
         """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
@@ -132,7 +170,6 @@ class JobSpec:
         job run from the shell (``ShellJobConf``: the emulated EC2 allowed too, and any
         model reference); else a DAG trigger's, whose model must be registered
         (``trigger_models``: never a file path)."""
-        from srifty_core.planner.schema import JobConf, ShellJobConf
         from srifty_core.trigger_models import registered_model
 
         c = (ShellJobConf if shell else JobConf).parse(p)
@@ -144,14 +181,16 @@ class JobSpec:
             global_batch=c.global_batch,
             iterations=c.iterations,
             offers=tuple(o.model_dump(exclude_unset=True) for o in c.offers),
-            provider=c.provider,
-            region=c.region or "us-east-1",
+            provider=c.provider_name,
+            region=c.region,
             bandwidth=c.bandwidth,
             time_limit_s=_limit(c.time_limit_s),
             budget_usd=_limit(c.budget_usd),
             objective=c.objective,
-            risk_quantile=DEFAULT_RISK_QUANTILE if c.risk_quantile is None else c.risk_quantile,
-            launch_s=c.launch_s,
+            risk_quantile=c.risk_quantile,
+            overheads=c.overheads.model_dump(exclude_unset=True) if c.overheads else {},
+            batch_granularity=c.batch_granularity,
+            spot_interruptions=c.spot_interruptions,
             ec2=c.ec2.model_dump(exclude_unset=True) if c.ec2 is not None else {},
             checkpoint_every=c.checkpoint_every,
             step_sleep_s=c.step_sleep_s,

@@ -54,7 +54,7 @@ from srifty_core.runtime.monitor_step import (
     poll,
     read_decisions,
 )
-from srifty_core.runtime.planning import build_request, load_bandwidth_model
+from srifty_core.runtime.planning import job_request, load_bandwidth_model
 from srifty_core.runtime.provisioning import (
     handed_over,
     make_provider,
@@ -81,7 +81,6 @@ __all__ = [
     "PollResult",
     "Resume",
     "TrainingFailed",
-    "build_request",
     "child_conf",
     "continue_or_finish",
     "deadline_missed",
@@ -89,6 +88,7 @@ __all__ = [
     "finish",
     "handed_over",
     "job_failed",
+    "job_request",
     "load_bandwidth_model",
     "make_provider",
     "plan_job",

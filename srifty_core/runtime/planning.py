@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srifty_core.catalog.types import Market
+from srifty_core.catalog import Catalog
 from srifty_core.cloud import provider_class
-from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError
+from srifty_core.planner.job import store_requests
+from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
 from srifty_core.runs.store import runs_dir
 from srifty_core.runtime.job import (
@@ -26,7 +27,7 @@ from srifty_core.runtime.job import (
     NoFeasiblePlan,
     Resume,
 )
-from srifty_core.runtime.replanner import Progress, Replanner
+from srifty_core.runtime.replanner import Progress, Replanner, without_depleted
 from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
@@ -40,33 +41,6 @@ RUN_FILE = "calibration.json"
 PlanSink = Callable[[JobSpec, JobPlan, Mapping[str, Any], str], JobPlan]
 """``(spec, job, plan result, run key) -> job with its run ids``: where a plan is recorded
 (``job_log.log_plan``: MLflow)."""
-
-
-def local_offers(items: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    """Offers of the local provider: ``local.cpu`` only, priced by the trigger."""
-    from srifty_core.planner.request import Offer
-    from srifty_core.simulator.types import SimInstance
-
-    out = []
-    for i, item in enumerate(items):
-        where = f"offers[{i}]"
-        if item.get("type") != LOCAL_CPU:
-            raise ConfigError(
-                f"{where}.type: the local provider offers only {LOCAL_CPU!r}, "
-                f"got {item.get('type')!r}"
-            )
-        quota = item.get("quota", 0)
-        if not isinstance(quota, int) or not 0 <= quota <= DEFAULT_MAX_RANKS:
-            raise ConfigError(f"{where}.quota: need 0..{DEFAULT_MAX_RANKS} workers, got {quota!r}")
-        if item.get("price") is None:
-            raise ConfigError(
-                f"{where}.price: {LOCAL_CPU} has no market price; give the $/hour a worker "
-                "should count for in the budget"
-            )
-        market = Market.parse(str(item.get("market", "on-demand")))
-        price, min_batch = float(item["price"]), item.get("min_batch")
-        out.append(Offer(SimInstance.local_cpu(), market, quota, price, min_batch=min_batch))
-    return tuple(out)
 
 
 def launches_for(request: Any, choice: Sequence[tuple[int, int, int]]) -> tuple[Launch, ...]:
@@ -126,50 +100,17 @@ def train_plan_for(
     )
 
 
-def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
-    """The ``PlanRequest`` of this run as its conf states it: the offers, the profiles and
-    the limits (a re-plan's conf already holds what is left of them)."""
-    from srifty_core.planner.request import (
-        Objective,
-        Overheads,
-        PlanRequest,
-        offers_from_catalog,
-    )
-    from srifty_core.profiling.store import ProfileStore
-    from srifty_core.runtime.replanner import without_depleted
-    from srifty_core.simulator.types import Workload
-
-    if spec.provider == "local":
-        offers = local_offers(spec.offers)
-    else:
-        from srifty_core.catalog import Catalog
-
-        catalog = Catalog.load()
-        catalog.check_region(spec.region)
-        offers = offers_from_catalog(catalog, spec.offers, spec.region, provider=spec.provider)
+def job_request(spec: JobSpec, profiles_root: Path | None = None) -> PlanRequest:
+    """The ``PlanRequest`` of this run as its conf states it (``JobSpec.request``, built by
+    the one builder, ``planner.request.build_request``, on the catalog and the profile
+    store: a GPU nobody profiled is estimated, and recalibrated in the first window); a
+    re-plan's conf already holds what is left. ``NoFeasiblePlan`` when the cloud took back
+    every offer (``resume.depleted``)."""
+    request = store_requests(Catalog.load(), ProfileStore(profiles_root))(spec.request)
     gone = spec.resume.depleted if spec.resume else ()
-    if not without_depleted(offers, gone):
+    if not without_depleted(request.offers, gone):
         raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
-    store = ProfileStore(profiles_root)
-    profiles = {  # a GPU nobody profiled: estimated, and recalibrated in the first window
-        o.instance.device_type: store.load_or_estimate(
-            spec.model, spec.size, o.instance.device_type, spec.settings
-        )
-        for o in offers
-    }
-    launch_s = provider_class(spec.provider).launch_s if spec.launch_s is None else spec.launch_s
-    return PlanRequest(
-        workload=Workload(spec.model, profiles, store.vm_spreads()),
-        global_batch=spec.global_batch,
-        iterations=spec.iterations,
-        offers=offers,
-        time_limit_s=spec.time_limit_s,
-        budget_usd=spec.budget_usd,
-        objective=Objective.parse(spec.objective),
-        overheads=Overheads(launch_s=launch_s),
-        risk_quantile=spec.risk_quantile,
-        checkpoint_every=spec.checkpoint_every,
-    )
+    return request
 
 
 def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any:
@@ -182,7 +123,6 @@ def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any
     that make one."""
     import logging
 
-    from srifty_core.catalog import Catalog
     from srifty_core.planner.job import load_bandwidth_with_source, public_bandwidth
     from srifty_core.predictors.registry import NoChampionError
 
@@ -286,7 +226,7 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
         run_dir.mkdir(parents=True, exist_ok=True)
     if spec.resume is not None:  # what the last run logged past its checkpoint goes aside
         _rewind_to_checkpoint(run_dir)
-    request = build_request(spec)
+    request = job_request(spec)
     # Calibrated by what this job measured (a re-plan) or earlier jobs of the model stored.
     simulator, calibrated = planning_simulator(
         Simulator(load_bandwidth_model(spec.bandwidth, _types(request))), request, run_dir

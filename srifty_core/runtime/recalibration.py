@@ -59,7 +59,7 @@ from srifty_core.runs.progress import WARMUP_STEPS, ProgressRecord
 from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.planning import (
     RUN_FILE,
-    build_request,
+    job_request,
     load_bandwidth_model,
     planning_simulator,
     read_run,
@@ -124,7 +124,7 @@ class Context:
         from srifty_core.planner.request import Overheads
         from srifty_core.simulator.estimator import Simulator
 
-        request = build_request(spec)
+        request = job_request(spec)
         types = [o.instance.name for o in request.offers]
         bw = load_bandwidth_model(spec.bandwidth, types) if bandwidth is None else bandwidth
         config, devices = configuration(request, job)

@@ -8,7 +8,7 @@ import pytest
 from srifty_core.cloud import PROVIDERS, provider_class
 from srifty_core.errors import UnknownNameError
 from srifty_core.runtime.job import JobSpec
-from srifty_core.runtime.planning import build_request
+from srifty_core.runtime.planning import job_request
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
@@ -30,7 +30,7 @@ def test_a_job_is_charged_its_providers_launch_unless_it_states_one() -> None:
     base = {"model": "resnet18", "size": "tiny", "global_batch": 64, "iterations": 10,
             "provider": "ec2", "ec2": {"image_id": "ami-0123456789abcdef0"},
             "offers": [{"type": "g4dn.xlarge", "quota": 1}]}  # fmt: skip
-    charged = build_request(JobSpec.from_params(base)).overheads.launch_s
+    charged = job_request(JobSpec.from_params(base)).overheads.launch_s
     assert charged == provider_class("ec2").launch_s
-    stated = build_request(JobSpec.from_params({**base, "launch_s": 30.0}))
+    stated = job_request(JobSpec.from_params({**base, "overheads": {"launch_s": 30.0}}))
     assert stated.overheads.launch_s == 30.0

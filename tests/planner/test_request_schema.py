@@ -59,6 +59,7 @@ CONF: dict[str, Any] = {
     "provider": "local",
     "objective": "time",
     "time_limit_s": None,
+    "overheads": {},
     "ec2": {},
     "resume": None,
 }
@@ -183,6 +184,10 @@ def _objective(s: str) -> bool:
     return s.strip().lower().removeprefix("min_").removeprefix("minimize_") in ("time", "cost")
 
 
+def _provider(s: str) -> bool:
+    return s.strip().lower() in ("local", "ec2", "ec2-emulated", "emulated")
+
+
 def _market(s: str) -> bool:
     try:
         Market.parse(s)
@@ -198,7 +203,7 @@ BAD_VALUES: dict[Path, st.SearchStrategy[Any]] = {
     ("model",): bad_text(max_len=MODEL_MAX_LEN),
     ("size",): bad_choice(lambda s: s in SIZES),
     ("region",): bad_text(),
-    ("provider",): bad_text(),
+    ("provider",): bad_choice(_provider),
     ("global_batch",): bad_int(1, schema.MAX_BATCH),
     ("iterations",): bad_int(1, schema.MAX_ITERATIONS),
     ("time_limit_s",): bad_number(0, lo_open=True, nullable=True),
@@ -207,7 +212,7 @@ BAD_VALUES: dict[Path, st.SearchStrategy[Any]] = {
     ("risk_quantile",): bad_number(0.5, lo_open=False, hi=1.0),
     ("batch_granularity",): bad_choice(lambda s: s in ("pow2", "any")),
     ("overheads",): st.one_of(st.text(), st.integers(), st.lists(st.integers(), max_size=2)),
-    ("overheads", "launch_s"): bad_number(0, lo_open=False),
+    ("overheads", "launch_s"): bad_number(0, lo_open=False, nullable=True),
     ("overheads", "detach_s"): bad_number(0, lo_open=False),
     ("offers",): st.one_of(
         st.text(), st.integers(), st.none(), st.just([]), st.dictionaries(st.text(), st.integers())
@@ -412,7 +417,8 @@ CONF_BAD: dict[Path, st.SearchStrategy[Any]] = {
     ("offers", 0, "price"): bad_number(0, lo_open=False, nullable=True),
     ("provider",): bad_choice(lambda s: s in ("local", "ec2")),
     ("bandwidth",): bad_choice(lambda s: s in ("champion", "probes")),
-    ("launch_s",): bad_number(0, lo_open=False, nullable=True),
+    ("overheads", "launch_s"): bad_number(0, lo_open=False, nullable=True),
+    ("risk_quantile",): bad_number(0.5, lo_open=False, hi=1.0),
     ("checkpoint_every",): bad_int(1, schema.MAX_ITERATIONS),
     ("step_sleep_s",): bad_number(0, lo_open=False),
     ("seed",): bad_int(0, schema.MAX_SEED),
@@ -450,6 +456,32 @@ def test_the_conf_names_the_field(change: dict[str, Any], path: str) -> None:
     with pytest.raises(FieldError) as info:
         JobConf.parse(CONF | change)
     assert info.value.path == path, str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("offers", "provider"),
+    [
+        ([{"type": "local.cpu", "quota": 2, "price": 0.1}], "local"),
+        ([{"type": "g4dn.xlarge", "quota": 2}], "ec2"),
+        ([{"type": "local.cpu", "quota": 2, "price": 0.1}, {"type": "g4dn.xlarge", "quota": 1}],
+         "ec2"),
+    ],
+)  # fmt: skip
+def test_a_request_without_a_provider_gets_the_one_its_offers_imply(
+    offers: list[dict[str, Any]], provider: str
+) -> None:
+    """One default for ``srifty plan`` and a job: ``local`` when every offer is
+    ``local.cpu``, else ``ec2``; a stated provider (or null, the trigger form's) is kept or
+    inferred alike."""
+    base = {k: v for k, v in REQUEST.items() if k != "offers"}
+    assert RequestSpec.parse({**base, "offers": offers}).provider == provider
+    assert RequestSpec.parse({**base, "offers": offers, "provider": None}).provider == provider
+    assert RequestSpec.parse({**base, "offers": offers, "provider": "emulated"}).provider == (
+        "ec2-emulated"
+    )
+    job = {**CONF, "offers": offers, "ec2": {"image_id": "ami-1"}}
+    del job["provider"]
+    assert JobConf.parse(job).provider == provider
 
 
 def test_the_dag_params_schemas_come_from_the_model() -> None:
