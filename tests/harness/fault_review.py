@@ -1321,7 +1321,7 @@ case("train-job-emulated-seed-abc", "train plan", "`seed: abc` in an emulated jo
 USER_MODELS = """
 import sys
 import torch
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 
 def _batch(b, g):
@@ -1467,7 +1467,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 MODE = "@MODE@"
 SECRET_NAMES = @SECRETS@
