@@ -175,6 +175,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from datetime import date
 
     from srifty_core.cloud import get_provider
+    from srifty_core.measure.sweep import probe_sweep
     from srifty_core.probing.config import (
         SWEEP_TIMEOUT_S,
         SweepConfig,
@@ -183,7 +184,6 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     )
     from srifty_core.probing.store import read_partition_table
     from srifty_core.probing.summary import format_summary, noisy_points, summarize
-    from srifty_core.probing.sweep import probe_sweep
 
     config = SweepConfig(
         sizes=parse_sizes(args.sizes, points_per_decade=args.points_per_decade, steps=args.steps),

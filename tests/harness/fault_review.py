@@ -1729,7 +1729,7 @@ def _secrets_to_probe(ctx: Ctx) -> Run:
     while proc.poll() is None and time.monotonic() - t0 < 120:
         for pid in case_pids(ctx.case):
             with contextlib.suppress(OSError):  # the probe's workers (not its own helpers)
-                if b"srifty_core.probing.worker" in (Path("/proc") / str(pid) / "cmdline"
+                if b"srifty_core.measure.probe_worker" in (Path("/proc") / str(pid) / "cmdline"
                                                      ).read_bytes():  # fmt: skip
                     seen |= _environ_secrets(pid)
         time.sleep(0.05)
