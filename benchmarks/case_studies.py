@@ -97,7 +97,7 @@ def _make_reference(model: str) -> tuple[Any, dict[str, Any]]:
         profile_model,
         training_memory_bytes,
     )
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     cfg = ProfilerConfig(
         max_batch=CPU_MAX_BATCH.get(model, 64), threads=1, repeats=3, warmup=1, probes=4

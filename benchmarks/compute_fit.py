@@ -33,7 +33,7 @@ import torch
 from srifty_core.predictors.compute import budget_batch_sizes, fit_line, fit_piecewise
 from srifty_core.profiling.profile import mape
 from srifty_core.profiling.profiler import measure_latency
-from srifty_core.profiling.zoo import build
+from srifty_core.workloads.zoo import build
 
 OUT = Path(__file__).parent / "results"
 DENSE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]

@@ -54,7 +54,7 @@ from srifty_core.profiling.profiler import (
     profile_model,
     resolve_device,
 )
-from srifty_core.profiling.zoo import build
+from srifty_core.workloads.zoo import build
 
 T_START = time.perf_counter()
 

@@ -35,10 +35,10 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="srifty-bench-"))
     os.environ["SRIFTY_DATA_DIR"] = str(root)
+    from srifty_core.measure.sweep import probe_sweep
     from srifty_core.probing.config import SweepConfig, format_size, parse_int_list, parse_sizes
     from srifty_core.probing.store import read_probes, write_partition
     from srifty_core.probing.summary import format_rate
-    from srifty_core.probing.sweep import probe_sweep
 
     config = SweepConfig(
         sizes=parse_sizes(args.sizes, points_per_decade=args.points_per_decade),

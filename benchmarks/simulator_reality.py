@@ -109,10 +109,10 @@ def main() -> None:
 
     import torch
 
+    from srifty_core.measure.sweep import probe_sweep
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.probing.config import SweepConfig, parse_sizes
     from srifty_core.probing.store import read_probes
-    from srifty_core.probing.sweep import probe_sweep
     from srifty_core.profiling.ddp_check import measure_ddp_cases
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model
     from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore

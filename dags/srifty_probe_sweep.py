@@ -116,8 +116,8 @@ def srifty_probe_sweep() -> None:
     @fails_fast
     def allocate(item: dict[str, Any]) -> str:
         from srifty_core.cloud import get_provider
+        from srifty_core.measure.sweep import launch_for_sweep
         from srifty_core.probing.config import config_from_params
-        from srifty_core.probing.sweep import launch_for_sweep
 
         params = get_current_context()["params"]
         provider = get_provider(params["provider"])
@@ -129,8 +129,8 @@ def srifty_probe_sweep() -> None:
     @fails_fast
     def sweep(item: dict[str, Any], allocation_id: str) -> str:
         from srifty_core.cloud import get_provider
+        from srifty_core.measure.sweep import sweep_on_allocation
         from srifty_core.probing.config import config_from_params
-        from srifty_core.probing.sweep import sweep_on_allocation
 
         ctx = get_current_context()
         params = ctx["params"]

@@ -42,8 +42,8 @@ from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 # trigger fails at once.
 from srifty_core.cloud import PROVIDERS
 from srifty_core.planner.schema import JobConf, param_schemas
-from srifty_core.profiling import SIZES
 from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
+from srifty_core.workloads import SIZES
 
 _MODEL = param_schemas(JobConf)["model"]["schema"]
 _EC2 = param_schemas(JobConf)["ec2"]["schema"]

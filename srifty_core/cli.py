@@ -140,7 +140,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     )
     from srifty_core.console import StageProgress
     from srifty_core.outputs import answer_stream, output
-    from srifty_core.workload import parse_model
+    from srifty_core.workloads import parse_model
 
     parse_model(args.model)  # a bad reference is one line before anything starts
     out, plot = output(args.out, "--out"), output(args.plot, "--plot")
@@ -175,6 +175,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from datetime import date
 
     from srifty_core.cloud import get_provider
+    from srifty_core.measure.sweep import probe_sweep
     from srifty_core.probing.config import (
         SWEEP_TIMEOUT_S,
         SweepConfig,
@@ -183,7 +184,6 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     )
     from srifty_core.probing.store import read_partition_table
     from srifty_core.probing.summary import format_summary, noisy_points, summarize
-    from srifty_core.probing.sweep import probe_sweep
 
     config = SweepConfig(
         sizes=parse_sizes(args.sizes, points_per_decade=args.points_per_decade, steps=args.steps),
@@ -363,7 +363,7 @@ def write_train_plan(
     from srifty_core.planner.schema import RequestSpec
     from srifty_core.runtime.planning import launches_for, train_plan_for
     from srifty_core.training_settings import TrainingSettings
-    from srifty_core.workload import model_key
+    from srifty_core.workloads import model_key
 
     spec = RequestSpec.parse(data)
     launches = launches_for(request, best.choice)
@@ -483,9 +483,8 @@ def read_train_plan(path: Path) -> TrainPlan:
     import dataclasses
     import json
 
-    from srifty_core.profiling import SIZES
     from srifty_core.runtime.train_plan import TrainPlan
-    from srifty_core.workload import parse_model
+    from srifty_core.workloads import SIZES, parse_model
 
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -796,9 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cat.set_defaults(func=_cmd_catalog)
 
-    from srifty_core.profiling import MODEL_NAMES, SIZES
     from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
-    from srifty_core.workload import shipped_hf_configs
+    from srifty_core.workloads import MODEL_NAMES, SIZES, shipped_hf_configs
 
     prof = sub.add_parser(
         "profile",

@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from srifty_core.workload import ModelRefError, model_key, parse_model, shipped_hf_configs
+from srifty_core.workloads import ModelRefError, model_key, parse_model, shipped_hf_configs
 
 ENV_VAR = "SRIFTY_TRIGGER_MODELS"
 """Deployment setting: more model references a DAG trigger may name (see the module doc)."""

@@ -26,6 +26,7 @@ LIGHT_MODULES = (
     "srifty_core.airflow_env",
     "srifty_core.cli",
     "srifty_core.profiling",
+    "srifty_core.workloads",
     "srifty_core.profiling.profile",
     "srifty_core.profiling.store",
     "srifty_core.predictors.compute",

@@ -13,7 +13,7 @@ import torch
 
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.training_settings import TrainingSettings
-from srifty_core.workload import (
+from srifty_core.workloads import (
     ModelRefError,
     build,
     model_key,
@@ -191,7 +191,7 @@ def test_a_factory_and_an_hf_model_are_profiled_under_their_own_keys(
 
 def test_adamw_steps_cost_more_than_sgd_and_the_profile_says_which() -> None:
     from srifty_core.profiling.profiler import optimizer_step_seconds
-    from srifty_core.profiling.zoo import Workload
+    from srifty_core.workloads.zoo import Workload
 
     module = torch.nn.Linear(1024, 2048)
     w = Workload(
@@ -287,7 +287,7 @@ def test_the_built_in_worker_trains_a_factory_and_an_hf_model(
 
 @pytest.mark.slow
 def test_compile_and_channels_last_keep_the_loss_and_the_state_dict() -> None:
-    from srifty_core.workload import prepare
+    from srifty_core.workloads import prepare
 
     cnn = "tests/workload_fixtures/factories.py:small_cnn"  # compiles in seconds, not a minute
     eager = build(cnn, "tiny", seed=1)

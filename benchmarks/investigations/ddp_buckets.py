@@ -64,7 +64,7 @@ def _timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]  # DDP read
 def _worker(
     rank: int, world: int, port: int, name: str, batch: int, iterations: int, out_dir: str
 ) -> None:
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     torch.set_num_threads(1)
     dist.init_process_group(

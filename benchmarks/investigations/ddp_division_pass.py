@@ -61,7 +61,7 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
         step_seconds,
         trainable,
     )
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     host_allocator.steady()
     torch.set_num_threads(1)

@@ -58,7 +58,7 @@ def _worker(
     bucket_cap_bytes: int,
     out_dir: str,
 ) -> None:
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     torch.set_num_threads(threads)
     dist.init_process_group(

@@ -47,7 +47,7 @@ def overhead(name: str, batch: int, rounds: int, repeats: int) -> dict[str, Any]
         _ddp_of_one,
         step_seconds,
     )
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     host_allocator.steady()
     torch.set_num_threads(1)

@@ -13,7 +13,7 @@ import functools
 import torch
 from torch import nn
 
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 WIDTH = {"tiny": 32, "small": 128, "full": 512}
 """Hidden units per size preset."""

@@ -39,7 +39,7 @@ from pydantic import (
 )
 
 from srifty_core.errors import FieldError, UnknownNameError
-from srifty_core.profiling import MODEL_NAMES, SIZES
+from srifty_core.workloads import MODEL_NAMES, SIZES
 
 DEFAULT_RISK_QUANTILE = 0.9
 """Limits are checked against the 90th percentile of predicted job time and cost."""
@@ -205,7 +205,7 @@ SizeName = Annotated[
 
 
 def _model_ref(value: str) -> str:
-    from srifty_core.workload import ModelRefError, parse_model
+    from srifty_core.workloads import ModelRefError, parse_model
 
     try:
         return parse_model(value).text
@@ -234,7 +234,7 @@ ModelName = Annotated[
 
 
 def _model_or_name(value: str) -> str:
-    from srifty_core.workload import ModelRefError, parse_model
+    from srifty_core.workloads import ModelRefError, parse_model
 
     try:
         return parse_model(value).text

@@ -1,15 +1,14 @@
-"""Allreduce probes: the sweep worker, its driver and the Parquet probe store.
+"""Allreduce probes: the sweep's config and the Parquet probe store (the data; the sweep
+driver and its worker, which measure, are ``srifty_core.measure``).
 
 Importing this package stays light (no torch, no pyarrow): the config and size helpers
-are plain Python; ``probing.sweep``, ``probing.store``, ``probing.schema`` and
-``probing.worker`` load the heavy libraries they need.
+are plain Python; ``probing.store`` and ``probing.schema`` load the heavy libraries they
+need.
 
 - ``probing.config``: ``SweepConfig``, ``Point``, ``parse_sizes``, ``geometric_sizes``, ``busbw``
-- ``probing.sweep``: ``probe_sweep``, ``sweep_on_allocation``, ``SweepResult``
 - ``probing.store``: ``write_partition``, ``read_probes``, ``age_weights``
 - ``probing.schema``: ``PROBE_SCHEMA`` (the one schema), ``conform``
 - ``probing.mix``: ``mix_label``, ``parse_mix``, ``is_mix`` (mixed-type rings in the store)
-- ``probing.worker``: ``python -m srifty_core.probing.worker PLAN.json`` (one per rank)
 """
 
 from srifty_core.probing.config import (

@@ -1,22 +1,11 @@
 """Compute profiling: runs ON the device it measures (CPU here, CUDA where present).
 
-Light to import: the names below, the contract (``profile``) and the store need no torch;
-the zoo, the profiler and the DDP bucket check import torch when used.
+Light to import: the contract (``profile``) and the store need no torch; the profiler and
+the DDP bucket check import torch when used. The models profiled are
+``srifty_core.workloads`` (``MODEL_NAMES`` and ``SIZES`` are re-exported here for code
+that imports them from this package).
 """
 
-MODEL_NAMES: tuple[str, ...] = (
-    "resnet18",
-    "resnet50",
-    "vgg16",
-    "alexnet",
-    "inception_v3",
-    "shufflenet_v2",
-    "bert_base",
-    "xlm",
-    "dlrm",
-)
-"""Every model of the zoo (``srifty_core.profiling.zoo`` builds them)."""
+from srifty_core.workloads.names import MODEL_NAMES, SIZES
 
-SIZES: tuple[str, ...] = ("tiny", "small", "full")
-"""Size presets: ``full`` is the real network; ``small`` profiles on a CPU in seconds;
-``tiny`` is for tests."""
+__all__ = ["MODEL_NAMES", "SIZES"]

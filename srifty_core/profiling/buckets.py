@@ -23,7 +23,7 @@ from torch import nn
 
 from srifty_core.lifetime import free_port
 from srifty_core.profiling.profile import GradientBucket
-from srifty_core.profiling.zoo import Batch, Workload
+from srifty_core.workloads.zoo import Batch, Workload
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
 DEFAULT_FIRST_BUCKET_BYTES = int(dist._DEFAULT_FIRST_BUCKET_BYTES)  # type: ignore[attr-defined]
@@ -162,7 +162,7 @@ def _ddp_worker(
     iterations: int,
     out_dir: str,
 ) -> None:
-    from srifty_core.workload import build
+    from srifty_core.workloads import build
 
     torch.set_num_threads(1)
     dist.init_process_group(

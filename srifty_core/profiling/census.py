@@ -1,7 +1,7 @@
 """Operator census: what one training step of a model asks of a device, counted without
 running it on that device.
 
-The model is built as a profile would build it (``workload.build``), moved to PyTorch's
+The model is built as a profile would build it (``workloads.build``), moved to PyTorch's
 ``meta`` device (shapes and dtypes, no data, no arithmetic) and stepped under a dispatch
 mode that records every ATen operator the step launches: its phase (forward, backward,
 optimizer step), its floating-point operations (``torch.utils.flop_counter``'s formulas) and
@@ -211,7 +211,7 @@ def take_census(
     *,
     seed: int = 0,
 ) -> OpCensus:
-    """Count one training step of ``model`` (any ``workload`` reference) at ``size`` with
+    """Count one training step of ``model`` (any ``workloads`` reference) at ``size`` with
     ``settings``' optimizer, on ``meta`` (or, where the step reads a value, on the CPU)."""
     import torch
 
@@ -284,7 +284,7 @@ def _count(
         DEFAULT_FIRST_BUCKET_BYTES,
         trainable,
     )
-    from srifty_core.workload import build, make_optimizer
+    from srifty_core.workloads import build, make_optimizer
 
     workload = build(model, size, seed=seed)
     dev = torch.device(device)
@@ -393,7 +393,7 @@ def census_path(root: Path, model: str, size: str, settings: TrainingSettings) -
 
 
 def shipped_census_path(model: str, size: str, settings: TrainingSettings) -> Path:
-    from srifty_core.workload import model_key
+    from srifty_core.workloads import model_key
 
     return SHIPPED_DIR / f"{model_key(model)}-{size}{settings.suffix}.json"
 
@@ -448,7 +448,7 @@ def load_census(
 def is_user_code(model: str) -> bool:
     """Whether counting ``model`` runs code the caller did not write: a factory in a file
     or a module. Zoo names and ``hf:`` configs are data (a stored name is no reference)."""
-    from srifty_core.workload import ModelRefError, parse_model
+    from srifty_core.workloads import ModelRefError, parse_model
 
     try:
         return parse_model(model).kind in ("file", "module")
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     from srifty_core import paths
     from srifty_core.atomic import write_text_atomic
     from srifty_core.lifetime import die_with_caller
-    from srifty_core.workload import model_key
+    from srifty_core.workloads import model_key
 
     ap = argparse.ArgumentParser(
         prog="python -m srifty_core.profiling.census", description=main.__doc__

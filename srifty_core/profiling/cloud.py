@@ -57,11 +57,10 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, ProviderError
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
-from srifty_core.profiling import SIZES
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore, profile_hint
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workload import parse_model
+from srifty_core.workloads import SIZES, parse_model
 
 if TYPE_CHECKING:
     from srifty_core.cloud.ec2 import EC2Provider
@@ -622,7 +621,7 @@ def collect_profile(
 
 
 def _check_collected(profile: ComputeProfile, request: CloudProfileRequest, where: str) -> None:
-    from srifty_core.workload import model_key
+    from srifty_core.workloads import model_key
 
     if model_key(profile.model) != model_key(request.model) or profile.size != request.size:
         raise ConfigError(

@@ -105,7 +105,7 @@ def _worker(
     alone: bool,
     out_dir: str,
 ) -> None:
-    from srifty_core.workload import build
+    from srifty_core.workloads import build
 
     host_allocator.steady()  # as the Srifty worker and the profiler run
     torch.set_num_threads(threads)

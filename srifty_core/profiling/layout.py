@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from srifty_core.workload import model_key
+from srifty_core.workloads import model_key
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

@@ -55,9 +55,9 @@ from srifty_core.profiling.buckets import (
     trainable,
 )
 from srifty_core.profiling.profile import ComputeProfile, PassStats
-from srifty_core.profiling.zoo import Batch, Workload
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workload import ModelRefError, build, make_optimizer, parse_model, prepare
+from srifty_core.workloads import ModelRefError, build, make_optimizer, parse_model, prepare
+from srifty_core.workloads.zoo import Batch, Workload
 
 GPU_MODELS = ("H100", "H200", "A100", "A10G", "L4", "T4", "V100", "M60", "K80")
 """GPU names as the catalog writes them; a CUDA device name is matched against these."""

@@ -2,7 +2,7 @@
 under the data folder.
 
 Layout: ``<data dir>/profiles/<model key>/<size>/<device type><settings suffix>.json``: the
-model key is ``workload.model_key`` of the reference (a zoo name as it is, a factory or
+model key is ``workloads.model_key`` of the reference (a zoo name as it is, a factory or
 ``hf:`` reference as a stem and a digest), the suffix ``TrainingSettings.suffix`` (empty
 for fp32 SGD, ``@adamw+bf16`` otherwise). Writes are atomic (temporary file, then rename):
 a reader never sees half a profile, and a rerun replaces it.
@@ -23,7 +23,7 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.profiling.layout import model_folder, safe
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workload import parse_model
+from srifty_core.workloads import parse_model
 
 
 class ProfileNotFoundError(SriftyError, LookupError):

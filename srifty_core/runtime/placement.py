@@ -1,7 +1,8 @@
 """Where a training rank runs: its device and process-group backend from the launcher's
-environment and what CUDA reports (``choose_device``), its precision (``choose_precision``),
-and its rank in the plan's order under torchrun's rendezvous (``plan_rank``). Pure
-functions of their inputs; torch is imported only for ``Placement.torch_device``."""
+environment and what CUDA reports (``choose_device``), and its rank in the plan's order
+under torchrun's rendezvous (``plan_rank``); its precision is
+``workloads.prepare.choose_precision``. Pure functions of their inputs; torch is imported
+only for ``Placement.torch_device``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from srifty_core.errors import ConfigError
 from srifty_core.runtime.rendezvous import RANK_OFFSET_ENV
-from srifty_core.training_settings import PRECISIONS
 
 if TYPE_CHECKING:
     import torch
@@ -115,20 +115,6 @@ def choose_device(
     if want != "cpu" and fits:
         return Placement(rank, world, local_rank, local_world, f"cuda:{local_rank}", "nccl")
     return Placement(rank, world, local_rank, local_world, "cpu", "gloo", note)
-
-
-def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) -> str:
-    """The precision a rank computes in: ``fp32`` on the CPU and when the plan says so;
-    on CUDA ``fp16``, or ``bf16`` when every rank's GPU supports it (else ``fp16``).
-    ``bf16_everywhere`` must be the same on every rank (``train`` agrees on it with an
-    allreduce), so that all ranks scale their gradients alike."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
-    if precision == "fp32" or device_type != "cuda":
-        return "fp32"
-    if precision == "bf16" and not bf16_everywhere:
-        return "fp16"
-    return precision
 
 
 def plan_rank(env: Mapping[str, str]) -> int:

@@ -56,7 +56,7 @@ class TrainPlan:
     optimizer: str = "sgd"
     """``sgd`` (with ``momentum``) or ``adamw`` (``training_settings.OPTIMIZERS``)."""
     compile: bool = False
-    """``torch.compile`` the module's forward (``workload.prepare``: checkpoints keep their
+    """``torch.compile`` the module's forward (``workloads.prepare``: checkpoints keep their
     keys)."""
     channels_last: bool = False
     """Module and 4-D inputs in channels-last memory format."""
@@ -117,7 +117,7 @@ class TrainPlan:
             raise ConfigError(
                 f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
             )
-        from srifty_core.workload import parse_model
+        from srifty_core.workloads import parse_model
 
         parse_model(self.model)
         self.settings  # noqa: B018 - builds TrainingSettings, which checks the four fields

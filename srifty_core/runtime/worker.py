@@ -71,12 +71,7 @@ from srifty_core.runs.progress import (
 )
 from srifty_core.runtime.checkpoint import load_checkpoint, save_checkpoint
 from srifty_core.runtime.exchange_timer import ExchangeTimer, step_timings
-from srifty_core.runtime.placement import (
-    Placement,
-    choose_device,
-    choose_precision,
-    plan_rank,
-)
+from srifty_core.runtime.placement import Placement, choose_device, plan_rank
 from srifty_core.runtime.train_plan import (
     DEVICES,
     PRECISIONS,
@@ -84,6 +79,7 @@ from srifty_core.runtime.train_plan import (
     loss_scale,
     split_batch,
 )
+from srifty_core.workloads import choose_precision
 
 __all__ = [
     "DEVICES",
@@ -173,7 +169,7 @@ def local_batch(
 def _build(
     plan: TrainPlan, device: torch.device | None = None
 ) -> tuple[Any, torch.optim.Optimizer]:
-    from srifty_core.workload import build, make_optimizer, prepare
+    from srifty_core.workloads import build, make_optimizer, prepare
 
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])

@@ -22,7 +22,7 @@ HEAVY = (
     "pulp",
     "sklearn",
     "transformers",
-    "srifty_core.profiling.zoo",
+    "srifty_core.workloads.zoo",
 )
 
 

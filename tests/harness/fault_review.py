@@ -1321,7 +1321,7 @@ case("train-job-emulated-seed-abc", "train plan", "`seed: abc` in an emulated jo
 USER_MODELS = """
 import sys
 import torch
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 
 def _batch(b, g):
@@ -1467,7 +1467,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 MODE = "@MODE@"
 SECRET_NAMES = @SECRETS@
@@ -1729,7 +1729,7 @@ def _secrets_to_probe(ctx: Ctx) -> Run:
     while proc.poll() is None and time.monotonic() - t0 < 120:
         for pid in case_pids(ctx.case):
             with contextlib.suppress(OSError):  # the probe's workers (not its own helpers)
-                if b"srifty_core.probing.worker" in (Path("/proc") / str(pid) / "cmdline"
+                if b"srifty_core.measure.probe_worker" in (Path("/proc") / str(pid) / "cmdline"
                                                      ).read_bytes():  # fmt: skip
                     seen |= _environ_secrets(pid)
         time.sleep(0.05)

@@ -23,8 +23,8 @@ from srifty_core.errors import ConfigError, FieldError
 from srifty_core.planner import schema
 from srifty_core.planner.request import Offer, Overheads, request_from_dict
 from srifty_core.planner.schema import JobConf, OfferSpec, RequestSpec
-from srifty_core.profiling import SIZES
 from srifty_core.simulator.types import SimInstance
+from srifty_core.workloads import SIZES
 
 # Small and quick; the autouse data_dir fixture is shared by a test's examples (unused here).
 SETTINGS = settings(

@@ -72,7 +72,7 @@ def test_bad_input_is_a_clear_error(
 def test_probing_and_cloud_packages_stay_light() -> None:
     for module in ("srifty_core.probing", "srifty_core.cloud", "srifty_core.cloud.local"):
         assert _loaded_after_import(module) == [], module
-    assert "torch" not in _loaded_after_import("srifty_core.probing.sweep")
+    assert "torch" not in _loaded_after_import("srifty_core.measure.sweep")
 
 
 def test_probe_command_runs_the_sustained_probe(
@@ -106,7 +106,7 @@ def test_probe_progress_says_done_only_when_it_is(
     """A sweep that fails (here: the sweep itself raises, as a provider that cannot launch
     does) ends without a "done" line: the error is the last word."""
     from srifty_core.errors import SriftyError
-    from srifty_core.probing import sweep
+    from srifty_core.measure import sweep
 
     def failing(*args: object, on_progress: object, **kw: object) -> None:
         on_progress(1, 4)  # type: ignore[operator]

@@ -7,9 +7,9 @@ from datetime import date
 from pathlib import Path
 
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.measure.sweep import SweepResult, merge_records, probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.store import read_probes
-from srifty_core.probing.sweep import SweepResult, merge_records, probe_sweep
 
 DAY = date(2026, 3, 2)
 CONFIG = SweepConfig(sizes=(4, 512, 65536), world_sizes=(2,), concurrency=(1,), repeats=2)

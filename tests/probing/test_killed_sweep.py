@@ -14,7 +14,7 @@ from filelock import FileLock
 
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.probing.sweep import owner_lock, owning, release_orphans
+from srifty_core.measure.sweep import owner_lock, owning, release_orphans
 
 
 def _states(data_dir: Path) -> dict[str, str]:

@@ -11,11 +11,11 @@ import pytest
 
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
+from srifty_core.measure.sweep import launch_for_sweep, probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.mix import is_mix, mix_label, parse_mix, parse_mix_spec
 from srifty_core.probing.schema import ProbeSchemaError, conform
 from srifty_core.probing.store import partition_dir, read_probes, write_partition
-from srifty_core.probing.sweep import launch_for_sweep, probe_sweep
 from tests.probing.rows import DAY, make_rows
 
 LABEL = "mix_1xg4dn.12xlarge_3xg4dn.xlarge"

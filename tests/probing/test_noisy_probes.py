@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from srifty_core import noise
+from srifty_core.measure.probe_worker import NOISE_ENV
+from srifty_core.measure.sweep import probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.store import read_partition_table, read_probes
 from srifty_core.probing.summary import noisy_points
-from srifty_core.probing.sweep import probe_sweep
-from srifty_core.probing.worker import NOISE_ENV
 
 
 def test_a_noisy_point_is_measured_again_and_one_still_noisy_is_flagged(

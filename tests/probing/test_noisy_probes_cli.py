@@ -9,7 +9,7 @@ import pytest
 
 from srifty_core import noise
 from srifty_core.cli import main
-from srifty_core.probing.worker import NOISE_ENV
+from srifty_core.measure.probe_worker import NOISE_ENV
 
 
 def test_the_rule_is_std_over_mean_and_one_constant() -> None:

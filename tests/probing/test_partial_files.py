@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.measure.sweep import partial_dir, probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.store import read_probes
-from srifty_core.probing.sweep import partial_dir, probe_sweep
 
 DAY = date(2026, 3, 3)
 

@@ -11,7 +11,7 @@ from srifty_core.profiling.buckets import (
     gradient_ready_schedule,
     trainable,
 )
-from srifty_core.profiling.zoo import build
+from srifty_core.workloads.zoo import build
 
 
 @pytest.mark.parametrize(("name", "expected_buckets"), [("resnet18", 2), ("dlrm", 3)])

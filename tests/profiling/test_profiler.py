@@ -13,7 +13,7 @@ from srifty_core.profiling.profiler import (
     profile_model,
     training_memory_bytes,
 )
-from srifty_core.profiling.zoo import build
+from srifty_core.workloads.zoo import build
 
 CPU = torch.device("cpu")
 
@@ -149,7 +149,7 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     import torch.distributed as dist
 
     from srifty_core.profiling.profiler import ddp_overhead
-    from srifty_core.profiling.zoo import build
+    from srifty_core.workloads.zoo import build
 
     torch.set_num_threads(1)
     workload = build("dlrm", "small", seed=0)
@@ -168,7 +168,7 @@ def test_the_footprint_estimate_frees_what_the_forward_saved() -> None:
 
     from torch import nn
 
-    from srifty_core.profiling.zoo import Workload
+    from srifty_core.workloads.zoo import Workload
 
     module = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     outputs: list[weakref.ref[torch.Tensor]] = []

@@ -19,7 +19,7 @@ from srifty_core.profiling import profiler
 
 MODELS = """
 import torch
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 
 def _batch(b, g):

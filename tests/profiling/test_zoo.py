@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from srifty_core.errors import UnknownNameError
-from srifty_core.profiling import MODEL_NAMES
-from srifty_core.profiling.zoo import build
+from srifty_core.workloads import MODEL_NAMES
+from srifty_core.workloads.zoo import build
 
 CPU = torch.device("cpu")
 

@@ -14,7 +14,6 @@ import torch
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
-from srifty_core.profiling.zoo import build
 from srifty_core.runtime import worker
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.worker import (
@@ -26,6 +25,7 @@ from srifty_core.runtime.worker import (
     run_rank,
     train_step,
 )
+from srifty_core.workloads.zoo import build
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:

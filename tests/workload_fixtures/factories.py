@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from srifty_core.workload import Parts
+from srifty_core.workloads import Parts
 
 NOT_CALLABLE = 42
 

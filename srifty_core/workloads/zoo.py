@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from srifty_core.errors import ConfigError, UnknownNameError
-from srifty_core.profiling import MODEL_NAMES, SIZES
-from srifty_core.profiling.vision import VISION_BUILDERS
+from srifty_core.workloads.names import MODEL_NAMES, SIZES
+from srifty_core.workloads.vision import VISION_BUILDERS
 
 # name -> size -> knobs. Vision: width multiplier, image side, classes.
 _VISION_PRESETS: dict[str, dict[str, dict[str, Any]]] = {

@@ -1,6 +1,6 @@
 """The probe worker: one process per rank, torchrun-style.
 
-    python -m srifty_core.probing.worker PLAN.json
+    python -m srifty_core.measure.probe_worker PLAN.json
 
 The same entry point runs on a VM (under torchrun or a provider's ``run``) and locally.
 It reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and ``LOCAL_RANK``
@@ -302,7 +302,7 @@ def _row(
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m srifty_core.probing.worker PLAN.json", file=sys.stderr)
+        print("usage: python -m srifty_core.measure.probe_worker PLAN.json", file=sys.stderr)
         return 2
     die_with_caller()
     plan = json.loads(Path(args[0]).read_text())

@@ -526,7 +526,7 @@ def run_points(
     with FileLock(writer_lock(out)):  # this run owns the partial file while it measures
         provider.run(  # this call waits for them: they end with it
             allocation,
-            [sys.executable, "-m", "srifty_core.probing.worker", str(plan_path)],
+            [sys.executable, "-m", "srifty_core.measure.probe_worker", str(plan_path)],
             caller_env(),
         )
         deadline = time.monotonic() + config.sweep_timeout_s

@@ -1,0 +1,10 @@
+"""Procedures that measure hardware, on this machine or on any ``cloud.Provider``'s VMs
+(above the cloud: they start work on a provider's allocations).
+
+Importing this package loads nothing; each module loads what it needs:
+
+- ``measure.sweep``: the allreduce probe sweep on a provider, committed to the probe store
+  (``probe_sweep``, ``sweep_on_allocation``, ``launch_for_sweep``, ``SweepResult``)
+- ``measure.probe_worker``: one rank of a probe sweep,
+  ``python -m srifty_core.measure.probe_worker PLAN.json`` (torch)
+"""
