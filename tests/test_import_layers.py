@@ -250,10 +250,6 @@ _PACKAGE_LAYERS = (
 PACKAGE_LAYERS = tuple((name, frozenset(units.split())) for name, units in _PACKAGE_LAYERS)
 
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("srifty_core.cloud.ec2", "srifty_core.runtime.rendezvous"):
-        "EC2 user data embeds the rendezvous start script; to be passed in by the jobs",
-    ("srifty_core.cloud.ec2", "srifty_core.runtime.run_store"):
-        "the run folder's store (runs/, L1 in the target)",
     ("srifty_core.predictors.registry", "srifty_core.tracking"):
         "the bandwidth model's registry is MLflow's (tracking/ in the target)",
     ("srifty_core.probing.sweep", "srifty_core.cloud.base"):
@@ -379,16 +375,14 @@ KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {
     ("srifty_core.runtime.monitor_step", "job.provider != 'local'"): 3,
     ("srifty_core.runtime.monitor_step", "self.job.provider == 'local'"): 1,
     ("srifty_core.runtime.outcome", "job.provider == 'local'"): 1,
-    ("srifty_core.runtime.planning", "spec.provider == 'local'"): 1,
     ("srifty_core.runtime.provisioning", "isinstance(local, LocalProvider)"): 1,
     ("srifty_core.runtime.provisioning", "job.provider != 'local'"): 1,
     ("srifty_core.runtime.provisioning", "job.provider == 'ec2-emulated'"): 2,
     ("srifty_core.runtime.provisioning", "job.provider == 'local'"): 2,
     ("srifty_core.runtime.provisioning", "provider_name != 'local'"): 1,
-    ("srifty_core.simulator.estimator", "instance.features.get('provider') == 'local'"): 1,
 }  # fmt: skip
 """Today's comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks
-outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 24 comparisons and 7
+outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 22 comparisons and 7
 isinstance checks, which the providers should answer instead (the redesign's
 ``Provider.start_workers``, ``launch_s``, ``shares_host``...). Pinned exactly: a new one
 fails, and so does one that is gone until it is removed here."""
@@ -463,7 +457,7 @@ def test_provider_names_above_cloud_only_shrink() -> None:
     gone = {k: n for k, n in KNOWN_PROVIDER_SWITCHES.items() if found.get(k, 0) < n}
     assert new == {}, "new provider switches above cloud/: ask the Provider instead"
     assert gone == {}, "gone (or fewer): lower KNOWN_PROVIDER_SWITCHES"
-    assert sum(found.values()) == 31
+    assert sum(found.values()) == 29
 
 
 def test_mlflow_is_imported_only_where_it_is_today() -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "LaunchRequest",
     "Provider",
     "ProviderError",
+    "find_provider_class",
     "get_provider",
     "provider_class",
 ]
@@ -35,7 +36,7 @@ PROVIDERS = ("local", "ec2-emulated", "ec2")
 
 def provider_class(name: str) -> type[Provider]:
     """The class of the provider called ``name`` (what it answers without an instance:
-    ``launch_s``, ``detach_s``, ``reruns_workers``)."""
+    ``launch_s``, ``detach_s``, ``reruns_workers``, ``shares_host``...)."""
     from srifty_core.errors import UnknownNameError
 
     if name == "local":
@@ -51,6 +52,12 @@ def provider_class(name: str) -> type[Provider]:
 
         return EC2Provider
     raise UnknownNameError("provider", name, PROVIDERS)
+
+
+def find_provider_class(name: object) -> type[Provider] | None:
+    """The class of the provider called exactly ``name`` (one of ``PROVIDERS``), else
+    ``None``: for a name that may be a label only (a request's ``provider`` feature)."""
+    return provider_class(name) if isinstance(name, str) and name in PROVIDERS else None
 
 
 def get_provider(name: str) -> Provider:

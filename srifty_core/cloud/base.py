@@ -148,6 +148,10 @@ class Provider(abc.ABC):
     configuration it must launch (a job may state its own, ``launch_s``)."""
     detach_s: float = 0.0
     """Seconds a re-plan spends moving the checkpoint's volume to other VMs."""
+    shares_host: bool = False
+    """Do all its ranks share this one host's cores (worker processes here)? Then its offers
+    are the host's pseudo-type (``local.cpu``) and the simulator divides the host among
+    them (``SimInstance.shares_host``)."""
 
     @abc.abstractmethod
     def instance_type(self, name: str) -> InstanceSpec:

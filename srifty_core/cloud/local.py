@@ -108,6 +108,7 @@ class LocalProvider(Provider):
     name = "local"
     cloud = "local"
     reruns_workers = True
+    shares_host = True
 
     def __init__(
         self,

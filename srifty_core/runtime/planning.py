@@ -139,7 +139,7 @@ def build_request(spec: JobSpec, profiles_root: Path | None = None) -> Any:
     from srifty_core.runtime.replanner import without_depleted
     from srifty_core.simulator.types import Workload
 
-    if spec.provider == "local":
+    if provider_class(spec.provider).shares_host:  # this host's pseudo-type
         offers = local_offers(spec.offers)
     else:
         from srifty_core.catalog import Catalog

@@ -42,9 +42,10 @@ def make_provider(
             "provider: the emulated EC2 lives in the process that runs the job; run it with "
             "`srifty train --job JOB.yaml --provider ec2-emulated` (not as the DAG's tasks)"
         )
-    from srifty_core.cloud.ec2 import EC2Provider, EC2Training
+    from srifty_core.cloud.ec2 import EC2Provider
+    from srifty_core.runtime.rendezvous import TrainingStart
 
-    plan = EC2Training.for_plan(job.train_plan, job.config_id) if training else None
+    plan = TrainingStart.for_plan(job.train_plan, job.config_id) if training else None
     wheel = None
     if training or worker:
         # What the VMs install (after the plan checked out): the deployment's wheel, else
