@@ -357,34 +357,15 @@ PROVIDER_NAMES = frozenset({"local", "ec2", "ec2-emulated"})
 PROVIDER_HOMES = ("srifty_core.cloud", "srifty_core.planner.schema")
 """Where provider names may be compared (the cloud package and today's schema module)."""
 KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {
-    ("srifty_core.cli", "args.provider != 'local'"): 1,
-    ("srifty_core.cli", "args.provider not in (None, 'local')"): 1,
-    ("srifty_core.cli", "conf.get('provider') in ('ec2-emulated', 'emulated')"): 1,
     ("srifty_core.profiling.cloud", "provider == 'ec2'"): 1,
     ("srifty_core.profiling.cloud", "provider == 'ec2-emulated'"): 2,
     ("srifty_core.profiling.cloud", "v.provider == 'ec2'"): 1,
     ("srifty_core.profiling.cloud", "v.provider == 'ec2-emulated'"): 1,
-    ("srifty_core.runtime.cloud_watch", "isinstance(self.provider, EC2Provider)"): 1,
-    ("srifty_core.runtime.emulated_job", "isinstance(provider, EmulatedProvider)"): 1,
-    ("srifty_core.runtime.job_run",
-     "JobSpec.from_params(conf, shell=True).provider == 'ec2-emulated'"): 1,
-    ("srifty_core.runtime.job_run", "finished.provider == 'local'"): 1,
-    ("srifty_core.runtime.job_run", "isinstance(provider, LocalProvider)"): 2,
-    ("srifty_core.runtime.job_run", "job.provider != 'local'"): 1,
-    ("srifty_core.runtime.monitor_step", "isinstance(provider, LocalProvider)"): 2,
-    ("srifty_core.runtime.monitor_step", "job.provider != 'local'"): 3,
-    ("srifty_core.runtime.monitor_step", "self.job.provider == 'local'"): 1,
-    ("srifty_core.runtime.outcome", "job.provider == 'local'"): 1,
-    ("srifty_core.runtime.provisioning", "isinstance(local, LocalProvider)"): 1,
-    ("srifty_core.runtime.provisioning", "job.provider != 'local'"): 1,
-    ("srifty_core.runtime.provisioning", "job.provider == 'ec2-emulated'"): 2,
-    ("srifty_core.runtime.provisioning", "job.provider == 'local'"): 2,
-    ("srifty_core.runtime.provisioning", "provider_name != 'local'"): 1,
 }  # fmt: skip
 """Today's comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks
-outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 22 comparisons and 7
-isinstance checks, which the providers should answer instead (the redesign's
-``Provider.start_workers``, ``launch_s``, ``shares_host``...). Pinned exactly: a new one
+outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 5 comparisons, which the
+providers should answer instead (as ``Provider.start_workers``, ``shares_host``, ``billed``
+... answer the runtime's). Pinned exactly: a new one
 fails, and so does one that is gone until it is removed here."""
 MLFLOW_MODULES = frozenset({
     "srifty_core.predictors.pyfunc",
@@ -457,7 +438,7 @@ def test_provider_names_above_cloud_only_shrink() -> None:
     gone = {k: n for k, n in KNOWN_PROVIDER_SWITCHES.items() if found.get(k, 0) < n}
     assert new == {}, "new provider switches above cloud/: ask the Provider instead"
     assert gone == {}, "gone (or fewer): lower KNOWN_PROVIDER_SWITCHES"
-    assert sum(found.values()) == 29
+    assert sum(found.values()) == 5
 
 
 def test_mlflow_is_imported_only_where_it_is_today() -> None:

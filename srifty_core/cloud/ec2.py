@@ -280,18 +280,21 @@ class EC2Provider(Provider):
     cloud = "aws"
     launch_s = 150.0  # request to running workers: about 150 s
     detach_s = 5.0  # an EBS volume's detach and attach: about 5 s
+    starts_workers_at_launch = True  # from the user data
 
     @classmethod
-    def from_conf(cls, ec2: Mapping[str, Any], region: str, **kwargs: Any) -> EC2Provider:
+    def from_conf(
+        cls, ec2: Mapping[str, Any] | None = None, region: str | None = None, **kwargs: Any
+    ) -> EC2Provider:
         """The provider a conf's ``ec2`` block asks for (``image_id``, ``subnet_id``,
         ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
         ``wait_timeout_s``, ``join_timeout_s``) in ``region``, launching with the
         deployment's connection (``deployment_conn_id``); ``kwargs``: the rest (``worker``,
         ``wheel``, ``training``)."""
-        e = dict(ec2)
+        e = dict(ec2 or {})
         return cls(
             aws_conn_id=deployment_conn_id(),
-            region=region,
+            region=region or "us-east-1",
             image_id=e.get("image_id"),
             subnet_id=e.get("subnet_id"),
             security_group_ids=tuple(e.get("security_group_ids", ())),
@@ -352,6 +355,7 @@ class EC2Provider(Provider):
         self._catalog = catalog
         self._client_cache: Any = None
         self._zone_ids: dict[str, str] | None = None
+        self._async_hook: Any = None
 
     def wheel(self) -> WorkerWheel:
         """The wheel the workers install: the one given, else the deployment's
@@ -780,6 +784,46 @@ class EC2Provider(Provider):
             found = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
             reqs = found.get("SpotInstanceRequests", [])
         return self.interruptions_from(allocation, raws, reqs)
+
+    async def observe_async(
+        self, allocations: Sequence[Allocation]
+    ) -> tuple[dict[str, tuple[Interruption, ...]], dict[str, dict[int, int | None]]]:
+        """``interruptions`` and ``exit_codes`` of each allocation through the Amazon
+        provider's async hook (``EC2Hook.get_async_conn``: aiobotocore, kept between calls):
+        two API calls for every allocation together, so a slow or throttled EC2 API never
+        blocks the event loop; the same rules as the synchronous calls
+        (``interruptions_from``, ``exit_codes_from``)."""
+        ids = [i for a in allocations for i in a.instance_ids]
+        raws: dict[str, dict[str, Any]] = {}
+        requests: list[dict[str, Any]] = []
+        if ids:
+            if self._async_hook is None:
+                from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+                from botocore.config import Config
+
+                self._async_hook = EC2Hook(
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region,
+                    api_type="client_type",
+                    config=Config(retries={"mode": "adaptive", "max_attempts": EC2_MAX_ATTEMPTS}),
+                )
+            async with await self._async_hook.get_async_conn() as client:
+                pages = client.get_paginator("describe_instances").paginate(InstanceIds=ids)
+                async for page in pages:
+                    for r in page["Reservations"]:
+                        raws.update({i["InstanceId"]: i for i in r["Instances"]})
+                spot = [
+                    r["SpotInstanceRequestId"]
+                    for r in raws.values()
+                    if r.get("SpotInstanceRequestId")
+                ]
+                if spot:
+                    resp = await client.describe_spot_instance_requests(SpotInstanceRequestIds=spot)
+                    requests = list(resp.get("SpotInstanceRequests", []))
+        return (
+            {a.id: self.interruptions_from(a, raws, requests) for a in allocations},
+            {a.id: self.exit_codes_from(a, raws) for a in allocations},
+        )
 
     def interruptions_from(
         self,
