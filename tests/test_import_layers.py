@@ -1,8 +1,8 @@
 """The import contract of ``srifty_core``: no import cycles between its modules, the
 runtime's layers (and the runtime, cloud and profiling packages) import downwards only, and
 the packages import downwards in the redesign's layer order but for an allow-list of today's
-upward imports that can only shrink; provider-name switches above the cloud package and the
-modules that import MLflow are pinned to today's lists, which can only shrink too.
+upward imports that can only shrink; there are no provider-name switches above the cloud
+package, and the modules that import MLflow are pinned to today's list, which can only shrink.
 
 A small AST check, no import-linter: every ``import`` and ``from ... import`` of a module
 counts, at module level and inside functions (a function-level import is how a cycle
@@ -258,6 +258,8 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the sweep driver starts local workers (measure/, L6 in the target)",
     ("srifty_core.profiling.buckets", "srifty_core.cloud.local"):
         "free_port for the DDP-of-one process group (_procs in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.cloud"):
+        "which providers are emulators (Provider.simulated; jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.base"):
         "profiling on cloud VMs is control plane (jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.ec2"):
@@ -356,17 +358,10 @@ def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
 PROVIDER_NAMES = frozenset({"local", "ec2", "ec2-emulated"})
 PROVIDER_HOMES = ("srifty_core.cloud", "srifty_core.planner.schema")
 """Where provider names may be compared (the cloud package and today's schema module)."""
-KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {
-    ("srifty_core.profiling.cloud", "provider == 'ec2'"): 1,
-    ("srifty_core.profiling.cloud", "provider == 'ec2-emulated'"): 2,
-    ("srifty_core.profiling.cloud", "v.provider == 'ec2'"): 1,
-    ("srifty_core.profiling.cloud", "v.provider == 'ec2-emulated'"): 1,
-}  # fmt: skip
-"""Today's comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks
-outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 5 comparisons, which the
-providers should answer instead (as ``Provider.start_workers``, ``shares_host``, ``billed``
-... answer the runtime's). Pinned exactly: a new one
-fails, and so does one that is gone until it is removed here."""
+KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {}
+"""Comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks outside
+``PROVIDER_HOMES``, ``(module, expression) -> count``: none; the providers answer instead
+(``Provider.shares_host``, ``billed``, ``simulated``, ``start_workers``...)."""
 MLFLOW_MODULES = frozenset({
     "srifty_core.predictors.pyfunc",
     "srifty_core.predictors.registry",
@@ -432,13 +427,8 @@ def mlflow_importers(root: Path = ROOT) -> set[str]:
     return out
 
 
-def test_provider_names_above_cloud_only_shrink() -> None:
-    found = provider_switches()
-    new = {k: n for k, n in found.items() if n > KNOWN_PROVIDER_SWITCHES.get(k, 0)}
-    gone = {k: n for k, n in KNOWN_PROVIDER_SWITCHES.items() if found.get(k, 0) < n}
-    assert new == {}, "new provider switches above cloud/: ask the Provider instead"
-    assert gone == {}, "gone (or fewer): lower KNOWN_PROVIDER_SWITCHES"
-    assert sum(found.values()) == 5
+def test_no_provider_names_above_cloud() -> None:
+    assert provider_switches() == KNOWN_PROVIDER_SWITCHES == {}, "ask the Provider instead"
 
 
 def test_mlflow_is_imported_only_where_it_is_today() -> None:
