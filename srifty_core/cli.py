@@ -101,6 +101,15 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     return 1 if summary["failed"] else 0
 
 
+def _on_this_host(provider: object) -> bool:
+    """Does ``provider`` name the provider of this host's worker processes
+    (``Provider.shares_host``)? An unknown name does not (its own command refuses it)."""
+    from srifty_core.cloud import find_provider_class
+
+    cls = find_provider_class(provider)
+    return cls is not None and cls.shares_host
+
+
 def _writable_folder(folder: Path) -> None:
     """Make ``folder`` (and its parents) and check this process may write in it; an
     ``OSError`` naming it otherwise (``main`` prints it as one line)."""
@@ -110,7 +119,7 @@ def _writable_folder(folder: Path) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    if args.provider != "local":
+    if not _on_this_host(args.provider):
         return _cmd_profile_cloud(args)
 
     from srifty_core.profiling.job import run_profile_job
@@ -541,8 +550,11 @@ def _train_job(args: argparse.Namespace) -> int:
         conf["entrypoint"] = list(args.command)
     if args.provider is not None:
         conf["provider"] = args.provider
+    from srifty_core.cloud import find_provider_class
+
     provider = None
-    emulated = conf.get("provider") in ("ec2-emulated", "emulated")
+    asked = find_provider_class(conf.get("provider"), aliases=True)
+    emulated = asked is not None and asked.simulated  # lives in this process
     if args.preempt and not emulated:
         raise ConfigError("--preempt: only on the emulated EC2 (--provider ec2-emulated)")
     if emulated:
@@ -593,7 +605,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if args.force:
             raise ConfigError("--force: only with a plan file (a --job is planned for here)")
         return _train_job(args)
-    if args.provider not in (None, "local") or args.preempt:
+    if not (args.provider is None or _on_this_host(args.provider)) or args.preempt:
         raise ConfigError(
             "--provider: a plan file trains on local processes; for ec2 or ec2-emulated give "
             "a whole job (--job JOB.yaml)"

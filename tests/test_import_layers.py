@@ -1,8 +1,8 @@
 """The import contract of ``srifty_core``: no import cycles between its modules, the
 runtime's layers (and the runtime, cloud and profiling packages) import downwards only, and
 the packages import downwards in the redesign's layer order but for an allow-list of today's
-upward imports that can only shrink; provider-name switches above the cloud package and the
-modules that import MLflow are pinned to today's lists, which can only shrink too.
+upward imports that can only shrink; there are no provider-name switches above the cloud
+package, and the modules that import MLflow are pinned to today's list, which can only shrink.
 
 A small AST check, no import-linter: every ``import`` and ``from ... import`` of a module
 counts, at module level and inside functions (a function-level import is how a cycle
@@ -249,10 +249,10 @@ _PACKAGE_LAYERS = (
 PACKAGE_LAYERS = tuple((name, frozenset(units.split())) for name, units in _PACKAGE_LAYERS)
 
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("srifty_core.cloud.ec2", "srifty_core.runtime.rendezvous"):
-        "EC2 user data embeds the rendezvous start script; to be passed in by the jobs",
     ("srifty_core.predictors.registry", "srifty_core.tracking"):
         "the bandwidth model's registry is MLflow's (tracking/ in the target)",
+    ("srifty_core.profiling.cloud", "srifty_core.cloud"):
+        "which providers are emulators (Provider.simulated; jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.base"):
         "profiling on cloud VMs is control plane (jobs/profile_vms in the target)",
     ("srifty_core.profiling.cloud", "srifty_core.cloud.ec2"):
@@ -339,38 +339,10 @@ def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
 PROVIDER_NAMES = frozenset({"local", "ec2", "ec2-emulated"})
 PROVIDER_HOMES = ("srifty_core.cloud", "srifty_core.planner.schema")
 """Where provider names may be compared (the cloud package and today's schema module)."""
-KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {
-    ("srifty_core.cli", "args.provider != 'local'"): 1,
-    ("srifty_core.cli", "args.provider not in (None, 'local')"): 1,
-    ("srifty_core.cli", "conf.get('provider') in ('ec2-emulated', 'emulated')"): 1,
-    ("srifty_core.planner.request", "spec.provider == 'local'"): 1,
-    ("srifty_core.profiling.cloud", "provider == 'ec2'"): 1,
-    ("srifty_core.profiling.cloud", "provider == 'ec2-emulated'"): 2,
-    ("srifty_core.profiling.cloud", "v.provider == 'ec2'"): 1,
-    ("srifty_core.profiling.cloud", "v.provider == 'ec2-emulated'"): 1,
-    ("srifty_core.runtime.cloud_watch", "isinstance(self.provider, EC2Provider)"): 1,
-    ("srifty_core.runtime.emulated_job", "isinstance(provider, EmulatedProvider)"): 1,
-    ("srifty_core.runtime.job_run",
-     "JobSpec.from_params(conf, shell=True).provider == 'ec2-emulated'"): 1,
-    ("srifty_core.runtime.job_run", "finished.provider == 'local'"): 1,
-    ("srifty_core.runtime.job_run", "isinstance(provider, LocalProvider)"): 2,
-    ("srifty_core.runtime.job_run", "job.provider != 'local'"): 1,
-    ("srifty_core.runtime.monitor_step", "isinstance(provider, LocalProvider)"): 2,
-    ("srifty_core.runtime.monitor_step", "job.provider != 'local'"): 3,
-    ("srifty_core.runtime.monitor_step", "self.job.provider == 'local'"): 1,
-    ("srifty_core.runtime.outcome", "job.provider == 'local'"): 1,
-    ("srifty_core.runtime.provisioning", "isinstance(local, LocalProvider)"): 1,
-    ("srifty_core.runtime.provisioning", "job.provider != 'local'"): 1,
-    ("srifty_core.runtime.provisioning", "job.provider == 'ec2-emulated'"): 2,
-    ("srifty_core.runtime.provisioning", "job.provider == 'local'"): 2,
-    ("srifty_core.runtime.provisioning", "provider_name != 'local'"): 1,
-    ("srifty_core.simulator.estimator", "instance.features.get('provider') == 'local'"): 1,
-}  # fmt: skip
-"""Today's comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks
-outside ``PROVIDER_HOMES``, ``(module, expression) -> count``: 24 comparisons and 7
-isinstance checks, which the providers should answer instead (the redesign's
-``Provider.start_workers``, ``launch_s``, ``shares_host``...). Pinned exactly: a new one
-fails, and so does one that is gone until it is removed here."""
+KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {}
+"""Comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks outside
+``PROVIDER_HOMES``, ``(module, expression) -> count``: none; the providers answer instead
+(``Provider.shares_host``, ``billed``, ``simulated``, ``start_workers``...)."""
 MLFLOW_MODULES = frozenset({
     "srifty_core.predictors.pyfunc",
     "srifty_core.predictors.registry",
@@ -436,13 +408,8 @@ def mlflow_importers(root: Path = ROOT) -> set[str]:
     return out
 
 
-def test_provider_names_above_cloud_only_shrink() -> None:
-    found = provider_switches()
-    new = {k: n for k, n in found.items() if n > KNOWN_PROVIDER_SWITCHES.get(k, 0)}
-    gone = {k: n for k, n in KNOWN_PROVIDER_SWITCHES.items() if found.get(k, 0) < n}
-    assert new == {}, "new provider switches above cloud/: ask the Provider instead"
-    assert gone == {}, "gone (or fewer): lower KNOWN_PROVIDER_SWITCHES"
-    assert sum(found.values()) == 31
+def test_no_provider_names_above_cloud() -> None:
+    assert provider_switches() == KNOWN_PROVIDER_SWITCHES == {}, "ask the Provider instead"
 
 
 def test_mlflow_is_imported_only_where_it_is_today() -> None:

@@ -6,6 +6,8 @@ seeded EC2 on a simulated clock (``EmulatedProvider``, ``emulated_probe_sweep``,
 provider. Importing this package stays light (each provider is imported when asked for).
 """
 
+from typing import Any
+
 from srifty_core.cloud.base import (
     Allocation,
     Instance,
@@ -15,6 +17,7 @@ from srifty_core.cloud.base import (
     LaunchRequest,
     Provider,
     ProviderError,
+    Workers,
 )
 
 __all__ = [
@@ -26,16 +29,20 @@ __all__ = [
     "LaunchRequest",
     "Provider",
     "ProviderError",
+    "Workers",
+    "find_provider_class",
     "get_provider",
     "provider_class",
 ]
 
 PROVIDERS = ("local", "ec2-emulated", "ec2")
+ALIASES = {"emulated": "ec2-emulated"}
+"""Other names a job file may give (``planner.schema.ShellJobProvider``)."""
 
 
 def provider_class(name: str) -> type[Provider]:
     """The class of the provider called ``name`` (what it answers without an instance:
-    ``launch_s``, ``detach_s``, ``reruns_workers``)."""
+    ``launch_s``, ``detach_s``, ``reruns_workers``, ``shares_host``...)."""
     from srifty_core.errors import UnknownNameError
 
     if name == "local":
@@ -53,6 +60,18 @@ def provider_class(name: str) -> type[Provider]:
     raise UnknownNameError("provider", name, PROVIDERS)
 
 
-def get_provider(name: str) -> Provider:
-    """The provider called ``name`` with its default settings."""
-    return provider_class(name)()
+def find_provider_class(name: object, *, aliases: bool = False) -> type[Provider] | None:
+    """The class of the provider called exactly ``name`` (one of ``PROVIDERS``, or with
+    ``aliases`` of ``ALIASES``), else ``None``: for a name that may be a label only (a
+    request's ``provider`` feature) or not checked yet (a job file's, before its schema)."""
+    if not isinstance(name, str):
+        return None
+    if aliases:
+        name = ALIASES.get(name, name)
+    return provider_class(name) if name in PROVIDERS else None
+
+
+def get_provider(name: str, **conf: Any) -> Provider:
+    """The provider called ``name``, from a job's conf (``Provider.from_conf``: ``ec2``,
+    ``region`` and what its class takes); with none, its default settings."""
+    return provider_class(name).from_conf(**conf)

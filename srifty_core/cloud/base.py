@@ -11,11 +11,14 @@ later process (an Airflow teardown, say) can release what an earlier one launche
 from __future__ import annotations
 
 import abc
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 from srifty_core.catalog.types import InstanceType, Market, Price
 from srifty_core.errors import ConfigError, SriftyError
@@ -129,6 +132,18 @@ class Interruption:
     reason: str
 
 
+@dataclass(frozen=True)
+class Workers:
+    """What ``Provider.start_workers`` starts: each rank's command (``argv``, ``env``) and
+    where processes here log (``log_dir``); ``emulate(provider, allocations)`` starts an
+    emulator's ranks instead (they emulate the plan's training)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] | None = None
+    log_dir: Path | None = None
+    emulate: Callable[[Any, Sequence[Allocation]], None] | None = None
+
+
 BILLING_MINIMUM_S = 60.0
 """EC2 bills Linux instances per second with a one-minute minimum per instance."""
 
@@ -148,6 +163,41 @@ class Provider(abc.ABC):
     configuration it must launch (a job may state its own, ``launch_s``)."""
     detach_s: float = 0.0
     """Seconds a re-plan spends moving the checkpoint's volume to other VMs."""
+    shares_host: bool = False
+    """Do all its ranks share this one host's cores (worker processes here)? Then its offers
+    are the host's pseudo-type (``local.cpu``) and the simulator divides the host among
+    them (``SimInstance.shares_host``)."""
+    billed: bool = True
+    """Does it bill money for its instances? ``False``: nothing is billed (the outcome says
+    so, and its costs are the offers' prices only)."""
+    interruptions_deplete_spot: bool = True
+    """Is a spot instance it takes back spot capacity gone for the rest of the job?
+    ``False``: a worker taken back only lowers the quota (the next plan runs on the rest)."""
+    reports_exit_codes: bool = False
+    """Are ``exit_codes`` the workers' own (processes here)? Then a run has finished once
+    they all exited, and their exit before the last checkpoint fails it. ``False``: the VMs
+    write their exits into the run folder (``rendezvous.exit_markers``)."""
+    starts_at_once: bool = False
+    """Do its workers start within seconds (processes here), so that the stall watch judges
+    their start too? VMs install and join under a timeout of their own."""
+    one_allocation_per_worker: bool = False
+    """Launch one allocation per worker, so that a worker taken back leaves its peers'
+    allocations whole and keepable by a re-plan?"""
+    starts_workers_at_launch: bool = False
+    """Do its VMs start the workers themselves when launched (from their user data: EC2),
+    so that ``start_workers`` has nothing to do?"""
+    simulated: bool = False
+    """An emulator: its world (clock, instances) lives in the provider object, so only the
+    process that runs the whole job can make it, and it can be told to take instances back."""
+
+    @classmethod
+    def from_conf(
+        cls, ec2: Mapping[str, Any] | None = None, region: str | None = None, **kwargs: Any
+    ) -> Provider:
+        """The provider a job's conf asks for (``cloud.get_provider``): its ``ec2`` block and
+        ``region`` where the provider takes them; ``kwargs``: what its class takes besides.
+        Default: the class's own defaults."""
+        return cls(**kwargs)
 
     @abc.abstractmethod
     def instance_type(self, name: str) -> InstanceSpec:
@@ -195,6 +245,30 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
         """Hourly price; ``MissingPriceError`` where there is none (never 0)."""
+
+    def start_workers(self, allocations: Sequence[Allocation], workers: Workers) -> None:
+        """Start a configuration's workers on ``allocations`` (in the plan's rank order);
+        returns at once. Default: nothing (VMs that start them at launch,
+        ``starts_workers_at_launch``)."""
+        return None
+
+    def log_dir(self, allocation: Allocation) -> Path | None:
+        """Where the workers of ``allocation`` log on this machine (``None``: not here)."""
+        return None
+
+    async def observe_async(
+        self, allocations: Sequence[Allocation]
+    ) -> tuple[dict[str, tuple[Interruption, ...]], dict[str, dict[int, int | None]]]:
+        """``interruptions`` and ``exit_codes`` of each allocation (by id), for an event
+        loop (the Airflow triggerer's). Default: the synchronous calls in a worker thread."""
+
+        def both() -> tuple[dict[str, tuple[Interruption, ...]], dict[str, dict[int, int | None]]]:
+            return (
+                {a.id: self.interruptions(a) for a in allocations},
+                {a.id: self.exit_codes(a) for a in allocations},
+            )
+
+        return await asyncio.to_thread(both)
 
     # ------------------------------------------------------------------ time and money
     def now(self) -> datetime:

@@ -23,11 +23,11 @@
   ``worker`` extra in a venv and starts ``srifty probe|profile|train ...`` with its
   arguments. Never ``pip install srifty`` from a package index (anyone can publish that
   name there), and never a wheel a trigger conf names. A training configuration
-  (``EC2Provider(training=EC2Training(...))``, ``launch_many``) launches its first VM alone,
+  (``EC2Provider(training=...)``, a ``TrainingStart``; ``launch_many``) launches its first VM alone,
   then at once the others with that VM's private address (from ``run_instances``' answer)
   as the rendezvous endpoint, all in one cluster placement group when asked, and waits for
-  all of them together; each VM's user data writes and runs ``rendezvous.start_script``
-  (torchrun with c10d over the configuration's VMs; see that module), which writes an
+  all of them together; each VM's user data writes and runs the start script the caller
+  gives (``runtime.rendezvous``: torchrun with c10d over the configuration's VMs), which writes an
   exit marker into the run folder when torchrun ends and shuts the VM down: VMs launch with
   ``InstanceInitiatedShutdownBehavior=terminate``, and an instance that shut itself down
   is ``terminated``, not taken back. The run folder must be on run storage
@@ -44,7 +44,6 @@ imported here.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -55,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from srifty_core import paths
 from srifty_core.catalog.types import Market, Price
@@ -71,13 +70,6 @@ from srifty_core.cloud.base import (
     release_all,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
-from srifty_core.runtime.rendezvous import (
-    DEFAULT_PORT,
-    Rendezvous,
-    node_groups,
-    run_id,
-    start_script,
-)
 
 if TYPE_CHECKING:
     from srifty_core.catalog import Catalog
@@ -263,39 +255,24 @@ class _TrainingUserData:
         return training_user_data(self.start, wheel=self.wheel, allocation_id=allocation_id)
 
 
-@dataclass(frozen=True)
-class EC2Training:
-    """What the VMs of one training configuration run: the workers' plan (its JSON) and
-    the rendezvous id and port (``rendezvous``). ``EC2Provider(training=...)`` launches
-    the configuration's VMs in the plan's order through ``launch_many``."""
-
-    plan_json: str
-    run_id: str
-    port: int = DEFAULT_PORT
+class TrainingStart(Protocol):
+    """What the VMs of one training configuration run, built by the caller
+    (``runtime.rendezvous.TrainingStart``: the workers' plan and its rendezvous).
+    ``EC2Provider(training=...)`` launches the configuration's VMs in the plan's order
+    through ``launch_many``."""
 
     @property
     def world_size(self) -> int:
-        return len(json.loads(self.plan_json)["local_batches"])
+        """The plan's ranks (the VMs must hold exactly these)."""
+        ...
 
-    @classmethod
-    def for_plan(cls, plan_path: str | Path, config_id: str) -> EC2Training:
-        """The training of the plan file at ``plan_path`` (one configuration). Its run
-        folder must be on run storage: the VMs write their progress, checkpoints and exit
-        markers there, where the monitor reads them (a local folder would be each VM's own
-        disk)."""
-        from srifty_core import paths
-        from srifty_core.runs import store as run_store
-
-        text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
-        if text is None:
-            raise ConfigError(f"no such plan: {plan_path}")
-        d = json.loads(text)
-        if not run_store.is_remote(str(d["run_dir"])):
-            raise ConfigError(
-                f"EC2 training needs its run folder on run storage, got {d['run_dir']}: set "
-                f"{paths.RUN_STORAGE_ENV} (an s3:// URI the VMs' instance profile can write)"
-            )
-        return cls(text, run_id(str(d.get("config_id", config_id)), str(d["run_dir"])))
+    def start_script(
+        self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
+    ) -> str:
+        """The start script of node group ``group`` of the VMs ``vms`` (``(count, ranks per
+        VM)`` per launch, in the plan's order; the first VM in a group of its own), told
+        the rendezvous endpoint ``host`` (empty on the first VM: it reads its own)."""
+        ...
 
 
 class EC2Provider(Provider):
@@ -303,18 +280,21 @@ class EC2Provider(Provider):
     cloud = "aws"
     launch_s = 150.0  # request to running workers: about 150 s
     detach_s = 5.0  # an EBS volume's detach and attach: about 5 s
+    starts_workers_at_launch = True  # from the user data
 
     @classmethod
-    def from_conf(cls, ec2: Mapping[str, Any], region: str, **kwargs: Any) -> EC2Provider:
+    def from_conf(
+        cls, ec2: Mapping[str, Any] | None = None, region: str | None = None, **kwargs: Any
+    ) -> EC2Provider:
         """The provider a conf's ``ec2`` block asks for (``image_id``, ``subnet_id``,
         ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
         ``wait_timeout_s``, ``join_timeout_s``) in ``region``, launching with the
         deployment's connection (``deployment_conn_id``); ``kwargs``: the rest (``worker``,
         ``wheel``, ``training``)."""
-        e = dict(ec2)
+        e = dict(ec2 or {})
         return cls(
             aws_conn_id=deployment_conn_id(),
-            region=region,
+            region=region or "us-east-1",
             image_id=e.get("image_id"),
             subnet_id=e.get("subnet_id"),
             security_group_ids=tuple(e.get("security_group_ids", ())),
@@ -339,7 +319,7 @@ class EC2Provider(Provider):
         worker: Sequence[str] | None = None,
         package: str | None = None,
         wheel: WorkerWheel | None = None,
-        training: EC2Training | None = None,
+        training: TrainingStart | None = None,
         wait_timeout_s: float = 900.0,
         join_timeout_s: float | None = None,
         poll_s: float = 5.0,
@@ -375,6 +355,7 @@ class EC2Provider(Provider):
         self._catalog = catalog
         self._client_cache: Any = None
         self._zone_ids: dict[str, str] | None = None
+        self._async_hook: Any = None
 
     def wheel(self) -> WorkerWheel:
         """The wheel the workers install: the one given, else the deployment's
@@ -521,19 +502,14 @@ class EC2Provider(Provider):
         return self._launch_training(requests, self.training)
 
     def _launch_training(
-        self, requests: Sequence[LaunchRequest], training: EC2Training
+        self, requests: Sequence[LaunchRequest], training: TrainingStart
     ) -> list[Allocation]:
         started: dict[str, list[str]] = {}  # allocation id -> instance ids it returned
         group: str | None = None
         try:
             specs = [self.instance_type(r.instance_type) for r in requests]
-            groups = node_groups(
-                [(r.count, s.ranks_per_instance) for r, s in zip(requests, specs, strict=True)]
-            )
-            nnodes = sum(r.count for r in requests)
-            world = sum(
-                r.count * s.ranks_per_instance for r, s in zip(requests, specs, strict=True)
-            )
+            vms = [(r.count, s.ranks_per_instance) for r, s in zip(requests, specs, strict=True)]
+            world = sum(count * per for count, per in vms)
             if world != training.world_size:
                 raise ConfigError(f"the VMs hold {world} ranks, the plan has {training.world_size}")
             wheel = self.wheel()
@@ -544,12 +520,8 @@ class EC2Provider(Provider):
             k = 0
             for r in requests:
                 for part in [1, r.count - 1] if not started and r.count > 1 else [r.count]:
-                    g = groups[k]
+                    script = training.start_script(vms, k, host, self.join_timeout_s)
                     k += 1
-                    rdzv = Rendezvous(
-                        training.run_id, nnodes, world, host, training.port, self.join_timeout_s
-                    )
-                    script = start_script(training.plan_json, g, rdzv)
                     req = LaunchRequest(r.instance_type, part, r.market, r.zone, r.placement_group)
                     alloc_id = _new_id()
                     started[alloc_id] = []
@@ -812,6 +784,46 @@ class EC2Provider(Provider):
             found = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
             reqs = found.get("SpotInstanceRequests", [])
         return self.interruptions_from(allocation, raws, reqs)
+
+    async def observe_async(
+        self, allocations: Sequence[Allocation]
+    ) -> tuple[dict[str, tuple[Interruption, ...]], dict[str, dict[int, int | None]]]:
+        """``interruptions`` and ``exit_codes`` of each allocation through the Amazon
+        provider's async hook (``EC2Hook.get_async_conn``: aiobotocore, kept between calls):
+        two API calls for every allocation together, so a slow or throttled EC2 API never
+        blocks the event loop; the same rules as the synchronous calls
+        (``interruptions_from``, ``exit_codes_from``)."""
+        ids = [i for a in allocations for i in a.instance_ids]
+        raws: dict[str, dict[str, Any]] = {}
+        requests: list[dict[str, Any]] = []
+        if ids:
+            if self._async_hook is None:
+                from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+                from botocore.config import Config
+
+                self._async_hook = EC2Hook(
+                    aws_conn_id=self.aws_conn_id,
+                    region_name=self.region,
+                    api_type="client_type",
+                    config=Config(retries={"mode": "adaptive", "max_attempts": EC2_MAX_ATTEMPTS}),
+                )
+            async with await self._async_hook.get_async_conn() as client:
+                pages = client.get_paginator("describe_instances").paginate(InstanceIds=ids)
+                async for page in pages:
+                    for r in page["Reservations"]:
+                        raws.update({i["InstanceId"]: i for i in r["Instances"]})
+                spot = [
+                    r["SpotInstanceRequestId"]
+                    for r in raws.values()
+                    if r.get("SpotInstanceRequestId")
+                ]
+                if spot:
+                    resp = await client.describe_spot_instance_requests(SpotInstanceRequestIds=spot)
+                    requests = list(resp.get("SpotInstanceRequests", []))
+        return (
+            {a.id: self.interruptions_from(a, raws, requests) for a in allocations},
+            {a.id: self.exit_codes_from(a, raws) for a in allocations},
+        )
 
     def interruptions_from(
         self,

@@ -58,6 +58,7 @@ from srifty_core.cloud.base import (
     LaunchRequest,
     Provider,
     ProviderError,
+    Workers,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
 
@@ -191,6 +192,7 @@ class EmulatedProvider(Provider):
     reruns_workers = True
     launch_s = 150.0  # as EC2's
     detach_s = 5.0
+    simulated = True
 
     def __init__(
         self,
@@ -779,6 +781,13 @@ class EmulatedProvider(Provider):
             vm_types=tuple(vm_types),
             exchange_s=detail.exchange_s[:completed],
         )
+
+    def start_workers(self, allocations: Sequence[Allocation], workers: Workers) -> None:
+        """Start the emulated ranks (``workers.emulate``: they emulate the plan's training
+        on this provider, ``start_training``); no process runs here."""
+        if workers.emulate is None:
+            raise ProviderError(f"{self.name}: runs emulated ranks only (Workers.emulate)")
+        workers.emulate(self, allocations)
 
     def start_training(
         self,

@@ -55,6 +55,7 @@ from srifty_core.cloud.base import (
     LaunchRequest,
     Provider,
     ProviderError,
+    Workers,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
 from srifty_core.lifetime import ENV_VAR as TIED_ENV
@@ -100,6 +101,12 @@ class LocalProvider(Provider):
     name = "local"
     cloud = "local"
     reruns_workers = True
+    shares_host = True
+    billed = False
+    interruptions_deplete_spot = False
+    reports_exit_codes = True
+    starts_at_once = True
+    one_allocation_per_worker = True
 
     def __init__(
         self,
@@ -313,6 +320,10 @@ class LocalProvider(Provider):
         """PIDs of the latest ``run``'s workers (alive or not)."""
         return [p["pid"] for p in self._load(allocation.id)["processes"]]
 
+    def start_workers(self, allocations: Sequence[Allocation], workers: Workers) -> None:
+        """One process per rank, one process group over the allocations (``run_group``)."""
+        self.run_group(allocations, workers.argv, workers.env, log_dir=workers.log_dir)
+
     def log_dir(self, allocation: Allocation) -> Path | None:
         d = self._load(allocation.id).get("log_dir")
         return Path(d) if d else None
@@ -437,6 +448,12 @@ class LocalProvider(Provider):
 
     def _save(self, alloc_id: str, state: dict[str, Any]) -> None:
         write_text_atomic(self._path(alloc_id), json.dumps(state, indent=1))
+
+
+def local_provider(provider: Provider | None) -> LocalProvider:
+    """``provider`` when it is the local one, else the local provider of the default state
+    folder (where a job on this machine keeps what it launched)."""
+    return provider if isinstance(provider, LocalProvider) else LocalProvider()
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud import provider_class
+from srifty_core.cloud import find_provider_class, provider_class
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.planner import schema, spot
@@ -165,7 +165,11 @@ def offers_from_catalog(
 ) -> tuple[Offer, ...]:
     """Offers from ``[{"type": "g4dn.xlarge", "market": "spot", "quota": 8, "price": 0.3?,
     "zone": ...}]`` (each checked by ``OfferSpec``), with features and (unless given) prices
-    from the catalog. Errors name the offer's field: ``offers[1].type: unknown ...``."""
+    from the catalog. Errors name the offer's field: ``offers[1].type: unknown ...``.
+    ``provider``: the offers' ``provider`` feature; a provider of ``cloud.PROVIDERS`` also
+    says whether their ranks share one host (``Provider.shares_host``)."""
+    known = find_provider_class(provider)
+    shares_host = known is not None and known.shares_host
     out = []
     for i, item in enumerate(spec):
         where = f"offers[{i}]"
@@ -180,7 +184,9 @@ def offers_from_catalog(
                 at = f"{where}.zone" if market is Market.SPOT else f"{where}.price"
                 p = _named(at, catalog.price, t.name, market, region, zone)
             price = p.usd_per_hour
-        inst = SimInstance.from_catalog(t, provider=provider, zone=str(zone or ""))
+        inst = SimInstance.from_catalog(
+            t, provider=provider, zone=str(zone or ""), shares_host=shares_host
+        )
         hazard = 0.0
         if market is Market.SPOT:
             share = o.interruptions_per_month
@@ -260,7 +266,7 @@ def build_request(
     overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``). Every
     problem with a field is a ``ConfigError`` whose message starts with its path."""
     provider = spec.provider_name
-    if spec.provider == "local":
+    if provider_class(provider).shares_host:  # this host's pseudo-type
         offers = local_offers(spec.offers)
     else:
         region = _named("region", catalog.check_region, spec.region)

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
+from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, ProviderError
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
 from srifty_core.profiling.profile import ComputeProfile
@@ -213,7 +214,7 @@ def check_cloud_request(
         except SriftyError as exc:
             raise FieldError(f"instance_types[{i}]", f"{name}: {exc}") from None
         out.append(t.name)
-    if provider == "ec2":
+    if not provider_class(provider).simulated:  # a real VM: EC2's settings, a model it has
         _ec2_settings(ec2 or {})
         if model is not None and parse_model(model).kind == "file":
             raise FieldError(
@@ -379,7 +380,7 @@ def provision_profiler_vm(
     )
     name = names[0]
     vm_id = f"{_safe(key or 'profile')}.{_safe(name)}.{uuid.uuid4().hex[:8]}"
-    if provider == "ec2-emulated":
+    if provider_class(provider).simulated:
         from srifty_core.cloud.emulated import EmulatedProvider
 
         start = datetime.now(UTC).replace(microsecond=0)
@@ -520,7 +521,7 @@ def profile_on_vm(
     (``reference_profile``), on the VM's world; the profile goes into the store."""
     v = _vm(vm)
     store = store or ProfileStore()
-    if v.provider == "ec2":
+    if not provider_class(v.provider).simulated:
         return collect_profile(v, request, store=store, timeout_s=timeout_s, poll_s=poll_s)
     ref_path, ref = reference_profile(request, store)
     p, _ = _emulated_world(v)
@@ -673,7 +674,7 @@ def release(vm: ProfilerVM | Mapping[str, Any]) -> VMBill:
     v = _vm(vm)
     if v.released and v.bill:
         return VMBill(**v.bill)
-    if v.provider == "ec2-emulated":
+    if provider_class(v.provider).simulated:
         p, alloc = _emulated_world(v)
         p.release(alloc)
         bill = _bill(p, alloc)
@@ -753,7 +754,7 @@ def profile_in_cloud(
     names = check_cloud_request(
         provider, instance_types, market=market, region=region, ec2=ec2, model=request.model
     )
-    if provider == "ec2-emulated":
+    if provider_class(provider).simulated:
         ensure_reference(request, make=make_reference)
     key = f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     rows, errors = [], {}

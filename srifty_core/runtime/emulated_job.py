@@ -32,9 +32,9 @@ from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, w
 from srifty_core.runtime.job import JobPlan
 
 if TYPE_CHECKING:
+    from srifty_core.cloud.base import Allocation
     from srifty_core.cloud.emulated import EmulatedProvider, TrainingStep
 
-PROVIDER = "ec2-emulated"
 EMULATED_CHECKPOINT = b'{"emulated": true}\n'
 """The checkpoint file's content on the emulated EC2 (its summary holds the iteration)."""
 POLL_S = 5.0
@@ -123,19 +123,15 @@ def write_checkpoint(path: Any, iteration: int, config_id: str) -> None:
     run_store.write_text(sidecar_path(path), json.dumps(summary) + "\n")
 
 
-def start(job_path: Any, allocation_ids: Sequence[str], provider: Any) -> None:
-    """Start the configuration's emulated ranks on ``provider`` (an ``EmulatedProvider``):
-    from the checkpoint's iteration to the plan's, with the per-VM batches of its launches
-    and the profile the planner read for the first launch's GPU (stored or estimated),
-    which the emulator scales to every other GPU."""
-    from srifty_core.cloud.emulated import EmulatedProvider
+def start(job_path: Any, provider: EmulatedProvider, allocs: Sequence[Allocation]) -> None:
+    """Start the configuration's emulated ranks on ``provider`` (its ``start_workers`` calls
+    this: ``Workers.emulate``): from the checkpoint's iteration to the plan's, with the
+    per-VM batches of its launches and the profile the planner read for the first launch's
+    GPU (stored or estimated), which the emulator scales to every other GPU."""
     from srifty_core.profiling.store import ProfileStore
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
     from srifty_core.runtime.job import JobSpec
 
-    if not isinstance(provider, EmulatedProvider):
-        name = getattr(provider, "name", type(provider).__name__)
-        raise ConfigError(f"provider: an {PROVIDER} plan needs the emulated provider, got {name}")
     job = JobPlan.load(job_path)
     facts = job.facts
     done = checkpoint_iteration(run_store.join(facts.run_dir, CHECKPOINT_FILE)) or 0
@@ -156,11 +152,10 @@ def start(job_path: Any, allocation_ids: Sequence[str], provider: Any) -> None:
     )  # fmt: skip
     gpu = provider.catalog_type(job.launches[0].instance_type).gpu_model
     profile = ProfileStore().load_or_estimate(spec.model, spec.size, gpu, spec.settings)
-    allocs = [provider.get_allocation(a) for a in allocation_ids]
     left = facts.iterations - done
     if left < 1:
         return
-    provider.start_training(allocs, profile, batches, left, EmulatedRanks(job, done))
+    provider.start_training(list(allocs), profile, batches, left, EmulatedRanks(job, done))
 
 
 def summary(provider: EmulatedProvider, since: Any = None) -> str:

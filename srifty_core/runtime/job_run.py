@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Provider
 from srifty_core.errors import SriftyError
 from srifty_core.runtime.job import FINISHED, JobPlan, JobSpec
@@ -243,7 +244,7 @@ def resume_conf(
     first (``local_run.release_left_behind``), so no rank of it writes a checkpoint or a
     record after this reads them. A log with records but no checkpoint is a
     ``CheckpointError``, as for a plan file: resuming would log them a second time."""
-    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.cloud.local import local_provider
     from srifty_core.runs.progress import PROGRESS_FILE, read_progress
     from srifty_core.runtime.checkpoint import (
         CHECKPOINT_FILE,
@@ -254,8 +255,7 @@ def resume_conf(
     from srifty_core.runtime.local_run import release_left_behind
     from srifty_core.runtime.replanner import Progress, Replanner
 
-    local = provider if isinstance(provider, LocalProvider) else LocalProvider()
-    release_left_behind(run_dir, local)
+    release_left_behind(run_dir, local_provider(provider))
     checkpoint = run_dir / CHECKPOINT_FILE
     done = checkpoint_iteration(checkpoint) or 0
     logged = read_progress(run_dir / PROGRESS_FILE) if not done else []
@@ -342,7 +342,8 @@ def _run_job(
     from srifty_core.runtime import orchestrate as orc
 
     conf = dict(params)
-    if provider is None and JobSpec.from_params(conf, shell=True).provider == "ec2-emulated":
+    asked = JobSpec.from_params(conf, shell=True).provider
+    if provider is None and provider_class(asked).simulated:  # lives in this process
         from srifty_core.runtime.emulated_job import make_provider
 
         provider = make_provider(conf)
@@ -417,7 +418,7 @@ def _run_job(
     if out is None:
         raise JobRunError(f"the job finished but left no {outcome.OUTCOME_FILE} in its run folder")
     wall_s = (clock() - began).total_seconds()
-    if finished.provider == "local":
+    if not provider_class(finished.provider).billed:
         out = outcome.with_totals(out, wall_s)
     else:
         out = outcome.with_totals(out, wall_s, *outcome.bill(provider, launched))
@@ -434,16 +435,16 @@ def _record_allocations(job: JobPlan, provider: Provider | None, ids: list[str])
     """Keep the local allocations the job holds in its run folder (``local_run.
     RUN_ALLOCATIONS``; none: the file goes): a rerun that takes the folder over releases
     what a dead driver left (``resume_conf``), even where no guard did."""
-    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.cloud.local import local_provider
     from srifty_core.runs import store as run_store
     from srifty_core.runtime.local_run import RUN_ALLOCATIONS, record_allocations
 
     run_dir = run_store.local_path(job.facts.run_dir)
-    if job.provider != "local" or run_dir is None:
+    # the allocations are processes of this host, which a rerun finds and releases
+    if not provider_class(job.provider).shares_host or run_dir is None:
         return
     if ids:
-        local = provider if isinstance(provider, LocalProvider) else LocalProvider()
-        record_allocations(run_dir, local, ids)
+        record_allocations(run_dir, local_provider(provider), ids)
     else:
         (run_dir / RUN_ALLOCATIONS).unlink(missing_ok=True)
 

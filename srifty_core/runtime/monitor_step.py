@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.cloud.base import Allocation, Provider
-from srifty_core.cloud.local import LocalProvider
 from srifty_core.planner.request import offer_key
 from srifty_core.runs.progress import (
     ProgressRecord,
@@ -122,8 +121,8 @@ class Monitor:
             float(predicted) if isinstance(predicted, (int, float)) else 0.0,
         )
         # on VMs the start (install, join) has its own timeout: judged from the first step
-        local = self.job.provider == "local"
-        self.stall = StallWatch(stall or Stall(), started_at, planned, startup=local)
+        startup = self.provider.starts_at_once
+        self.stall = StallWatch(stall or Stall(), started_at, planned, startup=startup)
         # online recalibration; the factors go to the configuration's MLflow run at its end
         self.recal = Recalibrator(
             self.job, spec, window_s=window_s, log_factors=job_log.log_factors
@@ -169,7 +168,8 @@ class Monitor:
                 interrupted += [i.instance_id for i in gone]
         # Spot capacity taken back is depleted for the rest of the job (the method); a local
         # worker taken back only lowers the quota (the next plan runs on the survivors).
-        preempted = [k for k in lost if job.provider != "local" and k.endswith("/spot")]
+        depletes = provider.interruptions_deplete_spot
+        preempted = [k for k in lost if depletes and k.endswith("/spot")]
         decision = decide(
             records, limits, now=now, started_at=self.started_at, preempted=preempted,
             window_s=self.window_s,
@@ -178,7 +178,8 @@ class Monitor:
         all_exited = bool(codes) and all(c is not None for c in codes)
         state = read_state(facts.state_path)
         checkpointed = state is not None and state.checkpoint_iteration >= facts.iterations
-        finished = checkpointed and (all_exited or job.provider != "local")
+        own_exits = provider.reports_exit_codes  # else the VMs' exit markers
+        finished = checkpointed and (all_exited or not own_exits)
         done = max(decision.iterations_done, spec.resume.iterations_done if spec.resume else 0)
         recal = self.recal.check(records, decision.elapsed_s, decision.spent_usd)
         hung = self.stall.hung(now)
@@ -211,14 +212,14 @@ class Monitor:
             out = result(REPLAN, recal.reason)
         elif decision.replan and hung is None:
             out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
-        elif all_exited and isinstance(provider, LocalProvider):
+        elif all_exited and own_exits:
             _raise_if_refused(facts.run_dir, facts.config_id, self.started_at)
             logs = ", ".join(str(provider.log_dir(a)) for a in self.allocations)
             raise TrainingFailed(
                 f"workers exited at iteration {done} of {facts.iterations} without a "
                 f"preemption; see the logs in {logs}"
             )
-        elif job.provider != "local" and (failed := _failed_exits(facts.run_dir, facts.config_id)):
+        elif not own_exits and (failed := _failed_exits(facts.run_dir, facts.config_id)):
             _raise_if_refused(facts.run_dir, facts.config_id, self.started_at)
             raise TrainingFailed(
                 f"VM(s) ended training at iteration {done} of {facts.iterations} without a "
@@ -250,9 +251,10 @@ def _raise_if_refused(run_dir: str, config_id: str, since: float) -> None:
 
 
 def _log_dirs(provider: Provider, allocations: Sequence[Allocation]) -> str:
-    if not isinstance(provider, LocalProvider):
+    dirs = [provider.log_dir(a) for a in allocations]
+    if all(d is None for d in dirs):  # not on this machine
         return ""
-    return " in " + ", ".join(str(provider.log_dir(a)) for a in allocations)
+    return " in " + ", ".join(map(str, dirs))
 
 
 def _failed_exits(run_dir: str, config_id: str) -> dict[str, int]:

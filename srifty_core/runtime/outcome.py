@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from srifty_core.cloud import provider_class
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.job import JobPlan
@@ -149,7 +150,7 @@ def of_result(job: JobPlan, result: Mapping[str, Any]) -> Outcome:
         configurations=configs,
         training_s=float(result.get("elapsed_s", 0.0)),
         training_usd=float(result.get("spent_usd", 0.0)),
-        billed=NOT_BILLED_LOCAL if job.provider == "local" else "",
+        billed="" if provider_class(job.provider).billed else NOT_BILLED_LOCAL,
         logs=_logs(facts.run_dir, configs),
     )
 

@@ -11,13 +11,15 @@ passes it in; its workers are ``runtime.emulated_job``'s).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
+from srifty_core.cloud import get_provider, provider_class
+from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, Workers, release_all
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env
@@ -31,20 +33,22 @@ _log = logging.getLogger(__name__)
 def make_provider(
     job: JobPlan, *, worker: Sequence[str] | None = None, training: bool = False
 ) -> Provider:
-    """The job's provider; ``training``: EC2 VMs that start the job's workers from their
-    user data (torchrun over the configuration's VMs, ``rendezvous``). EC2 VMs that start
-    workers install ``artifact.worker_wheel()``: the deployment's wheel, else the wheel of
-    this source, built and uploaded to the run storage once."""
-    if job.provider == "local":
-        return LocalProvider()
-    if job.provider == "ec2-emulated":
+    """The job's provider (``cloud.get_provider``); ``training``: VMs that start the job's
+    workers themselves at launch (``Provider.starts_workers_at_launch``: EC2's user data,
+    torchrun over the configuration's VMs, ``rendezvous``). Such VMs install
+    ``artifact.worker_wheel()``: the deployment's wheel, else the wheel of this source,
+    built and uploaded to the run storage once."""
+    cls = provider_class(job.provider)
+    if cls.simulated:
         raise ConfigError(
-            "provider: the emulated EC2 lives in the process that runs the job; run it with "
-            "`srifty train --job JOB.yaml --provider ec2-emulated` (not as the DAG's tasks)"
+            f"provider: the emulated EC2 lives in the process that runs the job; run it with "
+            f"`srifty train --job JOB.yaml --provider {job.provider}` (not as the DAG's tasks)"
         )
-    from srifty_core.cloud.ec2 import EC2Provider, EC2Training
+    if not cls.starts_workers_at_launch:
+        return get_provider(job.provider)
+    from srifty_core.runtime.rendezvous import TrainingStart
 
-    plan = EC2Training.for_plan(job.train_plan, job.config_id) if training else None
+    plan = TrainingStart.for_plan(job.train_plan, job.config_id) if training else None
     wheel = None
     if training or worker:
         # What the VMs install (after the plan checked out): the deployment's wheel, else
@@ -52,7 +56,9 @@ def make_provider(
         from srifty_core.runtime.artifact import worker_wheel
 
         wheel = worker_wheel()
-    return EC2Provider.from_conf(job.ec2, job.region, worker=worker, wheel=wheel, training=plan)
+    return get_provider(
+        job.provider, ec2=job.ec2, region=job.region, worker=worker, wheel=wheel, training=plan
+    )
 
 
 def worker_command(job: JobPlan) -> list[str]:
@@ -63,9 +69,10 @@ def worker_command(job: JobPlan) -> list[str]:
     return launch_argv(job.train_plan)
 
 
-def _split(provider_name: str, requests: Sequence[LaunchRequest]) -> list[LaunchRequest]:
-    """Local: one allocation per worker (see the module's doc); clouds: as asked."""
-    if provider_name != "local":
+def _split(provider: Provider, requests: Sequence[LaunchRequest]) -> list[LaunchRequest]:
+    """One allocation per worker where the provider wants it (``one_allocation_per_worker``:
+    local, see the module's doc); else as asked."""
+    if not provider.one_allocation_per_worker:
         return list(requests)
     return [
         LaunchRequest(r.instance_type, count=1, market=r.market, zone=r.zone)
@@ -87,9 +94,9 @@ def provision(
     job = JobPlan.load(job_path)
     if provider is None:
         # On EC2 the workers start from the user data: torchrun over the configuration.
-        provider = make_provider(job, training=job.provider != "local")
+        provider = make_provider(job, training=True)
     if not keep:
-        requests = _split(job.provider, [x.request() for x in job.launches])
+        requests = _split(provider, [x.request() for x in job.launches])
         ids = [a.id for a in launch_all(provider, requests)]
         _log.info("%s: launched %s", job.config_id, ", ".join(ids))
         return ids
@@ -101,7 +108,7 @@ def provision(
             target[key] = target.get(key, 0) + x.count
         change = Replanner.change(provider, current, target)
         release_all(provider, change.release)
-        new = launch_all(provider, _split(job.provider, change.launch))
+        new = launch_all(provider, _split(provider, change.launch))
     except BaseException:
         release_all(provider, list(keep))
         raise
@@ -122,30 +129,36 @@ def start_training(
     *,
     tie: bool = False,
 ) -> float:
-    """Start the workers on the allocations; returns the start time (Unix seconds).
+    """Start the workers on the allocations (``Provider.start_workers``); returns the start
+    time (Unix seconds, the provider's clock: simulated on the emulator).
 
     Local: one process per rank, one process group over the allocations (ranks in their
     order); ``tie``: they end with this process (``lifetime.caller_env``: a caller that
     watches them itself, ``srifty train --job``; not the DAG, whose next task watches).
     EC2: the workers started from the user data at launch; this only notes the time. The
-    emulated EC2: its emulated ranks start (``emulated_job.start``). The time is the
-    provider's clock (simulated on the emulator).
+    emulated EC2: its emulated ranks start (``emulated_job.start``).
     """
     job = JobPlan.load(job_path)
-    if job.provider == "local":
-        local = provider or make_provider(job)
-        if not isinstance(local, LocalProvider):
-            raise ConfigError(f"provider: a local plan needs the local provider, got {local.name}")
-        allocs = [local.get_allocation(a) for a in allocation_ids]
-        logs = rank_logs(job.facts.run_dir, job.config_id)  # in the run folder, beside its outcome
-        local.run_group(allocs, worker_command(job), caller_env() if tie else None, log_dir=logs)
-    elif job.provider == "ec2-emulated":
-        from srifty_core.runtime import emulated_job
+    cls = type(provider) if provider is not None else provider_class(job.provider)
+    if cls.starts_workers_at_launch:
+        return provider.now().timestamp() if provider is not None else time.time()
+    provider = provider or make_provider(job)
+    if provider.name != job.provider:
+        raise ConfigError(
+            f"provider: a {job.provider} plan needs the {job.provider} provider, "
+            f"got {provider.name}"
+        )
+    from srifty_core.runtime import emulated_job
 
-        started = (provider or make_provider(job)).now().timestamp()
-        emulated_job.start(job_path, allocation_ids, provider)
-        return started
-    return provider.now().timestamp() if provider is not None else time.time()
+    started = provider.now().timestamp()
+    workers = Workers(
+        worker_command(job),
+        caller_env() if tie else None,
+        rank_logs(job.facts.run_dir, job.config_id),  # in the run folder, beside its outcome
+        emulate=functools.partial(emulated_job.start, job_path),
+    )
+    provider.start_workers([provider.get_allocation(a) for a in allocation_ids], workers)
+    return started
 
 
 def handed_over(spec: JobSpec) -> tuple[str, ...]:

@@ -53,6 +53,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from srifty_core.errors import ConfigError
@@ -149,6 +150,52 @@ class Rendezvous:
             raise ConfigError(f"{self.nnodes} VM(s) cannot hold {self.world_size} rank(s)")
         if self.join_timeout_s < 1:
             raise ConfigError(f"join timeout: >= 1 s, got {self.join_timeout_s}")
+
+
+@dataclass(frozen=True)
+class TrainingStart:
+    """What the VMs of one training configuration run: the workers' plan (its JSON) and
+    the rendezvous id and port; ``start_script`` gives each node group its script (what
+    ``cloud.ec2.EC2Provider(training=...)`` puts in the VMs' user data)."""
+
+    plan_json: str
+    run_id: str
+    port: int = DEFAULT_PORT
+
+    @property
+    def world_size(self) -> int:
+        return len(json.loads(self.plan_json)["local_batches"])
+
+    def start_script(
+        self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
+    ) -> str:
+        """The start script of node group ``group`` of ``vms`` (``(count, ranks per VM)``
+        per launch, in the plan's order: ``node_groups``), with ``host`` the rendezvous
+        endpoint (empty on the first VM)."""
+        nnodes = sum(count for count, _ in vms)
+        world = sum(count * per for count, per in vms)
+        rdzv = Rendezvous(self.run_id, nnodes, world, host, self.port, join_timeout_s)
+        return start_script(self.plan_json, node_groups(vms)[group], rdzv)
+
+    @classmethod
+    def for_plan(cls, plan_path: str | Path, config_id: str) -> TrainingStart:
+        """The training of the plan file at ``plan_path`` (one configuration). Its run
+        folder must be on run storage: the VMs write their progress, checkpoints and exit
+        markers there, where the monitor reads them (a local folder would be each VM's own
+        disk)."""
+        from srifty_core import paths
+        from srifty_core.runs import store as run_store
+
+        text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
+        if text is None:
+            raise ConfigError(f"no such plan: {plan_path}")
+        d = json.loads(text)
+        if not run_store.is_remote(str(d["run_dir"])):
+            raise ConfigError(
+                f"EC2 training needs its run folder on run storage, got {d['run_dir']}: set "
+                f"{paths.RUN_STORAGE_ENV} (an s3:// URI the VMs' instance profile can write)"
+            )
+        return cls(text, run_id(str(d.get("config_id", config_id)), str(d["run_dir"])))
 
 
 def torchrun_argv(

@@ -39,6 +39,7 @@ from srifty_core.cloud.base import (
     ProviderError,
     release_all,
 )
+from srifty_core.cloud.ec2 import EC2Provider
 from srifty_core.errors import ConfigError
 from srifty_core.planner.request import Offer, Overheads, PlanRequest
 
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
     from srifty_core.planner.result import Candidate, PlanResult
 
 Key = tuple[str, Market]
-SWITCH_OVERHEADS = Overheads(launch_s=150.0, detach_s=5.0)
-"""EC2's launch time and EBS's detach time, the method's defaults."""
+SWITCH_OVERHEADS = Overheads(launch_s=EC2Provider.launch_s, detach_s=EC2Provider.detach_s)
+"""EC2's launch time and EBS's detach time (``EC2Provider``'s), the method's defaults."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -902,12 +902,14 @@ def _checked_factors(
 
 
 def is_local(instance: SimInstance) -> bool:
-    """A ``local`` worker: all of them share this one host."""
-    return instance.features.get("provider") == "local"
+    """A worker on the shared host: all of them share this one host's cores
+    (``SimInstance.shares_host``)."""
+    return instance.shares_host
 
 
 def shared_workers(groups: Sequence[Group]) -> int:
-    """How many workers share this host: every rank of the ``local`` groups (0 if none)."""
+    """How many workers share this host: every rank of the groups on the shared host (0 if
+    none)."""
     return sum(g.count * g.instance.ranks_per_vm for g in groups if is_local(g.instance))
 
 

@@ -22,13 +22,16 @@ class SimInstance:
     ``features`` are the probe-record features the bandwidth predictor needs for this type
     (provider, cloud, region, zone, instance_type, gpu_model, gpus_per_vm, vcpus,
     network_gbps, placement_group, backend); world size, buffer size and concurrency are
-    filled in per query.
+    filled in per query. ``shares_host``: every rank of every such VM shares this one host's
+    cores (``Provider.shares_host``, set by whoever builds the offers): the simulator then
+    divides the host among them.
     """
 
     name: str
     device_type: str
     ranks_per_vm: int
     features: Mapping[str, Any] = field(default_factory=dict)
+    shares_host: bool = False
 
     def __post_init__(self) -> None:
         if self.ranks_per_vm < 1:
@@ -47,12 +50,14 @@ class SimInstance:
         zone: str = "",
         placement_group: bool = False,
         backend: str = "nccl",
+        shares_host: bool = False,
     ) -> SimInstance:
         """From a catalog ``InstanceType``."""
         return cls(
             name=t.name,
             device_type=t.gpu_model,
             ranks_per_vm=max(1, int(t.gpus_per_vm)),
+            shares_host=shares_host,
             features={
                 "provider": provider,
                 "cloud": "aws",
@@ -70,7 +75,8 @@ class SimInstance:
 
     @classmethod
     def local_cpu(cls, vcpus: int | None = None, ranks_per_vm: int = 1) -> SimInstance:
-        """The local provider's pseudo-type: worker processes on this machine over gloo.
+        """The local provider's pseudo-type: worker processes on this machine over gloo,
+        sharing its cores (``shares_host``).
 
         ``vcpus`` defaults to this machine's CPU count, as the local probes record it."""
         if vcpus is None:
@@ -79,6 +85,7 @@ class SimInstance:
             name="local.cpu",
             device_type="cpu",
             ranks_per_vm=ranks_per_vm,
+            shares_host=True,
             features={
                 "provider": "local",
                 "cloud": "local",

@@ -23,12 +23,11 @@ from srifty_core.cloud.ec2 import (
     WHEEL_SHA256_ENV,
     WHEEL_URI_ENV,
     EC2Provider,
-    EC2Training,
     WorkerWheel,
     training_user_data,
 )
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.rendezvous import Rendezvous, node_groups, start_script
+from srifty_core.runtime.rendezvous import Rendezvous, TrainingStart, node_groups, start_script
 from tests.cloud.moto_aws import AMI, SECRET, live_instances
 
 WHEEL = WorkerWheel("s3://deploy-bucket/wheels/srifty-0.1.0-py3-none-any.whl", "cd" * 32)
@@ -62,7 +61,7 @@ def test_a_configuration_launches_the_first_vm_first_and_tells_the_others(
     monkeypatch.setenv(WHEEL_SHA256_ENV, WHEEL.sha256)
     plan_file = tmp_path / "plan-c0.json"
     plan_file.write_text(json.dumps(PLAN))
-    training = EC2Training.for_plan(plan_file, "c0")
+    training = TrainingStart.for_plan(plan_file, "c0")
     p = EC2Provider(image_id=AMI, poll_s=0.05, wait_timeout_s=20, training=training)
     requests = [LaunchRequest("g4dn.xlarge", count=3), LaunchRequest("g4dn.12xlarge", count=1)]
     allocs = p.launch_many(requests)
@@ -105,7 +104,7 @@ def test_a_configuration_that_does_not_fit_the_plan_launches_nothing(
 ) -> None:
     monkeypatch.setenv(WHEEL_URI_ENV, WHEEL.uri)
     monkeypatch.setenv(WHEEL_SHA256_ENV, WHEEL.sha256)
-    training = EC2Training(json.dumps(PLAN), "srifty-x-c0")
+    training = TrainingStart(json.dumps(PLAN), "srifty-x-c0")
     p = EC2Provider(image_id=AMI, poll_s=0.05, wait_timeout_s=20, training=training)
     with pytest.raises(ConfigError, match="7"):
         p.launch_many([LaunchRequest("g4dn.xlarge", count=2)])
@@ -206,7 +205,7 @@ def test_a_configuration_shares_one_placement_group_and_launches_without_waiting
     monkeypatch.setattr(EC2Provider, "_wait_running", wait)
     p = EC2Provider(
         image_id=AMI, poll_s=0.05, wait_timeout_s=20, join_timeout_s=1800,
-        training=EC2Training(json.dumps(PLAN), "srifty-x-c0"),
+        training=TrainingStart(json.dumps(PLAN), "srifty-x-c0"),
     )  # fmt: skip
     client = p.client()
     real_run = client.run_instances
@@ -253,7 +252,7 @@ def test_a_failed_second_launch_releases_the_first_vm(
 
     p = EC2Provider(
         image_id=AMI, poll_s=0.05, wait_timeout_s=20,
-        training=EC2Training(json.dumps(PLAN), "srifty-x-c0"),
+        training=TrainingStart(json.dumps(PLAN), "srifty-x-c0"),
     )  # fmt: skip
     client = p.client()
     real_run = client.run_instances
@@ -287,10 +286,10 @@ def test_ec2_training_needs_its_run_folder_on_run_storage(tmp_path: Path) -> Non
     plan_file = tmp_path / "plan-c0.json"
     plan_file.write_text(json.dumps({**PLAN, "run_dir": str(tmp_path / "run")}))
     with pytest.raises(ConfigError, match="SRIFTY_RUN_STORAGE"):
-        EC2Training.for_plan(plan_file, "c0")
+        TrainingStart.for_plan(plan_file, "c0")
     plan_file.write_text(json.dumps({**PLAN, "run_dir": f"file://{tmp_path}/run"}))
     with pytest.raises(ConfigError, match="SRIFTY_RUN_STORAGE"):
-        EC2Training.for_plan(plan_file, "c0")
+        TrainingStart.for_plan(plan_file, "c0")
 
 
 def test_a_vm_that_shut_itself_down_is_terminated_not_taken_back() -> None:

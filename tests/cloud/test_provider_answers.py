@@ -34,3 +34,15 @@ def test_a_job_is_charged_its_providers_launch_unless_it_states_one() -> None:
     assert charged == provider_class("ec2").launch_s
     stated = job_request(JobSpec.from_params({**base, "overheads": {"launch_s": 30.0}}))
     assert stated.overheads.launch_s == 30.0
+
+
+def test_this_hosts_processes_and_the_clouds_answer_the_runtimes_questions() -> None:
+    local, emulated, ec2 = (provider_class(n) for n in ("local", "ec2-emulated", "ec2"))
+    assert local.shares_host and not local.billed and local.reports_exit_codes
+    assert local.starts_at_once and local.one_allocation_per_worker
+    assert not local.interruptions_deplete_spot
+    for cloud in (emulated, ec2):  # VMs, billed, spot capacity taken back is gone
+        assert not cloud.shares_host and cloud.billed and cloud.interruptions_deplete_spot
+        assert not (cloud.reports_exit_codes or cloud.starts_at_once)
+    assert ec2.starts_workers_at_launch and not emulated.starts_workers_at_launch
+    assert emulated.simulated and not (ec2.simulated or local.simulated)

@@ -485,7 +485,7 @@ def test_an_estimate_names_the_terms_its_profiles_lack() -> None:
 
 
 def local(name: str = "local.cpu") -> SimInstance:
-    return SimInstance(name, "cpu", 1, {"instance_type": name, "provider": "local"})
+    return SimInstance(name, "cpu", 1, {"instance_type": name, "provider": "local"}, True)
 
 
 def test_local_workers_share_the_host_by_processor_sharing() -> None:
