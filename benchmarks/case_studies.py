@@ -100,7 +100,12 @@ def _make_reference(model: str) -> tuple[Any, dict[str, Any]]:
     from srifty_core.workloads.zoo import build
 
     cfg = ProfilerConfig(
-        max_batch=CPU_MAX_BATCH.get(model, 64), threads=1, repeats=3, warmup=1, probes=4
+        max_batch=CPU_MAX_BATCH.get(model, 64),
+        threads=1,
+        repeats=3,
+        warmup=1,
+        probes=4,
+        share_host=1,  # GPU case studies: no local ranks share a host
     )
     small = profile_model(model, "small", cfg)
     cpu = torch.device("cpu")

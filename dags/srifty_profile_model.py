@@ -38,11 +38,12 @@ from airflow.sdk import Param, dag, get_current_context, task, task_group
 # Shared policy (plugins/): the probe-store Asset, start date, task defaults.
 from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 
-# Light constants (no torch): sizes, settings and the model field's schema, so a bad
-# trigger fails at once.
+# Light constants (no torch): sizes, settings, the profiler's budget and the model field's
+# schema, so a bad trigger fails at once.
 from srifty_core.cloud import PROVIDERS
 from srifty_core.planner.schema import JobConf, param_schemas
-from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
+from srifty_core.profiling.budget import budget_from_params, budget_params
+from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, PRECISIONS
 from srifty_core.workloads import SIZES
 
 _MODEL = param_schemas(JobConf)["model"]["schema"]
@@ -67,8 +68,8 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
             "(on the worker) or hf:NAME.",
         ),
         "size": Param("small", type="string", enum=list(SIZES)),
-        "precision": Param("fp32", type="string", enum=list(PRECISIONS)),
-        "optimizer": Param("sgd", type="string", enum=list(OPTIMIZERS)),
+        "precision": Param(DEFAULT_SETTINGS.precision, type="string", enum=list(PRECISIONS)),
+        "optimizer": Param(DEFAULT_SETTINGS.optimizer, type="string", enum=list(OPTIMIZERS)),
         "compile": Param(False, type="boolean"),
         "channels_last": Param(False, type="boolean"),
         "device_types": Param(
@@ -78,41 +79,8 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
             items={"type": "string", "pattern": "^(cpu|cuda(:[0-9]+)?)$"},
             description="Devices to profile on: cpu, cuda or cuda:N.",
         ),
-        "probes": Param(4, type="integer", minimum=2, maximum=32),
-        "refine": Param(
-            3,
-            type="integer",
-            minimum=0,
-            maximum=16,
-            description="Check probes between the budgeted ones, where t(B) may bend.",
-        ),
-        "repeats": Param(5, type="integer", minimum=2, maximum=100),
-        "max_batch": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            description="B_max search ceiling; null: until a batch does not fit the memory.",
-        ),
-        "memory_cap_mib": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            description="Memory a batch must fit in; null: 4096 MiB on a CPU, the GPU's own.",
-        ),
-        "threads": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            description="CPU threads (match the training ranks); null keeps torch's default.",
-        ),
-        "share_host": Param(
-            2,
-            type="integer",
-            minimum=1,
-            maximum=64,
-            description="On cpu: measure how a step slows with up to this many local workers "
-            "sharing the host (the local runs' ranks); 1: not measured. Ignored on cuda.",
-        ),
+        # the profiler's budget: defaults, bounds and texts from its one home
+        **{name: Param(**kw) for name, kw in budget_params().items()},
         "log_to_mlflow": Param(True, type="boolean"),
         "provider": Param(
             "local",
@@ -174,15 +142,7 @@ def srifty_profile_model() -> None:
         p = get_current_context()["params"]
         registered_model(p["model"])  # a trigger's model is data: never a file to import
         config = ProfilerConfig(
-            device=device,
-            probes=p["probes"],
-            repeats=p["repeats"],
-            max_batch=p["max_batch"],
-            memory_cap_bytes=p["memory_cap_mib"] * 2**20 if p["memory_cap_mib"] else None,
-            threads=p["threads"],
-            share_host=p["share_host"] if device == "cpu" else 1,
-            refine=p["refine"],
-            settings=TrainingSettings.from_dict(p),
+            **budget_from_params(p), device=device, settings=TrainingSettings.from_dict(p)
         )
         result = run_profile_job(p["model"], p["size"], config, log_to_mlflow=p["log_to_mlflow"])
         return {

@@ -122,24 +122,16 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if not _on_this_host(args.provider):
         return _cmd_profile_cloud(args)
 
+    from srifty_core.profiling.budget import KNOBS
     from srifty_core.profiling.job import run_profile_job
     from srifty_core.profiling.profiler import ProfilerConfig
     from srifty_core.profiling.report import summary_text
     from srifty_core.training_settings import TrainingSettings
 
+    budget = {name: getattr(args, name) for name, knob in KNOBS.items() if knob.flag != ""}
     config = ProfilerConfig(
+        **{**budget, "probes": None if args.dense else args.probes},
         device=args.device,
-        probes=None if args.dense else args.probes,
-        batch_sizes=args.batch_sizes,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        memory_cap_bytes=args.memory_cap,
-        max_batch=args.max_batch,
-        max_step_s=args.max_step_s,
-        threads=args.threads,
-        colocated=args.colocated,
-        share_host=args.share_host,
-        refine=args.refine,
         settings=TrainingSettings(
             precision=args.precision,
             optimizer=args.optimizer,
@@ -807,7 +799,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cat.set_defaults(func=_cmd_catalog)
 
-    from srifty_core.training_settings import OPTIMIZERS, PRECISIONS
+    from srifty_core.profiling.budget import add_budget_flags
+    from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, PRECISIONS
     from srifty_core.workloads import MODEL_NAMES, SIZES, shipped_hf_configs
 
     prof = sub.add_parser(
@@ -824,57 +817,18 @@ def build_parser() -> argparse.ArgumentParser:
         f"{', '.join(shipped_hf_configs())}; or a config.json)",
     )
     prof.add_argument("--size", default="small", help=f"one of {', '.join(SIZES)} (default small)")
-    prof.add_argument(
-        "--precision", default="fp32", choices=PRECISIONS, help="as you train (default fp32)"
-    )
-    prof.add_argument(
-        "--optimizer", default="sgd", choices=OPTIMIZERS, help="as you train (default sgd)"
-    )
+    for name, choices in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS)):
+        default = getattr(DEFAULT_SETTINGS, name)
+        prof.add_argument(
+            f"--{name}", default=default, choices=choices, help=f"as you train (default {default})"
+        )
     prof.add_argument("--compile", action="store_true", help="torch.compile the model first")
     prof.add_argument(
         "--channels-last", action="store_true", help="channels-last memory format (vision)"
     )
     prof.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    prof.add_argument("--probes", type=int, default=4, help="batch sizes to measure (default 4)")
+    add_budget_flags(prof, {"batch_sizes": _int_list, "memory_cap_bytes": parse_bytes})
     prof.add_argument("--dense", action="store_true", help="measure every power of two instead")
-    prof.add_argument("--batch-sizes", type=_int_list, help="explicit sizes, e.g. 1,8,32,64")
-    prof.add_argument("--repeats", type=int, default=5, help="timed steps per size (default 5)")
-    prof.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    prof.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        help="B_max search ceiling (default: none, until a batch does not fit the memory)",
-    )
-    prof.add_argument(
-        "--memory-cap", type=parse_bytes, help="CPU memory budget, e.g. 4GiB (default 4GiB)"
-    )
-    prof.add_argument(
-        "--max-step-s",
-        type=float,
-        help="B_max stops at batches whose step takes longer (default: 2 on a CPU, none "
-        "on CUDA; 0: no bound, the memory alone)",
-    )
-    prof.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
-    prof.add_argument(
-        "--colocated",
-        type=int,
-        default=1,
-        help="workers sharing this host in training: measure with that many running (default 1)",
-    )
-    prof.add_argument(
-        "--refine",
-        type=int,
-        default=3,
-        help="check probes between the budgeted ones where t(B) may bend (default 3; 0: none)",
-    )
-    prof.add_argument(
-        "--share-host",
-        type=int,
-        default=1,
-        help="measure how a step slows with up to this many workers sharing this host "
-        "(local CPU ranks; default 1: not measured)",
-    )
     prof.add_argument("--out", help="write the profile here instead of the profile store")
     prof.add_argument("--plot", help="also write the latency plot (PNG) here")
     prof.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")

@@ -113,7 +113,9 @@ def _make_planning_assets(root: Path) -> None:
         mp.setenv("MLFLOW_TRACKING_URI", "")
         store = ProfileStore()
         cpu = profile_model(
-            "dlrm", "tiny", ProfilerConfig(max_batch=32, repeats=3, warmup=1, threads=1)
+            "dlrm",
+            "tiny",
+            ProfilerConfig(max_batch=32, repeats=3, warmup=1, threads=1, share_host=1),
         )
         linear = _throughput_bound(cpu, 1e-3)  # deterministic, unlike a loaded CPU's curve
         store.save(linear)

@@ -209,10 +209,9 @@ def test_the_dags_params_default_as_the_schema_does(dagbag: Any) -> None:
 
 
 # ---------------------------------------------------------------- the profiler's defaults
-EXPECTED_PROFILER_DIVERGENCES: dict[str, dict[str, Any]] = {
-    "share_host": {"cli": 1, "profiler_config": 1, "dag": 2},
-}
-"""Default -> its value in each source that has it, where they disagree."""
+EXPECTED_PROFILER_DIVERGENCES: dict[str, dict[str, Any]] = {}
+"""Default -> its value in each source that has it, where they disagree (none since issue
+49: ``profiling.budget.ProfilerBudget`` is their one home)."""
 
 
 def _cli_defaults() -> dict[str, Any]:
@@ -225,7 +224,7 @@ def _cli_defaults() -> dict[str, Any]:
         "compile": a.compile, "channels_last": a.channels_last, "device_types": [a.device],
         "probes": None if a.dense else a.probes, "batch_sizes": a.batch_sizes,
         "repeats": a.repeats, "warmup": a.warmup, "max_batch": a.max_batch,
-        "memory_cap_bytes": a.memory_cap, "max_step_s": a.max_step_s, "threads": a.threads,
+        "memory_cap_bytes": a.memory_cap_bytes, "max_step_s": a.max_step_s, "threads": a.threads,
         "colocated": a.colocated, "refine": a.refine, "share_host": a.share_host,
         "log_to_mlflow": not a.no_mlflow, "provider": a.provider, "market": a.market,
         "region": a.region, "collect_timeout_s": a.collect_timeout_s, "seed": a.seed,
@@ -275,7 +274,8 @@ def _shared(sources: Mapping[str, Mapping[str, Any]]) -> set[str]:
 
 def test_cli_and_profiler_config_defaults_agree() -> None:
     """``srifty profile``'s flags, ``ProfilerConfig`` and ``CloudProfileRequest`` (its
-    fields and its ``from_params``) state the same defaults today (four homes, one value)."""
+    fields and its ``from_params``) state the same defaults (one home,
+    ``ProfilerBudget``, which the flags and the others are made from)."""
     sources = {"cli": _cli_defaults(), "profiler_config": _config_defaults(), **_cloud_defaults()}
     compared = {"size", "probes", "repeats", "refine", "max_batch", "warmup", "share_host"}
     assert _shared(sources) >= compared | {"colocated", "precision", "memory_cap_bytes"}
@@ -290,11 +290,11 @@ def test_the_defaults_comparison_sees_a_disagreement() -> None:
 
 @pytest.mark.airflow
 def test_one_home_for_profiler_defaults(dagbag: Any) -> None:
-    """Divergence pinned: the profile DAG's ``share_host`` Param defaults to 2 (on a CPU it
-    measures the shared-host slowdown with 2 workers), while ``srifty profile --share-host``
-    and ``ProfilerConfig.share_host`` default to 1 (not measured). The DAG's other Params
-    (size, settings, probes, refine, repeats, max_batch, memory cap, threads, provider,
-    market, region, collect timeout, seed) agree with the CLI and ``ProfilerConfig``."""
+    """The profile DAG's Params (size, settings, probes, refine, repeats, max_batch, memory
+    cap, threads, share_host, provider, market, region, collect timeout, seed) agree with
+    ``srifty profile``'s flags, ``ProfilerConfig`` and ``CloudProfileRequest`` (until issue
+    49 the DAG's ``share_host`` defaulted to 2 and the others' to 1: now one default,
+    ``ProfilerBudget.share_host``, 2 workers on a CPU)."""
     dag = dagbag.get_dag("srifty_profile_model")
     params = {k: dag.params[k] for k in dag.params}
     mib = params.pop("memory_cap_mib")
@@ -309,4 +309,4 @@ def test_one_home_for_profiler_defaults(dagbag: Any) -> None:
         "size", "probes", "refine", "repeats", "max_batch", "memory_cap_bytes", "threads",
         "share_host", "device_types", "provider", "collect_timeout_s", "seed",
     }  # fmt: skip
-    assert disagreements(sources) == EXPECTED_PROFILER_DIVERGENCES
+    assert disagreements(sources) == EXPECTED_PROFILER_DIVERGENCES == {}

@@ -165,7 +165,7 @@ def _quick(settings: TrainingSettings | None = None) -> object:
 
     return ProfilerConfig(
         batch_sizes=(1, 4, 8), repeats=2, warmup=1, refine=0, threads=1, max_batch=8,
-        schedule_repeats=1, settings=settings or TrainingSettings(),
+        schedule_repeats=1, share_host=1, settings=settings or TrainingSettings(),
     )  # fmt: skip
 
 

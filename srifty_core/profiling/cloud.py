@@ -58,6 +58,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, ProviderError
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
+from srifty_core.profiling.budget import DEFAULT_BUDGET, KNOBS
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore, profile_hint
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
@@ -96,19 +97,24 @@ def _safe(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- requests
+_BUDGET_FIELDS = ("probes", "repeats", "refine", "max_batch")
+"""The budget a VM's profiler is given (the rest keeps the profiler's defaults)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CloudProfileRequest:
     """What to profile on each VM: the model reference and size, the training settings,
     and the profiler's budget (``srifty profile``'s ``--probes``, ``--repeats``,
-    ``--refine``, ``--max-batch``: none means the GPU's memory bounds B_max)."""
+    ``--refine``, ``--max-batch``: none means the GPU's memory bounds B_max), defaults and
+    bounds from ``ProfilerBudget``."""
 
     model: str
     size: str = "small"
     settings: TrainingSettings = DEFAULT_SETTINGS
-    probes: int = 4
-    repeats: int = 5
-    refine: int = 3
-    max_batch: int | None = None
+    probes: int = DEFAULT_BUDGET.probes  # type: ignore[assignment]  # 4: never dense on a VM
+    repeats: int = DEFAULT_BUDGET.repeats
+    refine: int = DEFAULT_BUDGET.refine
+    max_batch: int | None = DEFAULT_BUDGET.max_batch
 
     def __post_init__(self) -> None:
         try:
@@ -117,10 +123,10 @@ class CloudProfileRequest:
             raise FieldError("model", str(exc)) from None
         if self.size not in SIZES:
             raise FieldError("size", f"one of {', '.join(SIZES)}, got {self.size!r}")
-        for name, low in (("probes", 2), ("repeats", 2), ("refine", 0)):
-            value = getattr(self, name)
+        for name in _BUDGET_FIELDS[:3]:
+            value, low = getattr(self, name), KNOBS[name].minimum or 0
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise FieldError(name, f"an integer >= {low}, got {value!r}")
+                raise FieldError(name, f"an integer >= {low:g}, got {value!r}")
         if self.max_batch is not None and (
             isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int)
             or self.max_batch < 1
@@ -141,10 +147,7 @@ class CloudProfileRequest:
             model=model,
             size=p.get("size", "small"),
             settings=TrainingSettings.from_dict(p),
-            probes=p.get("probes", 4),
-            repeats=p.get("repeats", 5),
-            refine=p.get("refine", 3),
-            max_batch=p.get("max_batch"),
+            **{k: p[k] for k in _BUDGET_FIELDS if k in p},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -485,6 +488,7 @@ def ensure_reference(
         probes=REFERENCE_PROBES,
         repeats=REFERENCE_REPEATS,
         refine=0,
+        share_host=1,
         max_batch=min(request.max_batch or REFERENCE_MAX_BATCH, REFERENCE_MAX_BATCH),
         settings=request.settings,
     )

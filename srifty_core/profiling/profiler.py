@@ -54,6 +54,11 @@ from srifty_core.profiling.buckets import (
     skip_allreduce,
     trainable,
 )
+from srifty_core.profiling.budget import (
+    DEFAULT_CPU_MAX_STEP_S,
+    DEFAULT_CPU_MEMORY_CAP,
+    ProfilerBudget,
+)
 from srifty_core.profiling.profile import ComputeProfile, PassStats
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 from srifty_core.workloads import ModelRefError, build, make_optimizer, parse_model, prepare
@@ -71,45 +76,15 @@ class BatchDoesNotFitError(SriftyError):
 
 
 @dataclass(frozen=True, slots=True)
-class ProfilerConfig:
-    """How to profile. Defaults are the documented ones of ``srifty profile``."""
+class ProfilerConfig(ProfilerBudget):
+    """How to profile: the budget (``ProfilerBudget``, the one home of the defaults that
+    ``srifty profile`` and the profile DAG offer), the device, the training settings and
+    the profiler's own constants."""
 
     device: str = "cpu"
-    probes: int | None = 4
-    """Budgeted mode: this many batch sizes. ``None``: a dense sweep (powers of two)."""
-    batch_sizes: tuple[int, ...] | None = None
-    """Explicit batch sizes (overrides ``probes``); each must fit."""
-    repeats: int = 5
-    warmup: int = 2
-    memory_cap_bytes: int | None = None
-    """CPU: the memory budget a batch must fit in (default 4 GiB). CUDA: the device's memory."""
-    max_batch: int | None = None
-    """Upper end of the B_max search; ``None`` (default): no constant ceiling, the search
-    doubles until a batch does not fit the memory (``memory_cap_bytes``)."""
     min_batch: int = 1
-    max_step_s: float | None = None
-    """Largest step worth profiling: a batch whose forward pass alone takes more than a
-    third of this is counted as not fitting, so B_max is the largest batch that fits the
-    memory *and* steps within this (the profile records which bound it hit). ``None``
-    (default): ``DEFAULT_CPU_MAX_STEP_S`` on a CPU, no bound on CUDA; 0: no bound."""
-    threads: int | None = None
-    """CPU threads (``torch.set_num_threads``); ``None`` keeps torch's default."""
-    colocated: int = 1
-    """Workers that share this device (host) in training. With more than one, the latency
-    sweep runs ``colocated - 1`` background processes doing the same training steps at the
-    same batch, so the profile sees the contention training will see (CPU ranks sharing a
-    host's cores and memory bus)."""
-    refine: int = 3
-    """Budgeted mode: at most this many check probes between the budgeted ones, where the
-    fit may bend (``predictors.compute.refine_batch_sizes``); 0: none. Their held-out
-    errors are kept in ``ComputeProfile.probe_checks``."""
     refine_tolerance: float = DEFAULT_REFINE_TOLERANCE
     """A check the fit misses by more than this (relative) is probed around further."""
-    share_host: int = 1
-    """Measure how a step slows when up to this many workers of the same kind share the
-    device (``ComputeProfile.shared_slowdown``, for 2..``share_host`` workers): what local
-    CPU ranks on one host do to each other. 1 (default): not measured, as on GPUs where
-    each rank has its own device. Cannot be combined with ``colocated``."""
     schedule_repeats: int = 3
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
@@ -119,49 +94,14 @@ class ProfilerConfig:
     (``training_settings``): the steps are timed that way and the profile records it."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "repeats",
-            "max_batch",
-            "min_batch",
-            "schedule_repeats",
-            "colocated",
-            "share_host",
-            "threads",
-        ):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
+        ProfilerBudget.__post_init__(self)  # slots: no zero-argument super()
+        for name in ("min_batch", "schedule_repeats"):
+            if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_step_s is not None and not self.max_step_s >= 0:
-            raise ConfigError(f"max_step_s must be >= 0 seconds, got {self.max_step_s}")
-        if self.memory_cap_bytes is not None and self.memory_cap_bytes < 1:
-            # 0 read as "the default cap" let the B_max search run the host out of memory
-            raise ConfigError(f"memory_cap must be at least 1 byte, got {self.memory_cap_bytes}")
-        if self.batch_sizes is not None and (
-            not self.batch_sizes or any(b < 1 for b in self.batch_sizes)
-        ):
-            raise ConfigError(f"batch_sizes must be >= 1 each, got {list(self.batch_sizes)}")
-        if self.warmup < 0:
-            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
-        if self.refine < 0:
-            raise ConfigError(f"refine must be >= 0, got {self.refine}")
         if not 0 < self.refine_tolerance < 1:
             raise ConfigError(f"refine_tolerance must be in (0, 1), got {self.refine_tolerance}")
-        if self.probes is not None and self.probes < 2:
-            raise ConfigError(f"probes must be >= 2, got {self.probes}")
-        if self.repeats < 2:
-            raise ConfigError("repeats must be >= 2 to measure a standard deviation")
-        if self.colocated > 1 and self.share_host > 1:
-            raise ConfigError(
-                "colocated and share_host are two ways to account for a shared host "
-                "(profile under load, or measure the slowdown apart): set one of them to 1"
-            )
 
 
-DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
-DEFAULT_CPU_MAX_STEP_S = 2.0
-"""CPU: the B_max search stops at batches whose step would take longer than this (a CPU
-step is linear in the batch well before the memory runs out, so larger batches add
-minutes of profiling and no throughput: the default profile of ResNet-18/small ran 10.5
-minutes to a 4 GiB B_max of 4300 at 19 s a step; BENCHMARKS.md, "Profiling time")."""
 SEARCH_MARGIN = 1.25
 """CPU: a batch whose footprint, extrapolated from the batches measured, exceeds the cap
 by more than this factor is counted as not fitting without running it."""
@@ -753,20 +693,21 @@ def shared_slowdown(
     device: torch.device,
     sync: Callable[[], None],
 ) -> tuple[tuple[int, float], ...]:
-    """``(k, factor)`` for k = 2..``config.share_host``: the median forward-plus-backward
-    time at ``batch`` with ``k - 1`` background workers doing the same steps in step with
-    it (``_colocated_load``'s lockstep: a job's ranks start each step together), over the
-    median alone. The workers start once and are paused and resumed for ``SHARE_ROUNDS``
-    alternating rounds (alone, shared, alone, ...), so that drift and one-off disturbances
-    of the host (another process starting, a page-fault storm) fall on both sides; at
-    least 1."""
-    if config.share_host <= 1:
+    """``(k, factor)`` for k = 2..``config.shared_workers`` (none on CUDA): the median
+    forward-plus-backward time at ``batch`` with ``k - 1`` background workers doing the
+    same steps in step with it (``_colocated_load``'s lockstep: a job's ranks start each
+    step together), over the median alone. The workers start once and are paused and
+    resumed for ``SHARE_ROUNDS`` alternating rounds (alone, shared, alone, ...), so that
+    drift and one-off disturbances of the host (another process starting, a page-fault
+    storm) fall on both sides; at least 1."""
+    workers = config.shared_workers(device.type == "cpu")
+    if workers <= 1:
         return ()
     import multiprocessing as mp
 
     data = workload.make_batch(batch, device, seed=config.seed)
     out = []
-    for k in range(2, config.share_host + 1):
+    for k in range(2, workers + 1):
         go = mp.get_context("spawn").Event()
         alone: list[float] = []
         shared: list[float] = []
@@ -797,7 +738,7 @@ def ddp_overhead(
     device: torch.device,
     sync: Callable[[], None],
 ) -> tuple[tuple[int, float], ...]:
-    """``(k, seconds)`` for k = 1..``config.share_host`` (1 on a GPU): what wrapping the
+    """``(k, seconds)`` for k = 1..``config.shared_workers`` (1 on a GPU): what wrapping the
     model in DDP adds to a forward-plus-backward step at ``batch``, with ``k - 1``
     background workers doing DDP steps of their own in step with it (and ``colocated - 1``
     as always): DDP's passes over the gradients are memory-bound and come at the same
@@ -827,7 +768,7 @@ def ddp_overhead(
         data = workload.make_batch(batch, device, seed=config.seed)
         out = []
         base = config.colocated - 1
-        for k in range(1, (1 if cuda else config.share_host) + 1):
+        for k in range(1, config.shared_workers(not cuda) + 1):
             plain: list[float] = []
             ddp: list[float] = []
             with _colocated_load(

@@ -64,7 +64,9 @@ def test_bad_config_names_the_field() -> None:
 
 def test_profile_a_tiny_model_end_to_end() -> None:
     p = profile_model(
-        "resnet18", "tiny", ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1)
+        "resnet18",
+        "tiny",
+        ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1, share_host=1),
     )
     checks = len(p.probe_checks)
     assert p.b_max == 16 and p.probe_mode == "budget:4" + (f"+{checks}" if checks else "")
@@ -85,7 +87,9 @@ def test_profile_a_tiny_model_end_to_end() -> None:
 
 
 def test_dense_mode_measures_every_power_of_two() -> None:
-    p = profile_model("dlrm", "tiny", ProfilerConfig(max_batch=32, probes=None, repeats=2))
+    p = profile_model(
+        "dlrm", "tiny", ProfilerConfig(max_batch=32, probes=None, repeats=2, share_host=1)
+    )
     assert p.fw.batch_sizes == (1, 2, 4, 8, 16, 32) and p.probe_mode == "dense"
 
 
@@ -110,10 +114,8 @@ def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None
     import multiprocessing as mp
 
     before = set(mp.active_children())
-    p = profile_model(
-        "dlrm",
-        "tiny",
-        ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, share_host=2, probes=2),
+    p = profile_model(  # share_host's default: 2 workers on a CPU
+        "dlrm", "tiny", ProfilerConfig(max_batch=8, repeats=2, warmup=1, threads=1, probes=2)
     )
     assert [k for k, _ in p.shared_slowdown] == [2]
     assert p.host_slowdown(2) >= 1.0 and p.host_slowdown(1) == 1.0
@@ -121,7 +123,7 @@ def test_share_host_measures_the_slowdown_of_workers_beside_each_other() -> None
     assert set(mp.active_children()) == before
     assert (
         profile_model(
-            "dlrm", "tiny", ProfilerConfig(max_batch=8, repeats=2, warmup=1, probes=2)
+            "dlrm", "tiny", ProfilerConfig(max_batch=8, repeats=2, warmup=1, probes=2, share_host=1)
         ).shared_slowdown
         == ()
     )
@@ -153,7 +155,7 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
 
     torch.set_num_threads(1)
     workload = build("dlrm", "small", seed=0)
-    config = ProfilerConfig(repeats=5, warmup=1, threads=1)
+    config = ProfilerConfig(repeats=5, warmup=1, threads=1, share_host=1)
     cpu = torch.device("cpu")
     pairs = ddp_overhead("dlrm", "small", workload, 16, config, cpu, lambda: None)
     assert [k for k, _ in pairs] == [1]

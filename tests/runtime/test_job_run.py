@@ -78,7 +78,9 @@ def test_srifty_train_job_runs_your_script_with_the_dags_steps(
 
     monkeypatch.chdir(ROOT)
     model = "examples/digits/model.py:build"
-    quick = ProfilerConfig(batch_sizes=(1, 8, 16), repeats=2, warmup=1, refine=0, threads=1)
+    quick = ProfilerConfig(
+        batch_sizes=(1, 8, 16), repeats=2, warmup=1, refine=0, threads=1, share_host=1
+    )
     run_profile_job(model, "tiny", quick, log_to_mlflow=False)
     job = ready_to_plan / "job.yaml"
     job.write_text(yaml.safe_dump({**PARAMS, "model": model, "iterations": 8, "step_sleep_s": 0}))

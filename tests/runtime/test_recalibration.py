@@ -317,7 +317,7 @@ def _profile_tiny_dlrm() -> None:
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model
     from srifty_core.profiling.store import ProfileStore
 
-    config = ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1)
+    config = ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1, share_host=1)
     ProfileStore().save(profile_model("dlrm", "tiny", config))
 
 
