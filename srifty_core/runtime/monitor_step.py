@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from srifty_core.cloud import find_provider_class
 from srifty_core.cloud.base import Allocation, Provider
 from srifty_core.planner.request import offer_key
 from srifty_core.runs.progress import (
@@ -109,6 +110,9 @@ class Monitor:
         self.started_at = started_at
         self.provider = provider or make_provider(self.job)
         self.allocations = [self.provider.get_allocation(a) for a in allocation_ids]
+        self.kind = find_provider_class(self.job.provider) or type(self.provider)
+        """What the job's provider answers (its workers' exits, its interruptions, its
+        start): asked of the job's provider class, as ``provider`` may stand in for it."""
         self.live = live
         self.window_s = window_s
         self._tail = ProgressTail(self.facts.progress_path)
@@ -121,7 +125,7 @@ class Monitor:
             float(predicted) if isinstance(predicted, (int, float)) else 0.0,
         )
         # on VMs the start (install, join) has its own timeout: judged from the first step
-        startup = self.provider.starts_at_once
+        startup = self.kind.starts_at_once
         self.stall = StallWatch(stall or Stall(), started_at, planned, startup=startup)
         # online recalibration; the factors go to the configuration's MLflow run at its end
         self.recal = Recalibrator(
@@ -168,7 +172,7 @@ class Monitor:
                 interrupted += [i.instance_id for i in gone]
         # Spot capacity taken back is depleted for the rest of the job (the method); a local
         # worker taken back only lowers the quota (the next plan runs on the survivors).
-        depletes = provider.interruptions_deplete_spot
+        depletes = self.kind.interruptions_deplete_spot
         preempted = [k for k in lost if depletes and k.endswith("/spot")]
         decision = decide(
             records, limits, now=now, started_at=self.started_at, preempted=preempted,
@@ -178,7 +182,7 @@ class Monitor:
         all_exited = bool(codes) and all(c is not None for c in codes)
         state = read_state(facts.state_path)
         checkpointed = state is not None and state.checkpoint_iteration >= facts.iterations
-        own_exits = provider.reports_exit_codes  # else the VMs' exit markers
+        own_exits = self.kind.reports_exit_codes  # else the VMs' exit markers
         finished = checkpointed and (all_exited or not own_exits)
         done = max(decision.iterations_done, spec.resume.iterations_done if spec.resume else 0)
         recal = self.recal.check(records, decision.elapsed_s, decision.spent_usd)
@@ -212,7 +216,7 @@ class Monitor:
             out = result(REPLAN, recal.reason)
         elif decision.replan and hung is None:
             out = result(RUNNING, f"{decision.reason}; no other configuration to switch to")
-        elif all_exited and own_exits:
+        elif all_exited and provider.reports_exit_codes:
             _raise_if_refused(facts.run_dir, facts.config_id, self.started_at)
             logs = ", ".join(str(provider.log_dir(a)) for a in self.allocations)
             raise TrainingFailed(

@@ -41,8 +41,8 @@ def make_provider(
     cls = provider_class(job.provider)
     if cls.simulated:
         raise ConfigError(
-            f"provider: the emulated EC2 lives in the process that runs the job; run it with "
-            f"`srifty train --job JOB.yaml --provider {job.provider}` (not as the DAG's tasks)"
+            "provider: the emulated EC2 lives in the process that runs the job; run it with "
+            "`srifty train --job JOB.yaml --provider ec2-emulated` (not as the DAG's tasks)"
         )
     if not cls.starts_workers_at_launch:
         return get_provider(job.provider)
