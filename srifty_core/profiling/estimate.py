@@ -177,8 +177,8 @@ def evidence(
     catalog: Catalog, store: ProfileStore | None
 ) -> tuple[list[Observation], list[ComputeProfile]]:
     """Every observation the roofline learns from, and the measured GPU profiles."""
-    from srifty_core.predictors.roofline_profile import profile_observations
     from srifty_core.profiling.census import load_census
+    from srifty_core.profiling.roofline_profile import profile_observations
 
     root = store.root if store is not None else None
     cache: dict[tuple[str, str, str], OpCensus] = {}
@@ -247,9 +247,9 @@ def estimate(
 ) -> ComputeProfile:
     """An estimated profile of ``model``/``size`` with ``settings`` on GPU ``device_type``:
     scaled from the store's measured profile of the same model on the nearest GPU, else
-    from the specs (``predictors.roofline_profile.estimate_profile``)."""
-    from srifty_core.predictors.roofline_profile import estimate_profile, nearest_measured
+    from the specs (``profiling.roofline_profile.estimate_profile``)."""
     from srifty_core.profiling.census import load_census
+    from srifty_core.profiling.roofline_profile import estimate_profile, nearest_measured
 
     spec = device_spec(catalog, device_type)
     if spec is None:

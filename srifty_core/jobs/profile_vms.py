@@ -11,7 +11,7 @@ them in one process for ``srifty profile --provider``):
    installs (``runtime.artifact.worker_wheel``: the deployment's, else this source's,
    uploaded to the run storage) and runs ``vm_script``: ``srifty profile --model M --size
    S --device cuda --no-mlflow`` with the training settings and the probe budget, then
-   ``python -m srifty_core.profiling.cloud finish``, which writes ``profile.json`` (on
+   ``python -m srifty_core.jobs.profile_vms finish``, which writes ``profile.json`` (on
    success) and ``exit.json`` (the profiler's exit code and its last lines) into the VM's
    folder on the run storage, then shuts the VM down (launched to terminate on shutdown:
    it stops billing by itself).
@@ -344,7 +344,7 @@ def vm_script(request: CloudProfileRequest, run_dir: str) -> str:
 
     profile = " ".join(shlex.quote(a) for a in request.profiler_argv(VM_PROFILE))
     finish = [
-        f"{VM_HOME}/bin/python", "-m", "srifty_core.profiling.cloud", "finish",
+        f"{VM_HOME}/bin/python", "-m", "srifty_core.jobs.profile_vms", "finish",
         "--run-dir", run_dir, "--profile", VM_PROFILE, "--log", VM_LOG,
     ]  # fmt: skip
     lines = [
@@ -796,7 +796,7 @@ def finish(run_dir: str, code: int, profile: Path, log: Path | None = None) -> i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m srifty_core.profiling.cloud")
+    parser = argparse.ArgumentParser(prog="python -m srifty_core.jobs.profile_vms")
     sub = parser.add_subparsers(dest="command", required=True)
     fin = sub.add_parser("finish", help="on a profiling VM: hand the profile to the run storage")
     fin.add_argument("--run-dir", required=True)
