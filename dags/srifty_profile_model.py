@@ -25,7 +25,7 @@ Manual trigger. ``provider`` says where:
 The summary task lists what was written: per type B_max, the profile's path, the VM's
 seconds and cost (per-second billing at the catalog's price), and the run's total; it
 fails the run when a type's profile failed. All logic lives in
-``srifty_core.profiling.cloud``; the tasks pass small records, not data.
+``srifty_core.jobs.profile_vms``; the tasks pass small records, not data.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def srifty_profile_model() -> None:
     def cloud_plan() -> list[dict[str, Any]]:
         """Check the whole cloud conf before anything is launched; one entry per VM."""
         from srifty_core.errors import FieldError
-        from srifty_core.profiling.cloud import CloudProfileRequest, check_cloud_request
+        from srifty_core.jobs.profile_vms import CloudProfileRequest, check_cloud_request
 
         p = get_current_context()["params"]
         if p["provider"] == "local":
@@ -187,7 +187,7 @@ def srifty_profile_model() -> None:
     @task(pool=LOCAL_HOST_POOL)
     @fails_fast
     def reference(items: list[dict[str, Any]]) -> str | None:
-        from srifty_core.profiling.cloud import CloudProfileRequest, ensure_reference
+        from srifty_core.jobs.profile_vms import CloudProfileRequest, ensure_reference
 
         p = get_current_context()["params"]
         if not items or p["provider"] != "ec2-emulated":
@@ -202,7 +202,7 @@ def srifty_profile_model() -> None:
     def provision(item: dict[str, Any], ref: str | None) -> dict[str, Any]:
         """Launch the type's VM; ``ref`` (the reference profile's path, or none): nothing is
         launched unless the reference task succeeded."""
-        from srifty_core.profiling.cloud import CloudProfileRequest, provision_profiler_vm
+        from srifty_core.jobs.profile_vms import CloudProfileRequest, provision_profiler_vm
 
         ctx = get_current_context()
         p = ctx["params"]
@@ -218,7 +218,7 @@ def srifty_profile_model() -> None:
     @task(execution_timeout=timedelta(hours=2, minutes=30))
     @fails_fast
     def profile(vm: dict[str, Any]) -> dict[str, Any]:
-        from srifty_core.profiling.cloud import CloudProfileRequest, profile_on_vm
+        from srifty_core.jobs.profile_vms import CloudProfileRequest, profile_on_vm
 
         p = get_current_context()["params"]
         result = profile_on_vm(
@@ -231,7 +231,7 @@ def srifty_profile_model() -> None:
     @task
     @fails_fast
     def release(vm: dict[str, Any]) -> dict[str, Any]:
-        from srifty_core.profiling.cloud import release as give_back
+        from srifty_core.jobs.profile_vms import release as give_back
 
         ti: Any = get_current_context()["ti"]
         bill = give_back(vm)
@@ -255,7 +255,7 @@ def srifty_profile_model() -> None:
     def cloud_summary(bills: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from srifty_core.profiling.cloud import format_summary, summarize
+        from srifty_core.jobs.profile_vms import format_summary, summarize
 
         # One value when the group expanded once, else a lazy sequence (by length).
         rows = [bills] if isinstance(bills, dict) else [bills[i] for i in range(len(bills))]

@@ -31,16 +31,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.catalog import Catalog
+from srifty_core.cloud import emulator_truth as truth
+from srifty_core.cloud.emulated import emulated_probe_sweep, emulated_profiles
+from srifty_core.cloud.emulator_truth import DeviceRate
 from srifty_core.errors import ConfigError
+from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
 from srifty_core.profiling.store import load_reference_profile
+from srifty_core.simulator.types import Workload
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulator_truth import DeviceRate
-    from srifty_core.planner.request import Offer, PlanRequest
+    from srifty_core.planner.request import Offer
     from srifty_core.planner.result import Candidate, PlanResult
     from srifty_core.predictors.base import BandwidthPredictor
     from srifty_core.profiling.profile import ComputeProfile
@@ -102,8 +106,6 @@ def get_case(name: str) -> Case:
 # ---------------------------------------------------------------------------- inputs
 def one_core() -> DeviceRate:
     """The reference device of the reference profiles (``ONE_CORE``)."""
-    from srifty_core.cloud.emulator_truth import DeviceRate
-
     return DeviceRate(*ONE_CORE)
 
 
@@ -112,8 +114,6 @@ def offers_for(
 ) -> tuple[tuple[Offer, ...], list[str]]:
     """The case's offers (spot where the catalog has a spot price, else on-demand; types
     whose GPU is not in ``workload_gpus`` dropped) and notes on what was changed."""
-    from srifty_core.planner.request import offers_from_catalog
-
     spec, notes = [], []
     for name, q in case.quotas.items():
         t = catalog.get(name, REGION)
@@ -155,8 +155,6 @@ def probe_frame(
     2), as one frame for a bandwidth model's ``fit``."""
     import pyarrow as pa
 
-    from srifty_core.cloud.emulated import emulated_probe_sweep
-
     tables = []
     for name, q in sorted(quotas.items()):
         ranks = q * max(1, catalog.get(name, REGION).gpus_per_vm)
@@ -183,9 +181,6 @@ def case_profiles(
     """``{gpu_model: profile}``: what the profiler would measure on the GPU of each of the
     case's types, in quota order on one emulated provider; GPUs the network does not fit
     (one sample over the GPU's memory) are left out."""
-    from srifty_core.cloud import emulator_truth as truth
-    from srifty_core.cloud.emulated import emulated_profiles
-
     fits = tuple(
         name
         for name in case.quotas
@@ -244,10 +239,6 @@ def case_setup(
     ``seed`` shifts the emulator's draws (profiling and probe sweep); 0 gives the
     benchmark's. ``reference``: the reference profile and its meta (default the shipped
     one). ``fit_bandwidth``: default ``probe_table_fit``."""
-    from srifty_core.catalog import Catalog
-    from srifty_core.planner.request import Objective, Overheads, PlanRequest
-    from srifty_core.simulator.types import Workload
-
     catalog = catalog or Catalog.load()
     profile_cache = cache
     if reference is not None:
@@ -334,7 +325,6 @@ def plan_case_studies(
     """Srifty's plan for each case study (``names``, default all, in ``CASES`` order) on the
     emulated cloud: ``case_setup`` then ``plan`` with the ``Simulator``. Same seed, same
     plans. Raises ``ConfigError`` for an unknown case name."""
-    from srifty_core.catalog import Catalog
     from srifty_core.planner.search import plan
     from srifty_core.simulator.estimator import Simulator
 

@@ -65,10 +65,10 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     """``srifty profile --provider ec2-emulated|ec2 --instance-type T ...``: one VM per type
-    (``profiling.cloud.profile_in_cloud``, the profiling DAG's steps)."""
+    (``jobs.profile_vms.profile_in_cloud``, the profiling DAG's steps)."""
     import json
 
-    from srifty_core.profiling.cloud import CloudProfileRequest, format_summary, profile_in_cloud
+    from srifty_core.jobs.profile_vms import CloudProfileRequest, format_summary, profile_in_cloud
     from srifty_core.training_settings import TrainingSettings
 
     if args.out is not None or args.plot is not None or args.dense or args.batch_sizes:

@@ -29,7 +29,17 @@ from typing import Any
 
 from srifty_core import paths
 from srifty_core.airflow_env import airflow_environment, migrate, run_airflow
+from srifty_core.case_studies import format_case_plans, plan_case_studies
+from srifty_core.cloud.base import InstanceState
+from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.errors import SriftyError
+from srifty_core.profiling.report import summary_text
+from srifty_core.profiling.store import ProfileStore
+from srifty_core.runs.progress import PROGRESS_FILE, median_step_s, read_progress
+from srifty_core.runtime.job import JobPlan
+from srifty_core.runtime.monitor_step import read_decisions
+from srifty_core.simulator.apm import ApmEstimator
+from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
 
 DEMO_MODEL = "resnet18"
 DEMO_SIZE = "small"
@@ -105,18 +115,12 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
     the instance interrupted and kills its process)."""
     import threading
 
-    from srifty_core.cloud.base import InstanceState
-    from srifty_core.cloud.local import LocalProvider
-    from srifty_core.runs.progress import PROGRESS_FILE, read_progress
-
     provider = LocalProvider()  # the same state folder as the DAG's tasks (the data folder)
     taken: list[str] = []
     runs = paths.data_dir(root) / "runs"
     earlier = set(runs.glob("*"))  # an earlier demo's finished runs are not this job
 
     def watch() -> None:
-        from srifty_core.cloud.local import pid_alive
-
         while not stop.is_set():
             for log in runs.glob(f"*/{PROGRESS_FILE}"):
                 if log.parent in earlier:
@@ -180,10 +184,6 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
 
 
 def _print_job(run_dir: Path) -> None:
-    from srifty_core.runs.progress import PROGRESS_FILE, median_step_s, read_progress
-    from srifty_core.runtime.job import JobPlan
-    from srifty_core.runtime.monitor_step import read_decisions
-
     records = read_progress(run_dir / PROGRESS_FILE)
     decisions = read_decisions(run_dir)
     for path in sorted(run_dir.glob("job-c*.json")):
@@ -299,8 +299,6 @@ def run_demo(data_dir: Path | None = None) -> int:
         },
         home,
     )
-    from srifty_core.profiling.report import summary_text
-    from srifty_core.profiling.store import ProfileStore
 
     profile = ProfileStore(paths.profiles_dir(root)).load(DEMO_MODEL, DEMO_SIZE, "cpu")
     steps.done(f"profile in {paths.profiles_dir(root)}, run logged to MLflow")
@@ -310,9 +308,7 @@ def run_demo(data_dir: Path | None = None) -> int:
     steps.start(f"simulate, then run, DDP on 2 local workers with local batches {a} and {b}")
     from srifty_core.predictors.registry import load_champion
     from srifty_core.profiling.ddp_check import measure_ddp
-    from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator
-    from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
 
     inst = SimInstance.local_cpu()
     config = ClusterConfig((Group(inst, 1, a), Group(inst, 1, b)))
@@ -339,7 +335,6 @@ def run_demo(data_dir: Path | None = None) -> int:
     _print_job(run_dir)
 
     steps.start("the method's case studies, planned on the emulated EC2")
-    from srifty_core.case_studies import format_case_plans, plan_case_studies
 
     plans = plan_case_studies()
     steps.done(f"{len(plans)} cases, {sum(p.feasible for p in plans)} feasible")

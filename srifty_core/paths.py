@@ -18,6 +18,8 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
+from srifty_core.errors import ConfigError
+
 ENV_VAR = "SRIFTY_DATA_DIR"
 RUN_STORAGE_ENV = "SRIFTY_RUN_STORAGE"
 """Deployment setting: where run folders live when Airflow and the training VMs share
@@ -65,8 +67,6 @@ def run_storage() -> str | None:
     if not value:
         return None
     if "://" not in value or value.startswith("file://"):
-        from srifty_core.errors import ConfigError
-
         raise ConfigError(
             f"{RUN_STORAGE_ENV}: a URI such as s3://bucket/prefix, got {value!r} (leave it "
             "unset to keep run folders in the data folder)"

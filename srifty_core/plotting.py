@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from srifty_core.atomic import replacing
+
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the Agg backend (no display needed); imported on use."""
@@ -20,8 +22,6 @@ def save_figure(fig: Any, path: Path, *, dpi: int = 110) -> Path:
     """Lay out ``fig``, write it to ``path`` (folders made; in the format its suffix names,
     png by default) through a temporary file renamed over it, so that a failed or killed
     write leaves the previous picture whole, and close it; returns ``path``."""
-    from srifty_core.atomic import replacing
-
     try:
         fig.tight_layout()
         with replacing(path) as fh:

@@ -245,9 +245,9 @@ def _config_defaults() -> dict[str, Any]:
 
 
 def _cloud_defaults() -> dict[str, dict[str, Any]]:
-    """``profiling.cloud.CloudProfileRequest``'s field defaults, and those its
+    """``jobs.profile_vms.CloudProfileRequest``'s field defaults, and those its
     ``from_params`` fills in for a conf naming the model only."""
-    from srifty_core.profiling.cloud import CloudProfileRequest
+    from srifty_core.jobs.profile_vms import CloudProfileRequest
 
     return {
         "cloud_request": CloudProfileRequest(model="resnet18").to_dict(),

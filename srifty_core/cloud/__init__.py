@@ -19,6 +19,7 @@ from srifty_core.cloud.base import (
     ProviderError,
     Workers,
 )
+from srifty_core.errors import UnknownNameError
 
 __all__ = [
     "Allocation",
@@ -43,8 +44,6 @@ ALIASES = {"emulated": "ec2-emulated"}
 def provider_class(name: str) -> type[Provider]:
     """The class of the provider called ``name`` (what it answers without an instance:
     ``launch_s``, ``detach_s``, ``reruns_workers``, ``shares_host``...)."""
-    from srifty_core.errors import UnknownNameError
-
     if name == "local":
         from srifty_core.cloud.local import LocalProvider
 

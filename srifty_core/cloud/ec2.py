@@ -54,9 +54,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from srifty_core import paths
+from srifty_core.catalog import Catalog
+from srifty_core.catalog.overlay import PriceObservation, write_overlay
 from srifty_core.catalog.types import Market, Price
 from srifty_core.cloud.base import (
     Allocation,
@@ -70,9 +72,6 @@ from srifty_core.cloud.base import (
     release_all,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
-
-if TYPE_CHECKING:
-    from srifty_core.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -404,8 +403,6 @@ class EC2Provider(Provider):
 
     # ------------------------------------------------------------------ types, prices
     def catalog(self) -> Catalog:
-        from srifty_core.catalog import Catalog
-
         return self._catalog or Catalog.load()
 
     def instance_type(self, name: str) -> InstanceSpec:
@@ -424,8 +421,6 @@ class EC2Provider(Provider):
     ) -> Path:
         """Newest Linux spot price per (type, zone) from ``describe_spot_price_history``,
         written as an overlay CSV under the price overlay folder; returns the file."""
-        from srifty_core.catalog.overlay import PriceObservation, write_overlay
-
         for name in instance_types:
             self.instance_type(name)
         client = self.client()
@@ -469,7 +464,7 @@ class EC2Provider(Provider):
     def launch_script(self, request: LaunchRequest, script: str) -> Allocation:
         """One allocation whose VMs install the worker wheel and run ``script`` (a bash
         script, as a training configuration's start script: ``training_user_data``), e.g.
-        a profiling VM (``profiling.cloud``). Launched with
+        a profiling VM (``jobs.profile_vms``). Launched with
         ``InstanceInitiatedShutdownBehavior=terminate``: a script that ends with
         ``shutdown`` stops the VM's billing itself."""
         if self.training is not None or self.worker:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from srifty_core.catalog import Catalog
 from srifty_core.catalog.types import Market, Price
 from srifty_core.cloud import emulator_truth as truth
 from srifty_core.cloud.base import (
@@ -61,11 +62,19 @@ from srifty_core.cloud.base import (
     Workers,
 )
 from srifty_core.errors import ConfigError, UnknownNameError
+from srifty_core.predictors.compute import (
+    PiecewiseLinear,
+    budget_batch_sizes,
+    fit_piecewise,
+    refine_batch_sizes,
+)
+from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, geometric_sizes
+from srifty_core.probing.mix import mix_label, ring_columns
+from srifty_core.profiling.profile import PassStats
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from srifty_core.catalog import Catalog
     from srifty_core.catalog.types import InstanceType
     from srifty_core.profiling.profile import ComputeProfile
 
@@ -217,8 +226,6 @@ class EmulatedProvider(Provider):
         a profile taken on other VMs or days would not (the online recalibration
         benchmark's injected fault). ``preempt_after``: per instance type, seconds into
         its first ``start_training`` at which its first instance is taken back (once)."""
-        from srifty_core.catalog import Catalog
-
         self.region = region
         self.seed = seed
         self._rng = np.random.default_rng(seed)
@@ -617,8 +624,6 @@ class EmulatedProvider(Provider):
         day: date | None,
         phase: str,
     ) -> dict[str, list[Any]]:
-        from srifty_core.probing.mix import ring_columns
-
         allocs = [a.allocation for a in group]
         ring = ring_columns(
             {a.spec.name: a.count for a in allocs},
@@ -901,14 +906,6 @@ class EmulatedProvider(Provider):
         catalog names it (T4, V100, M60, A10G...).
         """
         import statistics
-
-        from srifty_core.predictors.compute import (
-            PiecewiseLinear,
-            budget_batch_sizes,
-            fit_piecewise,
-            refine_batch_sizes,
-        )
-        from srifty_core.profiling.profile import PassStats
 
         if repeats < 2:
             raise ConfigError(f"repeats: need at least 2 for a spread, got {repeats}")
@@ -1211,9 +1208,6 @@ def emulated_probe_sweep(
     Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
     ``write_emulated_probes`` stores it. Same arguments and seed, same rows."""
     import pyarrow as pa
-
-    from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, geometric_sizes
-    from srifty_core.probing.mix import mix_label
 
     size_list = list(sizes or geometric_sizes(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES))
     mix_list = [dict(m) for m in mixes]

@@ -45,6 +45,7 @@ from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog import Catalog, MissingPriceError
 from srifty_core.catalog.types import Market, Price
 from srifty_core.cloud.base import (
     Allocation,
@@ -135,7 +136,6 @@ class LocalProvider(Provider):
                 network_gbps=None,
                 ranks_per_instance=1,
             )
-        from srifty_core.catalog import Catalog
 
         catalog = Catalog.load()
         if name not in catalog.names():
@@ -144,8 +144,6 @@ class LocalProvider(Provider):
         return InstanceSpec.from_catalog(t)
 
     def price(self, instance_type: str, market: Market | str, zone: str | None = None) -> Price:
-        from srifty_core.catalog import Catalog, MissingPriceError
-
         if instance_type == LOCAL_CPU:
             raise MissingPriceError(f"{LOCAL_CPU} runs on this machine and has no price")
         self.instance_type(instance_type)  # unknown names fail with suggestions

@@ -39,9 +39,10 @@ from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, InstanceSpec, LaunchRequest, Provider
+from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
-from srifty_core.probing.config import Point, SweepConfig
+from srifty_core.probing.config import Point, SweepConfig, format_size
 from srifty_core.probing.mix import is_mix
 from srifty_core.probing.schema import (
     COLUMNS,
@@ -601,8 +602,6 @@ def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _fmt_point(p: Point) -> str:
-    from srifty_core.probing.config import format_size
-
     return (
         f"slot {p.allocation_slot}, world size {p.world_size}, "
         f"{format_size(p.buffer_bytes)} x {p.concurrent}"
@@ -724,8 +723,6 @@ def probe_sweep(
     """
     t0 = time.perf_counter()
     if provider is None:
-        from srifty_core.cloud.local import LocalProvider
-
         provider = LocalProvider()
     spec, count = checked_size(config, provider, instance_type, instances)
     day = day or datetime.now(UTC).date()

@@ -9,11 +9,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.planner.request import PlanRequest, build_request
 from srifty_core.planner.result import PlanResult
 from srifty_core.planner.schema import HugeInt, RequestSpec
+from srifty_core.planner.whatif import profile_loader
 from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.profiling.store import ProfileStore
 
 MAX_REQUEST_BYTES = 1 << 20
 """A request file is a few hundred bytes; anything over 1 MiB is refused unread."""
@@ -133,8 +136,6 @@ def store_requests(
     built holds the same profile objects, which the simulator's caches key on) and the
     store's VM spreads (``ProfileStore.vm_spreads``, the workloads' ``vm_evidence``) read
     once for all of them. ``srifty plan``, the what-if DAG and a job's plan build with it."""
-    from srifty_core.planner.whatif import profile_loader
-
     load = profile_loader(functools.partial(store.load_or_estimate, catalog=catalog))
     evidence = store.vm_spreads()
 
@@ -150,9 +151,6 @@ def load_request(
 ) -> PlanRequest:
     """``data``'s ``PlanRequest`` with the catalog and the profile store
     (``store_requests``)."""
-    from srifty_core.catalog import Catalog
-    from srifty_core.profiling.store import ProfileStore
-
     return store_requests(Catalog.load(), ProfileStore(profiles_root))(data)
 
 

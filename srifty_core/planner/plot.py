@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from srifty_core.planner.result import PlanResult
+from srifty_core.plotting import pyplot, save_figure
 
 
 def plot_frontier(result: PlanResult, path: Path) -> Path:
-    from srifty_core.plotting import pyplot, save_figure
-
     plt = pyplot()
 
     r = result.request

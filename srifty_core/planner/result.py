@@ -10,8 +10,9 @@ from typing import Any
 from srifty_core.errors import SriftyError
 from srifty_core.planner import spot as spot_model
 from srifty_core.planner.request import Objective, PlanRequest
-from srifty_core.planner.space import Choice
+from srifty_core.planner.space import Choice, Space, gpu_batches, nearest_global_batches
 from srifty_core.planner.spot import SpotRisk
+from srifty_core.profiling.store import cloud_profile_command
 from srifty_core.simulator.types import IterationEstimate
 
 
@@ -214,8 +215,6 @@ class PlanResult:
     def _profile_command(self, estimated: tuple[str, ...]) -> str:
         """The command that profiles the model on the estimated GPUs, one offered type
         each."""
-        from srifty_core.profiling.store import cloud_profile_command
-
         r = self.request
         devices = [x.split(":")[0] for x in estimated]
         types: dict[str, str] = {}
@@ -229,8 +228,6 @@ class PlanResult:
         """Why there was nothing to evaluate: no split of the global batch into local
         batches the offers take (one batch per type, powers of two per GPU up to B_max,
         quotas), and the nearest global batches that split."""
-        from srifty_core.planner.space import Space, gpu_batches, nearest_global_batches
-
         r = self.request
         wide = Space.build(r, saturate=False)
         offered = [o for o in r.offers if o.quota > 0]

@@ -38,8 +38,9 @@ from pydantic import (
     model_validator,
 )
 
+from srifty_core.catalog.types import Market
 from srifty_core.errors import FieldError, UnknownNameError
-from srifty_core.workloads import MODEL_NAMES, SIZES
+from srifty_core.workloads import MODEL_NAMES, SIZES, ModelRefError, parse_model
 
 DEFAULT_RISK_QUANTILE = 0.9
 """Limits are checked against the 90th percentile of predicted job time and cost."""
@@ -84,8 +85,6 @@ def _canonical(parse: Any) -> Any:
 
 
 def _market(value: str) -> str:
-    from srifty_core.catalog.types import Market
-
     return Market.parse(value).value
 
 
@@ -205,8 +204,6 @@ SizeName = Annotated[
 
 
 def _model_ref(value: str) -> str:
-    from srifty_core.workloads import ModelRefError, parse_model
-
     try:
         return parse_model(value).text
     except ModelRefError as exc:
@@ -234,8 +231,6 @@ ModelName = Annotated[
 
 
 def _model_or_name(value: str) -> str:
-    from srifty_core.workloads import ModelRefError, parse_model
-
     try:
         return parse_model(value).text
     except ModelRefError:

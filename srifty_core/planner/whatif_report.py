@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.paths import reports_dir
+from srifty_core.planner import whatif
+from srifty_core.planner.job import load_bandwidth_with_source, store_requests
+from srifty_core.profiling.store import ProfileStore
+from srifty_core.trigger_models import registered_model
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -32,18 +37,12 @@ def what_if_report(
     """Plan ``request`` and every scenario with one simulator (simulations shared), write
     the report, and return its summary (paths included). Bad input (the request, a
     scenario) is a ``ConfigError`` naming it before anything is planned."""
-    from srifty_core.catalog import Catalog
-    from srifty_core.planner import whatif
-    from srifty_core.planner.job import load_bandwidth_with_source, store_requests
-    from srifty_core.profiling.store import ProfileStore
     from srifty_core.simulator.calibration import for_request
     from srifty_core.simulator.estimator import Simulator
 
     if not isinstance(request, Mapping):
         raise ConfigError(f"request: a mapping of request fields, got {type(request).__name__}")
     if "model" in request:  # a trigger's: a registered model, never a file to import
-        from srifty_core.trigger_models import registered_model
-
         registered_model(request["model"])
     parsed = [whatif.parse_scenario(str(t)) for t in scenarios]  # bad input fails first
     if not parsed and not one_more_vm:

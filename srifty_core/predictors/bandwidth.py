@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from srifty_core.errors import ConfigError
+from srifty_core.errors import ConfigError, UnknownNameError
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.caps import DEFAULT_CAP_MIN_BUFFER, DEFAULT_CAP_QUANTILE, BandwidthCaps
 from srifty_core.predictors.features import (
@@ -39,6 +39,7 @@ from srifty_core.predictors.network import (
     sustained_mask,
 )
 from srifty_core.predictors.prior import (
+    catalog_types,
     hardware_of,
     one_vm,
 )
@@ -209,9 +210,6 @@ class BandwidthModel:
     def _check_known(self, features: pd.DataFrame) -> None:
         """A type neither probed nor in the catalog has no hardware to reason from: a
         one-line error naming the closest known types."""
-        from srifty_core.errors import UnknownNameError
-        from srifty_core.predictors.prior import catalog_types
-
         for name in features["instance_type"].astype(str).unique():
             if name not in self.domain_.types and hardware_of(name) is None:
                 raise UnknownNameError(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.features import (
     GROUP,
@@ -158,8 +159,6 @@ def _caps(
 
 def _catalog_rated_bytes(instance_type: str) -> float | None:
     """Rated network bandwidth of a catalog type in bytes/s (any region), else None."""
-    from srifty_core.catalog import Catalog
-
     for t in Catalog.load().types:
         if t.name == instance_type and t.network_gbps and t.network_gbps > 0:
             return float(t.network_gbps) * 1e9 / 8

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from srifty_core import paths
+from srifty_core.catalog import Catalog
 from srifty_core.errors import UnknownNameError
 from srifty_core.predictors.features import GROUP, LABEL, BandwidthDataError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from srifty_core.catalog import Catalog
 
 NCCL_TESTS_FILE = "nccl_tests_public.csv"
 NEEDED: tuple[str, ...] = ("instance_type", "world_size", "size_bytes", "time_us")
@@ -55,8 +55,6 @@ def nccl_tests_frame(
     """The rows of the nccl-tests table at ``path`` (default: the shipped one) as probe-like
     records (rules: module docstring); ``catalog`` defaults to ``Catalog.load()``."""
     import pandas as pd
-
-    from srifty_core.catalog import Catalog
 
     path = Path(path) if path is not None else default_path()
     if not path.is_file():

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.prior import one_vm, vms_of
 from srifty_core.probing.mix import MIX_PREFIX, parse_mix
 from srifty_core.probing.schema import PHASE_SUSTAINED
 
@@ -58,8 +59,6 @@ def split_phases(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def one_vm_rows(rows: pd.DataFrame) -> NDArray[np.bool_]:
     """Which rows were measured on a ring inside one VM (``prior.vms_of`` is 1); none where
     the rows carry no ``gpus_per_vm`` (a VM's size is then unknown)."""
-    from srifty_core.predictors.prior import vms_of
-
     if rows.empty or "gpus_per_vm" not in rows.columns:
         return np.zeros(len(rows), dtype=bool)
     out: NDArray[np.bool_] = vms_of(rows) == 1
@@ -108,8 +107,6 @@ class WorldTable:
         """From ``to_dict``; a table saved before the two sides were kept apart (one
         ``{type: {world: value}}``, from probes packed one rank per GPU) is split by
         ``prior.one_vm``."""
-        from srifty_core.predictors.prior import one_vm
-
         d = dict(d or {})
         if set(d) <= {"across", "one_vm"}:
             return cls(*(_ints(d.get(k) or {}) for k in ("across", "one_vm")))

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from srifty_core.catalog import Catalog
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -82,8 +84,6 @@ def pcie_generation(text: str) -> int | None:
 
 @functools.cache
 def _catalog_hardware() -> dict[str, Hardware]:
-    from srifty_core.catalog import Catalog
-
     out: dict[str, Hardware] = {}
     for t in Catalog.load(use_overlays=False).types:
         if t.name in out:

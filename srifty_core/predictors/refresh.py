@@ -54,6 +54,7 @@ import numpy as np
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
+from srifty_core.plotting import pyplot, save_figure
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.base import FEATURE_COLUMNS
 from srifty_core.predictors.features import (
@@ -489,8 +490,6 @@ def plot_fit(df: pd.DataFrame, model: BandwidthModel, path: Path) -> Path:
     size, one panel per world size, one colour per instance type, at the lowest
     concurrency probed."""
     import pandas as pd
-
-    from srifty_core.plotting import pyplot, save_figure
 
     plt = pyplot()
     df = split_mixes(df)[0]  # a mixed ring is no type's curve

@@ -50,10 +50,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.predictors import champion_cache
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.champion_cache import ChampionSource
 from srifty_core.predictors.features import LABEL
+from srifty_core.tracking import resolve_tracking_uri
 
 _log = logging.getLogger(__name__)
 
@@ -102,7 +104,6 @@ def _reader(tracking_uri: str | None) -> tuple[Any, str]:
     creates no experiment and leaves MLflow's process-wide tracking URI alone."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from srifty_core.tracking import resolve_tracking_uri
 
     uri, _ = resolve_tracking_uri(tracking_uri)
     from mlflow.tracking import MlflowClient
@@ -170,9 +171,6 @@ def load_champion_with_source(
 ) -> tuple[BandwidthModel, ChampionSource]:
     """``load_champion``, and which version it used and from where (local copy or store,
     and why the copy was not used)."""
-    from srifty_core.predictors import champion_cache
-    from srifty_core.tracking import resolve_tracking_uri
-
     uri, _ = resolve_tracking_uri(tracking_uri)
     why = "refresh asked for"
     if not refresh:
@@ -237,8 +235,6 @@ def _load(c: Any, version: str, tracking_uri: str) -> BandwidthModel:
 
 def _read(folder: Path, what: str) -> BandwidthModel:
     """``BandwidthModel.load`` of a predictor folder, its errors as ``SriftyError``."""
-    from srifty_core.errors import ConfigError
-
     try:
         return BandwidthModel.load(folder)
     except (ConfigError, OSError, KeyError, ValueError, TypeError) as exc:
@@ -404,9 +400,6 @@ def promote(version: str, tracking_uri: str | None = None) -> None:
     previous champion. Copying is best effort: without a pointer the next load asks the
     store and writes it."""
     from mlflow.exceptions import MlflowException
-
-    from srifty_core.predictors import champion_cache
-    from srifty_core.tracking import resolve_tracking_uri
 
     uri, _ = resolve_tracking_uri(tracking_uri)
     c = client(tracking_uri)

@@ -4,7 +4,7 @@ with efficiencies learned from measurements.
 Contract: ``learn(observations)`` returns a ``Roofline`` (``Efficiencies`` fitted to every
 measured time, the held-out spreads ``specs_cv`` and ``scaled_cv``, ``carry``);
 ``op_times``/``pass_times`` are its predictions for a census on a ``DeviceSpec`` (a GPU's
-sheet). The profile built from it: ``predictors.roofline_profile``.
+sheet). The profile built from it: ``profiling.roofline_profile``.
 
 Imports ``profiling.census`` for annotations; numpy and SciPy, no torch.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from srifty_core.noise import NOISY_CV, NOISY_RETRIES
 from srifty_core.probing.config import format_size
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED
 
@@ -74,8 +75,6 @@ def noisy_points(df: pd.DataFrame) -> list[str]:
     """One warning line per grid point whose kept repeats still spread more than the bound
     after the re-measurements (rows flagged ``noisy``): where, its world size, buffer size
     and concurrency, and the spread (std/mean)."""
-    from srifty_core.noise import NOISY_CV, NOISY_RETRIES
-
     if "noisy" not in df.columns or df.empty:
         return []
     flagged = df[(df["status"] == "ok") & (df["noisy"].fillna(False).astype(bool))]

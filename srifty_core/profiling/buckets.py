@@ -23,6 +23,7 @@ from torch import nn
 
 from srifty_core.lifetime import free_port
 from srifty_core.profiling.profile import GradientBucket
+from srifty_core.workloads import build
 from srifty_core.workloads.zoo import Batch, Workload
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
@@ -162,8 +163,6 @@ def _ddp_worker(
     iterations: int,
     out_dir: str,
 ) -> None:
-    from srifty_core.workloads import build
-
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world

@@ -31,8 +31,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from srifty_core import paths
+from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
+from srifty_core.lifetime import caller_env, die_with_caller
+from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+from srifty_core.worker_env import scrubbed
+from srifty_core.workloads import ModelRefError, build, make_optimizer, model_key, parse_model
 
 SCHEMA_VERSION = 1
 BATCHES = (2, 8)
@@ -284,7 +290,6 @@ def _count(
         DEFAULT_FIRST_BUCKET_BYTES,
         trainable,
     )
-    from srifty_core.workloads import build, make_optimizer
 
     workload = build(model, size, seed=seed)
     dev = torch.device(device)
@@ -387,14 +392,10 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "shipped" / "census"
 
 def census_path(root: Path, model: str, size: str, settings: TrainingSettings) -> Path:
     """Where the profile store ``root`` keeps the census (beside the model's profiles)."""
-    from srifty_core.profiling.layout import model_folder
-
     return model_folder(root, model, size) / f"census{settings.suffix}.json"
 
 
 def shipped_census_path(model: str, size: str, settings: TrainingSettings) -> Path:
-    from srifty_core.workloads import model_key
-
     return SHIPPED_DIR / f"{model_key(model)}-{size}{settings.suffix}.json"
 
 
@@ -409,9 +410,6 @@ def load_census(
     """The census of ``model``/``size`` with ``settings``: the store's, else the shipped
     one, else (``count``) taken now and kept in the store. Without torch (a planner-only
     install) a model with neither is a ``ConfigError`` saying how to make it."""
-    from srifty_core import paths
-    from srifty_core.atomic import write_text_atomic
-
     root = root or paths.profiles_dir()
     for path in (
         census_path(root, model, size, settings),
@@ -448,8 +446,6 @@ def load_census(
 def is_user_code(model: str) -> bool:
     """Whether counting ``model`` runs code the caller did not write: a factory in a file
     or a module. Zoo names and ``hf:`` configs are data (a stored name is no reference)."""
-    from srifty_core.workloads import ModelRefError, parse_model
-
     try:
         return parse_model(model).kind in ("file", "module")
     except ModelRefError:
@@ -464,9 +460,6 @@ def count_in_child(model: str, size: str, settings: TrainingSettings) -> OpCensu
     import subprocess
     import sys
     import tempfile
-
-    from srifty_core.lifetime import caller_env
-    from srifty_core.worker_env import scrubbed
 
     with tempfile.TemporaryDirectory(prefix="srifty-census-") as tmp:
         out = Path(tmp) / "census.json"
@@ -520,8 +513,6 @@ usually trained with (BERT both), and the published benchmarks' networks
 
 def ship() -> list[Path]:
     """Take every ``SHIPPED_MODELS`` census anew into ``shipped/census/``."""
-    from srifty_core.atomic import write_text_atomic
-
     out = []
     for model, optimizer in SHIPPED_MODELS:
         settings = TrainingSettings(optimizer=optimizer)
@@ -536,11 +527,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m srifty_core.profiling.census``: take a model's census into the profile
     store (or, ``--ship``, the package's)."""
     import argparse
-
-    from srifty_core import paths
-    from srifty_core.atomic import write_text_atomic
-    from srifty_core.lifetime import die_with_caller
-    from srifty_core.workloads import model_key
 
     ap = argparse.ArgumentParser(
         prog="python -m srifty_core.profiling.census", description=main.__doc__

@@ -42,6 +42,7 @@ from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
 from srifty_core.profiling.buckets import skip_allreduce
+from srifty_core.workloads import build
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +106,6 @@ def _worker(
     alone: bool,
     out_dir: str,
 ) -> None:
-    from srifty_core.workloads import build
-
     host_allocator.steady()  # as the Srifty worker and the profiler run
     torch.set_num_threads(threads)
     dist.init_process_group(

@@ -21,14 +21,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.roofline import DeviceSpec, Observation, Roofline, learn
+from srifty_core.profiling.census import load_census
+from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.profiling.roofline_profile import (
+    estimate_profile,
+    nearest_measured,
+    profile_observations,
+)
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
 if TYPE_CHECKING:
     from srifty_core.catalog import Catalog
-    from srifty_core.predictors.roofline import DeviceSpec, Observation, Roofline
     from srifty_core.profiling.census import OpCensus
-    from srifty_core.profiling.profile import ComputeProfile
     from srifty_core.profiling.store import ProfileStore
 
 SHIPPED = Path(__file__).resolve().parent.parent / "shipped"
@@ -69,8 +76,6 @@ GPU_SHEETS = SHIPPED / "reference" / "gpu_sheets.csv"
 def evidence_specs(catalog: Catalog, path: Path = GPU_SHEETS) -> dict[str, DeviceSpec]:
     """Per published GPU variant, its sheet: the catalog's (``PUBLIC_VARIANTS``) and the
     shipped extra sheets (``gpu_sheets.csv``) of GPUs the catalog does not carry."""
-    from srifty_core.predictors.roofline import DeviceSpec
-
     specs = device_specs(catalog)
     out = {public: specs[ours] for public, ours in PUBLIC_VARIANTS.items() if ours in specs}
     with path.open(newline="", encoding="utf-8") as f:
@@ -90,8 +95,6 @@ def evidence_specs(catalog: Catalog, path: Path = GPU_SHEETS) -> dict[str, Devic
 def device_specs(catalog: Catalog) -> dict[str, DeviceSpec]:
     """Per catalog GPU variant, its sheet with the smallest usable memory of the instance
     types that carry it."""
-    from srifty_core.predictors.roofline import DeviceSpec
-
     out: dict[str, DeviceSpec] = {}
     for t in catalog.types:
         if t.gpu is None or t.gpu.memory_bw_gbs is None:
@@ -121,8 +124,6 @@ def public_observations(
     """The published single-GPU rows the roofline can use (a sheet in ``specs``, keyed by
     the published variant: ``evidence_specs``; a network with a census), as observations
     of a whole step."""
-    from srifty_core.predictors.roofline import Observation
-
     out = []
     with path.open(newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
@@ -155,8 +156,6 @@ def public_observations(
 def measured_gpu_profiles(store: ProfileStore | None) -> list[ComputeProfile]:
     """The shipped H200 profiles and every measured (not estimated) GPU profile in
     ``store``."""
-    from srifty_core.profiling.profile import ComputeProfile
-
     paths = sorted(GPU_PROFILES.glob("*.json"))
     if store is not None:
         paths += store.list_paths()  # profiles only: censuses are not listed
@@ -177,9 +176,6 @@ def evidence(
     catalog: Catalog, store: ProfileStore | None
 ) -> tuple[list[Observation], list[ComputeProfile]]:
     """Every observation the roofline learns from, and the measured GPU profiles."""
-    from srifty_core.predictors.roofline_profile import profile_observations
-    from srifty_core.profiling.census import load_census
-
     root = store.root if store is not None else None
     cache: dict[tuple[str, str, str], OpCensus] = {}
 
@@ -217,9 +213,6 @@ def roofline_for(
 ) -> tuple[Roofline, list[ComputeProfile]]:
     """The roofline fitted on ``evidence``, from the store's ``roofline.json`` when its
     digest matches, else fitted now (and kept there)."""
-    from srifty_core.atomic import write_text_atomic
-    from srifty_core.predictors.roofline import Roofline, learn
-
     obs, profiles = evidence(catalog, store)
     digest = _digest(obs)
     path = store.root / "roofline.json" if store is not None else None
@@ -247,10 +240,7 @@ def estimate(
 ) -> ComputeProfile:
     """An estimated profile of ``model``/``size`` with ``settings`` on GPU ``device_type``:
     scaled from the store's measured profile of the same model on the nearest GPU, else
-    from the specs (``predictors.roofline_profile.estimate_profile``)."""
-    from srifty_core.predictors.roofline_profile import estimate_profile, nearest_measured
-    from srifty_core.profiling.census import load_census
-
+    from the specs (``profiling.roofline_profile.estimate_profile``)."""
     spec = device_spec(catalog, device_type)
     if spec is None:
         raise ConfigError(

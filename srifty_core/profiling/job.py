@@ -9,6 +9,7 @@ from pathlib import Path
 from srifty_core.outputs import Output
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.profiler import ProfilerConfig, Progress, profile_model
+from srifty_core.profiling.report import log_profile
 from srifty_core.profiling.store import ProfileStore
 
 
@@ -40,7 +41,5 @@ def run_profile_job(
         path = ProfileStore.save_to(profile, out) if out else ProfileStore().save(profile)
     run_id = None
     if log_to_mlflow:
-        from srifty_core.profiling.report import log_profile
-
         run_id = log_profile(profile)
     return ProfileJobResult(profile, path, run_id)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from srifty_core.plotting import pyplot, save_figure
 from srifty_core.probing.config import format_size
-from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.profiling.profile import ComputeProfile, mape
 
 EXPERIMENT = "srifty-compute-profiles"
 
@@ -76,8 +77,6 @@ def summary_text(p: ComputeProfile) -> str:
 def plot_profile(p: ComputeProfile, path: Path) -> Path:
     """Latency vs batch (measured mean +- std, fitted pieces, breakpoints) and the gradient
     schedule (cumulative bucket bytes vs ready fraction), as a PNG."""
-    from srifty_core.plotting import pyplot, save_figure
-
     plt = pyplot()
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -123,8 +122,6 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
 
     experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
     import mlflow
-
-    from srifty_core.profiling.profile import mape
 
     with mlflow.start_run(
         experiment_id=experiment_id, run_name=f"{p.model}-{p.size}-{p.device_type}"

@@ -234,6 +234,6 @@ def cloud_profile_command(
     model: str, size: str, settings: TrainingSettings, instance_types: list[str]
 ) -> str:
     """The ``srifty profile`` command that profiles the model on one VM of each of
-    ``instance_types`` on EC2 (``profiling.cloud``)."""
+    ``instance_types`` on EC2 (``jobs.profile_vms``)."""
     types = " ".join(f"--instance-type {t}" for t in instance_types)
     return f"srifty profile {profile_flags(model, size, settings)} --provider ec2 {types}"

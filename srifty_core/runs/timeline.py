@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from srifty_core.plotting import pyplot, save_figure
 from srifty_core.runs.progress import ProgressRecord
 
 
@@ -20,8 +21,6 @@ def plot_timeline(
 ) -> Path:
     """Write the plot to ``path`` (PNG) and return it. Time 0 is the start of the first
     logged step; gaps between configurations are the re-plan, launch and restart."""
-    from srifty_core.plotting import pyplot, save_figure
-
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))

@@ -24,6 +24,7 @@ from torch import nn
 
 from srifty_core.errors import ConfigError
 from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import read_progress, rewind
 from srifty_core.runtime.train_plan import CHECKPOINT_FILE
 
 __all__ = [
@@ -206,8 +207,6 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
     Records the log holds beyond the checkpoint (an attempt that died between two
     checkpoints logged them; the resumed run logs those iterations again) are cut off it
     and kept beside it (``progress.rewind``)."""
-    from srifty_core.runs.progress import read_progress, rewind
-
     try:
         ck = load_checkpoint(checkpoint_path)
     except CheckpointError:

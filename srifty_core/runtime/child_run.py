@@ -17,7 +17,9 @@ from typing import Any
 
 from srifty_core.cloud.base import InstanceState, Provider
 from srifty_core.runs import store as run_store
+from srifty_core.runtime import job_log
 from srifty_core.runtime.job import JobFinished, JobPlan, TrainingFailed, item_key
+from srifty_core.runtime.provisioning import make_provider
 from srifty_core.runtime.replanner import Progress, Replanner
 
 
@@ -33,9 +35,7 @@ def child_conf(
     """Stop the workers (they checkpoint) and build the conf of the run that continues the
     job; ``resume.allocations`` lists the allocations handed over (the parent's teardown
     leaves those running)."""
-    from srifty_core.runtime import job_log
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
-    from srifty_core.runtime.provisioning import make_provider
 
     job = JobPlan.load(job_path)
     provider = provider or make_provider(job)

@@ -26,14 +26,18 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.cloud.base import InstanceState
+from srifty_core.cloud.emulated import EmulatedProvider
 from srifty_core.errors import ConfigError
+from srifty_core.planner import schema
+from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, write_state
-from srifty_core.runtime.job import JobPlan
+from srifty_core.runtime.job import JobPlan, JobSpec
 
 if TYPE_CHECKING:
     from srifty_core.cloud.base import Allocation
-    from srifty_core.cloud.emulated import EmulatedProvider, TrainingStep
+    from srifty_core.cloud.emulated import TrainingStep
 
 EMULATED_CHECKPOINT = b'{"emulated": true}\n'
 """The checkpoint file's content on the emulated EC2 (its summary holds the iteration)."""
@@ -58,8 +62,6 @@ def make_provider(
 ) -> EmulatedProvider:
     """The emulated EC2 of a job conf: its region, seeded by ``seed`` (default the conf's
     ``seed``), with the ``TYPE@SECONDS`` preemptions armed."""
-    from srifty_core.cloud.emulated import EmulatedProvider
-
     after: dict[str, float] = {}
     for text in preemptions:
         name, seconds = parse_preemption(text)
@@ -68,8 +70,6 @@ def make_provider(
         after[name] = seconds
     region = conf.get("region") or "us-east-1"
     if seed is None:  # the conf's, checked as the job's schema does (not int("abc"))
-        from srifty_core.planner import schema
-
         seed = conf.get("seed", 0)
         schema.check("seed", schema.Seed, seed)
     s = int(seed)
@@ -128,9 +128,7 @@ def start(job_path: Any, provider: EmulatedProvider, allocs: Sequence[Allocation
     this: ``Workers.emulate``): from the checkpoint's iteration to the plan's, with the
     per-VM batches of its launches and the profile the planner read for the first launch's
     GPU (stored or estimated), which the emulator scales to every other GPU."""
-    from srifty_core.profiling.store import ProfileStore
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
-    from srifty_core.runtime.job import JobSpec
 
     job = JobPlan.load(job_path)
     facts = job.facts
@@ -162,8 +160,6 @@ def summary(provider: EmulatedProvider, since: Any = None) -> str:
     """One line on what the job did on the emulator: allocations launched and still up,
     instances taken back, the simulated time since ``since`` (a datetime; default the
     first launch) and the cost billed per second."""
-    from srifty_core.cloud.base import InstanceState
-
     allocs = provider.allocations()
     if not allocs:
         return "emulated EC2: nothing launched"

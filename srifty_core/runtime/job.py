@@ -12,19 +12,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
-from srifty_core.planner.schema import JobConf, RequestSpec, ShellJobConf
+from srifty_core.planner.schema import JobConf, RequestSpec, ResumeSpec, ShellJobConf
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, STATE_FILE
+from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import TrainingSettings
-
-if TYPE_CHECKING:
-    from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.trigger_models import registered_model
 
 RUNNING = "running"
 FINISHED = "finished"
@@ -65,8 +64,6 @@ class Resume:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resume:
         """From the conf's ``resume`` block (checked by ``planner.schema.ResumeSpec``)."""
-        from srifty_core.planner.schema import ResumeSpec
-
         r = ResumeSpec.parse(d, "resume")
         return cls(
             checkpoint=r.checkpoint,
@@ -170,8 +167,6 @@ class JobSpec:
         job run from the shell (``ShellJobConf``: the emulated EC2 allowed too, and any
         model reference); else a DAG trigger's, whose model must be registered
         (``trigger_models``: never a file path)."""
-        from srifty_core.trigger_models import registered_model
-
         c = (ShellJobConf if shell else JobConf).parse(p)
         if not shell:
             registered_model(c.model)  # data, not code: before anything imports it
@@ -295,8 +290,6 @@ class JobPlan:
     @property
     def train(self) -> TrainPlan:
         """The workers' plan (imports torch)."""
-        from srifty_core.runtime.train_plan import TrainPlan
-
         return TrainPlan.load(self.train_plan)
 
     @property

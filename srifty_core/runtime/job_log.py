@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from srifty_core.runs.progress import median_step_s, read_progress
 from srifty_core.runs.timeline import plot_timeline
 from srifty_core.runtime.decisions import DECISIONS_FILE, read_decisions
+from srifty_core.runtime.job import Resume
 from srifty_core.runtime.outcome import OUTCOME_FILE, Outcome
 from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
 
@@ -277,8 +278,6 @@ class ShellTracker:
         """A configuration of a plan file (``local_run.train_local``): the job's run for
         the first, a nested one for a later (``done`` iterations done before it)."""
         if self.job_run_id is not None:
-            from srifty_core.runtime.job import Resume
-
             resume = Resume(checkpoint="", iterations_done=done, job_run_id=self.job_run_id)
             spec = replace(spec, iterations=max(spec.iterations - done, 1), resume=resume)
         return self.log_plan(spec, job, plan, key)

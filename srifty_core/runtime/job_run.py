@@ -34,12 +34,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Provider
+from srifty_core.cloud.local import local_provider
 from srifty_core.errors import SriftyError
+from srifty_core.planner.job import read_request_file
+from srifty_core.planner.schema import ShellJobConf
+from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import PROGRESS_FILE, read_progress
+from srifty_core.runtime import job_log, outcome, planning
+from srifty_core.runtime import orchestrate as orc
+from srifty_core.runtime.decisions import read_decisions
+from srifty_core.runtime.emulated_job import make_provider
 from srifty_core.runtime.job import FINISHED, JobPlan, JobSpec
 from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
 from srifty_core.runtime.monitor_step import Monitor, PollResult
+from srifty_core.runtime.orchestrate import _config_number
+from srifty_core.runtime.outcome import OUTCOME_FILE
+from srifty_core.runtime.replanner import Progress, Replanner
 
 MAX_CONFIGURATIONS = 20
 """Re-plans one job may make before ``run_job`` gives up (a job that keeps losing VMs)."""
@@ -99,7 +112,6 @@ def run_job(
     folder being made (``unfinished_run``, ``resume_conf``); its folder still held by a
     live job is a ``TrainingError`` naming it. ``say``: told which run folder the job
     trains in, before planning."""
-    from srifty_core.runtime import planning
     from srifty_core.runtime.local_run import run_folder_lock
 
     earlier = None
@@ -139,8 +151,6 @@ def claim_run_folder(
     ``mkdir``, so two jobs started at once never share one; a given key's folder (or a
     resumed job's, its checkpoint's) is held as it is: a second job on it fails naming the
     holder. Run storage (a URI) has no folder to hold: its name is unique all the same."""
-    from srifty_core.runs import store as run_store
-    from srifty_core.runtime import planning
     from srifty_core.runtime.local_run import run_folder_lock
 
     spec = JobSpec.from_params(dict(params), shell=True)
@@ -177,8 +187,6 @@ def job_identity(params: Mapping[str, Any], cwd: str | None = None) -> str:
     elsewhere). The same job file (or the same content, with the same command after
     ``--`` and ``--provider``) run from the same folder is the same job; any changed
     field (iterations, batch, offers, limits, seed, script) is another job."""
-    from srifty_core.planner.schema import ShellJobConf
-
     conf = ShellJobConf.parse({k: v for k, v in params.items() if k != "resume"})
     resolved = conf.model_dump(mode="json", exclude={"resume"})
     doc = {"conf": resolved, "cwd": os.getcwd() if cwd is None else cwd}
@@ -189,8 +197,6 @@ def job_identity(params: Mapping[str, Any], cwd: str | None = None) -> str:
 def _record_request(folder: Path, params: Mapping[str, Any]) -> None:
     """Write the job's request and identity into its new run folder (``REQUEST_FILE``),
     holding the folder's lock: a rerun that finds it finds the folder held."""
-    from srifty_core.atomic import write_text_atomic
-
     doc = {
         "identity": job_identity(params),
         "cwd": os.getcwd(),
@@ -205,9 +211,6 @@ def unfinished_run(params: Mapping[str, Any]) -> Path | None:
     (``job_identity``) that has no ``outcome.json`` yet: a run whose driver died or was
     stopped. ``None`` when there is none, or the run folders are on run storage (no lock
     there tells a dead driver from a live one)."""
-    from srifty_core.runs import store as run_store
-    from srifty_core.runtime.outcome import OUTCOME_FILE
-
     root = run_store.runs_root()
     if not isinstance(root, Path) or not root.is_dir():
         return None
@@ -244,16 +247,12 @@ def resume_conf(
     first (``local_run.release_left_behind``), so no rank of it writes a checkpoint or a
     record after this reads them. A log with records but no checkpoint is a
     ``CheckpointError``, as for a plan file: resuming would log them a second time."""
-    from srifty_core.cloud.local import local_provider
-    from srifty_core.runs.progress import PROGRESS_FILE, read_progress
     from srifty_core.runtime.checkpoint import (
         CHECKPOINT_FILE,
         CheckpointError,
         checkpoint_iteration,
     )
-    from srifty_core.runtime.decisions import read_decisions
     from srifty_core.runtime.local_run import release_left_behind
-    from srifty_core.runtime.replanner import Progress, Replanner
 
     release_left_behind(run_dir, local_provider(provider))
     checkpoint = run_dir / CHECKPOINT_FILE
@@ -302,8 +301,6 @@ def finish_run(run_dir: Path) -> dict[str, Any]:
     """End a run whose checkpoint holds every iteration but whose driver died before it
     wrote the outcome: its ``outcome.json`` from its latest configuration and the monitor's
     last look (``orchestrate.finish``); returns the outcome."""
-    from srifty_core.runtime import orchestrate as orc
-
     latest = _latest_job(run_dir)
     if latest is None:
         raise JobRunError(f"{run_dir}: its checkpoint holds every iteration, but no job file")
@@ -314,9 +311,6 @@ def finish_run(run_dir: Path) -> dict[str, Any]:
 
 def _latest_job(run_dir: Path) -> JobPlan | None:
     """The run folder's latest configuration (``job-c<k>.json``, the largest ``k``)."""
-    from srifty_core.runs import store as run_store
-    from srifty_core.runtime.orchestrate import _config_number
-
     found = run_store.names(run_dir, "job-c*.json")
     return JobPlan.load(run_dir / max(found, key=_config_number)) if found else None
 
@@ -338,14 +332,9 @@ def _run_job(
     timeout_s: float,
     track: bool,
 ) -> JobRun:
-    from srifty_core.runtime import job_log, outcome
-    from srifty_core.runtime import orchestrate as orc
-
     conf = dict(params)
     asked = JobSpec.from_params(conf, shell=True).provider
     if provider is None and provider_class(asked).simulated:  # lives in this process
-        from srifty_core.runtime.emulated_job import make_provider
-
         provider = make_provider(conf)
     deadline = time.monotonic() + timeout_s
     tracker = job_log.ShellTracker() if track else None
@@ -435,8 +424,6 @@ def _record_allocations(job: JobPlan, provider: Provider | None, ids: list[str])
     """Keep the local allocations the job holds in its run folder (``local_run.
     RUN_ALLOCATIONS``; none: the file goes): a rerun that takes the folder over releases
     what a dead driver left (``resume_conf``), even where no guard did."""
-    from srifty_core.cloud.local import local_provider
-    from srifty_core.runs import store as run_store
     from srifty_core.runtime.local_run import RUN_ALLOCATIONS, record_allocations
 
     run_dir = run_store.local_path(job.facts.run_dir)
@@ -455,6 +442,4 @@ def _now() -> datetime:
 
 def read_job_file(path: Path) -> dict[str, Any]:
     """A job file (YAML or JSON: the plan-and-train DAG's conf), read as requests are."""
-    from srifty_core.planner.job import read_request_file
-
     return dict(read_request_file(path))

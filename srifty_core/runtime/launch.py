@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
+from srifty_core.runtime.placement import plan_rank
 from srifty_core.runtime.train_plan import TrainPlan, loss_scale
 
 PLAN_ENV = "SRIFTY_PLAN"
@@ -81,8 +82,6 @@ def launch_argv(plan_path: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    from srifty_core.runtime.placement import plan_rank
-
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m srifty_core.runtime.launch PLAN.json", file=sys.stderr)

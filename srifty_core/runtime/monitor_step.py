@@ -52,7 +52,9 @@ from srifty_core.runtime.job import (
     item_key,
 )
 from srifty_core.runtime.monitor import Limits, Stall, StallWatch, decide
+from srifty_core.runtime.provisioning import make_provider
 from srifty_core.runtime.recalibration import Recalibrator
+from srifty_core.runtime.rendezvous import exit_markers
 
 __all__ = [
     "DECISIONS_FILE",
@@ -102,8 +104,6 @@ class Monitor:
         search: bool = True,
         stall: Stall | None = None,
     ) -> None:
-        from srifty_core.runtime.provisioning import make_provider
-
         self.job = JobPlan.load(job_path)
         self.facts = self.job.facts
         self.spec = spec
@@ -263,8 +263,6 @@ def _log_dirs(provider: Provider, allocations: Sequence[Allocation]) -> str:
 
 def _failed_exits(run_dir: str, config_id: str) -> dict[str, int]:
     """The non-zero exit markers of the configuration's VMs (``rendezvous.exit_markers``)."""
-    from srifty_core.runtime.rendezvous import exit_markers
-
     return {n: c for n, c in exit_markers(run_dir, config_id).items() if c != 0}
 
 

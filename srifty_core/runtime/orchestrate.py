@@ -33,7 +33,7 @@ from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
 from srifty_core.runs import store as run_store
 from srifty_core.runs.store import runs_dir
-from srifty_core.runtime import planning
+from srifty_core.runtime import job_log, outcome, planning
 from srifty_core.runtime.child_run import child_conf
 from srifty_core.runtime.job import (
     FINISHED,
@@ -47,6 +47,7 @@ from srifty_core.runtime.job import (
     Resume,
     TrainingFailed,
 )
+from srifty_core.runtime.job_log import EXPERIMENT
 from srifty_core.runtime.monitor_step import (
     DECISIONS_FILE,
     Monitor,
@@ -54,7 +55,7 @@ from srifty_core.runtime.monitor_step import (
     poll,
     read_decisions,
 )
-from srifty_core.runtime.planning import job_request, load_bandwidth_model
+from srifty_core.runtime.planning import _safe, job_request, load_bandwidth_model
 from srifty_core.runtime.provisioning import (
     handed_over,
     make_provider,
@@ -108,8 +109,6 @@ def plan_job(
     """Plan this run of the job and save it (``planning.plan_job``), recorded in MLflow
     (``job_log.log_plan``, or ``log_plan`` where given) unless not ``track``; returns the
     ``JobPlan`` JSON's path."""
-    from srifty_core.runtime import job_log
-
     sink = (log_plan or job_log.log_plan) if track else None
     path = planning.plan_job(spec, run_key, log_plan=sink)
     _log.info("%s", describe_plan(JobPlan.load(path)))
@@ -166,8 +165,6 @@ def finish(
     """The job finished: its ``outcome.json`` in the run folder (``outcome.of_result``),
     then, unless not ``track``, the last configuration, the outcome and the timeline in
     MLflow; returns the outcome."""
-    from srifty_core.runtime import job_log, outcome
-
     job = JobPlan.load(job_path)
     out = outcome.of_result(job, result)
     out.save()
@@ -179,8 +176,6 @@ def finish(
 
 def job_failed(job_path: Path | str, reason: str) -> None:
     """Record in MLflow that the job failed (the DAG's failure callback)."""
-    from srifty_core.runtime import job_log
-
     job_log.log_failure(JobPlan.load(job_path), reason)
 
 
@@ -190,7 +185,6 @@ def job_run_dir(run_id: str, conf: Mapping[str, Any]) -> Path | str | None:
     storage, or the data folder's ``runs/``); ``None`` when that is not a run folder
     there."""
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE
-    from srifty_core.runtime.planning import _safe
 
     resume = conf.get("resume")
     checkpoint = resume.get("checkpoint") if isinstance(resume, Mapping) else None
@@ -225,7 +219,6 @@ def deadline_missed(run_id: str, conf: Mapping[str, Any], deadline: str) -> str 
     job = JobPlan.load(latest)
     from mlflow.tracking import MlflowClient
 
-    from srifty_core.runtime.job_log import EXPERIMENT
     from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
 
     setup_experiment(EXPERIMENT)

@@ -17,8 +17,10 @@ from srifty_core.catalog import Catalog
 from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError
 from srifty_core.planner.job import store_requests
+from srifty_core.planner.request import Overheads
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import PROGRESS_FILE, rewind
 from srifty_core.runs.store import runs_dir
 from srifty_core.runtime.job import (
     JobPlan,
@@ -199,7 +201,6 @@ def _rewind_to_checkpoint(run_dir: Path | str) -> None:
     """Cut the records the progress log holds past the checkpoint the run resumes from
     (``progress.rewind``): a run that lost a rank between two checkpoints logged them, and
     the resumed one logs those iterations again."""
-    from srifty_core.runs.progress import PROGRESS_FILE, rewind
     from srifty_core.runtime.checkpoint import CHECKPOINT_FILE, checkpoint_iteration
 
     done = checkpoint_iteration(run_store.join(run_dir, CHECKPOINT_FILE))
@@ -217,7 +218,6 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
     and one that cannot meet what is left continues on the nearest miss and says so.
     ``log_plan`` records the plan (``orchestrate.plan_job``: in MLflow) before it is saved.
     """
-    from srifty_core.planner.request import Overheads
     from srifty_core.planner.search import plan
     from srifty_core.simulator.estimator import Simulator
 

@@ -25,7 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from srifty_core.catalog import Catalog
+from srifty_core.cloud.local import LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.profiling.store import (
+    ProfileStore,
+    load_reference_profile,
+    reference_profile_paths,
+)
 from srifty_core.runtime.train_plan import TrainPlan
 
 MAX_THREADS_PER_CORE = 2
@@ -112,9 +119,6 @@ class MadeFor:
 def made_for(plan: TrainPlan) -> list[MadeFor]:
     """The cloud VMs ``plan`` was made for (its ``extra.launches``, as ``srifty plan
     --write-plan`` writes them); empty for a plan made by hand or for ``local.cpu``."""
-    from srifty_core.catalog import Catalog
-    from srifty_core.cloud.local import LOCAL_CPU
-
     launches = plan.extra.get("launches")
     if not isinstance(launches, Sequence) or isinstance(launches, (str, bytes)):
         return []
@@ -151,12 +155,6 @@ def rank_memory(plan: TrainPlan) -> RankMemory | None:
     """The memory one rank of ``plan`` takes on the CPU, from the model's compute profile
     (the store's CPU profile of the plan's model, size and settings, else the shipped
     reference profile of the full network); ``None`` when there is none."""
-    from srifty_core.profiling.store import (
-        ProfileStore,
-        load_reference_profile,
-        reference_profile_paths,
-    )
-
     store = ProfileStore()
     try:
         profile = store.load(plan.model, plan.size, "cpu", plan.settings)

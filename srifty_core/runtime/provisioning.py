@@ -23,8 +23,12 @@ from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, Workers,
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env
+from srifty_core.runtime import emulated_job
+from srifty_core.runtime.artifact import worker_wheel
 from srifty_core.runtime.job import JobPlan, JobSpec
+from srifty_core.runtime.launch import launch_argv
 from srifty_core.runtime.outcome import rank_logs
+from srifty_core.runtime.rendezvous import TrainingStart
 from srifty_core.runtime.replanner import Key, Replanner, launch_all
 
 _log = logging.getLogger(__name__)
@@ -46,14 +50,12 @@ def make_provider(
         )
     if not cls.starts_workers_at_launch:
         return get_provider(job.provider)
-    from srifty_core.runtime.rendezvous import TrainingStart
 
     plan = TrainingStart.for_plan(job.train_plan, job.config_id) if training else None
     wheel = None
     if training or worker:
         # What the VMs install (after the plan checked out): the deployment's wheel, else
         # this source's, uploaded to the run storage with its sha256 (artifact.worker_wheel).
-        from srifty_core.runtime.artifact import worker_wheel
 
         wheel = worker_wheel()
     return get_provider(
@@ -64,8 +66,6 @@ def make_provider(
 def worker_command(job: JobPlan) -> list[str]:
     """Every rank's command: the launcher, which runs the plan's entrypoint (your script)
     or the built-in worker (``runtime.launch``)."""
-    from srifty_core.runtime.launch import launch_argv
-
     return launch_argv(job.train_plan)
 
 
@@ -148,7 +148,6 @@ def start_training(
             f"provider: a {job.provider} plan needs the {job.provider} provider, "
             f"got {provider.name}"
         )
-    from srifty_core.runtime import emulated_job
 
     started = provider.now().timestamp()
     workers = Workers(

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.planner.request import Overheads
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import WARMUP_STEPS, ProgressRecord
 from srifty_core.runtime.job import JobPlan, JobSpec
@@ -66,12 +67,12 @@ from srifty_core.runtime.planning import (
     run_path,
 )
 from srifty_core.runtime.replanner import Progress, Replanner
+from srifty_core.simulator.types import ClusterConfig, Group
 
 if TYPE_CHECKING:
-    from srifty_core.planner.request import Overheads, PlanRequest
+    from srifty_core.planner.request import PlanRequest
     from srifty_core.simulator.calibration import Calibration, Projection, Window
     from srifty_core.simulator.estimator import Simulator
-    from srifty_core.simulator.types import ClusterConfig
 
 
 class Unpriced:
@@ -121,7 +122,6 @@ class Context:
         """From the job's files and conf (the bandwidth model is loaded when not given;
         ``Unpriced``, or one that cannot price the configuration's links: compute only,
         ``exchange``)."""
-        from srifty_core.planner.request import Overheads
         from srifty_core.simulator.estimator import Simulator
 
         request = job_request(spec)
@@ -146,8 +146,6 @@ class Context:
 def configuration(request: PlanRequest, job: JobPlan) -> tuple[ClusterConfig, tuple[str, ...]]:
     """The running ``ClusterConfig`` of ``job`` (its launches over the request's offers)
     and the device type of each of its ranks in plan order."""
-    from srifty_core.simulator.types import ClusterConfig, Group
-
     groups, devices = [], []
     for x in job.launches:
         offer = next(
@@ -214,7 +212,6 @@ def assess(
     ``spent_usd`` count this run (against ``ctx.request``). ``search``: look for a better
     configuration (a plan search), else only the limits decide."""
     from srifty_core.simulator import calibration as calib
-    from srifty_core.simulator.types import ClusterConfig, Group
 
     req, sim, config = ctx.request, ctx.simulator, ctx.config
     w = window(records, ctx.rank_devices)

@@ -56,7 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srifty_core import paths
 from srifty_core.errors import ConfigError
+from srifty_core.runs import store as run_store
 
 DEFAULT_PORT = 29400
 """torchrun's usual c10d port (the security group must allow all TCP inside the group)."""
@@ -183,9 +185,6 @@ class TrainingStart:
         folder must be on run storage: the VMs write their progress, checkpoints and exit
         markers there, where the monitor reads them (a local folder would be each VM's own
         disk)."""
-        from srifty_core import paths
-        from srifty_core.runs import store as run_store
-
         text = run_store.read_text(plan_path)  # a path, or a URI on the run storage
         if text is None:
             raise ConfigError(f"no such plan: {plan_path}")
@@ -347,8 +346,6 @@ def write_exit_marker(run_dir: str, config_id: str, node: str, code: int) -> str
     run folder (a path, or a URI on the run storage); returns where."""
     import time
 
-    from srifty_core.runs import store as run_store
-
     if not re.fullmatch(r"g?[0-9]{1,4}", node):
         raise ConfigError(f"exit marker: node must be an index (or g<index>), got {node!r}")
     where = run_store.join(run_dir, f"{EXIT_PREFIX}{_marker_config(config_id)}-{node}.json")
@@ -361,8 +358,6 @@ def exit_markers(run_dir: str, config_id: str) -> dict[str, int]:
     (``"0"``, ``"1"``, ..., or ``"g<first node>"`` for a VM that failed before it knew its
     index); empty while every VM still trains, or where workers are not started by
     ``start_script`` (the local provider)."""
-    from srifty_core.runs import store as run_store
-
     prefix = f"{EXIT_PREFIX}{_marker_config(config_id)}-"
     out: dict[str, int] = {}
     for name in run_store.names(run_dir, f"{prefix}*.json"):

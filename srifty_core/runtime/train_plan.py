@@ -14,9 +14,11 @@ from typing import Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.runs import store as run_store
+from srifty_core.runs.progress import PROGRESS_FILE
 from srifty_core.runtime.placement import DEVICES as DEVICES
 from srifty_core.training_settings import PRECISIONS as PRECISIONS
 from srifty_core.training_settings import TrainingSettings
+from srifty_core.workloads import parse_model
 
 DTYPES = ("float32", "float64")
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
@@ -117,7 +119,6 @@ class TrainPlan:
             raise ConfigError(
                 f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
             )
-        from srifty_core.workloads import parse_model
 
         parse_model(self.model)
         self.settings  # noqa: B018 - builds TrainingSettings, which checks the four fields
@@ -143,8 +144,6 @@ class TrainPlan:
 
     @property
     def progress_path(self) -> Path | str:
-        from srifty_core.runs.progress import PROGRESS_FILE
-
         return run_store.join(self.run_dir, PROGRESS_FILE)
 
     def to_dict(self) -> dict[str, Any]:

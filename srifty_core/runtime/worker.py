@@ -79,7 +79,7 @@ from srifty_core.runtime.train_plan import (
     loss_scale,
     split_batch,
 )
-from srifty_core.workloads import choose_precision
+from srifty_core.workloads import build, choose_precision, make_optimizer, prepare
 
 __all__ = [
     "DEVICES",
@@ -169,8 +169,6 @@ def local_batch(
 def _build(
     plan: TrainPlan, device: torch.device | None = None
 ) -> tuple[Any, torch.optim.Optimizer]:
-    from srifty_core.workloads import build, make_optimizer, prepare
-
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])
     if device is not None and device.type != "cpu":

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
+from srifty_core.paths import data_dir
 from srifty_core.predictors.base import LevelSpread
 from srifty_core.simulator.estimator import comm_key, compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
@@ -481,8 +483,6 @@ def should_replan(
 # --------------------------------------------------------------------------- persistence
 def store_path(model: str, root: str | Path | None = None) -> Path:
     """``<data dir>/calibration/<model>.json``."""
-    from srifty_core.paths import data_dir
-
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("._") or "model"
     return data_dir(root) / STORE_DIR / f"{safe}.json"
 
@@ -521,8 +521,6 @@ def save(calibration: Calibration, root: str | Path | None = None) -> Path:
     """Keep the observed factors of ``calibration`` (those with windows of this job)
     under the model's file, replacing the stored ones of the same keys; logged to the
     active MLflow run as well, when there is one."""
-    from srifty_core.atomic import write_text_atomic
-
     old = load_stored(calibration.model, root)
     compute = dict(old.compute) if old else {}
     comm = dict(old.comm) if old else {}

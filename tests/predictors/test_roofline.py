@@ -14,8 +14,8 @@ import pytest
 from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.predictors import roofline as rl
-from srifty_core.predictors import roofline_profile as rp
 from srifty_core.profiling import estimate
+from srifty_core.profiling import roofline_profile as rp
 from srifty_core.profiling.census import (
     BATCHES,
     CLASSES,

@@ -11,7 +11,7 @@ them in one process for ``srifty profile --provider``):
    installs (``runtime.artifact.worker_wheel``: the deployment's, else this source's,
    uploaded to the run storage) and runs ``vm_script``: ``srifty profile --model M --size
    S --device cuda --no-mlflow`` with the training settings and the probe budget, then
-   ``python -m srifty_core.profiling.cloud finish``, which writes ``profile.json`` (on
+   ``python -m srifty_core.jobs.profile_vms finish``, which writes ``profile.json`` (on
    success) and ``exit.json`` (the profiler's exit code and its last lines) into the VM's
    folder on the run storage, then shuts the VM down (launched to terminate on shutdown:
    it stops billing by itself).
@@ -50,23 +50,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog import Catalog
 from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, ProviderError
+from srifty_core.cloud.ec2 import EC2Provider
+from srifty_core.cloud.emulated import PROVIDER_NAME, EmulatedProvider
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
+from srifty_core.planner.schema import Ec2Settings, field_error
 from srifty_core.profiling.budget import DEFAULT_BUDGET, KNOBS
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore, profile_hint
+from srifty_core.runs import store as run_store
+from srifty_core.runtime.artifact import worker_wheel
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
-from srifty_core.workloads import SIZES, parse_model
-
-if TYPE_CHECKING:
-    from srifty_core.cloud.ec2 import EC2Provider
-    from srifty_core.cloud.emulated import EmulatedProvider
+from srifty_core.trigger_models import registered_model
+from srifty_core.workloads import SIZES, model_key, parse_model
 
 CLOUD_PROVIDERS = ("ec2-emulated", "ec2")
 """Providers a profile can be taken on (``cloud.PROVIDERS`` less ``local``, whose
@@ -137,8 +140,6 @@ class CloudProfileRequest:
     def from_params(cls, p: Mapping[str, Any]) -> CloudProfileRequest:
         """From the profiling DAG's params (or any mapping with those keys): a trigger's,
         so the model must be registered (``trigger_models``: never a file path)."""
-        from srifty_core.trigger_models import registered_model
-
         try:
             model = registered_model(p["model"])
         except ConfigError as exc:
@@ -184,8 +185,6 @@ def check_cloud_request(
     """Check what a cloud profiling run needs before anything is launched; returns the
     instance types as the catalog names them. Each problem is a ``FieldError`` naming its
     field (``provider``, ``instance_types[1]``, ``market``, ``ec2.image_id``, ...)."""
-    from srifty_core.catalog import Catalog
-
     if provider not in CLOUD_PROVIDERS:
         raise FieldError("provider", f"one of {', '.join(CLOUD_PROVIDERS)}, got {provider!r}")
     if not instance_types:
@@ -232,8 +231,6 @@ def _ec2_settings(ec2: Mapping[str, Any]) -> dict[str, Any]:
     """The trigger's ``ec2`` block checked as the plan-and-train DAG's (no deployment
     settings, an AMI required)."""
     from pydantic import ValidationError
-
-    from srifty_core.planner.schema import Ec2Settings, field_error
 
     try:
         settings = Ec2Settings.model_validate(dict(ec2))
@@ -313,8 +310,6 @@ def world_seed(seed: int, instance_type: str) -> int:
 
 def _emulated_world(vm: ProfilerVM) -> tuple[EmulatedProvider, Allocation]:
     """Rebuild the VM's emulated world: replay its seeded launch, move the clock on."""
-    from srifty_core.cloud.emulated import EmulatedProvider
-
     p = EmulatedProvider(seed=vm.seed, region=vm.region, start=datetime.fromisoformat(vm.start))
     alloc = p.launch(LaunchRequest(vm.instance_type, 1, Market.parse(vm.market)))
     if alloc.id != vm.allocation_id:
@@ -327,12 +322,8 @@ def _emulated_world(vm: ProfilerVM) -> tuple[EmulatedProvider, Allocation]:
 
 
 def _ec2_provider(vm: ProfilerVM, *, with_wheel: bool = False) -> EC2Provider:
-    from srifty_core.cloud.ec2 import EC2Provider
-
     wheel = None
     if with_wheel:
-        from srifty_core.runtime.artifact import worker_wheel
-
         wheel = worker_wheel()
     return EC2Provider.from_conf(vm.ec2, vm.region, wheel=wheel)
 
@@ -344,7 +335,7 @@ def vm_script(request: CloudProfileRequest, run_dir: str) -> str:
 
     profile = " ".join(shlex.quote(a) for a in request.profiler_argv(VM_PROFILE))
     finish = [
-        f"{VM_HOME}/bin/python", "-m", "srifty_core.profiling.cloud", "finish",
+        f"{VM_HOME}/bin/python", "-m", "srifty_core.jobs.profile_vms", "finish",
         "--run-dir", run_dir, "--profile", VM_PROFILE, "--log", VM_LOG,
     ]  # fmt: skip
     lines = [
@@ -384,8 +375,6 @@ def provision_profiler_vm(
     name = names[0]
     vm_id = f"{_safe(key or 'profile')}.{_safe(name)}.{uuid.uuid4().hex[:8]}"
     if provider_class(provider).simulated:
-        from srifty_core.cloud.emulated import EmulatedProvider
-
         start = datetime.now(UTC).replace(microsecond=0)
         s = world_seed(seed, name)
         p = EmulatedProvider(seed=s, region=region, start=start)
@@ -399,7 +388,6 @@ def provision_profiler_vm(
             start=start.isoformat(), clock=p.now().isoformat(),
         )  # fmt: skip
         return vm.save()
-    from srifty_core.runs import store as run_store
 
     storage = paths.run_storage()
     if not storage or not run_store.is_remote(storage):
@@ -429,8 +417,6 @@ def provision_profiler_vm(
 
 # --------------------------------------------------------------------------- references
 def _is_emulated(p: ComputeProfile) -> bool:
-    from srifty_core.cloud.emulated import PROVIDER_NAME
-
     return p.device_name.endswith(f", {PROVIDER_NAME})")
 
 
@@ -565,8 +551,6 @@ def _as_measured_on_gpu(profile: ComputeProfile, request: CloudProfileRequest) -
 
 
 def _read_json(location: str) -> dict[str, Any] | None:
-    from srifty_core.runs import store as run_store
-
     text = run_store.read_text(location)
     return None if text is None else dict(json.loads(text))
 
@@ -584,8 +568,6 @@ def collect_profile(
     the profile store. Fails when the VM's profiler exited non-zero (its last lines in the
     message), when the VM ended without a profile, or after ``timeout_s``
     (``CollectTimeout``)."""
-    from srifty_core.runs import store as run_store
-
     v = _vm(vm)
     store = store or ProfileStore()
     where = f"{v.instance_type} ({v.allocation_id})"
@@ -626,8 +608,6 @@ def collect_profile(
 
 
 def _check_collected(profile: ComputeProfile, request: CloudProfileRequest, where: str) -> None:
-    from srifty_core.workloads import model_key
-
     if model_key(profile.model) != model_key(request.model) or profile.size != request.size:
         raise ConfigError(
             f"the profile from {where} is of {profile.model}/{profile.size}, not "
@@ -781,8 +761,6 @@ def profile_in_cloud(
 def finish(run_dir: str, code: int, profile: Path, log: Path | None = None) -> int:
     """On the VM, after the profiler: its profile (when it succeeded) and then
     ``exit.json`` (the code and the log's last lines) into ``run_dir``."""
-    from srifty_core.runs import store as run_store
-
     tail = ""
     if log is not None and log.is_file():
         tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
@@ -796,7 +774,7 @@ def finish(run_dir: str, code: int, profile: Path, log: Path | None = None) -> i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m srifty_core.profiling.cloud")
+    parser = argparse.ArgumentParser(prog="python -m srifty_core.jobs.profile_vms")
     sub = parser.add_subparsers(dest="command", required=True)
     fin = sub.add_parser("finish", help="on a profiling VM: hand the profile to the run storage")
     fin.add_argument("--run-dir", required=True)

@@ -1,4 +1,4 @@
-"""Cloud profiling (``profiling.cloud``): the request and its checks, the reference an
+"""Cloud profiling (``jobs.profile_vms``): the request and its checks, the reference an
 emulated profile starts from, the emulated VM's life across processes (its record), and
 the EC2 path against moto.
 
@@ -20,8 +20,8 @@ import pytest
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError, FieldError
-from srifty_core.profiling import cloud
-from srifty_core.profiling.cloud import CloudProfileRequest
+from srifty_core.jobs import profile_vms as cloud
+from srifty_core.jobs.profile_vms import CloudProfileRequest
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
 from srifty_core.training_settings import TrainingSettings
@@ -58,7 +58,7 @@ def test_the_vm_command_is_the_profiler_on_cuda_with_the_training_settings() -> 
     assert flags["--max-batch"] == "64" and flags["--out"] == "/tmp/p.json"
     script = cloud.vm_script(req, "s3://b/runs/x")
     assert "/opt/srifty/bin/srifty profile --model hf:gpt2" in script
-    assert "srifty_core.profiling.cloud finish --run-dir s3://b/runs/x" in script
+    assert "srifty_core.jobs.profile_vms finish --run-dir s3://b/runs/x" in script
     assert script.rstrip().endswith("shutdown -h now")  # terminates: billing stops
 
 

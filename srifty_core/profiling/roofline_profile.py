@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.compute import (
+    PiecewiseLinear,
+    budget_batch_sizes,
+    dense_batch_sizes,
+    fit_piecewise,
+)
 from srifty_core.predictors.roofline import (
     MAX_BATCH,
     MEMORY_HEADROOM,
@@ -28,10 +34,10 @@ from srifty_core.predictors.roofline import (
     pass_times,
     scale,
 )
+from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
 
 if TYPE_CHECKING:
     from srifty_core.profiling.census import OpCensus
-    from srifty_core.profiling.profile import ComputeProfile
 
 PROFILER = "srifty profile"
 """``Observation.source`` of a measured profile's times: every profile is the same program,
@@ -80,14 +86,6 @@ def estimate_profile(
     roofline's held-out spread for that path; ``relative_std`` the step-to-step jitter the
     passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
     ``step_jitter``)."""
-    from srifty_core.predictors.compute import (
-        PiecewiseLinear,
-        budget_batch_sizes,
-        dense_batch_sizes,
-        fit_piecewise,
-    )
-    from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
-
     settings = census.settings if source is None else source.settings
     mode = mode_of(settings.precision)
     eff = roofline.efficiencies
