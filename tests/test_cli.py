@@ -348,9 +348,13 @@ def test_ctrl_c_on_train_is_one_line_exit_130_and_stops_the_ranks(tmp_path: Path
         "local_batches": [2, 2], "run_dir": str(run), "step_sleep_s": 0.2,
         "checkpoint_every": 5,
     }))  # fmt: skip
+    # Ctrl-C as from a terminal: SIGINT at its default in the child, whatever disposition
+    # this test's process has (a child inherits an ignored SIGINT: a shell's background
+    # job starts with one); in two full parallel runs the command ignored the signal
     proc = subprocess.Popen(
         [sys.executable, "-m", "srifty_core.cli", "train", str(plan), "--no-mlflow"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     ranks: list[psutil.Process] = []
     try:
