@@ -104,10 +104,9 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
 def _on_this_host(provider: object) -> bool:
     """Does ``provider`` name the provider of this host's worker processes
     (``Provider.shares_host``)? An unknown name does not (its own command refuses it)."""
-    from srifty_core.cloud import find_provider_class
+    from srifty_core.cloud import shares_host
 
-    cls = find_provider_class(provider)
-    return cls is not None and cls.shares_host
+    return shares_host(provider)
 
 
 def _writable_folder(folder: Path) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "find_provider_class",
     "get_provider",
     "provider_class",
+    "shares_host",
 ]
 
 PROVIDERS = ("local", "ec2-emulated", "ec2")
@@ -68,6 +69,13 @@ def find_provider_class(name: object, *, aliases: bool = False) -> type[Provider
     if aliases:
         name = ALIASES.get(name, name)
     return provider_class(name) if name in PROVIDERS else None
+
+
+def shares_host(name: object) -> bool:
+    """Does ``name`` name a provider whose ranks share this host's cores
+    (``Provider.shares_host``)? A name that is no provider's (a label) does not."""
+    cls = find_provider_class(name)
+    return cls is not None and cls.shares_host
 
 
 def get_provider(name: str, **conf: Any) -> Provider:

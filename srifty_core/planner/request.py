@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud import find_provider_class, provider_class
+from srifty_core.cloud import provider_class, shares_host
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.planner import schema, spot
@@ -168,8 +168,7 @@ def offers_from_catalog(
     from the catalog. Errors name the offer's field: ``offers[1].type: unknown ...``.
     ``provider``: the offers' ``provider`` feature; a provider of ``cloud.PROVIDERS`` also
     says whether their ranks share one host (``Provider.shares_host``)."""
-    known = find_provider_class(provider)
-    shares_host = known is not None and known.shares_host
+    on_this_host = shares_host(provider)
     out = []
     for i, item in enumerate(spec):
         where = f"offers[{i}]"
@@ -185,7 +184,7 @@ def offers_from_catalog(
                 p = _named(at, catalog.price, t.name, market, region, zone)
             price = p.usd_per_hour
         inst = SimInstance.from_catalog(
-            t, provider=provider, zone=str(zone or ""), shares_host=shares_host
+            t, provider=provider, zone=str(zone or ""), shares_host=on_this_host
         )
         hazard = 0.0
         if market is Market.SPOT:
