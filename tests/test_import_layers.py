@@ -263,6 +263,7 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.demo", "srifty_core.simulator.estimator"): "heavy: scipy",
     ("srifty_core.jobs.profile_vms", "srifty_core.profiling.job"): "heavy: torch",
     ("srifty_core.jobs.profile_vms", "srifty_core.profiling.profiler"): "heavy: torch",
+    ("srifty_core.measure.sharded_memory", "srifty_core.sharding.wrap"): "heavy: torch",
     ("srifty_core.planner.job", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.planner.job", "srifty_core.predictors.bandwidth"): "heavy: pyarrow",
     ("srifty_core.planner.job", "srifty_core.predictors.nccl_tests"): "heavy: pyarrow",
@@ -368,6 +369,8 @@ _PACKAGE_LAYERS = (
     # tracking: today the MLflow store's set-up and tags (it imports paths only); the
     # modules that log to MLflow sit above it and call it
     ("L1 data", "catalog probing workload workloads runs tracking"),
+    # what a strategy holds per rank and how a module is sharded (no package of Srifty's)
+    ("L1 sharding", "sharding"),
     ("L2 schema", "trigger_models"),
     ("L3 compute and bandwidth", "profiling predictors"),
     ("L4 simulator", "simulator"),

@@ -1,0 +1,58 @@
+"""A module made ready to train under a strategy, in a started process group: DDP's
+replica, or FSDP2's ``fully_shard`` on each unit (``sharding.units``) and then on the root,
+over a one-dimensional mesh (``fsdp``) or a (replicate, shard) mesh whose shard groups
+are the ranks of one VM (``hsdp``).
+
+Contract: ``wrap(module, layout, settings, device)`` returns the module to call and step;
+the trainer, the memory check and the sharded profile use it, so all three shard alike.
+Under bf16/fp16 on a GPU, FSDP gathers parameters in that dtype and reduces gradients in
+float32 (``MixedPrecisionPolicy``); on the CPU everything stays float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from srifty_core.errors import ConfigError
+from srifty_core.sharding.memory import Layout
+from srifty_core.sharding.units import shard_units
+from srifty_core.training_settings import TrainingSettings
+
+
+def wrap(
+    module: nn.Module, layout: Layout, settings: TrainingSettings, device: torch.device
+) -> nn.Module:
+    """``module`` (already on ``device``) wrapped for ``layout`` (module doc)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise ConfigError("sharding.wrap: start the process group first")
+    if dist.get_world_size() != layout.world:
+        raise ConfigError(
+            f"world: the layout has {layout.world} ranks, the process group {dist.get_world_size()}"
+        )
+    if layout.strategy == "ddp":
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(module, device_ids=ids)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if layout.strategy == "hsdp":
+        if layout.world % layout.ranks_per_vm:
+            raise ConfigError(
+                f"ranks_per_vm: hsdp needs every VM to hold as many ranks "
+                f"({layout.world} ranks is not a multiple of {layout.ranks_per_vm})"
+            )
+        shape: tuple[int, ...] = (layout.world // layout.ranks_per_vm, layout.ranks_per_vm)
+        mesh = init_device_mesh(device.type, shape, mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (layout.world,))
+    policy = MixedPrecisionPolicy()
+    if device.type == "cuda" and settings.precision != "fp32":
+        dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for unit in shard_units(module):
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
+    fully_shard(module, mesh=mesh, mp_policy=policy)
+    return module

@@ -1,0 +1,50 @@
+"""The FSDP wrapping policy (which submodules are units) and its use on real processes."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from srifty_core.measure.sharded_memory import rank_peaks
+from srifty_core.sharding.memory import Layout
+from srifty_core.sharding.units import shard_units, unit_parameters
+from srifty_core.workloads import build
+
+
+class Blocks(nn.Module):
+    """An embedding, a list of three blocks and a head: a user's model, not in the zoo."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 8)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3))
+        self.head = nn.Linear(8, 2)
+
+
+def test_repeated_blocks_are_the_units_and_the_rest_stays_with_the_root() -> None:
+    m = Blocks()
+    assert shard_units(m) == list(m.blocks)
+    # the root keeps the embedding (800) and the head (18); each block 72
+    assert unit_parameters(m) == (818, 72, 72, 72)
+
+
+def test_a_model_without_repeated_blocks_has_its_children_as_units() -> None:
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    # a Sequential of children of different classes is not a list of blocks
+    assert shard_units(m) == [m[0], m[2]]
+    assert unit_parameters(m) == (0, 40, 9)
+
+
+def test_a_transformer_is_sharded_by_its_layers() -> None:
+    gpt2 = build("hf:gpt2", "tiny").module
+    units = shard_units(gpt2)
+    assert len(units) == 2 and all(type(u).__name__ == "GPT2Block" for u in units)
+    counts = unit_parameters(gpt2)
+    assert sum(counts) == sum(p.numel() for p in gpt2.parameters())
+    assert counts[0] > 0  # embeddings (tied with the head) and the final norm
+
+
+def test_fsdp2_wraps_and_trains_a_user_model_on_two_processes() -> None:
+    # the wrapping policy applied by sharding.wrap on real gloo ranks (FSDP2's fully_shard
+    # on each GPT2Block, then the root), one AdamW step, each rank's peak reported
+    peaks = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1)
+    assert len(peaks) == 2 and min(peaks) > 0
