@@ -34,6 +34,7 @@ LIGHT_MODULES = (
     "srifty_core.tracking",
     "srifty_core.cloud",
     "srifty_core.cloud.ec2",
+    "srifty_core.cloud.ec2.prices",
     "srifty_core.cloud.emulated",
     "srifty_core.case_studies",
     "srifty_core.plotting",

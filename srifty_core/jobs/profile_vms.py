@@ -81,7 +81,7 @@ VM_PROFILE = f"{VM_HOME}/profile.json"
 VM_LOG = f"{VM_HOME}/profile.log"
 COLLECT_TIMEOUT_S = 3600.0
 """How long ``collect_profile`` waits for a VM's profile by default: the wheel's install
-(``cloud.ec2.INSTALL_S``) and a full-size model's profile."""
+(``cloud.ec2.user_data.INSTALL_S``) and a full-size model's profile."""
 POLL_S = 10.0
 REFERENCE_PROBES = 3
 REFERENCE_REPEATS = 3

@@ -455,7 +455,7 @@ class Ec2Settings(Strict):
     wait_timeout_s: PositiveSeconds | None = None
     join_timeout_s: PositiveSeconds | None = None
     """How long a training VM's torchrun waits for its peers (default: wait_timeout_s
-    plus the install time, ``cloud.ec2.INSTALL_S``)."""
+    plus the install time, ``cloud.ec2.user_data.INSTALL_S``)."""
 
     @model_validator(mode="before")
     @classmethod

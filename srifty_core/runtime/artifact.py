@@ -1,7 +1,7 @@
 """The worker wheel a run's VMs install: a wheel of exactly the Srifty source that plans and
 launches the run, uploaded with its sha256 to the run storage.
 
-What the VMs install is a deployment setting (``cloud.ec2.WorkerWheel``). When the
+What the VMs install is a deployment setting (``cloud.ec2.user_data.WorkerWheel``). When the
 deployment names a wheel (``SRIFTY_WORKER_WHEEL_URI`` and ``SRIFTY_WORKER_WHEEL_SHA256``)
 that wheel is used, always. When it names none but has run storage
 (``SRIFTY_RUN_STORAGE=s3://bucket/prefix``), ``worker_wheel`` makes one of this process's
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
-from srifty_core.cloud.ec2 import WHEEL_SHA256_ENV, WHEEL_URI_ENV, WorkerWheel
+from srifty_core.cloud.ec2.user_data import WHEEL_SHA256_ENV, WHEEL_URI_ENV, WorkerWheel
 from srifty_core.errors import ConfigError
 from srifty_core.runs import store as run_store
 

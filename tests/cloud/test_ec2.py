@@ -12,11 +12,12 @@ import pytest
 from srifty_core.catalog import Catalog, read_overlay
 from srifty_core.catalog.types import Market
 from srifty_core.cloud import InstanceState, LaunchRequest, Provider, ProviderError
-from srifty_core.cloud.ec2 import (
-    TAG_ALLOCATION,
+from srifty_core.cloud.ec2 import EC2Provider
+from srifty_core.cloud.ec2.prices import refresh_spot_prices
+from srifty_core.cloud.ec2.records import TAG_ALLOCATION
+from srifty_core.cloud.ec2.user_data import (
     WHEEL_SHA256_ENV,
     WHEEL_URI_ENV,
-    EC2Provider,
     WorkerWheel,
     bootstrap_user_data,
 )
@@ -113,7 +114,7 @@ def test_no_leaks_when_an_instance_dies_while_waiting(
 
 
 def test_spot_prices_refresh_into_the_overlay(aws: Any, data_dir: Path) -> None:
-    path = provider().refresh_spot_prices(["g4dn.xlarge"])
+    path = refresh_spot_prices(provider(), ["g4dn.xlarge"])
     assert path.parent == data_dir / "prices"
     text = path.read_text()
     assert "g4dn.xlarge" in text and "ec2:describe_spot_price_history" in text
@@ -277,5 +278,5 @@ def test_throttling_is_retried_with_backoff(aws: Any) -> None:
     client = p.client()
     assert client.meta.config.retries["mode"] == "adaptive"
     client.meta.events.register("before-send.ec2.DescribeAvailabilityZones", throttle)
-    zones = p._zone_maps()
+    zones = p.zone_ids()
     assert len(calls) == 3 and zones and all(z.startswith("use1-") for z in zones.values())

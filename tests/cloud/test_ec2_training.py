@@ -16,13 +16,12 @@ import pytest
 
 from srifty_core.cloud import LaunchRequest
 from srifty_core.cloud.base import InstanceState
-from srifty_core.cloud.ec2 import (
+from srifty_core.cloud.ec2 import EC2Provider
+from srifty_core.cloud.ec2.records import TAG_PLACEMENT, TAG_RELEASED, instance_state
+from srifty_core.cloud.ec2.user_data import (
     INSTALL_S,
-    TAG_PLACEMENT,
-    TAG_RELEASED,
     WHEEL_SHA256_ENV,
     WHEEL_URI_ENV,
-    EC2Provider,
     WorkerWheel,
     training_user_data,
 )
@@ -305,10 +304,10 @@ def test_a_vm_that_shut_itself_down_is_terminated_not_taken_back() -> None:
         "StateTransitionReason": "User initiated (2026-11-30 12:00:00 GMT)",
         "Tags": [],
     }
-    state, ended = p._state(raw)
+    state, ended = instance_state(raw, p.now)
     assert state is InstanceState.TERMINATED and ended is not None and ended.hour == 12
     spot = {**raw, "StateReason": {"Code": "Server.SpotInstanceTermination"}}
-    assert p._state(spot)[0] is InstanceState.INTERRUPTED
+    assert instance_state(spot, p.now)[0] is InstanceState.INTERRUPTED
 
 
 def test_the_monitor_fails_an_ec2_run_on_a_non_zero_exit_marker(tmp_path: Path) -> None:

@@ -515,7 +515,7 @@ def test_a_trigger_cannot_choose_the_aws_connection_or_what_vms_install(
 
 
 def test_the_aws_connection_comes_from_the_deployment() -> None:
-    from srifty_core.cloud.ec2 import deployment_conn_id
+    from srifty_core.cloud.ec2.provider import deployment_conn_id
 
     assert deployment_conn_id({}) == "aws_default"
     assert deployment_conn_id({"SRIFTY_AWS_CONN_ID": " aws_training "}) == "aws_training"

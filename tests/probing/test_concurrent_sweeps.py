@@ -7,7 +7,8 @@ from datetime import date
 from pathlib import Path
 
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.measure.sweep import SweepResult, merge_records, probe_sweep
+from srifty_core.measure.partials import merge_records
+from srifty_core.measure.sweep import SweepResult, probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.store import read_probes
 

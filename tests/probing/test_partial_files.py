@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.measure.sweep import partial_dir, probe_sweep
+from srifty_core.measure.partials import partial_dir
+from srifty_core.measure.sweep import probe_sweep
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.store import read_probes
 

@@ -17,7 +17,8 @@ from srifty_core.cloud import InstanceState, LaunchRequest
 from srifty_core.cloud.local import LOCAL_CPU, LocalProvider, pid_alive
 from srifty_core.errors import ConfigError
 from srifty_core.measure.probe_worker import FAIL_ENV, FAIL_EXIT_CODE
-from srifty_core.measure.sweep import ProbeFailedError, labels, probe_sweep
+from srifty_core.measure.runner import labels
+from srifty_core.measure.sweep import ProbeFailedError, probe_sweep
 from srifty_core.probing.config import SweepConfig, parse_sizes
 from srifty_core.probing.store import read_probes
 
@@ -164,7 +165,7 @@ def test_catalog_types_label_the_rows() -> None:
 
 
 def test_partials_left_by_a_dead_driver_are_committed_by_the_next_run() -> None:
-    from srifty_core.measure.sweep import partial_dir
+    from srifty_core.measure.partials import partial_dir
     from tests.probing.rows import make_rows
 
     # A driver died after its workers flushed two samples of one point, before commit.

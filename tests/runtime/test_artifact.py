@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from srifty_core import paths
-from srifty_core.cloud.ec2 import WHEEL_SHA256_ENV, WHEEL_URI_ENV, EC2Provider, WorkerWheel
+from srifty_core.cloud.ec2 import EC2Provider
+from srifty_core.cloud.ec2.user_data import WHEEL_SHA256_ENV, WHEEL_URI_ENV, WorkerWheel
 from srifty_core.errors import ConfigError
 from srifty_core.runs import store as run_store
 from srifty_core.runtime import artifact

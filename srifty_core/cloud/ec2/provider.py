@@ -1,28 +1,22 @@
-"""EC2 itself, through the Airflow Amazon provider's ``EC2Hook`` (boto3 under it).
+"""EC2 itself, through the Airflow Amazon provider's ``EC2Hook`` (boto3 under it): the
+provider's launch, release and observation of VMs.
 
 * **Credentials** come from the Airflow connection (``aws_conn_id``, default
   ``aws_default``); this module never reads, logs or writes them, and the user data it
   sends holds no secret (the VM gets AWS access, if it needs any, from its instance
   profile).
-* **Launch** is one ``run_instances`` call (on-demand, or spot with
-  ``InstanceMarketOptions``: one-time, terminate on interruption), optionally in a fresh
+* **Launch** is one ``run_instances`` call (``cloud.ec2.launch_args``: on-demand, or spot
+  with ``InstanceMarketOptions``: one-time, terminate on interruption), optionally in a fresh
   cluster placement group, with every instance and volume tagged ``srifty:allocation=<id>``
   and ``srifty:managed=true``; then it waits until every instance runs.
 * **No leaks.** If anything fails after ``run_instances`` was sent (an error, a timeout,
   Ctrl-C), everything carrying the allocation's tag is terminated before the error goes up.
   ``release`` tags the instances ``srifty:released`` and terminates them; it is idempotent.
-* **Interruptions**: an instance that stopped or terminated without ``srifty:released``
-  was taken back by EC2 (spot), and a spot request whose status says ``marked-for-...`` or
-  ``instance-terminated-...`` is reported too (the two-minute notice).
-* **Prices** come from the catalog; ``refresh_spot_prices`` reads
-  ``describe_spot_price_history`` and writes the newest price per zone into the catalog's
-  price overlay folder.
-* **Workers** start from the user data (``bootstrap_user_data``): it downloads the Srifty
-  wheel named by the deployment (``WorkerWheel``: ``SRIFTY_WORKER_WHEEL_URI``, an https://
-  or s3:// URI, and ``SRIFTY_WORKER_WHEEL_SHA256``), checks its sha256, installs it with the
-  ``worker`` extra in a venv and starts ``srifty probe|profile|train ...`` with its
-  arguments. Never ``pip install srifty`` from a package index (anyone can publish that
-  name there), and never a wheel a trigger conf names. A training configuration
+* **Interruptions** and exit codes: read with ``describe_instances`` and
+  ``describe_spot_instance_requests`` and judged by ``cloud.ec2.records``.
+* **Prices** come from the catalog (``cloud.ec2.prices`` refreshes its spot prices).
+* **Workers** start from the user data (``cloud.ec2.user_data``: the deployment's wheel,
+  then ``srifty probe|profile|train ...``). A training configuration
   (``EC2Provider(training=...)``, a ``TrainingStart``; ``launch_many``) launches its first VM alone,
   then at once the others with that VM's private address (from ``run_instances``' answer)
   as the rendezvous endpoint, all in one cluster placement group when asked, and waits for
@@ -32,9 +26,8 @@
   ``InstanceInitiatedShutdownBehavior=terminate``, and an instance that shut itself down
   is ``terminated``, not taken back. The run folder must be on run storage
   (``SRIFTY_RUN_STORAGE``): the VMs write progress, checkpoints and exit markers there.
-  ``run`` on an already running
-  allocation is not supported (there is no remote shell here): pass the worker when
-  launching (``EC2Provider(worker=[...])``).
+  ``run`` on an already running allocation is not supported (there is no remote shell
+  here): pass the worker when launching (``EC2Provider(worker=[...])``).
 
 Airflow and boto3 are imported inside methods, so importing this module stays light. The
 tests run it against a moto server on loopback; moto is a test stand-in only and is never
@@ -46,52 +39,51 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
-import shlex
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Any
 
-from srifty_core import paths
 from srifty_core.catalog import Catalog
-from srifty_core.catalog.overlay import PriceObservation, write_overlay
 from srifty_core.catalog.types import Market, Price
 from srifty_core.cloud.base import (
     Allocation,
     Instance,
     InstanceSpec,
-    InstanceState,
     Interruption,
     LaunchRequest,
     Provider,
     ProviderError,
     release_all,
 )
+from srifty_core.cloud.ec2.launch_args import run_instances_args
+from srifty_core.cloud.ec2.records import (
+    LIVE_STATES,
+    TAG_ALLOCATION,
+    TAG_MANAGED,
+    TAG_MARKET,
+    TAG_PLACEMENT,
+    TAG_RELEASED,
+    exit_codes_from,
+    instances_from,
+    interruptions_from,
+    placement_group,
+    tags,
+    utc,
+)
+from srifty_core.cloud.ec2.user_data import (
+    INSTALL_S,
+    WHEEL_SHA256_ENV,
+    WHEEL_URI_ENV,
+    TrainingStart,
+    TrainingUserData,
+    WorkerWheel,
+    bootstrap_user_data,
+)
 from srifty_core.errors import ConfigError, UnknownNameError
 
 log = logging.getLogger(__name__)
-
-TAG_ALLOCATION = "srifty:allocation"
-TAG_MANAGED = "srifty:managed"
-TAG_MARKET = "srifty:market"
-TAG_PLACEMENT = "srifty:placement-group"
-TAG_RELEASED = "srifty:released"
-WORKER_COMMANDS = ("probe", "profile", "train")
-LIVE_STATES = ("pending", "running", "stopping", "stopped")
-SPOT_INTERRUPTION_CODES = (
-    "marked-for-termination",
-    "marked-for-stop",
-    "instance-terminated-by-price",
-    "instance-terminated-no-capacity",
-    "instance-terminated-capacity-oversubscribed",
-    "instance-stopped-by-price",
-    "instance-stopped-no-capacity",
-)
-_GMT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 
 AWS_CONN_ENV = "SRIFTY_AWS_CONN_ID"
 """The deployment's Airflow AWS connection for launching VMs (default ``aws_default``): a
@@ -107,171 +99,6 @@ def deployment_conn_id(env: Mapping[str, str] | None = None) -> str:
 EC2_MAX_ATTEMPTS = 10
 """Attempts per EC2 API call (boto's adaptive retry mode) before a throttling or transient
 error reaches the caller."""
-WHEEL_URI_ENV = "SRIFTY_WORKER_WHEEL_URI"
-WHEEL_SHA256_ENV = "SRIFTY_WORKER_WHEEL_SHA256"
-_WHEEL_NAME = re.compile(r"srifty-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-WHEEL_DIR = "/opt/srifty/wheel"
-INSTALL_S = 600.0
-"""What a VM's user data may take to install the wheel before torchrun starts (the
-default join timeout is the launch wait plus this)."""
-SELF_SHUTDOWN = "Client.InstanceInitiatedShutdown"
-"""EC2's state reason for an instance that shut itself down (the start script, once
-torchrun ended): terminated, not taken back."""
-
-
-@dataclass(frozen=True)
-class WorkerWheel:
-    """The Srifty wheel the workers install: where it is (``https://`` or ``s3://``; the
-    VM reads s3 with its instance profile) and its sha256, which the VM checks before
-    installing. A deployment setting: ``from_env`` reads ``SRIFTY_WORKER_WHEEL_URI`` and
-    ``SRIFTY_WORKER_WHEEL_SHA256``, never a trigger conf."""
-
-    uri: str
-    sha256: str
-    extra: str = "worker"
-
-    def __post_init__(self) -> None:
-        scheme, sep, rest = self.uri.partition("://")
-        if not sep or scheme not in ("https", "s3") or not rest:
-            raise ConfigError(
-                f"{WHEEL_URI_ENV}: an https:// or s3:// URI of a Srifty wheel, got {self.uri!r}"
-            )
-        if not _WHEEL_NAME.fullmatch(self.filename):
-            raise ConfigError(
-                f"{WHEEL_URI_ENV}: must end in a Srifty wheel's file name "
-                f"(srifty-<version>-py3-none-any.whl), got {self.filename!r}"
-            )
-        if not _SHA256.fullmatch(self.sha256):
-            raise ConfigError(
-                f"{WHEEL_SHA256_ENV}: 64 lower-case hex digits (sha256sum's output), "
-                f"got {self.sha256!r}"
-            )
-        if self.extra not in ("worker", "all"):
-            raise ConfigError(f"extra: worker or all, got {self.extra!r}")
-
-    @property
-    def filename(self) -> str:
-        return self.uri.rstrip("/").rsplit("/", 1)[-1]
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerWheel | None:
-        """The deployment's wheel, or ``None`` when neither variable is set."""
-        env = os.environ if env is None else env
-        uri, sha = env.get(WHEEL_URI_ENV, ""), env.get(WHEEL_SHA256_ENV, "")
-        if not uri and not sha:
-            return None
-        if not uri or not sha:
-            raise ConfigError(f"set both {WHEEL_URI_ENV} and {WHEEL_SHA256_ENV}, or neither")
-        return cls(uri, sha.lower())
-
-    def install_lines(self, venv: str = "/opt/srifty") -> list[str]:
-        """Shell lines: download, check the sha256 (the script stops on a mismatch), install."""
-        local = f"{WHEEL_DIR}/{self.filename}"
-        if self.uri.startswith("s3://"):
-            fetch = f"aws s3 cp --only-show-errors {shlex.quote(self.uri)} {shlex.quote(local)}"
-        else:
-            fetch = (
-                "curl --fail --silent --show-error --location --proto =https --retry 3 "
-                f"-o {shlex.quote(local)} {shlex.quote(self.uri)}"
-            )
-        return [
-            f"mkdir -p {WHEEL_DIR}",
-            fetch,
-            f"echo {shlex.quote(f'{self.sha256}  {local}')} | sha256sum --check --strict -",
-            f"{venv}/bin/pip install {shlex.quote(f'{local}[{self.extra}]')}",
-        ]
-
-
-def _install_lines(wheel: WorkerWheel) -> list[str]:
-    return [
-        "#!/bin/bash",
-        "set -euo pipefail",
-        "exec >>/var/log/srifty-bootstrap.log 2>&1",
-        "python3 -m venv /opt/srifty",
-        "/opt/srifty/bin/pip install --upgrade pip",
-        *wheel.install_lines(),
-    ]
-
-
-def bootstrap_user_data(
-    worker: Sequence[str],
-    *,
-    wheel: WorkerWheel,
-    allocation_id: str = "",
-    env: Mapping[str, str] | None = None,
-) -> str:
-    """A cloud-init shell script: install ``wheel`` (checked against its sha256) with its
-    extra in ``/opt/srifty`` and start ``srifty <worker...>`` in the background, logging to
-    ``/var/log/srifty-worker.log``.
-
-    ``worker[0]`` is ``probe``, ``profile`` or ``train``; every argument is shell-quoted.
-    Put no secret in ``env``: user data is readable from inside the VM.
-    """
-    if not worker or worker[0] not in WORKER_COMMANDS:
-        raise ConfigError(f"worker: must start with one of {WORKER_COMMANDS}, got {list(worker)}")
-    exports = {"SRIFTY_ALLOCATION_ID": allocation_id, **dict(env or {})}
-    lines = [
-        *_install_lines(wheel),
-        *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
-        "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
-        "nohup /opt/srifty/bin/srifty "
-        + " ".join(shlex.quote(a) for a in worker)
-        + " >>/var/log/srifty-worker.log 2>&1 &",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-START_SCRIPT = "/opt/srifty/start-worker.sh"
-
-
-def training_user_data(start: str, *, wheel: WorkerWheel, allocation_id: str = "") -> str:
-    """A cloud-init shell script for a training VM: install ``wheel`` as
-    ``bootstrap_user_data`` does, write ``start`` (``rendezvous.start_script``: the plan,
-    this VM's place in the configuration and the torchrun command) to
-    ``/opt/srifty/start-worker.sh`` and run it in the background, logging to
-    ``/var/log/srifty-worker.log``."""
-    if "\nSRIFTY_START_SCRIPT\n" in f"\n{start}\n":
-        raise ConfigError("the start script may not contain its own end marker")
-    lines = [
-        *_install_lines(wheel),
-        f"export SRIFTY_ALLOCATION_ID={shlex.quote(allocation_id)}",
-        "export SRIFTY_INSTANCE_ID=$(cat /var/lib/cloud/data/instance-id 2>/dev/null || true)",
-        f"cat > {START_SCRIPT} <<'SRIFTY_START_SCRIPT'",
-        start.rstrip("\n"),
-        "SRIFTY_START_SCRIPT",
-        f"nohup bash {START_SCRIPT} >>/var/log/srifty-worker.log 2>&1 &",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class _TrainingUserData:
-    start: str
-    wheel: WorkerWheel
-
-    def __call__(self, allocation_id: str) -> str:
-        return training_user_data(self.start, wheel=self.wheel, allocation_id=allocation_id)
-
-
-class TrainingStart(Protocol):
-    """What the VMs of one training configuration run, built by the caller
-    (``runtime.rendezvous.TrainingStart``: the workers' plan and its rendezvous).
-    ``EC2Provider(training=...)`` launches the configuration's VMs in the plan's order
-    through ``launch_many``."""
-
-    @property
-    def world_size(self) -> int:
-        """The plan's ranks (the VMs must hold exactly these)."""
-        ...
-
-    def start_script(
-        self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
-    ) -> str:
-        """The start script of node group ``group`` of the VMs ``vms`` (``(count, ranks per
-        VM)`` per launch, in the plan's order; the first VM in a group of its own), told
-        the rendezvous endpoint ``host`` (empty on the first VM: it reads its own)."""
-        ...
 
 
 class EC2Provider(Provider):
@@ -385,7 +212,7 @@ class EC2Provider(Provider):
             self._client_cache = hook.conn
         return self._client_cache
 
-    def _zone_maps(self) -> dict[str, str]:
+    def zone_ids(self) -> dict[str, str]:
         """AZ name -> AZ ID (the catalog uses IDs, which are the same in every account)."""
         if self._zone_ids is None:
             zones = self.client().describe_availability_zones()["AvailabilityZones"]
@@ -393,7 +220,7 @@ class EC2Provider(Provider):
         return self._zone_ids
 
     def _zone_name(self, zone: str) -> str:
-        maps = self._zone_maps()
+        maps = self.zone_ids()
         by_id = {v: k for k, v in maps.items()}
         if zone in maps:
             return zone
@@ -416,43 +243,6 @@ class EC2Provider(Provider):
             return catalog.cheapest_spot(instance_type, self.region)[1]
         return catalog.price(instance_type, market, self.region, zone)
 
-    def refresh_spot_prices(
-        self, instance_types: Sequence[str], *, hours: float = 24.0, root: Path | None = None
-    ) -> Path:
-        """Newest Linux spot price per (type, zone) from ``describe_spot_price_history``,
-        written as an overlay CSV under the price overlay folder; returns the file."""
-        for name in instance_types:
-            self.instance_type(name)
-        client = self.client()
-        start = datetime.now(UTC) - timedelta(hours=hours)
-        newest: dict[tuple[str, str], tuple[datetime, float]] = {}
-        pages = client.get_paginator("describe_spot_price_history").paginate(
-            InstanceTypes=list(instance_types),
-            ProductDescriptions=["Linux/UNIX"],
-            StartTime=start,
-        )
-        zone_ids = self._zone_maps()
-        for page in pages:
-            for rec in page["SpotPriceHistory"]:
-                zone = zone_ids.get(rec["AvailabilityZone"], rec["AvailabilityZone"])
-                key = (rec["InstanceType"], zone)
-                ts = rec["Timestamp"]
-                if key not in newest or ts > newest[key][0]:
-                    newest[key] = (ts, float(rec["SpotPrice"]))
-        obs = [
-            PriceObservation(
-                instance_type=name,
-                region=self.region,
-                market=Market.SPOT,
-                zone=zone,
-                price=Price(usd, ts.date(), "ec2:describe_spot_price_history"),
-            )
-            for (name, zone), (ts, usd) in sorted(newest.items())
-            if usd > 0
-        ]
-        target = (root or paths.price_overlay_dir()) / f"ec2-spot-{self.region}.csv"
-        return write_overlay(target, obs)
-
     # ------------------------------------------------------------------ lifecycle
     def launch(self, request: LaunchRequest) -> Allocation:
         if self.training is not None:
@@ -469,7 +259,7 @@ class EC2Provider(Provider):
         ``shutdown`` stops the VM's billing itself."""
         if self.training is not None or self.worker:
             raise ProviderError("launch_script: this provider was made for worker or training")
-        return self._launch(request, _TrainingUserData(script, self.wheel()))
+        return self._launch(request, TrainingUserData(script, self.wheel()))
 
     def launch_many(self, requests: Sequence[LaunchRequest]) -> list[Allocation]:
         """Launch every request; if one fails, what was launched is released first.
@@ -523,7 +313,7 @@ class EC2Provider(Provider):
                     raws = self._run_instances(
                         alloc_id,
                         req,
-                        _TrainingUserData(script, wheel),
+                        TrainingUserData(script, wheel),
                         group if r.placement_group else None,
                     )
                     started[alloc_id] = [i["InstanceId"] for i in raws]
@@ -576,55 +366,26 @@ class EC2Provider(Provider):
         market = Market.parse(request.market)
         if not self.image_id:
             raise ConfigError("image_id: EC2Provider(image_id=...) needs an AMI to launch")
-        tags = [
-            {"Key": TAG_ALLOCATION, "Value": alloc_id},
-            {"Key": TAG_MANAGED, "Value": "true"},
-            {"Key": TAG_MARKET, "Value": market.value},
-            {"Key": TAG_PLACEMENT, "Value": group or "false"},
-        ]
-        kwargs: dict[str, Any] = {
-            "ImageId": self.image_id,
-            "InstanceType": spec.name,
-            "MinCount": request.count,
-            "MaxCount": request.count,
-            "ClientToken": alloc_id,
-            # a VM that shuts itself down (the training start script, once torchrun
-            # ended) is terminated: nothing of it keeps billing
-            "InstanceInitiatedShutdownBehavior": "terminate",
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
-            ],
-        }
         if user_data is not None:
-            kwargs["UserData"] = user_data(alloc_id)
+            data: str | None = user_data(alloc_id)
         elif self.worker:
-            kwargs["UserData"] = bootstrap_user_data(
-                self.worker, wheel=self.wheel(), allocation_id=alloc_id
-            )
-        if self.subnet_id:
-            kwargs["SubnetId"] = self.subnet_id
-        if self.security_group_ids:
-            kwargs["SecurityGroupIds"] = list(self.security_group_ids)
-        if self.key_name:
-            kwargs["KeyName"] = self.key_name
-        if self.instance_profile_arn:
-            kwargs["IamInstanceProfile"] = {"Arn": self.instance_profile_arn}
-        if market is Market.SPOT:
-            kwargs["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {
-                    "SpotInstanceType": "one-time",
-                    "InstanceInterruptionBehavior": "terminate",
-                },
-            }
-        placement: dict[str, str] = {}
-        if request.zone:
-            placement["AvailabilityZone"] = self._zone_name(request.zone)
-        if group is not None:
-            placement["GroupName"] = group
-        if placement:
-            kwargs["Placement"] = placement
+            data = bootstrap_user_data(self.worker, wheel=self.wheel(), allocation_id=alloc_id)
+        else:
+            data = None
+        kwargs = run_instances_args(
+            alloc_id,
+            spec.name,
+            request.count,
+            market,
+            image_id=self.image_id,
+            user_data=data,
+            zone_name=self._zone_name(request.zone) if request.zone else None,
+            group=group,
+            subnet_id=self.subnet_id,
+            security_group_ids=self.security_group_ids,
+            key_name=self.key_name,
+            instance_profile_arn=self.instance_profile_arn,
+        )
         log.info("launching %d x %s (%s) as %s", request.count, spec.name, market, alloc_id)
         resp = self.client().run_instances(**kwargs)
         return list(resp["Instances"])
@@ -712,62 +473,24 @@ class EC2Provider(Provider):
         raw = self._by_tag(allocation_id)
         if not raw:
             raise ProviderError(f"no EC2 instances tagged {TAG_ALLOCATION}={allocation_id}")
-        tags = _tags(raw[0])
+        found = tags(raw[0])
         zone_name = raw[0].get("Placement", {}).get("AvailabilityZone", "")
         return Allocation(
             id=allocation_id,
             provider=self.name,
             cloud=self.cloud,
             region=self.region,
-            zone=self._zone_maps().get(zone_name, zone_name),
+            zone=self.zone_ids().get(zone_name, zone_name),
             spec=self.instance_type(raw[0]["InstanceType"]),
-            market=Market.parse(tags.get(TAG_MARKET, "on-demand")),
-            placement_group=_placement_group(allocation_id, tags) is not None,
+            market=Market.parse(found.get(TAG_MARKET, "on-demand")),
+            placement_group=placement_group(allocation_id, found) is not None,
             instance_ids=tuple(i["InstanceId"] for i in raw),
-            created_at=min(_utc(i["LaunchTime"]) for i in raw),
+            created_at=min(utc(i["LaunchTime"]) for i in raw),
         )
 
     def describe(self, allocation: Allocation) -> tuple[Instance, ...]:
         by_id = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
-        per = allocation.spec.ranks_per_instance
-        out = []
-        for k, iid in enumerate(allocation.instance_ids):
-            raw = by_id.get(iid)
-            state, ended = self._state(raw) if raw else (InstanceState.TERMINATED, None)
-            out.append(
-                Instance(
-                    id=iid,
-                    allocation_id=allocation.id,
-                    instance_type=allocation.spec.name,
-                    market=allocation.market,
-                    zone=allocation.zone,
-                    state=state,
-                    address=(raw or {}).get("PrivateIpAddress", ""),
-                    ranks=tuple(range(k * per, (k + 1) * per)),
-                    launched_at=_utc(raw["LaunchTime"]) if raw else allocation.created_at,
-                    ended_at=ended,
-                )
-            )
-        return tuple(out)
-
-    def _state(self, raw: Mapping[str, Any]) -> tuple[InstanceState, datetime | None]:
-        name = raw["State"]["Name"]
-        if name == "pending":
-            return InstanceState.PENDING, None
-        if name == "running":
-            return InstanceState.RUNNING, None
-        tags = _tags(raw)
-        if TAG_RELEASED in tags:
-            return InstanceState.TERMINATED, _parse_time(tags[TAG_RELEASED])
-        m = _GMT.search(raw.get("StateTransitionReason", "") or "")
-        ended = (
-            datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
-            if m
-            else self.now()
-        )
-        if (raw.get("StateReason") or {}).get("Code") == SELF_SHUTDOWN:
-            return InstanceState.TERMINATED, ended  # it shut itself down: not taken back
-        return InstanceState.INTERRUPTED, ended
+        return instances_from(allocation, by_id, self.now)
 
     def interruptions(self, allocation: Allocation) -> tuple[Interruption, ...]:
         raws = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
@@ -778,7 +501,7 @@ class EC2Provider(Provider):
         if spot_ids:
             found = self.client().describe_spot_instance_requests(SpotInstanceRequestIds=spot_ids)
             reqs = found.get("SpotInstanceRequests", [])
-        return self.interruptions_from(allocation, raws, reqs)
+        return interruptions_from(allocation, raws, reqs, self.now)
 
     async def observe_async(
         self, allocations: Sequence[Allocation]
@@ -787,7 +510,7 @@ class EC2Provider(Provider):
         provider's async hook (``EC2Hook.get_async_conn``: aiobotocore, kept between calls):
         two API calls for every allocation together, so a slow or throttled EC2 API never
         blocks the event loop; the same rules as the synchronous calls
-        (``interruptions_from``, ``exit_codes_from``)."""
+        (``records.interruptions_from``, ``records.exit_codes_from``)."""
         ids = [i for a in allocations for i in a.instance_ids]
         raws: dict[str, dict[str, Any]] = {}
         requests: list[dict[str, Any]] = []
@@ -816,38 +539,9 @@ class EC2Provider(Provider):
                     resp = await client.describe_spot_instance_requests(SpotInstanceRequestIds=spot)
                     requests = list(resp.get("SpotInstanceRequests", []))
         return (
-            {a.id: self.interruptions_from(a, raws, requests) for a in allocations},
-            {a.id: self.exit_codes_from(a, raws) for a in allocations},
+            {a.id: interruptions_from(a, raws, requests, self.now) for a in allocations},
+            {a.id: exit_codes_from(a, raws, self.now) for a in allocations},
         )
-
-    def interruptions_from(
-        self,
-        allocation: Allocation,
-        raws: Mapping[str, Mapping[str, Any]],
-        spot_requests: Sequence[Mapping[str, Any]],
-    ) -> tuple[Interruption, ...]:
-        """``interruptions`` from records already read: ``describe_instances`` records by
-        instance id and ``describe_spot_instance_requests`` records (the monitor's async
-        reader, ``runtime.cloud_watch``, applies this same rule to what it read)."""
-        out: dict[str, Interruption] = {}
-        for iid in allocation.instance_ids:
-            raw = raws.get(iid)
-            if raw is None:
-                continue
-            state, ended = self._state(raw)
-            if state is InstanceState.INTERRUPTED:
-                reason = (raw.get("StateReason") or {}).get("Message") or raw.get(
-                    "StateTransitionReason", "taken back by EC2"
-                )
-                out[iid] = Interruption(iid, ended or self.now(), reason)
-        mine = set(allocation.instance_ids)
-        for req in spot_requests:
-            code = (req.get("Status") or {}).get("Code", "")
-            taken = str(req.get("InstanceId") or "")
-            if taken in mine and code in SPOT_INTERRUPTION_CODES and taken not in out:
-                at = _utc(req["Status"].get("UpdateTime", self.now()))
-                out[taken] = Interruption(taken, at, f"spot request status {code}")
-        return tuple(sorted(out.values(), key=lambda x: (x.at, x.instance_id)))
 
     def run(
         self,
@@ -866,20 +560,7 @@ class EC2Provider(Provider):
         torchrun's exit code into the run folder (``rendezvous.exit_markers``), which the
         monitor reads."""
         raws = {i["InstanceId"]: i for i in self._raw(allocation.instance_ids)}
-        return self.exit_codes_from(allocation, raws)
-
-    def exit_codes_from(
-        self, allocation: Allocation, raws: Mapping[str, Mapping[str, Any]]
-    ) -> dict[int, int | None]:
-        """``exit_codes`` from ``describe_instances`` records already read, by instance id."""
-        per = allocation.spec.ranks_per_instance
-        out: dict[int, int | None] = {}
-        for k, iid in enumerate(allocation.instance_ids):
-            raw = raws.get(iid)
-            state = self._state(raw)[0] if raw else InstanceState.TERMINATED
-            for r in range(k * per, (k + 1) * per):
-                out[r] = None if state is InstanceState.RUNNING else -1
-        return out
+        return exit_codes_from(allocation, raws, self.now)
 
     def stop(self, allocation: Allocation) -> None:
         """Workers stop with their instances: release the allocation."""
@@ -892,7 +573,7 @@ class EC2Provider(Provider):
         if live:
             log.info("terminating %d instance(s) of %s", len(live), alloc_id)
         self._terminate(live)
-        group = _placement_group(alloc_id, _tags(raw[0])) if raw else None
+        group = placement_group(alloc_id, tags(raw[0])) if raw else None
         if group is not None and not self._placement_group_in_use(group):
             self._delete_placement_group(group)  # the last allocation in it was released
 
@@ -913,32 +594,3 @@ class EC2Provider(Provider):
 
 def _new_id() -> str:
     return f"srifty-{uuid.uuid4().hex[:12]}"
-
-
-def _placement_group(alloc_id: str, tags: Mapping[str, str]) -> str | None:
-    """The placement group an allocation launched in (its ``srifty:placement-group`` tag:
-    the group's name; ``true`` from before groups were shared: named after the
-    allocation), or ``None``."""
-    value = tags.get(TAG_PLACEMENT, "false")
-    if value in ("", "false"):
-        return None
-    return alloc_id if value == "true" else value
-
-
-def _tags(raw: Mapping[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
-
-
-def _utc(t: Any) -> datetime:
-    if isinstance(t, str):
-        t = datetime.fromisoformat(t)
-    if not isinstance(t, datetime):
-        raise ProviderError(f"unexpected timestamp {t!r} from EC2")
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return _utc(datetime.fromisoformat(text))
-    except ValueError:
-        return None

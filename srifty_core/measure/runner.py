@@ -1,0 +1,199 @@
+"""Run a probe sweep's points on one allocation: start the probe worker on every rank
+(``provider.run``), wait for them (the sweep's timeout; after one rank fails the others
+get ``FAILURE_GRACE_S`` to report), and read back what rank 0 wrote to the allocation's
+partial file. A point still missing gets one failed row saying why the run stopped (the
+ranks' exit codes, a timeout, rank 0's last log line); the partial file stays until the
+caller commits it (``measure.partials``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from srifty_core.cloud.base import Allocation, Provider
+from srifty_core.lifetime import caller_env
+from srifty_core.measure.checks import check_fits
+from srifty_core.measure.partials import (
+    complete_points,
+    partial_dir,
+    point_key,
+    read_partial,
+    rewrite_partial,
+    slots_missing_sustained,
+    writer_lock,
+)
+from srifty_core.probing.config import Point, SweepConfig, format_size
+from srifty_core.probing.schema import STATUS_FAILED
+
+FAILURE_GRACE_S = 10.0
+"""After one rank fails, how long the others get to notice and report before being killed."""
+POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class FailedPoint:
+    point: Point
+    reason: str
+
+
+def labels(allocation: Allocation, day: date) -> dict[str, Any]:
+    """The features every row of this allocation carries."""
+    s = allocation.spec
+    return {
+        "date": day.isoformat(),
+        "provider": allocation.provider,
+        "cloud": allocation.cloud,
+        "region": allocation.region,
+        "zone": allocation.zone,
+        "instance_type": s.name,
+        "gpu_model": s.gpu_model,
+        "gpus_per_vm": s.gpus_per_vm,
+        "vcpus": s.vcpus,
+        "network_gbps": s.network_gbps,
+        "placement_group": allocation.placement_group,
+        "allocation_id": allocation.id,
+    }
+
+
+def _exit_summary(codes: dict[int, int | None], timed_out: bool, timeout_s: float) -> str:
+    parts = []
+    for rank, code in sorted(codes.items()):
+        if code is None:
+            continue
+        if code < 0:
+            parts.append(f"rank {rank} killed by signal {-code}")
+        elif code:
+            parts.append(f"rank {rank} exited with code {code}")
+    if timed_out:
+        parts.append(f"timed out after {timeout_s:.0f}s")
+    return "; ".join(parts) or "workers stopped"
+
+
+def _log_tail(provider: Provider, allocation: Allocation, rank: int) -> str:
+    log_dir = getattr(provider, "log_dir", None)
+    folder = log_dir(allocation) if callable(log_dir) else None
+    if folder is None:
+        return ""
+    path = Path(folder) / f"rank-{rank}.log"
+    if not path.exists():
+        return ""
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def run_points(
+    provider: Provider,
+    allocation: Allocation,
+    config: SweepConfig,
+    points: list[Point],
+    *,
+    day: date,
+    root: Path | None = None,
+    on_point: Callable[[], None] | None = None,
+    sustained_slot: int | None = None,
+) -> tuple[list[dict[str, Any]], list[FailedPoint]]:
+    """Measure ``points`` on ``allocation`` (and, with ``sustained_slot``, the
+    sustained-transfer probe for that slot at the largest world size); return the rows
+    rank 0 wrote (ok and failed) and the points that failed. The partial file stays until
+    the caller commits it."""
+    check_fits(config, allocation.ranks, f"{allocation.count} x {allocation.spec.name}")
+    folder = partial_dir(day, allocation.provider, allocation.spec.name, root)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{allocation.id}.jsonl"
+    plan_path = folder / f".{allocation.id}.plan.json"
+    plan = {
+        "config": config.to_dict(),
+        "points": [list(p.key) for p in points],
+        "sustained": None if sustained_slot is None else [sustained_slot, config.max_world_size],
+        "labels": labels(allocation, day),
+        "out": str(out),
+    }
+    plan_path.write_text(json.dumps(plan))
+    with FileLock(writer_lock(out)):  # this run owns the partial file while it measures
+        provider.run(  # this call waits for them: they end with it
+            allocation,
+            [sys.executable, "-m", "srifty_core.measure.probe_worker", str(plan_path)],
+            caller_env(),
+        )
+        deadline = time.monotonic() + config.sweep_timeout_s
+        first_failure: float | None = None
+        timed_out = False
+        seen = 0
+        while True:
+            codes = provider.exit_codes(allocation)
+            if on_point is not None and out.exists():
+                done = len(complete_points(read_partial(out), config.repeats))
+                for _ in range(done - seen):
+                    on_point()
+                seen = max(seen, done)
+            if all(c is not None for c in codes.values()):
+                break
+            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
+                first_failure = time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
+        codes = provider.exit_codes(allocation)
+        if any(c is None for c in codes.values()):
+            provider.stop(allocation)
+            codes = provider.exit_codes(allocation)
+        plan_path.unlink(missing_ok=True)
+        rows = read_partial(out) if out.exists() else []
+    failed_ok = all(c == 0 for c in codes.values()) and not timed_out
+    complete = complete_points(rows, config.repeats)
+    missing = [p for p in points if p.key not in complete]
+    if sustained_slot is not None and sustained_slot in slots_missing_sustained(rows, config):
+        missing.append(Point(sustained_slot, config.max_world_size, config.sustained_bytes, 1))
+    failures: list[FailedPoint] = []
+    if missing:
+        summary = _exit_summary(codes, timed_out, config.sweep_timeout_s)
+        if failed_ok:
+            summary = "workers exited 0 without measuring it"
+        reported = {point_key(r): r for r in rows if r["status"] == STATUS_FAILED}
+        first = missing[0]
+        if first.key in reported:
+            reported[first.key]["error"] = f"{reported[first.key]['error']} ({summary})"
+        else:
+            tail = _log_tail(provider, allocation, 0)
+            row = {**labels(allocation, day), "allocation_slot": first.allocation_slot}
+            row.update(
+                world_size=first.world_size,
+                buffer_bytes=first.buffer_bytes,
+                concurrent=first.concurrent,
+                backend=config.backend,
+                repeat=0,
+                time_s=None,
+                busbw=None,
+                status=STATUS_FAILED,
+                error=summary + (f"; rank 0: {tail}" if tail else ""),
+                probed_at=datetime.now(UTC).isoformat(),
+            )
+            rows.append(row)
+            reported[first.key] = row
+        rewrite_partial(out, rows)
+        failures = [FailedPoint(first, str(reported[first.key]["error"]))]
+        failures += [
+            FailedPoint(p, f"not measured: the run stopped at {format_point(first)}")
+            for p in missing[1:]
+        ]
+    return rows, failures
+
+
+def format_point(p: Point) -> str:
+    """A grid point as a failure message names it."""
+    return (
+        f"slot {p.allocation_slot}, world size {p.world_size}, "
+        f"{format_size(p.buffer_bytes)} x {p.concurrent}"
+    )
