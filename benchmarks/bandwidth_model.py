@@ -50,7 +50,7 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.predictors.features import DEFAULT_MTU, LARGE, SMALL, size_masks
 from srifty_core.predictors.metrics import group_kfold, mape, noise_floor_predictions
 from srifty_core.predictors.nccl_tests import nccl_tests_frame
-from srifty_core.predictors.refresh import RefreshConfig
+from srifty_core.predictors.refresh.config import RefreshConfig
 from srifty_core.predictors.regressor import BusBandwidthRegressor, with_hardware
 from srifty_core.predictors.tuning import DEFAULT_PARAMS, DEFAULT_TRIALS, cross_val_predict, tune
 

@@ -56,7 +56,8 @@ def one_refresh(probes: Path, n_trials: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from srifty_core.cloud.emulated import write_emulated_probes
-    from srifty_core.predictors.refresh import RefreshConfig, refresh_bandwidth_model
+    from srifty_core.predictors.refresh.config import RefreshConfig
+    from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
 
     table = pq.read_table(probes)
     write_emulated_probes(table)

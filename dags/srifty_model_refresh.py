@@ -80,12 +80,9 @@ def srifty_model_refresh() -> None:
     def load_data() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from srifty_core.predictors.refresh import (
-            RefreshConfig,
-            check_tuning_options,
-            stage_data,
-            staging_dir,
-        )
+        from srifty_core.predictors.refresh.config import RefreshConfig, check_tuning_options
+        from srifty_core.predictors.refresh.data import stage_data
+        from srifty_core.predictors.refresh.staging import staging_dir
 
         context = get_current_context()
         p = context["params"]
@@ -112,7 +109,7 @@ def srifty_model_refresh() -> None:
     def tune_and_fit(info: dict[str, Any]) -> str:
         from pathlib import Path
 
-        from srifty_core.predictors.refresh import tune_and_fit as fit
+        from srifty_core.predictors.refresh.fit import tune_and_fit as fit
 
         out = fit(Path(info["staging"]))
         print(
@@ -126,7 +123,7 @@ def srifty_model_refresh() -> None:
     def evaluate(staging: str) -> str:
         from pathlib import Path
 
-        from srifty_core.predictors.refresh import evaluate as run_evaluation
+        from srifty_core.predictors.refresh.evaluate import evaluate as run_evaluation
 
         ev = run_evaluation(Path(staging))
         champion = "none" if not ev["champion"] else f"{ev['champion']['all']:.2f}%"
@@ -141,7 +138,7 @@ def srifty_model_refresh() -> None:
     def register(staging: str) -> str:
         from pathlib import Path
 
-        from srifty_core.predictors.refresh import register as log_and_register
+        from srifty_core.predictors.refresh.register import register as log_and_register
 
         out = log_and_register(Path(staging))
         if out["version"] is None:
@@ -155,7 +152,7 @@ def srifty_model_refresh() -> None:
     def promote(staging: str) -> dict[str, Any]:
         from pathlib import Path
 
-        from srifty_core.predictors.refresh import promote_or_not
+        from srifty_core.predictors.refresh.promote import promote_or_not
 
         out = promote_or_not(Path(staging))
         if not out["registered"]:
@@ -170,7 +167,7 @@ def srifty_model_refresh() -> None:
     def remove_staging(info: dict[str, Any]) -> None:
         from pathlib import Path
 
-        from srifty_core.predictors.refresh import remove_staging as remove
+        from srifty_core.predictors.refresh.staging import remove_staging as remove
 
         remove(Path(info["staging"]))
 

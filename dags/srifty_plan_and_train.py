@@ -58,7 +58,8 @@ from srifty_monitor import TrainingProgressSensor
 from srifty_policy import START_DATE, fail_fast
 
 # The conf's schema (pydantic, no torch): Params from it, and the plan task checks with it.
-from srifty_core.planner.schema import JobConf, param_schemas
+from srifty_core.planner.schema.job_conf import JobConf
+from srifty_core.planner.schema.trigger_form import param_schemas
 
 DAG_ID = "srifty_plan_and_train"
 

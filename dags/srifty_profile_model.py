@@ -41,7 +41,8 @@ from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 # Light constants (no torch): sizes, settings, the profiler's budget and the model field's
 # schema, so a bad trigger fails at once.
 from srifty_core.cloud import PROVIDERS
-from srifty_core.planner.schema import JobConf, param_schemas
+from srifty_core.planner.schema.job_conf import JobConf
+from srifty_core.planner.schema.trigger_form import param_schemas
 from srifty_core.profiling.budget import budget_from_params, budget_params
 from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, PRECISIONS
 from srifty_core.workloads import SIZES

@@ -360,7 +360,7 @@ def write_train_plan(
     import dataclasses
     import json
 
-    from srifty_core.planner.schema import RequestSpec
+    from srifty_core.planner.schema.request_spec import RequestSpec
     from srifty_core.runtime.planning import launches_for, train_plan_for
     from srifty_core.training_settings import TrainingSettings
     from srifty_core.workloads import model_key
@@ -428,12 +428,9 @@ def _what_if(
 
 def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from srifty_core.predictors.refresh import (
-        RefreshConfig,
-        format_report,
-        parse_duration,
-        refresh_bandwidth_model,
-    )
+    from srifty_core.predictors.refresh.config import RefreshConfig, parse_duration
+    from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
+    from srifty_core.predictors.refresh.report import format_report
     from srifty_core.predictors.tuning import DEFAULT_TRIALS
 
     if args.budget is not None:
@@ -459,7 +456,7 @@ def _cmd_fit_bandwidth(args: argparse.Namespace) -> int:
 
 def _tune_rows(text: str | None) -> int | None:
     """``--tune-rows``: a row count, ``all`` (None), or the default when not given."""
-    from srifty_core.predictors.refresh import TUNE_ROWS
+    from srifty_core.predictors.refresh.config import TUNE_ROWS
 
     if text is None:
         return TUNE_ROWS

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from srifty_core.planner.request import Objective
-from srifty_core.planner.schema import DEFAULT_OBJECTIVE
+from srifty_core.planner.schema.fields import DEFAULT_OBJECTIVE
 
 # ---------------------------------------------------------------- one request, two builders
 REQUEST: dict[str, Any] = {
@@ -84,7 +84,7 @@ def test_plan_and_job_paths_build_the_same_request(tmp_path: Path) -> None:
     the same: workload and its profiles, offers and their prices, limits, risk quantile,
     overheads (launch 150 s, detach 0), checkpoints, batch granularity, spot pricing, and
     the objective (until issue 49 a request without one was optimised for time by ``srifty
-    plan`` and for cost by the DAG: one default now, ``schema.DEFAULT_OBJECTIVE``)."""
+    plan`` and for cost by the DAG: one default now, ``schema.fields.DEFAULT_OBJECTIVE``)."""
     plan, job = _both(REQUEST, _profile_store(tmp_path / "profiles"))
     assert _differences(plan, job) == EXPECTED_REQUEST_DIFFERENCES
     # the fields compared are there, and set (not every field at its class default)
@@ -101,7 +101,8 @@ def test_plan_and_job_schemas_default_the_same_fields() -> None:
     required, ``region`` and ``risk_quantile`` None in the job's, filled in later)."""
     from pydantic_core import PydanticUndefined
 
-    from srifty_core.planner.schema import JobConf, RequestSpec
+    from srifty_core.planner.schema.job_conf import JobConf
+    from srifty_core.planner.schema.request_spec import RequestSpec
 
     shared = sorted(set(RequestSpec.model_fields) & set(JobConf.model_fields))
     assert {"objective", "provider", "size", "region", "risk_quantile", "offers"} <= set(shared)
@@ -192,7 +193,7 @@ def test_the_dags_params_default_as_the_schema_does(dagbag: Any) -> None:
     that leaves a field out plans as ``srifty train --job`` and ``srifty plan`` do); only
     the fields the schema requires carry the trigger form's example values, which make a
     valid conf."""
-    from srifty_core.planner.schema import JobConf
+    from srifty_core.planner.schema.job_conf import JobConf
 
     dag = dagbag.get_dag("srifty_plan_and_train")
     params = {k: dag.params[k] for k in dag.params}

@@ -273,9 +273,13 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.planner.whatif", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.planner.whatif_report", "srifty_core.simulator.calibration"): "heavy: scipy",
     ("srifty_core.planner.whatif_report", "srifty_core.simulator.estimator"): "heavy: scipy",
-    ("srifty_core.predictors.refresh", "srifty_core.predictors.registry"): "heavy: pyarrow",
-    ("srifty_core.predictors.refresh", "srifty_core.predictors.tuning"): "heavy: pyarrow",
-    ("srifty_core.predictors.refresh", "srifty_core.probing.store"): "heavy: pyarrow",
+    ("srifty_core.predictors.refresh.data", "srifty_core.probing.store"): "heavy: pyarrow",
+    ("srifty_core.predictors.refresh.evaluate", "srifty_core.predictors.registry"):
+        "heavy: pyarrow",
+    ("srifty_core.predictors.refresh.fit", "srifty_core.predictors.tuning"): "heavy: pyarrow",
+    ("srifty_core.predictors.refresh.promote", "srifty_core.predictors.registry"): "heavy: pyarrow",
+    ("srifty_core.predictors.refresh.register", "srifty_core.predictors.registry"):
+        "heavy: pyarrow",
     ("srifty_core.predictors.registry", "srifty_core.tracking"): "patched: tracking",
     ("srifty_core.profiling.census", "srifty_core.profiling.buckets"): "heavy: torch",
     ("srifty_core.profiling.report", "srifty_core.tracking"): "patched: tracking",
@@ -492,7 +496,7 @@ def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- provider names, MLflow
 PROVIDER_NAMES = frozenset({"local", "ec2", "ec2-emulated"})
 PROVIDER_HOMES = ("srifty_core.cloud", "srifty_core.planner.schema")
-"""Where provider names may be compared (the cloud package and today's schema module)."""
+"""Where provider names may be compared (the cloud package and today's schema package)."""
 KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {}
 """Comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks outside
 ``PROVIDER_HOMES``, ``(module, expression) -> count``: none; the providers answer instead

@@ -39,7 +39,7 @@ __all__ = [
 
 PROVIDERS = ("local", "ec2-emulated", "ec2")
 ALIASES = {"emulated": "ec2-emulated"}
-"""Other names a job file may give (``planner.schema.ShellJobProvider``)."""
+"""Other names a job file may give (``planner.schema.fields.ShellJobProvider``)."""
 
 
 def provider_class(name: str) -> type[Provider]:

@@ -61,7 +61,8 @@ from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, Provider
 from srifty_core.cloud.ec2 import EC2Provider
 from srifty_core.cloud.emulated import PROVIDER_NAME, EmulatedProvider
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
-from srifty_core.planner.schema import Ec2Settings, field_error
+from srifty_core.planner.schema.field_errors import field_error
+from srifty_core.planner.schema.job_conf import Ec2Settings
 from srifty_core.profiling.budget import DEFAULT_BUDGET, KNOBS
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore, profile_hint

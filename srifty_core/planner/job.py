@@ -13,7 +13,8 @@ from srifty_core.catalog import Catalog
 from srifty_core.errors import ConfigError
 from srifty_core.planner.request import PlanRequest, build_request
 from srifty_core.planner.result import PlanResult
-from srifty_core.planner.schema import HugeInt, RequestSpec
+from srifty_core.planner.schema.field_errors import HugeInt
+from srifty_core.planner.schema.request_spec import RequestSpec
 from srifty_core.planner.whatif import profile_loader
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.profiling.store import ProfileStore
@@ -25,7 +26,7 @@ MAX_REQUEST_BYTES = 1 << 20
 def read_request_file(path: Path) -> dict[str, Any]:
     """The mapping in a request file (``.json``: JSON, else YAML). Unreadable, binary or
     malformed files are a ``ConfigError`` naming the file and, where the parser knows it,
-    the line; the fields are checked later (``planner.schema.RequestSpec``)."""
+    the line; the fields are checked later (``planner.schema.request_spec.RequestSpec``)."""
     if not path.is_file():
         raise ConfigError(f"request file not found: {path}")
     try:

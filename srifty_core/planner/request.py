@@ -13,8 +13,11 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class, shares_host
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.planner import schema, spot
-from srifty_core.planner.schema import DEFAULT_RISK_QUANTILE, OfferSpec, RequestSpec
+from srifty_core.planner import spot
+from srifty_core.planner.schema import fields
+from srifty_core.planner.schema.field_errors import check
+from srifty_core.planner.schema.fields import DEFAULT_RISK_QUANTILE
+from srifty_core.planner.schema.request_spec import OfferSpec, OverheadsSpec, RequestSpec
 from srifty_core.simulator.types import SimInstance, Workload
 from srifty_core.training_settings import TrainingSettings
 
@@ -53,18 +56,18 @@ class Offer:
 
     def __post_init__(self) -> None:
         name = f"offers[{self.instance.name}/{self.market.value}]"
-        schema.check(f"{name}.quota", schema.Quota, self.quota)
+        check(f"{name}.quota", fields.Quota, self.quota)
         # A local worker's price is the user's (0: free); a cloud offer's is never 0.
-        local = self.instance.name == schema.LOCAL_TYPE
-        price = schema.LocalPrice if local else schema.Price
-        schema.check(f"{name}.usd_per_hour", price, self.usd_per_hour)
+        local = self.instance.name == fields.LOCAL_TYPE
+        price = fields.LocalPrice if local else fields.Price
+        check(f"{name}.usd_per_hour", price, self.usd_per_hour)
         if not (math.isfinite(self.interrupt_per_hour) and self.interrupt_per_hour >= 0):
             raise ConfigError(
                 f"{name}.interrupt_per_hour: must be a finite number >= 0, "
                 f"got {self.interrupt_per_hour!r}"
             )
         if self.min_batch is not None:
-            schema.check(f"{name}.min_batch", schema.MinBatch, self.min_batch)
+            check(f"{name}.min_batch", fields.MinBatch, self.min_batch)
 
     @property
     def key(self) -> str:
@@ -89,7 +92,7 @@ class Overheads:
 
     def __post_init__(self) -> None:
         for name in ("launch_s", "detach_s", "solve_s"):
-            schema.check(f"overheads.{name}", schema.Seconds, getattr(self, name))
+            check(f"overheads.{name}", fields.Seconds, getattr(self, name))
 
     @property
     def total_s(self) -> float:
@@ -123,13 +126,13 @@ class PlanRequest:
     """``priced`` (``planner.spot``) or ``ignored`` (spot planned as never interrupted)."""
 
     def __post_init__(self) -> None:
-        # The scalar rules are the request schema's (planner.schema); inf means no limit.
-        schema.check("global_batch", schema.GlobalBatch, self.global_batch)
-        schema.check("iterations", schema.Iterations, self.iterations)
+        # The scalar rules are the request schema's (planner.schema.fields); inf means no limit.
+        check("global_batch", fields.GlobalBatch, self.global_batch)
+        check("iterations", fields.Iterations, self.iterations)
         for name in ("time_limit_s", "budget_usd"):
             limit = getattr(self, name)
             if not (isinstance(limit, float) and limit == math.inf):
-                schema.check(name, schema.Limit, limit)
+                check(name, fields.Limit, limit)
         object.__setattr__(self, "objective", Objective.parse(self.objective))
         if not self.offers:
             raise ConfigError("offers: at least one instance type offer is needed")
@@ -137,10 +140,10 @@ class PlanRequest:
         dupes = sorted({k for k in keys if keys.count(k) > 1})
         if dupes:
             raise ConfigError(f"offers: listed twice: {', '.join(dupes)}")
-        schema.check("risk_quantile", schema.RiskQuantile, self.risk_quantile)
-        schema.check("batch_granularity", schema.Granularity, self.batch_granularity)
-        schema.check("checkpoint_every", schema.Iterations, self.checkpoint_every)
-        schema.check("spot_interruptions", schema.SpotPricing, self.spot_interruptions)
+        check("risk_quantile", fields.RiskQuantile, self.risk_quantile)
+        check("batch_granularity", fields.Granularity, self.batch_granularity)
+        check("checkpoint_every", fields.Iterations, self.checkpoint_every)
+        check("spot_interruptions", fields.SpotPricing, self.spot_interruptions)
         for o in self.offers:
             self.workload.profile(o.instance.device_type)  # raises naming the device
         if all(o.quota == 0 for o in self.offers):
@@ -218,7 +221,7 @@ def _named(path: str, lookup: Any, *args: Any) -> Any:
 
 
 REQUEST_FIELDS = frozenset(RequestSpec.model_fields)
-"""The keys a request may have (``planner.schema.RequestSpec``)."""
+"""The keys a request may have (``planner.schema.request_spec.RequestSpec``)."""
 
 
 def local_offers(items: Sequence[OfferSpec]) -> tuple[Offer, ...]:
@@ -276,7 +279,7 @@ def build_request(
         o.instance.device_type: load_profile(spec.model, spec.size, o.instance.device_type, *extra)
         for o in offers
     }
-    oh = spec.overheads or schema.OverheadsSpec()
+    oh = spec.overheads or OverheadsSpec()
     launch_s = provider_class(provider).launch_s if oh.launch_s is None else oh.launch_s
     return PlanRequest(
         workload=Workload(spec.model, profiles, vm_evidence or {}),
@@ -302,7 +305,8 @@ def request_from_dict(
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
 ) -> PlanRequest:
     """A request from its YAML/JSON form (docs/usage.md, "Planning a request"), checked by
-    ``planner.schema.RequestSpec`` before anything is looked up, then ``build_request``::
+    ``planner.schema.request_spec.RequestSpec`` before anything is looked up, then
+    ``build_request``::
 
         model: resnet50          # zoo name; profiles are looked up per GPU of the offers
         size: full               # profile size preset (default full)

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from srifty_core.cloud.base import InstanceState
 from srifty_core.cloud.emulated import EmulatedProvider
 from srifty_core.errors import ConfigError
-from srifty_core.planner import schema
+from srifty_core.planner.schema.field_errors import check
+from srifty_core.planner.schema.fields import Seed
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, write_state
@@ -71,7 +72,7 @@ def make_provider(
     region = conf.get("region") or "us-east-1"
     if seed is None:  # the conf's, checked as the job's schema does (not int("abc"))
         seed = conf.get("seed", 0)
-        schema.check("seed", schema.Seed, seed)
+        check("seed", Seed, seed)
     s = int(seed)
     return EmulatedProvider(seed=s, region=str(region), preempt_after=after)
 

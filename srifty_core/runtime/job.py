@@ -18,7 +18,8 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
-from srifty_core.planner.schema import JobConf, RequestSpec, ResumeSpec, ShellJobConf
+from srifty_core.planner.schema.job_conf import JobConf, ResumeSpec, ShellJobConf
+from srifty_core.planner.schema.request_spec import RequestSpec
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, STATE_FILE
 from srifty_core.runtime.train_plan import TrainPlan
@@ -63,7 +64,7 @@ class Resume:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resume:
-        """From the conf's ``resume`` block (checked by ``planner.schema.ResumeSpec``)."""
+        """From the conf's ``resume`` block (checked by ``planner.schema.job_conf.ResumeSpec``)."""
         r = ResumeSpec.parse(d, "resume")
         return cls(
             checkpoint=r.checkpoint,
@@ -78,7 +79,7 @@ class Resume:
 
 
 def _default(name: str) -> Any:
-    """The conf's default of ``name`` (``planner.schema.JobConf``: defined there once)."""
+    """The conf's default of ``name`` (``planner.schema.job_conf.JobConf``: defined there once)."""
     return JobConf.model_fields[name].default
 
 
@@ -115,7 +116,7 @@ class JobSpec:
     ``security_group_ids``, ``key_name``, ``instance_profile_arn``, ``poll_s``,
     ``wait_timeout_s``, ``join_timeout_s`` (how long torchrun waits for every VM of a
     configuration to join); the AWS connection and what VMs install are deployment settings
-    (``planner.schema.DEPLOYMENT_ONLY``)."""
+    (``planner.schema.job_conf.DEPLOYMENT_ONLY``)."""
     checkpoint_every: int = _default("checkpoint_every")
     step_sleep_s: float = _default("step_sleep_s")
     seed: int = _default("seed")
@@ -162,7 +163,7 @@ class JobSpec:
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any], *, shell: bool = False) -> JobSpec:
-        """The DAG's params checked by ``planner.schema.JobConf`` (strict types, ranges, no
+        """The DAG's params checked by ``planner.schema.job_conf.JobConf`` (strict types, ranges, no
         unknown keys): every problem is a ``ConfigError`` naming the field. ``shell``: a
         job run from the shell (``ShellJobConf``: the emulated EC2 allowed too, and any
         model reference); else a DAG trigger's, whose model must be registered

@@ -40,7 +40,7 @@ from srifty_core.cloud.base import Provider
 from srifty_core.cloud.local import local_provider
 from srifty_core.errors import SriftyError
 from srifty_core.planner.job import read_request_file
-from srifty_core.planner.schema import ShellJobConf
+from srifty_core.planner.schema.job_conf import ShellJobConf
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, read_progress
 from srifty_core.runtime import job_log, outcome, planning
@@ -98,7 +98,7 @@ def run_job(
     resume_unfinished: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> JobRun:
-    """Run the job ``params`` (the DAG's conf, ``planner.schema.ShellJobConf``: provider
+    """Run the job ``params`` (the DAG's conf, ``planner.schema.job_conf.ShellJobConf``: provider
     ``ec2-emulated`` too) to its end. ``timeout_s``: of wall time; ``poll_s``: of the
     provider's time between two looks of the monitor; ``track``: record it in MLflow
     (``job_log.ShellTracker``: a tracking store that fails never fails the job). Its

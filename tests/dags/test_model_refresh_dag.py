@@ -64,7 +64,7 @@ def test_model_refresh_on_an_empty_store_fails_and_registers_nothing(
 def test_model_refresh_rejects_the_old_time_budget(
     dagbag: Any, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from srifty_core.predictors.refresh import TUNE_ROWS, check_tuning_options
+    from srifty_core.predictors.refresh.config import TUNE_ROWS, check_tuning_options
     from srifty_core.predictors.registry import CHAMPION, alias_version
 
     write_store(allocations=3)

@@ -96,7 +96,7 @@ def test_missing_profiles_fail_the_plan_naming_the_dag(dagbag: Any, data_dir: Pa
 
 
 def test_the_trigger_checks_types_and_ranges_with_the_models_schema(dagbag: Any) -> None:
-    """The Params' JSON schemas come from ``planner.schema.JobConf``: the trigger form and
+    """The Params' JSON schemas come from ``planner.schema.job_conf.JobConf``: the trigger form and
     the API refuse a wrong type or range before a run is created."""
     import copy
 

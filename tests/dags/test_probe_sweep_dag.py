@@ -30,11 +30,11 @@ TINY = {
 def test_the_default_sweep_feeds_a_refresh_that_succeeds(dagbag: Any) -> None:
     """The refresh the sweep's probe-store update triggers holds out whole allocations and
     refuses fewer than ``MIN_ALLOCATIONS``: a sweep on its defaults measures that many."""
-    from srifty_core.predictors import refresh
+    from srifty_core.predictors.refresh import data as refresh_data
     from srifty_core.probing.config import MIN_ALLOCATIONS
 
     dag = dagbag.get_dag("srifty_probe_sweep")
-    assert dag.params["allocations"] == MIN_ALLOCATIONS == refresh.MIN_ALLOCATIONS
+    assert dag.params["allocations"] == MIN_ALLOCATIONS == refresh_data.MIN_ALLOCATIONS
 
 
 def test_probe_sweep_writes_the_partition_and_releases(dagbag: Any, data_dir: Path) -> None:

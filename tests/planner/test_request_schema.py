@@ -1,5 +1,6 @@
-"""The request schema (``planner.schema``): a malformed request is always a ``ConfigError``
-whose one-line message starts with the bad field's path, never another exception.
+"""The request schema (the ``planner.schema`` package): a malformed request is always a
+``ConfigError`` whose one-line message starts with the bad field's path, never another
+exception.
 
 Property-based: each example breaks one field of a valid request (a wrong type, a boolean
 or a string for a number, NaN or infinity, a 5000-digit integer, a value out of range, an
@@ -20,11 +21,14 @@ from hypothesis import strategies as st
 from srifty_core.catalog import Catalog
 from srifty_core.catalog.types import Market
 from srifty_core.errors import ConfigError, FieldError
-from srifty_core.planner import schema
 from srifty_core.planner.request import Offer, Overheads, request_from_dict
-from srifty_core.planner.schema import JobConf, OfferSpec, RequestSpec
+from srifty_core.planner.schema import fields
+from srifty_core.planner.schema.job_conf import JobConf
+from srifty_core.planner.schema.request_spec import OfferSpec, OverheadsSpec, RequestSpec
+from srifty_core.planner.schema.strict import Strict
+from srifty_core.planner.schema.trigger_form import param_schemas
 from srifty_core.simulator.types import SimInstance
-from srifty_core.workloads import SIZES
+from srifty_core.workloads import MODEL_NAMES, SIZES
 
 # Small and quick; the autouse data_dir fixture is shared by a test's examples (unused here).
 SETTINGS = settings(
@@ -166,10 +170,10 @@ def bad_number(
     return out if nullable else out | st.none()
 
 
-def bad_text(*, nullable: bool = False, max_len: int = schema.MAX_TEXT) -> st.SearchStrategy[Any]:
+def bad_text(*, nullable: bool = False, max_len: int = fields.MAX_TEXT) -> st.SearchStrategy[Any]:
     too_long = (
         st.text(min_size=max_len + 1, max_size=max_len + 20)
-        if max_len <= schema.MAX_TEXT
+        if max_len <= fields.MAX_TEXT
         else st.integers(max_len + 1, max_len + 20).map(lambda n: "m" * n)  # a short draw
     )
     out = st.one_of(st.integers(), st.floats(), st.booleans(), st.just(""), too_long, junk)
@@ -204,8 +208,8 @@ BAD_VALUES: dict[Path, st.SearchStrategy[Any]] = {
     ("size",): bad_choice(lambda s: s in SIZES),
     ("region",): bad_text(),
     ("provider",): bad_choice(_provider),
-    ("global_batch",): bad_int(1, schema.MAX_BATCH),
-    ("iterations",): bad_int(1, schema.MAX_ITERATIONS),
+    ("global_batch",): bad_int(1, fields.MAX_BATCH),
+    ("iterations",): bad_int(1, fields.MAX_ITERATIONS),
     ("time_limit_s",): bad_number(0, lo_open=True, nullable=True),
     ("budget_usd",): bad_number(0, lo_open=True, nullable=True),
     ("objective",): bad_choice(_objective),
@@ -220,10 +224,10 @@ BAD_VALUES: dict[Path, st.SearchStrategy[Any]] = {
     OFFER: st.one_of(st.text(), st.integers(), st.none(), st.lists(st.integers(), max_size=2)),
     (*OFFER, "type"): bad_text(),
     (*OFFER, "market"): bad_choice(_market),
-    (*OFFER, "quota"): bad_int(0, schema.MAX_QUOTA),
+    (*OFFER, "quota"): bad_int(0, fields.MAX_QUOTA),
     (*OFFER, "price"): bad_number(0, lo_open=True, nullable=True),
     (*OFFER, "zone"): bad_text(nullable=True),
-    (*OFFER, "min_batch"): bad_int(1, schema.MAX_BATCH, nullable=True),
+    (*OFFER, "min_batch"): bad_int(1, fields.MAX_BATCH, nullable=True),
 }
 REQUIRED: list[Path] = [
     ("model",),
@@ -232,10 +236,10 @@ REQUIRED: list[Path] = [
     ("offers",),
     (*OFFER, "type"),
 ]
-MODELS: dict[Path, type[schema.Strict]] = {
+MODELS: dict[Path, type[Strict]] = {
     (): RequestSpec,
     OFFER: OfferSpec,
-    ("overheads",): schema.OverheadsSpec,
+    ("overheads",): OverheadsSpec,
 }
 identifier = st.from_regex(r"\A[a-z_][a-z0-9_]{0,15}\Z")
 json_like = st.recursive(
@@ -371,7 +375,7 @@ def test_a_local_worker_may_be_free_a_cloud_vm_may_not() -> None:
     price of 0 is a mistake, refused wherever it is given."""
     from srifty_core.cloud.local import LOCAL_CPU
 
-    assert schema.LOCAL_TYPE == LOCAL_CPU
+    assert fields.LOCAL_TYPE == LOCAL_CPU
     free = Offer(SimInstance.local_cpu(), Market.ON_DEMAND, quota=2, usd_per_hour=0.0)
     assert free.usd_per_hour == 0.0
     with pytest.raises(FieldError, match="must be a number >= 0") as info:
@@ -393,7 +397,7 @@ def test_a_local_worker_may_be_free_a_cloud_vm_may_not() -> None:
 
 
 @SETTINGS
-@given(quota=bad_int(0, schema.MAX_QUOTA), price=bad_number(0, lo_open=True))
+@given(quota=bad_int(0, fields.MAX_QUOTA), price=bad_number(0, lo_open=True))
 def test_the_dataclasses_check_with_the_same_rules(quota: Any, price: Any) -> None:
     with pytest.raises(FieldError) as info:
         Offer(FAST, Market.SPOT, quota=quota, usd_per_hour=1.0)
@@ -408,20 +412,20 @@ def test_the_dataclasses_check_with_the_same_rules(quota: Any, price: Any) -> No
 
 # ---------------------------------------------------------------------- the DAG's conf
 CONF_BAD: dict[Path, st.SearchStrategy[Any]] = {
-    ("model",): bad_choice(lambda s: s in schema.MODEL_NAMES),
+    ("model",): bad_choice(lambda s: s in MODEL_NAMES),
     ("size",): bad_choice(lambda s: s in SIZES),
-    ("global_batch",): bad_int(1, schema.MAX_BATCH),
-    ("iterations",): bad_int(1, schema.MAX_ITERATIONS),
-    ("offers", 0, "quota"): bad_int(0, schema.MAX_QUOTA),
+    ("global_batch",): bad_int(1, fields.MAX_BATCH),
+    ("iterations",): bad_int(1, fields.MAX_ITERATIONS),
+    ("offers", 0, "quota"): bad_int(0, fields.MAX_QUOTA),
     # CONF's offer is local.cpu, which may be free (test_a_local_worker_may_be_free...)
     ("offers", 0, "price"): bad_number(0, lo_open=False, nullable=True),
     ("provider",): bad_choice(lambda s: s in ("local", "ec2")),
     ("bandwidth",): bad_choice(lambda s: s in ("champion", "probes")),
     ("overheads", "launch_s"): bad_number(0, lo_open=False, nullable=True),
     ("risk_quantile",): bad_number(0.5, lo_open=False, hi=1.0),
-    ("checkpoint_every",): bad_int(1, schema.MAX_ITERATIONS),
+    ("checkpoint_every",): bad_int(1, fields.MAX_ITERATIONS),
     ("step_sleep_s",): bad_number(0, lo_open=False),
-    ("seed",): bad_int(0, schema.MAX_SEED),
+    ("seed",): bad_int(0, fields.MAX_SEED),
     ("ec2", "poll_s"): bad_number(0, lo_open=True, nullable=True),
     ("resume",): st.one_of(st.text(), st.integers(), st.lists(st.integers(), max_size=2)),
 }
@@ -487,7 +491,7 @@ def test_a_request_without_a_provider_gets_the_one_its_offers_imply(
 def test_the_dag_params_schemas_come_from_the_model() -> None:
     import jsonschema
 
-    params = schema.param_schemas(JobConf)
+    params = param_schemas(JobConf)
     assert set(params) == set(JobConf.model_fields)
     assert "$ref" not in repr(params) and "anyOf" not in repr(params)
     for name, value in CONF.items():

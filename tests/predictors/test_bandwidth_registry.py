@@ -16,15 +16,12 @@ from srifty_core.errors import ConfigError
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.predictors.features import BandwidthDataError
-from srifty_core.predictors.refresh import (
-    RefreshConfig,
-    decide,
-    format_report,
-    holdout_allocations,
-    idle_cores,
-    refresh_bandwidth_model,
-    tuning_sample,
-)
+from srifty_core.predictors.refresh.config import RefreshConfig
+from srifty_core.predictors.refresh.data import holdout_allocations
+from srifty_core.predictors.refresh.evaluate import decide
+from srifty_core.predictors.refresh.fit import idle_cores, tuning_sample
+from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
+from srifty_core.predictors.refresh.report import format_report
 from srifty_core.probing.schema import ProbeSchemaError
 from tests.predictors.bw_rows import T0, make_probes, write_store
 
@@ -102,20 +99,20 @@ def test_refresh_registers_promotes_and_loads(data_dir: Path) -> None:
 def test_worse_challenger_keeps_the_champion(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from srifty_core.predictors import refresh
+    from srifty_core.predictors.refresh import evaluate
     from srifty_core.predictors.registry import CHALLENGER, CHAMPION, alias_version
 
     write_store(allocations=4)
     refresh_bandwidth_model(CONFIG)
     write_store(allocations=4, seed=1)  # new data: a new version
-    real = refresh.holdout_metrics
+    real = evaluate.holdout_metrics
 
     def worse(model: BandwidthModel, holdout: Any, mtu: int) -> dict[str, float]:
         out = real(model, holdout, mtu)
         return {k: v * (1.5 if model.small_params.get("_tag") else 1.0) for k, v in out.items()}
 
     # make the challenger (and only it) score worse on the held-out rows
-    monkeypatch.setattr(refresh, "holdout_metrics", worse)
+    monkeypatch.setattr(evaluate, "holdout_metrics", worse)
     orig_load = BandwidthModel.load
 
     def tagged(folder: Path) -> BandwidthModel:
@@ -167,7 +164,7 @@ def test_schema_mismatch_registers_nothing(data_dir: Path) -> None:
 
 
 def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
-    from srifty_core.predictors import refresh
+    from srifty_core.predictors.refresh import pipeline
     from srifty_core.predictors.registry import CHAMPION, alias_version
 
     write_store(allocations=4)
@@ -182,9 +179,9 @@ def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
     # challenger when the failure comes after registration)
     for step in ("tune_and_fit", "evaluate", "register", "promote_or_not"):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(refresh, step, boom)
+            mp.setattr(pipeline, step, boom)
             with pytest.raises(RuntimeError):
-                refresh.refresh_bandwidth_model(CONFIG)
+                pipeline.refresh_bandwidth_model(CONFIG)
         assert alias_version(CHAMPION) == "1", step
 
 

@@ -30,7 +30,7 @@ SMALL = {"n_estimators": 10, "max_depth": 3}
 def _register(folder: Path, seed: int, promote: bool = True) -> tuple[str, BandwidthModel]:
     """A small model fitted on probes drawn with ``seed``, registered (and promoted, by the
     refresh path's ``promote``); its version and the model."""
-    from srifty_core.predictors.refresh import input_example
+    from srifty_core.predictors.refresh.register import input_example
     from srifty_core.predictors.registry import log_fit
     from srifty_core.predictors.registry import promote as promote_version
 

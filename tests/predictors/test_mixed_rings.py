@@ -13,7 +13,7 @@ import pytest
 
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.features import BandwidthDataError, check_training_data
-from srifty_core.predictors.refresh import check_refresh_data, holdout_allocations
+from srifty_core.predictors.refresh.data import check_refresh_data, holdout_allocations
 from srifty_core.predictors.table import ProbeTableBandwidth
 from tests.predictors.bw_rows import SIZES, make_mix_rows, make_probes
 

@@ -18,7 +18,9 @@ import pytest
 
 from srifty_core.errors import SriftyError
 from srifty_core.predictors.bandwidth import BandwidthModel
-from srifty_core.predictors.refresh import RefreshConfig, input_example, refresh_bandwidth_model
+from srifty_core.predictors.refresh.config import RefreshConfig
+from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
+from srifty_core.predictors.refresh.register import input_example
 from tests.predictors.bw_rows import make_probes, write_store
 
 

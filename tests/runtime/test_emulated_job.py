@@ -80,7 +80,7 @@ def test_a_preemption_is_type_at_seconds() -> None:
 
 def test_the_dag_conf_refuses_the_emulated_provider() -> None:
     """The emulated EC2 lives in one process: the DAG's conf stays local or ec2."""
-    from srifty_core.planner.schema import JobConf, ShellJobConf
+    from srifty_core.planner.schema.job_conf import JobConf, ShellJobConf
 
     with pytest.raises(ConfigError, match="provider"):
         JobConf.parse(PARAMS)

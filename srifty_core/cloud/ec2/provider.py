@@ -87,7 +87,7 @@ log = logging.getLogger(__name__)
 
 AWS_CONN_ENV = "SRIFTY_AWS_CONN_ID"
 """The deployment's Airflow AWS connection for launching VMs (default ``aws_default``): a
-deployment setting, never a trigger conf's (``planner.schema.DEPLOYMENT_ONLY``)."""
+deployment setting, never a trigger conf's (``planner.schema.job_conf.DEPLOYMENT_ONLY``)."""
 
 
 def deployment_conn_id(env: Mapping[str, str] | None = None) -> str:
