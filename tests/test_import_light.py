@@ -34,7 +34,8 @@ LIGHT_MODULES = (
     "srifty_core.tracking",
     "srifty_core.cloud",
     "srifty_core.cloud.ec2",
-    "srifty_core.cloud.emulated",
+    "srifty_core.cloud.emulated.provider",
+    "srifty_core.cloud.emulated.measurements",
     "srifty_core.case_studies",
     "srifty_core.plotting",
 )
