@@ -370,7 +370,10 @@ def main() -> None:
     if args.emulated:
         import tempfile
 
-        from srifty_core.cloud.emulated import emulated_probe_sweep, write_emulated_probes
+        from srifty_core.cloud.emulated.measurements import (
+            emulated_probe_sweep,
+            write_emulated_probes,
+        )
 
         args.probe_store = Path(tempfile.mkdtemp(prefix="srifty-emulated-probes-"))
         args.label = "emulated EC2 (6 types x 4 allocations)"

@@ -193,7 +193,7 @@ class Truth:
 
     def _run(self, config: Any, seed: int, median_level: bool) -> float:
         from srifty_core.cloud.base import LaunchRequest
-        from srifty_core.cloud.emulated import EmulatedProvider
+        from srifty_core.cloud.emulated.provider import EmulatedProvider
 
         spread = {"spread_small": 1.0, "spread_large": 1.0} if median_level else {}
         p = EmulatedProvider(seed=seed, region=REGION, catalog=self.catalog, **spread)

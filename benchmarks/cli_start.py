@@ -68,7 +68,7 @@ def prepare(root: Path) -> Path:
     os.environ["SRIFTY_DATA_DIR"] = str(root)
     os.environ["MLFLOW_TRACKING_URI"] = ""
     from srifty_core.case_studies import one_core
-    from srifty_core.cloud.emulated import emulated_probe_sweep, emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep, emulated_profiles
     from srifty_core.predictors.refresh.config import RefreshConfig
     from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
     from srifty_core.probing.store import write_partition

@@ -17,7 +17,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from srifty_core.cloud.emulated import emulated_probe_sweep, write_emulated_probes
+from srifty_core.cloud.emulated.measurements import emulated_probe_sweep, write_emulated_probes
 from srifty_core.probing.store import read_probes
 
 TYPES = ["g3.4xlarge", "g4dn.xlarge", "g4dn.12xlarge", "p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]

@@ -74,7 +74,7 @@ def setup(model: str, seed: int) -> tuple[Any, Any, Any]:
     """(catalog, workload, bandwidth model) for the twelve types."""
     from srifty_core.case_studies import one_core
     from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulated import emulated_probe_sweep, emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep, emulated_profiles
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.types import Workload

@@ -39,7 +39,7 @@ REGION = "us-east-1"
 def requests(n: int, seed: int) -> list[Any]:
     from srifty_core.case_studies import one_core
     from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulated import emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_profiles
     from srifty_core.planner.request import Overheads, PlanRequest, offers_from_catalog
     from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.types import Workload
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT / "planner_speed.json")
     args = parser.parse_args()
 
-    from srifty_core.cloud.emulated import emulated_probe_sweep
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep
     from srifty_core.planner.search import plan
     from srifty_core.predictors.bandwidth import BandwidthModel
     from srifty_core.predictors.table import ProbeTableBandwidth

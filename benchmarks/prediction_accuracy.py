@@ -209,7 +209,7 @@ def truth_time(
     """(time, cost) of ``choice`` for the whole job on the ground truth: the mean of 30
     iterations on a fresh allocation (``seed``), after ``warm_s`` seconds of training."""
     from srifty_core.case_studies import one_core
-    from srifty_core.cloud.emulated import emulate_training
+    from srifty_core.cloud.emulated.measurements import emulate_training
 
     offers = request.offers
     counts = {offers[i].instance.name: c for i, c, _ in choice}
@@ -245,7 +245,7 @@ def plan_requests(
     of the unconstrained frontier (so the cheap or fast extremes do not meet it)."""
     from srifty_core.case_studies import one_core
     from srifty_core.cloud import emulator_truth as truth
-    from srifty_core.cloud.emulated import emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_profiles
     from srifty_core.planner.request import Overheads, PlanRequest, offers_from_catalog
     from srifty_core.simulator.types import Workload
 
@@ -529,7 +529,11 @@ def main() -> None:
     from srifty_core.atomic import write_text_atomic
     from srifty_core.case_studies import one_core
     from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulated import emulate_training, emulated_probe_sweep, emulated_profiles
+    from srifty_core.cloud.emulated.measurements import (
+        emulate_training,
+        emulated_probe_sweep,
+        emulated_profiles,
+    )
     from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator

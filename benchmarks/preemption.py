@@ -49,7 +49,7 @@ def run(limit_s: float) -> None:
     from srifty_core.catalog import Catalog
     from srifty_core.catalog.types import Market
     from srifty_core.cloud.base import LaunchRequest
-    from srifty_core.cloud.emulated import EmulatedProvider
+    from srifty_core.cloud.emulated.provider import EmulatedProvider
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.predictors.table import ProbeTableBandwidth

@@ -127,7 +127,7 @@ def world(
     the hidden slowdown of the type the first plan uses most, injected after both."""
     from srifty_core import case_studies as cs
     from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulated import EmulatedProvider
+    from srifty_core.cloud.emulated.provider import EmulatedProvider
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.profiling.store import load_reference_profile

@@ -7,7 +7,7 @@ code of this tree against a baseline commit's, in the same run.
     .venv/bin/python benchmarks/refresh_time.py                  # about 30 minutes
     .venv/bin/python benchmarks/refresh_time.py --types 2 --baseline-trials 30
 
-Data: one emulated probe sweep (``cloud.emulated.emulated_probe_sweep``, seeded: 3
+Data: one emulated probe sweep (``cloud.emulated.measurements.emulated_probe_sweep``, seeded: 3
 allocations, 3 repeats, sustained probes) of the first ``--types`` counts of ``TYPES``
 (8,532, 38,394 and 102,384 rows). Each refresh runs in a process of its own on a fresh data
 folder (probe store and MLflow store), with ``since`` and ``half_life`` off and the
@@ -55,7 +55,7 @@ def one_refresh(probes: Path, n_trials: int) -> dict[str, Any]:
     process whose ``srifty_core`` is the code measured."""
     import pyarrow.parquet as pq
 
-    from srifty_core.cloud.emulated import write_emulated_probes
+    from srifty_core.cloud.emulated.measurements import write_emulated_probes
     from srifty_core.predictors.refresh.config import RefreshConfig
     from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from srifty_core.cloud.emulated import emulated_probe_sweep
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep
 
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="srifty-refresh-bench-") as tmp:

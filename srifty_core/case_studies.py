@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from srifty_core.catalog import Catalog
 from srifty_core.cloud import emulator_truth as truth
-from srifty_core.cloud.emulated import emulated_probe_sweep, emulated_profiles
+from srifty_core.cloud.emulated.measurements import emulated_probe_sweep, emulated_profiles
 from srifty_core.cloud.emulator_truth import DeviceRate
 from srifty_core.errors import ConfigError
 from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog

@@ -102,7 +102,7 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _make_planning_assets(root: Path) -> None:
-    from srifty_core.cloud.emulated import emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_profiles
     from srifty_core.predictors.refresh.config import RefreshConfig
     from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
     from srifty_core.profiling.profiler import ProfilerConfig, profile_model

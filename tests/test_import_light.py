@@ -35,7 +35,8 @@ LIGHT_MODULES = (
     "srifty_core.cloud",
     "srifty_core.cloud.ec2",
     "srifty_core.cloud.ec2.prices",
-    "srifty_core.cloud.emulated",
+    "srifty_core.cloud.emulated.provider",
+    "srifty_core.cloud.emulated.measurements",
     "srifty_core.case_studies",
     "srifty_core.plotting",
 )

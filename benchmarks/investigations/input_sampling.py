@@ -46,7 +46,11 @@ def main() -> None:
     from srifty_core.atomic import write_text_atomic
     from srifty_core.case_studies import one_core
     from srifty_core.catalog import Catalog
-    from srifty_core.cloud.emulated import emulate_training, emulated_probe_sweep, emulated_profiles
+    from srifty_core.cloud.emulated.measurements import (
+        emulate_training,
+        emulated_probe_sweep,
+        emulated_profiles,
+    )
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.profiling.store import load_reference_profile
     from srifty_core.simulator.estimator import Simulator

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from srifty_core.atomic import write_text_atomic
     from srifty_core.catalog import Catalog
     from srifty_core.cloud.base import LaunchRequest
-    from srifty_core.cloud.emulated import EmulatedProvider, emulated_profiles
+    from srifty_core.cloud.emulated.measurements import emulated_profiles
+    from srifty_core.cloud.emulated.provider import EmulatedProvider
     from srifty_core.planner.job import public_bandwidth
     from srifty_core.predictors.nccl_tests import nccl_tests_frame
     from srifty_core.predictors.prior import hardware_of

@@ -95,7 +95,7 @@ def later(df: Any) -> dict[str, float]:
 
 
 def fit_seconds() -> dict[str, float]:
-    from srifty_core.cloud.emulated import emulated_probe_sweep
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep
 
     sweep = emulated_probe_sweep(list(refresh_time.TYPES), allocations=3, repeats=3, seed=0)
     frame = with_hardware(sweep.to_pandas())

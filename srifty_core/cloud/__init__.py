@@ -1,9 +1,10 @@
 """Cloud providers behind one interface (``cloud.base.Provider``).
 
 ``cloud.local.LocalProvider`` runs instances as local processes; ``cloud.emulated`` is a
-seeded EC2 on a simulated clock (``EmulatedProvider``, ``emulated_probe_sweep``,
-``emulate_training``); ``cloud.ec2.EC2Provider`` is EC2 itself through the Airflow Amazon
-provider. Importing this package stays light (each provider is imported when asked for).
+seeded EC2 on a simulated clock (``provider.EmulatedProvider``; ``measurements``:
+``emulated_probe_sweep``, ``emulate_training``); ``cloud.ec2.EC2Provider`` is EC2 itself
+through the Airflow Amazon provider. Importing this package stays light (each provider is
+imported when asked for).
 """
 
 from typing import Any
@@ -50,7 +51,7 @@ def provider_class(name: str) -> type[Provider]:
 
         return LocalProvider
     if name == "ec2-emulated":
-        from srifty_core.cloud.emulated import EmulatedProvider
+        from srifty_core.cloud.emulated.provider import EmulatedProvider
 
         return EmulatedProvider
     if name == "ec2":

@@ -59,7 +59,8 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, ProviderError
 from srifty_core.cloud.ec2 import EC2Provider
-from srifty_core.cloud.emulated import PROVIDER_NAME, EmulatedProvider
+from srifty_core.cloud.emulated.provider import EmulatedProvider
+from srifty_core.cloud.emulated.world import PROVIDER_NAME
 from srifty_core.errors import ConfigError, FieldError, SriftyError, UnknownNameError
 from srifty_core.planner.schema.field_errors import field_error
 from srifty_core.planner.schema.job_conf import Ec2Settings

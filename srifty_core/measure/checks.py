@@ -34,7 +34,7 @@ def check_single_type(instance_type: str, provider: Provider) -> None:
             f"probe sweep on the {provider.name} provider runs one process group per "
             "allocation and cannot yet join allocations into one ring (multi-VM rendezvous, "
             "issue 19). Probe mixes on the emulated EC2: "
-            "cloud.emulated.emulated_probe_sweep(..., mixes=[{type: VMs, ...}])"
+            "cloud.emulated.measurements.emulated_probe_sweep(..., mixes=[{type: VMs, ...}])"
         )
 
 

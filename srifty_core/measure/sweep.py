@@ -23,7 +23,7 @@ points still missing (a point is complete once it holds ``repeats`` ok rows).
 Mixed-type rings (``probing.mix``) are not swept here: the worker runs one process group
 per allocation, and a ring over the VMs of several allocations needs a rendezvous across
 them (issue 19). Asking for a mix label raises ``ConfigError``; the emulated EC2 probes
-mixes (``cloud.emulated.emulated_probe_sweep(mixes=...)``).
+mixes (``cloud.emulated.measurements.emulated_probe_sweep(mixes=...)``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.cloud.base import InstanceState
-from srifty_core.cloud.emulated import EmulatedProvider
+from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.errors import ConfigError
 from srifty_core.planner.schema.field_errors import check
 from srifty_core.planner.schema.fields import Seed
@@ -38,7 +38,7 @@ from srifty_core.runtime.job import JobPlan, JobSpec
 
 if TYPE_CHECKING:
     from srifty_core.cloud.base import Allocation
-    from srifty_core.cloud.emulated import TrainingStep
+    from srifty_core.cloud.emulated.training import TrainingStep
 
 EMULATED_CHECKPOINT = b'{"emulated": true}\n'
 """The checkpoint file's content on the emulated EC2 (its summary holds the iteration)."""

@@ -16,15 +16,14 @@ from srifty_core import paths
 from srifty_core.catalog.types import Market
 from srifty_core.cloud import InstanceState, LaunchRequest, Provider, get_provider
 from srifty_core.cloud import emulator_truth as truth
-from srifty_core.cloud.emulated import (
-    CapacityError,
-    EmulatedProvider,
-    QuotaError,
+from srifty_core.cloud.emulated.measurements import (
     emulate_training,
     emulated_probe_sweep,
     emulated_profiles,
     write_emulated_probes,
 )
+from srifty_core.cloud.emulated.provider import EmulatedProvider
+from srifty_core.cloud.emulated.world import CapacityError, QuotaError
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.compute import fit_line
 from srifty_core.probing.schema import PROBE_SCHEMA
@@ -374,7 +373,7 @@ def test_learned_side_never_imports_the_ground_truth() -> None:
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom):
                     names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                bad = [n for n in names if "emulator_truth" in n or n.endswith("cloud.emulated")]
+                bad = [n for n in names if "emulator_truth" in n or ".cloud.emulated." in f"{n}."]
                 assert not bad, f"{f} imports the emulator's ground truth: {bad}"
             assert "emulator_truth" not in f.read_text(), f
     assert checked > 0  # the predictors package exists, so the check ran on something
@@ -423,7 +422,7 @@ def test_profiling_on_an_emulated_gpu() -> None:
 
 def test_launching_a_configuration_waits_for_the_slowest_not_the_sum() -> None:
     from srifty_core.cloud.base import LaunchRequest as Req
-    from srifty_core.cloud.emulated import EmulatedProvider as Emu
+    from srifty_core.cloud.emulated.provider import EmulatedProvider as Emu
 
     p = Emu(seed=5, launch_delay_s=(150.0, 0.0))
     t0 = p.now()

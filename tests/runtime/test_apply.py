@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
-from srifty_core.cloud.emulated import EmulatedProvider
+from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.runtime.replanner import Replanner
 
 SPOT, OD = Market.SPOT, Market.ON_DEMAND

@@ -9,7 +9,7 @@ import pytest
 from srifty_core import case_studies as cs
 from srifty_core.catalog import Catalog
 from srifty_core.cloud.base import LaunchRequest
-from srifty_core.cloud.emulated import EmulatedProvider
+from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.errors import ConfigError
 from srifty_core.profiling.store import load_reference_profile
 from srifty_core.simulator import calibration as calib

@@ -12,7 +12,8 @@ import pytest
 from srifty_core import case_studies as cs
 from srifty_core.catalog import Catalog
 from srifty_core.cloud.base import LaunchRequest
-from srifty_core.cloud.emulated import EmulatedProvider, emulated_profiles
+from srifty_core.cloud.emulated.measurements import emulated_profiles
+from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.predictors.base import BandwidthPredictor
 from srifty_core.predictors.nccl_tests import nccl_tests_frame
 from srifty_core.predictors.prior import hardware_of
