@@ -104,7 +104,8 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _make_planning_assets(root: Path) -> None:
     from srifty_core.cloud.emulated import emulated_profiles
     from srifty_core.predictors.refresh import RefreshConfig, refresh_bandwidth_model
-    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.profiler import profile_model
     from srifty_core.profiling.store import ProfileStore
     from tests.predictors.bw_rows import write_store
 
