@@ -90,13 +90,11 @@ def _make_reference(model: str) -> tuple[Any, dict[str, Any]]:
 
     from srifty_core.predictors.compute import PiecewiseLinear
     from srifty_core.profiling.buckets import form_buckets, gradient_ready_schedule, trainable
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.memory import training_memory_bytes
     from srifty_core.profiling.profile import PassStats
-    from srifty_core.profiling.profiler import (
-        ProfilerConfig,
-        measure_latency,
-        profile_model,
-        training_memory_bytes,
-    )
+    from srifty_core.profiling.profiler import profile_model
+    from srifty_core.profiling.timing import measure_latency
     from srifty_core.workloads.zoo import build
 
     cfg = ProfilerConfig(

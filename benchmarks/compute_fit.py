@@ -32,7 +32,7 @@ import torch
 
 from srifty_core.predictors.compute import budget_batch_sizes, fit_line, fit_piecewise
 from srifty_core.profiling.profile import mape
-from srifty_core.profiling.profiler import measure_latency
+from srifty_core.profiling.timing import measure_latency
 from srifty_core.workloads.zoo import build
 
 OUT = Path(__file__).parent / "results"

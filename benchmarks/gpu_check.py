@@ -46,14 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from srifty_core.profiling.config import ProfilerConfig
+from srifty_core.profiling.device import device_type_of, resolve_device
+from srifty_core.profiling.memory import BatchDoesNotFitError
 from srifty_core.profiling.profile import ComputeProfile, mape
-from srifty_core.profiling.profiler import (
-    BatchDoesNotFitError,
-    ProfilerConfig,
-    device_type_of,
-    profile_model,
-    resolve_device,
-)
+from srifty_core.profiling.profiler import profile_model
 from srifty_core.workloads.zoo import build
 
 T_START = time.perf_counter()

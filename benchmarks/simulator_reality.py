@@ -113,8 +113,9 @@ def main() -> None:
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.probing.config import SweepConfig, parse_sizes
     from srifty_core.probing.store import read_probes
+    from srifty_core.profiling.config import ProfilerConfig
     from srifty_core.profiling.ddp_check import measure_ddp_cases
-    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.profiler import profile_model
     from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
     from srifty_core.simulator.apm import ApmEstimator
     from srifty_core.simulator.estimator import Simulator

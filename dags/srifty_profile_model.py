@@ -24,8 +24,8 @@ Manual trigger. ``provider`` says where:
 
 The summary task lists what was written: per type B_max, the profile's path, the VM's
 seconds and cost (per-second billing at the catalog's price), and the run's total; it
-fails the run when a type's profile failed. All logic lives in
-``srifty_core.jobs.profile_vms``; the tasks pass small records, not data.
+fails the run when a type's profile failed. All logic lives in ``srifty_core.jobs``
+(``profile_vms`` and the modules it names); the tasks pass small records, not data.
 """
 
 from __future__ import annotations
@@ -43,7 +43,12 @@ from srifty_policy import LOCAL_HOST_POOL, START_DATE, default_args, fails_fast
 from srifty_core.cloud import PROVIDERS
 from srifty_core.planner.schema.job_conf import JobConf
 from srifty_core.planner.schema.trigger_form import param_schemas
-from srifty_core.profiling.budget import budget_from_params, budget_params
+from srifty_core.profiling.budget import (
+    DEFAULT_DEVICE,
+    DEFAULT_SIZE,
+    budget_from_params,
+    budget_params,
+)
 from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, PRECISIONS
 from srifty_core.workloads import SIZES
 
@@ -68,13 +73,13 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
             description="A zoo model, package.module:factory, path/to/file.py:factory "
             "(on the worker) or hf:NAME.",
         ),
-        "size": Param("small", type="string", enum=list(SIZES)),
+        "size": Param(DEFAULT_SIZE, type="string", enum=list(SIZES)),
         "precision": Param(DEFAULT_SETTINGS.precision, type="string", enum=list(PRECISIONS)),
         "optimizer": Param(DEFAULT_SETTINGS.optimizer, type="string", enum=list(OPTIMIZERS)),
         "compile": Param(False, type="boolean"),
         "channels_last": Param(False, type="boolean"),
         "device_types": Param(
-            ["cpu"],
+            [DEFAULT_DEVICE],
             type="array",
             minItems=1,
             items={"type": "string", "pattern": "^(cpu|cuda(:[0-9]+)?)$"},
@@ -135,8 +140,8 @@ def srifty_profile_model() -> None:
     @task(multiple_outputs=True, max_active_tis_per_dag=1, pool=LOCAL_HOST_POOL)
     @fails_fast
     def profile_on(device: str) -> dict[str, Any]:
+        from srifty_core.profiling.config import ProfilerConfig
         from srifty_core.profiling.job import run_profile_job
-        from srifty_core.profiling.profiler import ProfilerConfig
         from srifty_core.training_settings import TrainingSettings
         from srifty_core.trigger_models import registered_model
 
@@ -170,7 +175,7 @@ def srifty_profile_model() -> None:
     def cloud_plan() -> list[dict[str, Any]]:
         """Check the whole cloud conf before anything is launched; one entry per VM."""
         from srifty_core.errors import FieldError
-        from srifty_core.jobs.profile_vms import CloudProfileRequest, check_cloud_request
+        from srifty_core.jobs.cloud_request import CloudProfileRequest, check_cloud_request
 
         p = get_current_context()["params"]
         if p["provider"] == "local":
@@ -188,7 +193,8 @@ def srifty_profile_model() -> None:
     @task(pool=LOCAL_HOST_POOL)
     @fails_fast
     def reference(items: list[dict[str, Any]]) -> str | None:
-        from srifty_core.jobs.profile_vms import CloudProfileRequest, ensure_reference
+        from srifty_core.jobs.cloud_request import CloudProfileRequest
+        from srifty_core.jobs.emulation_reference import ensure_reference
 
         p = get_current_context()["params"]
         if not items or p["provider"] != "ec2-emulated":
@@ -203,7 +209,8 @@ def srifty_profile_model() -> None:
     def provision(item: dict[str, Any], ref: str | None) -> dict[str, Any]:
         """Launch the type's VM; ``ref`` (the reference profile's path, or none): nothing is
         launched unless the reference task succeeded."""
-        from srifty_core.jobs.profile_vms import CloudProfileRequest, provision_profiler_vm
+        from srifty_core.jobs.cloud_request import CloudProfileRequest
+        from srifty_core.jobs.profiler_vm import provision_profiler_vm
 
         ctx = get_current_context()
         p = ctx["params"]
@@ -219,7 +226,8 @@ def srifty_profile_model() -> None:
     @task(execution_timeout=timedelta(hours=2, minutes=30))
     @fails_fast
     def profile(vm: dict[str, Any]) -> dict[str, Any]:
-        from srifty_core.jobs.profile_vms import CloudProfileRequest, profile_on_vm
+        from srifty_core.jobs.cloud_request import CloudProfileRequest
+        from srifty_core.jobs.profile_vms import profile_on_vm
 
         p = get_current_context()["params"]
         result = profile_on_vm(
@@ -232,7 +240,7 @@ def srifty_profile_model() -> None:
     @task
     @fails_fast
     def release(vm: dict[str, Any]) -> dict[str, Any]:
-        from srifty_core.jobs.profile_vms import release as give_back
+        from srifty_core.jobs.profiler_vm import release as give_back
 
         ti: Any = get_current_context()["ti"]
         bill = give_back(vm)
@@ -256,7 +264,7 @@ def srifty_profile_model() -> None:
     def cloud_summary(bills: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from srifty_core.jobs.profile_vms import format_summary, summarize
+        from srifty_core.jobs.profile_summary import format_summary, summarize
 
         # One value when the group expanded once, else a lazy sequence (by length).
         rows = [bills] if isinstance(bills, dict) else [bills[i] for i in range(len(bills))]

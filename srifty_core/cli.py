@@ -68,7 +68,9 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     (``jobs.profile_vms.profile_in_cloud``, the profiling DAG's steps)."""
     import json
 
-    from srifty_core.jobs.profile_vms import CloudProfileRequest, format_summary, profile_in_cloud
+    from srifty_core.jobs.cloud_request import CloudProfileRequest
+    from srifty_core.jobs.profile_summary import format_summary
+    from srifty_core.jobs.profile_vms import profile_in_cloud
     from srifty_core.training_settings import TrainingSettings
 
     if args.out is not None or args.plot is not None or args.dense or args.batch_sizes:
@@ -122,8 +124,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         return _cmd_profile_cloud(args)
 
     from srifty_core.profiling.budget import KNOBS
+    from srifty_core.profiling.config import ProfilerConfig
     from srifty_core.profiling.job import run_profile_job
-    from srifty_core.profiling.profiler import ProfilerConfig
     from srifty_core.profiling.report import summary_text
     from srifty_core.training_settings import TrainingSettings
 
@@ -795,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cat.set_defaults(func=_cmd_catalog)
 
-    from srifty_core.profiling.budget import add_budget_flags
+    from srifty_core.profiling.budget import DEFAULT_DEVICE, DEFAULT_SIZE, add_budget_flags
     from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, PRECISIONS
     from srifty_core.workloads import MODEL_NAMES, SIZES, shipped_hf_configs
 
@@ -812,7 +814,9 @@ def build_parser() -> argparse.ArgumentParser:
         "path/to/file.py:factory, or hf:NAME (a shipped config: "
         f"{', '.join(shipped_hf_configs())}; or a config.json)",
     )
-    prof.add_argument("--size", default="small", help=f"one of {', '.join(SIZES)} (default small)")
+    prof.add_argument(
+        "--size", default=DEFAULT_SIZE, help=f"one of {', '.join(SIZES)} (default {DEFAULT_SIZE})"
+    )
     for name, choices in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS)):
         default = getattr(DEFAULT_SETTINGS, name)
         prof.add_argument(
@@ -822,7 +826,9 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument(
         "--channels-last", action="store_true", help="channels-last memory format (vision)"
     )
-    prof.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    prof.add_argument(
+        "--device", default=DEFAULT_DEVICE, help=f"cpu, cuda or cuda:N (default {DEFAULT_DEVICE})"
+    )
     add_budget_flags(prof, {"batch_sizes": _int_list, "memory_cap_bytes": parse_bytes})
     prof.add_argument("--dense", action="store_true", help="measure every power of two instead")
     prof.add_argument("--out", help="write the profile here instead of the profile store")

@@ -105,7 +105,8 @@ def _make_planning_assets(root: Path) -> None:
     from srifty_core.cloud.emulated.measurements import emulated_profiles
     from srifty_core.predictors.refresh.config import RefreshConfig
     from srifty_core.predictors.refresh.pipeline import refresh_bandwidth_model
-    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.profiler import profile_model
     from srifty_core.profiling.store import ProfileStore
     from tests.predictors.bw_rows import write_store
 

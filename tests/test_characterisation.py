@@ -236,7 +236,7 @@ def _cli_defaults() -> dict[str, Any]:
 def _config_defaults() -> dict[str, Any]:
     """``profiling.profiler.ProfilerConfig``'s defaults (its seed is the profiler's own, not
     the emulator's: left out)."""
-    from srifty_core.profiling.profiler import ProfilerConfig
+    from srifty_core.profiling.config import ProfilerConfig
 
     c = ProfilerConfig()
     out = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
@@ -246,9 +246,9 @@ def _config_defaults() -> dict[str, Any]:
 
 
 def _cloud_defaults() -> dict[str, dict[str, Any]]:
-    """``jobs.profile_vms.CloudProfileRequest``'s field defaults, and those its
+    """``jobs.cloud_request.CloudProfileRequest``'s field defaults, and those its
     ``from_params`` fills in for a conf naming the model only."""
-    from srifty_core.jobs.profile_vms import CloudProfileRequest
+    from srifty_core.jobs.cloud_request import CloudProfileRequest
 
     return {
         "cloud_request": CloudProfileRequest(model="resnet18").to_dict(),

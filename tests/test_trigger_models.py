@@ -68,7 +68,7 @@ def test_the_dags_conf_refuses_a_file_path_and_the_shell_takes_it(
 
 
 def test_the_profiling_dags_cloud_request_refuses_a_file_path() -> None:
-    from srifty_core.jobs.profile_vms import CloudProfileRequest
+    from srifty_core.jobs.cloud_request import CloudProfileRequest
 
     with pytest.raises(ConfigError, match=r"^model: '/tmp/evil.py:f' is a file path"):
         CloudProfileRequest.from_params({"model": "/tmp/evil.py:f"})

@@ -161,7 +161,7 @@ def test_hf_sizes_scale_the_config_as_the_zoo_sizes_do(tmp_path: Path) -> None:
 
 
 def _quick(settings: TrainingSettings | None = None) -> object:
-    from srifty_core.profiling.profiler import ProfilerConfig
+    from srifty_core.profiling.config import ProfilerConfig
 
     return ProfilerConfig(
         batch_sizes=(1, 4, 8), repeats=2, warmup=1, refine=0, threads=1, max_batch=8,
@@ -190,7 +190,7 @@ def test_a_factory_and_an_hf_model_are_profiled_under_their_own_keys(
 
 
 def test_adamw_steps_cost_more_than_sgd_and_the_profile_says_which() -> None:
-    from srifty_core.profiling.profiler import optimizer_step_seconds
+    from srifty_core.profiling.timing import optimizer_step_seconds
     from srifty_core.workloads.zoo import Workload
 
     module = torch.nn.Linear(1024, 2048)

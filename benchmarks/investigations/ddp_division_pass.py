@@ -53,14 +53,10 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
     import torch.distributed as dist
 
     from srifty_core import host_allocator
-    from srifty_core.profiling.buckets import skip_allreduce
-    from srifty_core.profiling.profiler import (
-        ProfilerConfig,
-        _bytes,
-        copy_bandwidth,
-        step_seconds,
-        trainable,
-    )
+    from srifty_core.profiling.buckets import skip_allreduce, trainable
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.memory import tensor_bytes
+    from srifty_core.profiling.timing import copy_bandwidth, step_seconds
     from srifty_core.workloads.zoo import build
 
     host_allocator.steady()
@@ -98,7 +94,7 @@ def measure(models: list[str], batch: int, rounds: int, repeats: int) -> dict[st
             for r in range(rounds):  # the order rotates from round to round
                 for way in order[r % 3 :] + order[: r % 3]:
                     medians[way].append(steps(ways[way], data))
-            grad = _bytes(trainable(w.module))
+            grad = tensor_bytes(trainable(w.module))
             copy_s = grad / copy_bandwidth(grad, cpu, lambda: None)
             res: dict[str, Any] = {way: statistics.median(v) for way, v in medians.items()}
             res["rounds"] = {way: v for way, v in medians.items()}

@@ -3,7 +3,7 @@
 The profile's ``shared_slowdown`` at 2 workers is a step beside a background worker doing
 the same steps over the step alone, and its ``ddp_overhead`` at 2 a DDP step (a process
 group of one, a no-op exchange) minus the plain step beside a worker doing DDP steps
-(``srifty_core.profiling.profiler``). A job's ranks start every step together, so their
+(``srifty_core.profiling.overheads``). A job's ranks start every step together, so their
 memory-bound phases fall at the same moment; a worker stepping at random moments of its
 own meets them only by chance. This measures both ways in the same process, alternating
 round by round (the host's drift falls on both; which goes first alternates too): per
@@ -41,12 +41,9 @@ def overhead(name: str, batch: int, rounds: int, repeats: int) -> dict[str, Any]
     import torch.distributed as dist
 
     from srifty_core import host_allocator
-    from srifty_core.profiling.profiler import (
-        ProfilerConfig,
-        _colocated_load,
-        _ddp_of_one,
-        step_seconds,
-    )
+    from srifty_core.profiling.colocated import colocated_load, ddp_of_one
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.timing import step_seconds
     from srifty_core.workloads.zoo import build
 
     host_allocator.steady()
@@ -55,7 +52,7 @@ def overhead(name: str, batch: int, rounds: int, repeats: int) -> dict[str, Any]
     config = ProfilerConfig(threads=1, repeats=repeats, warmup=2)
     plain = build(name, "small", seed=0)
     plain.module.train()
-    wrapped = dataclasses.replace(plain, module=_ddp_of_one(copy.deepcopy(plain.module), cpu))
+    wrapped = dataclasses.replace(plain, module=ddp_of_one(copy.deepcopy(plain.module), cpu))
     data = plain.make_batch(batch, cpu, seed=0)
 
     def median(w: Any, together: Any = None) -> float:
@@ -69,11 +66,11 @@ def overhead(name: str, batch: int, rounds: int, repeats: int) -> dict[str, Any]
         for r in range(rounds):
             for lockstep in (False, True) if r % 2 == 0 else (True, False):
                 alone = median(plain)
-                with _colocated_load(
+                with colocated_load(
                     name, "small", batch, config, cpu, others=1, lockstep=lockstep
                 ) as together:
                     shared = median(plain, together)
-                with _colocated_load(
+                with colocated_load(
                     name, "small", batch, config, cpu, others=1, ddp=True, lockstep=lockstep
                 ) as together:
                     p, d = median(plain, together), median(wrapped, together)

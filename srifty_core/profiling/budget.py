@@ -1,5 +1,6 @@
 """The profiler's budget: the knobs a user sets (probes, repeats, refine, B_max bounds,
-threads, host sharing), each with its one default, bounds and help text (``Knob``).
+threads, host sharing), each with its one default, bounds and help text (``Knob``); and
+the model size and device a profile takes by default (``DEFAULT_SIZE``, ``DEFAULT_DEVICE``).
 
 ``ProfilerConfig`` extends ``ProfilerBudget``; ``srifty profile``'s flags
 (``add_budget_flags``), the profile DAG's Params (``budget_params``) and
@@ -17,6 +18,12 @@ from typing import Any
 
 from srifty_core.errors import ConfigError
 
+DEFAULT_SIZE = "small"
+"""The model size a profile is taken at when none is given (``srifty profile --size``, the
+profile DAG's ``size``, ``CloudProfileRequest``, ``profile_model``)."""
+DEFAULT_DEVICE = "cpu"
+"""The device a local profile runs on when none is given (``srifty profile --device``, the
+profile DAG's ``device_types``, ``ProfilerConfig``)."""
 DEFAULT_CPU_MEMORY_CAP = 4 * 1024**3
 """CPU: the memory a batch must fit in when ``memory_cap_bytes`` is not set."""
 DEFAULT_CPU_MAX_STEP_S = 2.0

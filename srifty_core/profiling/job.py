@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srifty_core.outputs import Output
+from srifty_core.profiling.config import ProfilerConfig, Progress
 from srifty_core.profiling.profile import ComputeProfile
-from srifty_core.profiling.profiler import ProfilerConfig, Progress, profile_model
+from srifty_core.profiling.profiler import profile_model
 from srifty_core.profiling.report import log_profile
 from srifty_core.profiling.store import ProfileStore
 

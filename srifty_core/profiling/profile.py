@@ -126,7 +126,7 @@ class ComputeProfile:
     ``max_batch N`` (the search's ceiling)."""
     noisy: tuple[str, ...] = ()
     """Measurements whose repeats disagreed beyond the profiler's bound even after it
-    re-measured them (``profiler.NOISY_CV``): what to distrust, one line each."""
+    re-measured them (``noise.NOISY_CV``): what to distrust, one line each."""
     estimate: str = ""
     """Empty for a measured profile; else how it was estimated without measuring this
     device (``predictors.roofline``): ``specs`` or ``scaled from <device>``."""

@@ -13,13 +13,13 @@ from srifty_core.measure.probe_worker import NOISE_ENV
 
 
 def test_the_rule_is_std_over_mean_and_one_constant() -> None:
-    from srifty_core.profiling import profiler
+    from srifty_core.profiling import sweep, timing
 
-    assert profiler.NOISY_CV is noise.NOISY_CV and profiler.NOISY_RETRIES == 2
+    assert sweep.NOISY_CV is noise.NOISY_CV and sweep.NOISY_RETRIES == 2
     assert noise.spread([1.0, 1.0, 1.0]) == 0.0
     assert noise.spread([10.0, 1.0, 1.0, 1.0, 1.0]) == pytest.approx(16.2**0.5 / 2.8)
     assert noise.is_noisy(0.26) and not noise.is_noisy(0.25)
-    assert profiler.step_spread(([1.0, 3.0], [1.0, 3.0])) == noise.spread([2.0, 6.0])
+    assert timing.step_spread(([1.0, 3.0], [1.0, 3.0])) == noise.spread([2.0, 6.0])
 
 
 def test_srifty_probe_warns_of_a_noisy_point(

@@ -4,15 +4,15 @@ import pytest
 import torch
 
 from srifty_core.errors import ConfigError
-from srifty_core.profiling.profile import ComputeProfile
-from srifty_core.profiling.profiler import (
+from srifty_core.profiling.config import ProfilerConfig
+from srifty_core.profiling.memory import (
     SEARCH_MARGIN,
     BatchDoesNotFitError,
-    ProfilerConfig,
     find_b_max,
-    profile_model,
     training_memory_bytes,
 )
+from srifty_core.profiling.profile import ComputeProfile
+from srifty_core.profiling.profiler import profile_model
 from srifty_core.workloads.zoo import build
 
 CPU = torch.device("cpu")
@@ -150,7 +150,7 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     import torch
     import torch.distributed as dist
 
-    from srifty_core.profiling.profiler import ddp_overhead
+    from srifty_core.profiling.overheads import ddp_overhead
     from srifty_core.workloads.zoo import build
 
     torch.set_num_threads(1)
@@ -192,20 +192,20 @@ def test_b_max_search_does_not_run_a_batch_predicted_far_over_the_cap(
 ) -> None:
     """On the CPU a batch over the host's memory is not an error to catch but a killed
     process: the search extrapolates from what it measured and skips such batches."""
-    import srifty_core.profiling.profiler as profiler
+    from srifty_core.profiling import memory
 
     w = build("resnet18", "tiny")
     at = {b: training_memory_bytes(w, w.make_batch(b, CPU), CPU) for b in (4, 5, 8)}
     cap = (at[4] + at[5]) // 2
     assert at[8] > SEARCH_MARGIN * cap  # what the doubling from 4 would reach
     ran: list[int] = []
-    real = profiler._fits
+    real = memory._fits
 
     def counting(workload, b, device, cap):  # type: ignore[no-untyped-def]
         ran.append(b)
         return real(workload, b, device, cap)
 
-    monkeypatch.setattr(profiler, "_fits", counting)
+    monkeypatch.setattr(memory, "_fits", counting)
     probe = find_b_max(w, CPU, ProfilerConfig(memory_cap_bytes=cap), None)
     assert probe.b_max == 4
     assert 8 in dict(probe.measured) and 8 not in ran  # predicted over the cap: not run
@@ -213,7 +213,7 @@ def test_b_max_search_does_not_run_a_batch_predicted_far_over_the_cap(
 
 
 def test_step_peak_sees_the_temporaries_the_estimate_does_not() -> None:
-    from srifty_core.profiling.profiler import step_peak_bytes
+    from srifty_core.profiling.memory import step_peak_bytes
 
     w = build("dlrm", "small", seed=0)
     batch = w.make_batch(32768, CPU)
@@ -234,11 +234,11 @@ def test_lockstep_load_workers_start_each_step_with_the_profiler(
     import time
 
     from srifty_core.errors import SriftyError
-    from srifty_core.profiling import profiler
+    from srifty_core.profiling import colocated
 
     before = set(mp.active_children())
     config = ProfilerConfig(threads=1)
-    with profiler._colocated_load(
+    with colocated.colocated_load(
         "dlrm", "tiny", 4, config, CPU, others=1, lockstep=True
     ) as together:
         assert together is not None
@@ -246,11 +246,11 @@ def test_lockstep_load_workers_start_each_step_with_the_profiler(
             together()
             time.sleep(0.05)
     assert set(mp.active_children()) == before
-    with profiler._colocated_load("dlrm", "tiny", 4, config, CPU, others=1) as free:
+    with colocated.colocated_load("dlrm", "tiny", 4, config, CPU, others=1) as free:
         assert free is None  # not in lockstep: nothing to call
 
-    monkeypatch.setattr(profiler, "LOCKSTEP_TIMEOUT_S", 3.0)
-    with profiler._colocated_load(
+    monkeypatch.setattr(colocated, "LOCKSTEP_TIMEOUT_S", 3.0)
+    with colocated.colocated_load(
         "dlrm", "tiny", 4, config, CPU, others=1, lockstep=True
     ) as together:
         assert together is not None
@@ -275,9 +275,10 @@ def test_a_load_worker_ends_with_a_killed_profiler() -> None:
 
     script = (
         "import multiprocessing as mp, time, torch\n"
-        "from srifty_core.profiling.profiler import ProfilerConfig, _colocated_load\n"
+        "from srifty_core.profiling.colocated import colocated_load\n"
+        "from srifty_core.profiling.config import ProfilerConfig\n"
         "config = ProfilerConfig(threads=1)\n"
-        "with _colocated_load('dlrm', 'tiny', 4, config, torch.device('cpu'), others=1):\n"
+        "with colocated_load('dlrm', 'tiny', 4, config, torch.device('cpu'), others=1):\n"
         "    print(*(p.pid for p in mp.active_children()), flush=True)\n"
         "    time.sleep(120)\n"
     )

@@ -73,8 +73,8 @@ def test_srifty_train_job_runs_your_script_with_the_dags_steps(
     import yaml
 
     from srifty_core.cli import main
+    from srifty_core.profiling.config import ProfilerConfig
     from srifty_core.profiling.job import run_profile_job
-    from srifty_core.profiling.profiler import ProfilerConfig
 
     monkeypatch.chdir(ROOT)
     model = "examples/digits/model.py:build"

@@ -314,7 +314,8 @@ def test_a_plan_file_priced_at_nothing_recalibrates(ready_to_plan: Path) -> None
 def _profile_tiny_dlrm() -> None:
     """What a fresh install has after the quick start's ``srifty profile``: this host's
     compute profile of the model, and nothing else (no probes, no bandwidth model)."""
-    from srifty_core.profiling.profiler import ProfilerConfig, profile_model
+    from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.profiler import profile_model
     from srifty_core.profiling.store import ProfileStore
 
     config = ProfilerConfig(max_batch=16, repeats=3, warmup=1, threads=1, share_host=1)

@@ -254,7 +254,7 @@ class EC2Provider(Provider):
     def launch_script(self, request: LaunchRequest, script: str) -> Allocation:
         """One allocation whose VMs install the worker wheel and run ``script`` (a bash
         script, as a training configuration's start script: ``training_user_data``), e.g.
-        a profiling VM (``jobs.profile_vms``). Launched with
+        a profiling VM (``jobs.profiler_vm``). Launched with
         ``InstanceInitiatedShutdownBehavior=terminate``: a script that ends with
         ``shutdown`` stops the VM's billing itself."""
         if self.training is not None or self.worker:

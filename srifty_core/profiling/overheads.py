@@ -1,0 +1,116 @@
+"""What a step costs beyond one process stepping alone, measured with load workers in
+lockstep (``colocated``): the slowdown of workers sharing the host (``shared_slowdown``)
+and what wrapping the model in DDP adds (``ddp_overhead``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from srifty_core.profiling.colocated import colocated_load, ddp_of_one
+from srifty_core.profiling.config import ProfilerConfig
+from srifty_core.profiling.timing import step_seconds
+from srifty_core.workloads.zoo import Workload
+
+SHARE_ROUNDS = 3
+"""Alternating alone/shared rounds of ``shared_slowdown``."""
+
+
+def shared_slowdown(
+    name: str,
+    size: str,
+    workload: Workload,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+) -> tuple[tuple[int, float], ...]:
+    """``(k, factor)`` for k = 2..``config.shared_workers`` (none on CUDA): the median
+    forward-plus-backward time at ``batch`` with ``k - 1`` background workers doing the
+    same steps in step with it (``colocated_load``'s lockstep: a job's ranks start each
+    step together), over the median alone. The workers start once and are paused and
+    resumed for ``SHARE_ROUNDS`` alternating rounds (alone, shared, alone, ...), so that
+    drift and one-off disturbances of the host (another process starting, a page-fault
+    storm) fall on both sides; at least 1."""
+    workers = config.shared_workers(device.type == "cpu")
+    if workers <= 1:
+        return ()
+    import multiprocessing as mp
+
+    data = workload.make_batch(batch, device, seed=config.seed)
+    out = []
+    for k in range(2, workers + 1):
+        go = mp.get_context("spawn").Event()
+        alone: list[float] = []
+        shared: list[float] = []
+        with colocated_load(
+            name, size, batch, config, device, others=k - 1, go=go, lockstep=True
+        ) as together:
+            for _ in range(SHARE_ROUNDS):
+                go.clear()
+                alone += step_seconds(workload, data, config, sync)
+                go.set()
+                shared += step_seconds(workload, data, config, sync, together)
+        out.append((k, max(1.0, statistics.median(shared) / statistics.median(alone))))
+    return tuple(out)
+
+
+def ddp_overhead(
+    name: str,
+    size: str,
+    workload: Workload,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+) -> tuple[tuple[int, float], ...]:
+    """``(k, seconds)`` for k = 1..``config.shared_workers`` (1 on a GPU): what wrapping the
+    model in DDP adds to a forward-plus-backward step at ``batch``, with ``k - 1``
+    background workers doing DDP steps of their own in step with it (and ``colocated - 1``
+    as always): DDP's passes over the gradients are memory-bound and come at the same
+    moment of every rank's step, so workers that step together slow them more than
+    workers at random moments of theirs (``benchmarks/investigations/ddp_lockstep.py``:
+    ResNet-18 at batch 8 beside one worker, +3.9 ms in step against +1.8 at random moments,
+    medians of four alternated rounds; docs/benchmarks/local-ddp.md has the rest and the
+    noise).
+
+    A copy of the model is wrapped in ``DistributedDataParallel`` over a process group of
+    this process alone (an in-memory store, gloo on the CPU, NCCL on CUDA) with a no-op
+    communication hook: what remains is DDP's own work (autograd hooks, gradients copied
+    into the buckets and back, buffer broadcasts), which the copy bandwidth alone does not
+    predict (ShuffleNet's 170 small tensors cost 1.9 ms where its two copy passes take 0.2;
+    DLRM's 38 large ones 7 ms where they take 7, and 17 ms on a busier host). Median DDP
+    step minus median plain step over ``SHARE_ROUNDS`` alternating rounds, at least 0.
+    Empty where a process group already exists in this process (a profile taken inside a
+    training job)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        return ()
+    cuda = device.type == "cuda"
+    try:
+        module = ddp_of_one(copy.deepcopy(workload.module), device)
+        wrapped = dataclasses.replace(workload, module=module)
+        data = workload.make_batch(batch, device, seed=config.seed)
+        out = []
+        base = config.colocated - 1
+        for k in range(1, config.shared_workers(not cuda) + 1):
+            plain: list[float] = []
+            ddp: list[float] = []
+            with colocated_load(
+                name, size, batch, config, device, others=base + k - 1, ddp=True, lockstep=True
+            ) as together:
+                for _ in range(SHARE_ROUNDS):
+                    plain += step_seconds(workload, data, config, sync, together)
+                    ddp += step_seconds(wrapped, data, config, sync, together)
+            out.append((k, max(0.0, statistics.median(ddp) - statistics.median(plain))))
+        del module, wrapped
+        return tuple(out)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
