@@ -216,8 +216,8 @@ EXPECTED_PROFILER_DIVERGENCES: dict[str, dict[str, Any]] = {}
 
 
 def _cli_defaults() -> dict[str, Any]:
-    """``srifty profile``'s defaults (``cli.build_parser``), by the profiler's names."""
-    from srifty_core.cli import build_parser
+    """``srifty profile``'s defaults (``cli.parser.build_parser``), by the profiler's names."""
+    from srifty_core.cli.parser import build_parser
 
     a = build_parser().parse_args(["profile", "--model", "resnet18"])
     return {

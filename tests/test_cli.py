@@ -378,7 +378,7 @@ def test_the_demo_takes_as_long_in_its_help_as_in_the_readme() -> None:
     """The README and `srifty demo --help` give the demo one duration."""
     import re
 
-    from srifty_core.cli import build_parser
+    from srifty_core.cli.parser import build_parser
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     said = re.search(r"`scripts/demo` .*?[Ii]n about (\w+) minutes", readme, re.S)

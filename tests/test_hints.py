@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from srifty_core.cli import build_parser, main
+from srifty_core.cli import main
+from srifty_core.cli.parser import build_parser
 
 HINT = re.compile(r"(?<!`)`(srifty [^`]*)`(?!`)")
 """A command in single backticks (a docstring's ``double`` ones are not hints)."""

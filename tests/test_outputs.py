@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from srifty_core import atomic
-from srifty_core.cli import main, read_train_plan
+from srifty_core.cli import main
+from srifty_core.cli.training import read_train_plan
 from srifty_core.errors import ConfigError
 from srifty_core.outputs import output
 from srifty_core.runtime.train_plan import TrainPlan

@@ -241,7 +241,7 @@ def test_srifty_plan_plans_a_factory_model_from_its_profile_alone(
     assert main([*argv, "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["best"] is not None
-    from srifty_core.cli import read_train_plan
+    from srifty_core.cli.training import read_train_plan
 
     train = read_train_plan(written)  # what `srifty train` reads
     assert train.model == DIGITS and train.size == "full" and train.global_batch == 16

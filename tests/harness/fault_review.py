@@ -2507,7 +2507,8 @@ fault(
     "`JSONDecodeError` / `UnicodeDecodeError` / `FileNotFoundError` tracebacks "
     "(`TrainPlan.load` caught only `TypeError`), an unknown model reached the workers (read "
     "from the code; fixed before the review measured it)",
-    "one line naming the file or the field, before any worker starts (`cli.read_train_plan`)",
+    "one line naming the file or the field, before any worker starts "
+    "(`cli.training.read_train_plan`)",
     cases=(
         "train-malformed-json",
         "train-binary",
@@ -2526,7 +2527,7 @@ fault(
     'a progress record with bad types (`"iteration": "six"`, `samples: null`, `step_s: NaN`) '
     "under `monitor` or `train`",
     "`ValueError` traceback (train's resume check), or a NaN throughput and exit 0 (monitor)",
-    "one line naming the log (`cli.read_progress_checked`)",
+    "one line naming the log (`cli.training.read_progress_checked`)",
     cases=(
         "monitor-bad-types",
         "monitor-null-samples",

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from srifty_core.cli import build_parser, main
+from srifty_core.cli import main
+from srifty_core.cli.parser import build_parser
 from srifty_core.probing.store import records_to_table, write_partition
 from srifty_core.profiling.store import ProfileStore
 from tests.probing.rows import make_rows

@@ -21,8 +21,8 @@ from srifty_core.profiling.budget import (
 
 
 def _profile_parser() -> argparse.ArgumentParser:
-    """``srifty profile``'s parser, as ``cli.build_parser`` makes it."""
-    from srifty_core.cli import build_parser
+    """``srifty profile``'s parser, as ``cli.parser.build_parser`` makes it."""
+    from srifty_core.cli.parser import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return sub.choices["profile"]

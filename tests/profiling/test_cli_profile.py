@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from srifty_core.cli import main, parse_bytes
+from srifty_core.cli import main
+from srifty_core.cli.parser import parse_bytes
 from srifty_core.profiling.profile import ComputeProfile
 
 

@@ -145,7 +145,7 @@ def test_ctrl_c_while_building_is_one_line_and_exit_130(models: Path) -> None:
 
 
 def test_entrypoint_null_in_a_train_plan_is_named(tmp_path: Path) -> None:
-    from srifty_core.cli import read_train_plan
+    from srifty_core.cli.training import read_train_plan
 
     plan = tmp_path / "plan.json"
     plan.write_text(
