@@ -94,8 +94,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _cmd_profile_cloud(args)
 
     from srifty_core.profiling.budget import KNOBS
-    from srifty_core.profiling.job import run_profile_job
     from srifty_core.profiling.config import ProfilerConfig
+    from srifty_core.profiling.job import run_profile_job
     from srifty_core.profiling.report import summary_text
     from srifty_core.training_settings import TrainingSettings
 
