@@ -246,7 +246,7 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     # (importer, imported): why it stays inside a function. "heavy: X": importing the module
     # loads X; "patched: N": tests patch N at its source and rely on the lookup at call
     # time; "srifty --help": the CLI imports the importer, and the import would make the
-    # help load more; "except handler": the fallback of a missing profile (the estimate).
+    # help load more.
     ("srifty_core", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.predictors.table"): "heavy: pyarrow",
@@ -276,9 +276,6 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.predictors.refresh", "srifty_core.predictors.tuning"): "heavy: pyarrow",
     ("srifty_core.predictors.refresh", "srifty_core.probing.store"): "heavy: pyarrow",
     ("srifty_core.profiling.census", "srifty_core.profiling.buckets"): "heavy: torch",
-    ("srifty_core.profiling.store", "srifty_core.catalog"): "except handler",
-    ("srifty_core.profiling.store", "srifty_core.console"): "except handler",
-    ("srifty_core.profiling.store", "srifty_core.profiling.estimate"): "except handler",
     ("srifty_core.runtime.child_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.emulated_job", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.job_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
