@@ -35,7 +35,7 @@ from srifty_core.airflow_env import (
 )
 from srifty_core.atomic import replacing
 from srifty_core.errors import SriftyError
-from srifty_core.tracking import default_tracking_uri
+from srifty_core.tracking.store import default_tracking_uri
 
 DEFAULT_PASSWORD = "srifty-admin"
 LOOPBACK = "127.0.0.1"

@@ -2,7 +2,7 @@
 runtime's layers (and the runtime, cloud and profiling packages) import downwards only, the
 packages import downwards in the redesign's layer order (no allow-list left) and form no
 import cycle between them; there are no provider-name switches above the cloud
-package, and the modules that import MLflow are pinned to today's list, which can only shrink.
+package, and only the tracking package imports MLflow.
 
 A small AST check, no import-linter: every ``import`` and ``from ... import`` of a module
 counts, at module level and inside functions (a function-level import is how a cycle
@@ -255,7 +255,7 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     # (importer, imported): why it stays inside a function. "heavy: X": importing the module
     # loads X; "patched: N": tests patch N at its source and rely on the lookup at call
     # time; "srifty --help": the CLI imports the importer, and the import would make the
-    # help load more; "except handler": the fallback of a missing profile (the estimate).
+    # help load more.
     ("srifty_core", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.predictors.table"): "heavy: pyarrow",
@@ -289,18 +289,12 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.predictors.refresh.promote", "srifty_core.predictors.registry"): "heavy: pyarrow",
     ("srifty_core.predictors.refresh.register", "srifty_core.predictors.registry"):
         "heavy: pyarrow",
-    ("srifty_core.predictors.registry", "srifty_core.tracking"): "patched: tracking",
     ("srifty_core.profiling.census", "srifty_core.profiling.buckets"): "heavy: torch",
-    ("srifty_core.profiling.report", "srifty_core.tracking"): "patched: tracking",
-    ("srifty_core.profiling.store", "srifty_core.catalog"): "except handler",
-    ("srifty_core.profiling.store", "srifty_core.console"): "except handler",
-    ("srifty_core.profiling.store", "srifty_core.profiling.estimate"): "except handler",
     ("srifty_core.runtime.child_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.emulated_job", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.job_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.job_run", "srifty_core.runtime.local_run"): "heavy: torch",
     ("srifty_core.runtime.orchestrate", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.orchestrate", "srifty_core.tracking"): "patched: tracking",
     ("srifty_core.runtime.planning", "srifty_core.planner.job"): "patched: public_bandwidth",
     ("srifty_core.runtime.planning", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.runtime.planning", "srifty_core.predictors.registry"): "heavy: pyarrow",
@@ -394,8 +388,8 @@ def test_every_cli_module_is_a_lazy_importer() -> None:
 _PACKAGE_LAYERS = (
     ("L0 base", "errors paths training_settings atomic outputs lifetime worker_env"
      " host_allocator noise plotting console"),
-    # tracking: today the MLflow store's set-up and tags (it imports paths only); the
-    # modules that log to MLflow sit above it and call it
+    # tracking: every MLflow call (store, runs, registry; it imports paths and errors
+    # only); the modules that log to MLflow sit above it and call it
     ("L1 data", "catalog probing workload workloads runs tracking"),
     # what a strategy holds per rank and how a module is sharded (no package of Srifty's)
     ("L1 sharding", "sharding"),
@@ -525,15 +519,8 @@ KNOWN_PROVIDER_SWITCHES: dict[tuple[str, str], int] = {}
 """Comparisons with a provider name and ``isinstance(..., <X>Provider)`` checks outside
 ``PROVIDER_HOMES``, ``(module, expression) -> count``: none; the providers answer instead
 (``Provider.shares_host``, ``billed``, ``simulated``, ``start_workers``...)."""
-MLFLOW_MODULES = frozenset({
-    "srifty_core.predictors.pyfunc",
-    "srifty_core.predictors.registry",
-    "srifty_core.profiling.report",
-    "srifty_core.runtime.job_log",
-    "srifty_core.runtime.orchestrate",
-    "srifty_core.tracking",
-})  # fmt: skip
-"""Today's modules that import MLflow (at any level); the target: the tracking package only."""
+MLFLOW_HOME = "srifty_core.tracking"
+"""The one package that imports MLflow; everything else calls its functions."""
 
 
 def _strings(node: ast.expr) -> set[str]:
@@ -594,10 +581,15 @@ def test_no_provider_names_above_cloud() -> None:
     assert provider_switches() == KNOWN_PROVIDER_SWITCHES == {}, "ask the Provider instead"
 
 
-def test_mlflow_is_imported_only_where_it_is_today() -> None:
+def outside_mlflow_home(importers: set[str]) -> list[str]:
+    """The modules of ``importers`` outside ``MLFLOW_HOME``."""
+    return sorted(m for m in importers if m != MLFLOW_HOME and not m.startswith(MLFLOW_HOME + "."))
+
+
+def test_mlflow_is_imported_only_in_the_tracking_package() -> None:
     found = mlflow_importers()
-    assert sorted(found - MLFLOW_MODULES) == [], "MLflow belongs in the tracking modules"
-    assert sorted(MLFLOW_MODULES - found) == [], "no longer imports MLflow: remove it here"
+    assert outside_mlflow_home(found) == [], "MLflow belongs in srifty_core.tracking"
+    assert found, "nothing imports MLflow: the check looks in the wrong place"
 
 
 def test_the_provider_and_mlflow_checks_find_what_they_look_for(tmp_path: Path) -> None:
@@ -614,9 +606,19 @@ def test_the_provider_and_mlflow_checks_find_what_they_look_for(tmp_path: Path) 
         "    return p.provider == 'local'\n"
     )
     (pkg / "log.py").write_text("def f():\n    from mlflow import log_metric\n")
+    (pkg / "tracking").mkdir()
+    (pkg / "tracking" / "__init__.py").write_text("")
+    (pkg / "tracking" / "runs.py").write_text("def f():\n    import mlflow\n")
+    (pkg / "trackingx.py").write_text("import mlflow\n")
     assert provider_switches(pkg) == {
         ("srifty_core.jobs", "p.provider in ('local', 'ec2-emulated')"): 1,
         ("srifty_core.jobs", "isinstance(q, cloud.LocalProvider)"): 1,
         ("srifty_core.jobs", "p.provider == 'local'"): 1,
     }
-    assert mlflow_importers(pkg) == {"srifty_core.jobs", "srifty_core.log"}
+    found = mlflow_importers(pkg)
+    assert found == {
+        "srifty_core.jobs", "srifty_core.log", "srifty_core.tracking.runs", "srifty_core.trackingx"
+    }  # fmt: skip
+    assert outside_mlflow_home(found) == [
+        "srifty_core.jobs", "srifty_core.log", "srifty_core.trackingx"
+    ]  # fmt: skip

@@ -33,20 +33,18 @@
 - Data version: every version carries the ``data_version`` tag of the rows it was fitted
   on (``champion_data_version`` reads it, or the run's parameter for older versions); a
   refresh of the champion's very rows registers nothing (``refresh.register``).
-- Store: ``srifty_core.tracking`` (SQLite + local artifacts under the data folder unless
-  ``MLFLOW_TRACKING_URI`` or ``tracking_uri`` says otherwise).
+- Store: ``srifty_core.tracking.store`` (SQLite + local artifacts under the data folder
+  unless ``MLFLOW_TRACKING_URI`` or ``tracking_uri`` says otherwise). The MLflow calls
+  themselves are ``srifty_core.tracking.registry``'s; this module says what is logged and
+  read, and never imports MLflow.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import logging
-import os
 import tempfile
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +53,9 @@ from srifty_core.predictors import champion_cache
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.champion_cache import ChampionSource
 from srifty_core.predictors.features import LABEL
-from srifty_core.tracking import resolve_tracking_uri
-
-_log = logging.getLogger(__name__)
+from srifty_core.tracking.registry import CodeModel, ModelRegistry, ModelVersion, log_code_model
+from srifty_core.tracking.runs import Dataset, RunLog, srifty_tags
+from srifty_core.tracking.store import resolve_tracking_uri
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,70 +87,35 @@ def _pip_requirements() -> list[str]:
     return out
 
 
-def client(tracking_uri: str | None = None) -> Any:
-    """An ``MlflowClient`` on the store (the experiment is created if new)."""
-    from srifty_core.tracking import setup_experiment
-
-    setup_experiment(EXPERIMENT, tracking_uri)
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient()
-
-
-def _reader(tracking_uri: str | None) -> tuple[Any, str]:
-    """(``MlflowClient``, tracking URI) for reading the registry: unlike ``client`` it
-    creates no experiment and leaves MLflow's process-wide tracking URI alone."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-    uri, _ = resolve_tracking_uri(tracking_uri)
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri), uri
-
-
-def _by_alias(c: Any, alias: str) -> Any:
-    """The ``ModelVersion`` holding ``alias``, or None."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return c.get_model_version_by_alias(MODEL_NAME, alias)
-    except MlflowException:
-        return None
+def _writer(tracking_uri: str | None) -> ModelRegistry:
+    """The registry, for moving aliases and setting tags (the experiment is created if new)."""
+    return ModelRegistry.writer(EXPERIMENT, tracking_uri)
 
 
 def alias_version(alias: str, tracking_uri: str | None = None) -> str | None:
     """The model version holding ``alias``, or None."""
-    mv = _by_alias(_reader(tracking_uri)[0], alias)
-    return None if mv is None else str(mv.version)
+    mv = ModelRegistry.reader(tracking_uri).by_alias(MODEL_NAME, alias)
+    return None if mv is None else mv.version
 
 
 def champion_data_version(tracking_uri: str | None = None) -> tuple[str, str | None] | None:
     """(champion version, the data version it was fitted on), or None without a champion.
     The data version is the version's ``data_version`` tag, else its run's parameter (older
     versions), else None."""
-    c, _ = _reader(tracking_uri)
-    mv = _by_alias(c, CHAMPION)
+    reg = ModelRegistry.reader(tracking_uri)
+    mv = reg.by_alias(MODEL_NAME, CHAMPION)
     if mv is None:
         return None
-    data_version = (mv.tags or {}).get(DATA_VERSION_TAG)
+    data_version = mv.tags.get(DATA_VERSION_TAG)
     if data_version is None and mv.run_id:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            data = c.get_run(mv.run_id).data
-        except MlflowException:
-            data = None
-        if data is not None:
-            data_version = data.params.get(DATA_VERSION_TAG) or data.tags.get(DATA_VERSION_TAG)
-    return str(mv.version), data_version
+        data_version = reg.run_value(mv.run_id, DATA_VERSION_TAG)
+    return mv.version, data_version
 
 
 def load_version(version: str, tracking_uri: str | None = None) -> BandwidthModel:
     """The ``BandwidthModel`` of one registered version (read as the module docstring says:
     no pyfunc, no pickle). ``SriftyError`` when the version or its predictor is missing."""
-    c, uri = _reader(tracking_uri)
-    return _load(c, str(version), uri)
+    return _load(ModelRegistry.reader(tracking_uri), str(version))
 
 
 def load_champion(tracking_uri: str | None = None, *, refresh: bool = False) -> BandwidthModel:
@@ -182,17 +145,17 @@ def load_champion_with_source(
                 why = str(exc)
         else:
             why = hit
-    c, _ = _reader(uri)
-    mv = _by_alias(c, CHAMPION)
+    reg = ModelRegistry.reader(uri)
+    mv = reg.by_alias(MODEL_NAME, CHAMPION)
     if mv is None:
         raise NoChampionError(
             f"no {CHAMPION!r} version of model {MODEL_NAME!r} in the MLflow store; "
             "fit one with `srifty fit-bandwidth`"
         )
-    version = str(mv.version)
+    version = mv.version
     run_id, data_version = _meta(mv)
     with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
-        folder = _download(c, version, uri, Path(tmp))
+        folder = _download(reg, version, Path(tmp))
         model = _read(folder, f"version {version} of model {MODEL_NAME!r}")
         try:
             champion_cache.store(
@@ -219,17 +182,15 @@ def load_champion_with_source(
     return model, source
 
 
-def _meta(mv: Any) -> tuple[str | None, str | None]:
-    """(run id, data version) of a ``ModelVersion``, for the local copy's pointer."""
-    data_version = (mv.tags or {}).get(DATA_VERSION_TAG)
-    run_id = str(mv.run_id) if mv.run_id else None
-    return run_id, None if data_version is None else str(data_version)
+def _meta(mv: ModelVersion) -> tuple[str | None, str | None]:
+    """(run id, data version) of a model version, for the local copy's pointer."""
+    return mv.run_id, mv.tags.get(DATA_VERSION_TAG)
 
 
-def _load(c: Any, version: str, tracking_uri: str) -> BandwidthModel:
+def _load(reg: ModelRegistry, version: str) -> BandwidthModel:
     """Download version ``version``'s predictor folder (and nothing else) and read it."""
     with tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp:
-        folder = _download(c, version, tracking_uri, Path(tmp))
+        folder = _download(reg, version, Path(tmp))
         return _read(folder, f"version {version} of model {MODEL_NAME!r}")
 
 
@@ -241,40 +202,24 @@ def _read(folder: Path, what: str) -> BandwidthModel:
         raise SriftyError(f"{what}: its bandwidth predictor cannot be read ({exc})") from None
 
 
-def _download(c: Any, version: str, tracking_uri: str, tmp: Path) -> Path:
+def _download(reg: ModelRegistry, version: str, tmp: Path) -> Path:
     """Download version ``version``'s predictor folder (and nothing else) under ``tmp``;
     returns the folder."""
-    from mlflow.artifacts import download_artifacts
-    from mlflow.exceptions import MlflowException
-
     what = f"version {version} of model {MODEL_NAME!r}"
-    try:
-        root = str(c.get_model_version_download_uri(MODEL_NAME, version)).rstrip("/")
-    except MlflowException as exc:
-        raise SriftyError(f"{what}: not in the MLflow store ({exc.message})") from None
-    try:
-        mlmodel = download_artifacts(
-            artifact_uri=f"{root}/MLmodel", dst_path=str(tmp), tracking_uri=tracking_uri
-        )
-    except (MlflowException, OSError):
+    root = reg.download_root(MODEL_NAME, version)
+    mlmodel = reg.download(f"{root}/MLmodel", tmp)
+    if mlmodel is None:
         raise SriftyError(
             f"{what} has no MLmodel at {root}: not a bandwidth model logged by srifty"
-        ) from None
-    sub = _predictor_path(Path(mlmodel), what)
-    try:
-        folder = download_artifacts(
-            artifact_uri=f"{root}/{sub}",
-            dst_path=str(tmp / PREDICTOR_ARTIFACT),
-            tracking_uri=tracking_uri,
         )
-    except (MlflowException, OSError):
-        folder = ""
-    if not folder or not (Path(folder) / "model.json").is_file():
+    sub = _predictor_path(mlmodel, what)
+    folder = reg.download(f"{root}/{sub}", tmp / PREDICTOR_ARTIFACT)
+    if folder is None or not (folder / "model.json").is_file():
         raise SriftyError(
             f"{what} has no bandwidth predictor files (model.json, boosters) at "
             f"{root}/{sub}; register it again with `srifty fit-bandwidth`"
         )
-    return Path(folder)
+    return folder
 
 
 def _predictor_path(mlmodel: Path, what: str) -> str:
@@ -316,81 +261,42 @@ def log_fit(
     the run's MLflow dataset input (context ``training``; schema, row count and a digest,
     the ``data_version`` tag when given; not the rows themselves), named after
     ``data_source``. Returns (run id, version)."""
-    from srifty_core.tracking import setup_experiment, srifty_tags
-
-    experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-    import mlflow.pyfunc
-
-    signature = None
-    if input_example is not None:
-        from mlflow.models import infer_signature
-
-        example = input_example.reset_index(drop=True)
-        with warnings.catch_warnings():  # the hint that integer columns cannot hold NaN
-            warnings.simplefilter("ignore", UserWarning)
-            signature = infer_signature(example, BandwidthModel.load(model_dir).predict(example))
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
-        mlflow.set_tags({**srifty_tags(kind="bandwidth-model"), **tags})
-        mlflow.log_params({k: _param(v) for k, v in params.items()})  # one batch
-        if training_data is not None:
-            from mlflow.data.pandas_dataset import from_pandas
-
-            with warnings.catch_warnings():  # MLflow's hint about integer columns
-                warnings.simplefilter("ignore", UserWarning)
-                dataset = from_pandas(
-                    training_data,
-                    source=data_source or "probe store",
-                    targets=LABEL,
-                    name="probes",
-                    digest=tags.get("data_version"),
-                )
-            mlflow.log_input(dataset, context="training")
-        # before the model: log_model links the run's metrics to the logged model
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v == v})  # no NaN
-        for path in artifacts.values():
-            mlflow.log_artifact(str(path))
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, obj in json_artifacts.items():
-                p = Path(tmp) / name
-                p.write_text(json.dumps(obj, indent=1, default=str))
-                mlflow.log_artifact(str(p))
-        with warnings.catch_warnings(), _notices_as_info():  # MLflow's hints, pandas'
-            warnings.simplefilter("ignore", UserWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            info = mlflow.pyfunc.log_model(
-                name="model",
-                python_model=str(PYFUNC_CODE),
-                artifacts={PREDICTOR_ARTIFACT: str(model_dir)},
-                signature=signature,
-                input_example=input_example,
-                pip_requirements=_pip_requirements(),
-                registered_model_name=MODEL_NAME,
-                tags=dict(tags),
-            )
-        version = str(info.registered_model_version)
-        run_id = str(run.info.run_id)
-    c = client(tracking_uri)
-    c.set_registered_model_alias(MODEL_NAME, CHALLENGER, version)
-    c.set_model_version_tag(MODEL_NAME, version, "run_id", run_id)
+    model = CodeModel(
+        name=MODEL_NAME,
+        code=PYFUNC_CODE,
+        artifacts={PREDICTOR_ARTIFACT: model_dir},
+        pip_requirements=_pip_requirements(),
+        tags=dict(tags),
+        input_example=input_example,
+        predict=None if input_example is None else BandwidthModel.load(model_dir).predict,
+    )
+    dataset = None
+    if training_data is not None:
+        dataset = Dataset(
+            training_data,
+            name="probes",
+            source=data_source or "probe store",
+            targets=LABEL,
+            digest=tags.get("data_version"),
+        )
+    run_id, version = log_code_model(
+        EXPERIMENT,
+        run_name,
+        model,
+        tags={**srifty_tags(kind="bandwidth-model"), **tags},
+        params={k: _param(v) for k, v in params.items()},
+        metrics={k: float(v) for k, v in metrics.items() if v == v},  # no NaN
+        files=list(artifacts.values()),
+        json_files=json_artifacts,
+        dataset=dataset,
+        tracking_uri=tracking_uri,
+    )
+    reg = _writer(tracking_uri)
+    reg.set_alias(MODEL_NAME, CHALLENGER, version)
+    reg.set_version_tag(MODEL_NAME, version, "run_id", run_id)
     for key, value in tags.items():
-        c.set_model_version_tag(MODEL_NAME, version, key, value)
+        reg.set_version_tag(MODEL_NAME, version, key, value)
     return run_id, version
-
-
-@contextlib.contextmanager
-def _notices_as_info() -> Iterator[None]:
-    """MLflow prints its notices ("Successfully registered model ...") to stderr, which an
-    Airflow task logs as errors: inside this block they are logged at INFO instead."""
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(buffer):
-            yield
-    finally:
-        for line in buffer.getvalue().splitlines():
-            if line.strip():
-                _log.info("MLflow: %s", line.strip())
 
 
 def promote(version: str, tracking_uri: str | None = None) -> None:
@@ -399,19 +305,20 @@ def promote(version: str, tracking_uri: str | None = None) -> None:
     once the version's predictor is copied, so the pointer left behind never names the
     previous champion. Copying is best effort: without a pointer the next load asks the
     store and writes it."""
-    from mlflow.exceptions import MlflowException
-
     uri, _ = resolve_tracking_uri(tracking_uri)
-    c = client(tracking_uri)
+    reg = _writer(tracking_uri)
     with contextlib.suppress(OSError):
         champion_cache.forget(uri, MODEL_NAME)
-    c.set_registered_model_alias(MODEL_NAME, CHAMPION, version)
+    reg.set_alias(MODEL_NAME, CHAMPION, version)
     with (
-        contextlib.suppress(SriftyError, OSError, MlflowException),
+        contextlib.suppress(SriftyError, OSError),
         tempfile.TemporaryDirectory(prefix="srifty-busbw-") as tmp,
     ):
-        run_id, data_version = _meta(c.get_model_version(MODEL_NAME, str(version)))
-        folder = _download(c, str(version), uri, Path(tmp))
+        mv = reg.version(MODEL_NAME, str(version))
+        if mv is None:
+            return
+        run_id, data_version = _meta(mv)
+        folder = _download(reg, str(version), Path(tmp))
         champion_cache.store(
             uri,
             MODEL_NAME,
@@ -430,19 +337,17 @@ def record_decision(
     tracking_uri: str | None = None,
 ) -> None:
     """Put the promotion decision on the run (tags, metrics) and on the model version."""
-    from srifty_core.tracking import log_batch, srifty_tags
-
-    c = client(tracking_uri)
+    reg = _writer(tracking_uri)
     promoted = str(bool(decision["promote"])).lower()
-    c.set_model_version_tag(MODEL_NAME, version, "promoted", str(bool(decision["promote"])))
-    c.set_model_version_tag(MODEL_NAME, version, "decision", str(decision["reason"]))
+    reg.set_version_tag(MODEL_NAME, version, "promoted", str(bool(decision["promote"])))
+    reg.set_version_tag(MODEL_NAME, version, "decision", str(decision["reason"]))
     metrics = {
         key: float(value)
         for key in ("challenger_holdout_mape", "champion_holdout_mape")
         if (value := decision.get(key)) is not None and value == value
     }
     tags = srifty_tags(promoted=promoted, decision=decision["reason"])
-    log_batch(c, run_id, metrics=metrics, tags=tags)
+    RunLog.open(EXPERIMENT, tracking_uri).log_batch(run_id, metrics=metrics, tags=tags)
 
 
 def _param(v: Any) -> str:

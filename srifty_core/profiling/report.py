@@ -1,4 +1,5 @@
-"""Views of a compute profile: a text summary, a plot, and its MLflow run."""
+"""Views of a compute profile: a text summary, a plot, and its MLflow run (recorded
+through ``tracking.runs``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 from srifty_core.plotting import pyplot, save_figure
 from srifty_core.probing.config import format_size
 from srifty_core.profiling.profile import ComputeProfile, mape
+from srifty_core.tracking.runs import log_run, srifty_tags
 
 EXPERIMENT = "srifty-compute-profiles"
 
@@ -118,18 +120,16 @@ def plot_profile(p: ComputeProfile, path: Path) -> Path:
 def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
     """Log the profile to MLflow: parameters, fit metrics, the JSON and the plot. Returns the
     run id."""
-    from srifty_core.tracking import setup_experiment, srifty_tags
-
-    experiment_id = setup_experiment(EXPERIMENT, tracking_uri)
-    import mlflow
-
-    with mlflow.start_run(
-        experiment_id=experiment_id, run_name=f"{p.model}-{p.size}-{p.device_type}"
-    ) as run:
-        tags = srifty_tags(kind="compute-profile", model=p.model, device_type=p.device_type)
-        mlflow.set_tags(tags)
-        mlflow.log_params(
-            {
+    bs = np.asarray(p.fw.batch_sizes)
+    with tempfile.TemporaryDirectory() as tmp:
+        j = Path(tmp) / "profile.json"
+        j.write_text(p.to_json())
+        plot = plot_profile(p, Path(tmp) / "latency_vs_batch.png")
+        return log_run(
+            EXPERIMENT,
+            f"{p.model}-{p.size}-{p.device_type}",
+            tags=srifty_tags(kind="compute-profile", model=p.model, device_type=p.device_type),
+            params={
                 "model": p.model,
                 "size": p.size,
                 "device_type": p.device_type,
@@ -140,11 +140,8 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
                 "threads": p.threads,
                 "bucket_cap_bytes": p.bucket_cap_bytes,
                 "torch_version": p.torch_version,
-            }
-        )
-        bs = np.asarray(p.fw.batch_sizes)
-        mlflow.log_metrics(
-            {
+            },
+            metrics={
                 "b_max": p.b_max,
                 "memory_per_sample_mib": p.memory_per_sample_bytes / 2**20,
                 "n_parameters": p.n_parameters,
@@ -158,11 +155,7 @@ def log_profile(p: ComputeProfile, tracking_uri: str | None = None) -> str:
                 "ddp_copy_pass_s": p.ddp_copy_s(),
                 "ddp_overhead_s": dict(p.ddp_overhead).get(1, 0.0),
                 "optimizer_step_s": p.optimizer_step_s,
-            }
+            },
+            files=[j, plot],
+            tracking_uri=tracking_uri,
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            j = Path(tmp) / "profile.json"
-            j.write_text(p.to_json())
-            mlflow.log_artifact(str(j))
-            mlflow.log_artifact(str(plot_profile(p, Path(tmp) / "latency_vs_batch.png")))
-        return str(run.info.run_id)

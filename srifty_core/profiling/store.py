@@ -19,7 +19,10 @@ from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog import Catalog
+from srifty_core.console import still_running
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.profiling import estimate
 from srifty_core.profiling.layout import model_folder, safe
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
@@ -114,10 +117,6 @@ class ProfileStore:
         except ProfileNotFoundError as missing:
             if device_type == "cpu" or device_type.startswith("local"):
                 raise
-            from srifty_core.catalog import Catalog
-            from srifty_core.console import still_running
-            from srifty_core.profiling import estimate
-
             cat = catalog if catalog is not None else Catalog.load()
             if estimate.device_spec(cat, device_type) is None:
                 raise

@@ -9,10 +9,10 @@ Each re-plan is a run nested under it (tag ``mlflow.parentRunId``) with the same
 for its configuration and the reason it was needed. When the job finishes, its run gets
 the outcome (iterations, time, cost, configurations) and the timeline plot, and ends.
 
-Every write is one ``log_batch`` (``tracking.log_batch``), never a call per value; tags
-follow ``tracking.srifty_tags`` (``srifty.kind`` = ``job`` or ``replan``). The steps of a job
-run in different processes (Airflow tasks), so runs are addressed by id through
-``MlflowClient`` rather than through an active-run stack.
+Every write is one ``log_batch`` (``tracking.runs.RunLog``), never a call per value; tags
+follow ``tracking.runs.srifty_tags`` (``srifty.kind`` = ``job`` or ``replan``). The steps of
+a job run in different processes (Airflow tasks), so runs are addressed by id
+(``RunLog``) rather than through an active-run stack.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from srifty_core.runs.timeline import plot_timeline
 from srifty_core.runtime.decisions import DECISIONS_FILE, read_decisions
 from srifty_core.runtime.job import Resume
 from srifty_core.runtime.outcome import OUTCOME_FILE, Outcome
-from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
+from srifty_core.tracking.runs import PARENT_RUN_TAG, MetricPoint, RunLog, srifty_tags
 
 if TYPE_CHECKING:
     from srifty_core.runtime.job import JobPlan, JobSpec
@@ -41,11 +41,8 @@ EXPERIMENT = "srifty-jobs"
 log = logging.getLogger(__name__)
 
 
-def _client() -> tuple[Any, str]:
-    experiment_id = setup_experiment(EXPERIMENT)
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(), experiment_id
+def _runs() -> RunLog:
+    return RunLog.open(EXPERIMENT)
 
 
 def _num(v: Any) -> float | None:
@@ -59,15 +56,12 @@ def _num(v: Any) -> float | None:
 def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: str) -> JobPlan:
     """Record a plan: the job's run for the first one, a nested run for a re-plan.
     Returns ``job`` with the run ids set."""
-    client, exp = _client()
+    runs = _runs()
     resume = spec.resume
     if resume is None or not resume.job_run_id:
-        run = client.create_run(
-            exp,
-            run_name=f"job {run_key}",
-            tags=srifty_tags(kind="job", model=spec.model, airflow_run=run_key),
+        job_run_id = config_run_id = runs.create_run(
+            f"job {run_key}", srifty_tags(kind="job", model=spec.model, airflow_run=run_key)
         )
-        job_run_id = config_run_id = run.info.run_id
         params: dict[str, object] = {
             "model": spec.model,
             "size": spec.size,
@@ -83,18 +77,16 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
         }
     else:
         job_run_id = resume.job_run_id
-        run = client.create_run(
-            exp,
-            run_name=f"re-plan {job.config_id} at iteration {resume.iterations_done}",
-            tags={
-                "mlflow.parentRunId": job_run_id,
+        config_run_id = runs.create_run(
+            f"re-plan {job.config_id} at iteration {resume.iterations_done}",
+            {
+                PARENT_RUN_TAG: job_run_id,
                 **srifty_tags(
                     kind="replan", model=spec.model, airflow_run=run_key,
                     parent_airflow_run=resume.parent_run_id,
                 ),
             },
         )  # fmt: skip
-        config_run_id = run.info.run_id
         params = {
             "iterations_done": resume.iterations_done,
             "iterations_left": spec.iterations,
@@ -109,8 +101,7 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
         x = _num(p.get(key))
         if x is not None:
             metrics[f"predicted_{key}"] = x
-    log_batch(
-        client,
+    runs.log_batch(
         config_run_id,
         params=params,
         metrics=metrics,
@@ -119,9 +110,9 @@ def log_plan(spec: JobSpec, job: JobPlan, result: Mapping[str, Any], run_key: st
         ),
     )
     plan_json = json.dumps(result, indent=2, default=str)
-    client.log_text(config_run_id, plan_json, f"{job.config_id}/plan.json")
+    runs.log_text(config_run_id, plan_json, f"{job.config_id}/plan.json")
     explanation = "\n".join(job.explanation) + "\n"
-    client.log_text(config_run_id, explanation, f"{job.config_id}/explanation.txt")
+    runs.log_text(config_run_id, explanation, f"{job.config_id}/explanation.txt")
     return replace(job, job_run_id=job_run_id, config_run_id=config_run_id)
 
 
@@ -132,16 +123,16 @@ class LiveMetrics:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self._client: Any = None
+        self._runs: RunLog | None = None
 
     def __call__(self, metrics: Mapping[str, float], step: int, at: float) -> None:
         try:
-            if self._client is None:
-                self._client, _ = _client()
-            log_batch(self._client, self.run_id, metrics=metrics, step=step,
-                      timestamp_ms=int(at * 1000))  # fmt: skip
+            if self._runs is None:
+                self._runs = _runs()
+            self._runs.log_batch(self.run_id, metrics=metrics, step=step,
+                                 timestamp_ms=int(at * 1000))  # fmt: skip
         except Exception:  # MLflow down: the job goes on, the next step tries again
-            self._client = None
+            self._runs = None
             log.warning("could not log live metrics to MLflow run %s", self.run_id, exc_info=True)
 
 
@@ -155,9 +146,7 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
     measured iteration time beside the prediction, and why it ended."""
     if not job.config_run_id:
         return
-    from mlflow.entities import Metric
-
-    client, _ = _client()
+    runs = _runs()
     rid = job.config_run_id
     facts = job.facts
     decisions = read_decisions(facts.run_dir, job.config_id)
@@ -169,9 +158,8 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
                     "projected_time_s"):  # fmt: skip
             x = _num(d.get(key))
             if x is not None:
-                history.append(Metric(f"monitor_{key}", x, ts, step))
-    for k in range(0, len(history), 1000):  # a 6-hour job: a few dozen calls, not 20,000
-        client.log_batch(rid, metrics=history[k : k + 1000])
+                history.append(MetricPoint(f"monitor_{key}", x, ts, step))
+    runs.log_history(rid, history)  # a 6-hour job: a few dozen calls, not 20,000
     metrics: dict[str, float] = {}
     measured = median_step_s(read_progress(facts.progress_path), job.config_id)
     if measured is not None:
@@ -180,12 +168,12 @@ def log_configuration_end(job: JobPlan, result: Mapping[str, Any], *, outcome: s
         if predicted:
             metrics["t_iter_error_pct"] = 100.0 * (predicted / measured - 1.0)
     tags = srifty_tags(outcome=outcome, reason=str(result.get("reason", "")))
-    log_batch(client, rid, metrics=metrics, tags=tags)
+    runs.log_batch(rid, metrics=metrics, tags=tags)
     if decisions:
         lines = "".join(json.dumps(d, default=str) + "\n" for d in decisions)
-        client.log_text(rid, lines, f"{job.config_id}/{DECISIONS_FILE}")
+        runs.log_text(rid, lines, f"{job.config_id}/{DECISIONS_FILE}")
     if rid != job.job_run_id:
-        client.set_terminated(rid, "FINISHED")
+        runs.end(rid, "FINISHED")
 
 
 def log_outcome(job: JobPlan, outcome: Outcome) -> None:
@@ -195,17 +183,17 @@ def log_outcome(job: JobPlan, outcome: Outcome) -> None:
         return
     facts = job.facts
     records = read_progress(facts.progress_path)
-    client, _ = _client()
+    runs = _runs()
     rid = job.job_run_id
-    log_batch(client, rid, metrics=outcome.metrics(), tags=srifty_tags(outcome=outcome.status))
-    client.log_text(rid, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
+    runs.log_batch(rid, metrics=outcome.metrics(), tags=srifty_tags(outcome=outcome.status))
+    runs.log_text(rid, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
     with tempfile.TemporaryDirectory() as tmp:
         png = plot_timeline(
             records, Path(tmp) / "timeline.png", target=facts.iterations,
             decisions=read_decisions(facts.run_dir),
         )  # fmt: skip
-        client.log_artifact(rid, str(png))
-    client.set_terminated(rid, "FINISHED")
+        runs.log_artifact(rid, png)
+    runs.end(rid, "FINISHED")
 
 
 def log_totals(job: JobPlan, outcome: Outcome) -> None:
@@ -213,11 +201,11 @@ def log_totals(job: JobPlan, outcome: Outcome) -> None:
     ``log_outcome``), on the job's run: those metrics and ``outcome.json`` again."""
     if not job.job_run_id:
         return
-    client, _ = _client()
+    runs = _runs()
     totals = ("outcome_wall_s", "outcome_billed_usd")
     metrics = {k: v for k, v in outcome.metrics().items() if k in totals}
-    log_batch(client, job.job_run_id, metrics=metrics)
-    client.log_text(job.job_run_id, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
+    runs.log_batch(job.job_run_id, metrics=metrics)
+    runs.log_text(job.job_run_id, json.dumps(outcome.to_dict(), indent=1) + "\n", OUTCOME_FILE)
 
 
 def log_failure(job: JobPlan, reason: str) -> None:
@@ -225,21 +213,30 @@ def log_failure(job: JobPlan, reason: str) -> None:
     ids = list(dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r))
     if not ids:  # not tracked
         return
-    client, _ = _client()
+    runs = _runs()
     for rid in ids:
-        log_batch(client, rid, tags=srifty_tags(outcome="failed", reason=reason))
-        client.set_terminated(rid, "FAILED")
+        runs.log_batch(rid, tags=srifty_tags(outcome="failed", reason=reason))
+        runs.end(rid, "FAILED")
 
 
 def log_factors(run_id: str, config_id: str, cal: Calibration) -> None:
     """The factors this configuration measured, on its MLflow run: metrics
     ``calibration.compute.<device>`` and ``calibration.comm.<type>`` (observed ones) and
     ``<config>/calibration.json``."""
-    client, _ = _client()
+    runs = _runs()
     metrics = {f"calibration.compute.{k}": f.scale for k, f in cal.compute.items() if f.windows}
     metrics.update({f"calibration.comm.{k}": f.scale for k, f in cal.comm.items() if f.windows})
-    log_batch(client, run_id, metrics=metrics)
-    client.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")
+    runs.log_batch(run_id, metrics=metrics)
+    runs.log_text(run_id, json.dumps(cal.to_dict(), indent=1), f"{config_id}/calibration.json")
+
+
+def log_deadline_missed(job: JobPlan, deadline: str, run_key: str) -> None:
+    """The job's run and its current configuration's are past the job's time limit (the
+    Airflow run ``run_key`` noticed, at ``deadline``): tags on both."""
+    runs = _runs()
+    tags = srifty_tags(deadline_missed=deadline, deadline_run=run_key)
+    for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
+        runs.log_batch(rid, tags=tags)
 
 
 class ShellTracker:

@@ -47,7 +47,6 @@ from srifty_core.runtime.job import (
     Resume,
     TrainingFailed,
 )
-from srifty_core.runtime.job_log import EXPERIMENT
 from srifty_core.runtime.monitor_step import (
     DECISIONS_FILE,
     Monitor,
@@ -216,14 +215,5 @@ def deadline_missed(run_id: str, conf: Mapping[str, Any], deadline: str) -> str 
     if folder is None or not found:
         return None
     latest = run_store.join(folder, max(found, key=_config_number))
-    job = JobPlan.load(latest)
-    from mlflow.tracking import MlflowClient
-
-    from srifty_core.tracking import log_batch, setup_experiment, srifty_tags
-
-    setup_experiment(EXPERIMENT)
-    client = MlflowClient()
-    tags = srifty_tags(deadline_missed=deadline, deadline_run=run_id)
-    for rid in dict.fromkeys(r for r in (job.config_run_id, job.job_run_id) if r):
-        log_batch(client, rid, tags=tags)
+    job_log.log_deadline_missed(JobPlan.load(latest), deadline, run_id)
     return str(latest)

@@ -35,7 +35,7 @@ def _job_runs() -> list[Any]:
     import mlflow
 
     from srifty_core.runtime.job_log import EXPERIMENT
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking.store import setup_experiment
 
     return list(mlflow.search_runs([setup_experiment(EXPERIMENT)], output_format="list"))
 

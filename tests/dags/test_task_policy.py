@@ -131,7 +131,7 @@ def test_the_deadline_callback_tags_the_jobs_mlflow_runs(
 
     from srifty_core.runtime import orchestrate as orc
     from srifty_core.runtime.job_log import EXPERIMENT
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking.store import setup_experiment
 
     monkeypatch.syspath_prepend(str(paths.PLUGINS_DIR))
     deadline = importlib.import_module("srifty_deadline")

@@ -32,7 +32,7 @@ def _client() -> Any:
     from mlflow.tracking import MlflowClient
 
     from srifty_core.predictors.registry import EXPERIMENT
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking.store import setup_experiment
 
     setup_experiment(EXPERIMENT)
     return MlflowClient()

@@ -27,6 +27,14 @@ from tests.predictors.bw_rows import make_probes
 SMALL = {"n_estimators": 10, "max_depth": 3}
 
 
+def client() -> Any:
+    """An ``MlflowClient`` on the test's store (the bandwidth models' experiment made)."""
+    from srifty_core.predictors.registry import EXPERIMENT
+    from srifty_core.tracking.store import writer
+
+    return writer(EXPERIMENT)[0]
+
+
 def _register(folder: Path, seed: int, promote: bool = True) -> tuple[str, BandwidthModel]:
     """A small model fitted on probes drawn with ``seed``, registered (and promoted, by the
     refresh path's ``promote``); its version and the model."""
@@ -53,7 +61,7 @@ def _register(folder: Path, seed: int, promote: bool = True) -> tuple[str, Bandw
 
 
 def _uri() -> str:
-    from srifty_core.tracking import resolve_tracking_uri
+    from srifty_core.tracking.store import resolve_tracking_uri
 
     return resolve_tracking_uri()[0]
 
@@ -127,7 +135,6 @@ def test_an_alias_moved_behind_the_copy_is_seen(tmp_path: Path) -> None:
     from srifty_core.predictors.registry import (
         CHAMPION,
         MODEL_NAME,
-        client,
         load_champion_with_source,
     )
 

@@ -24,6 +24,14 @@ from srifty_core.predictors.refresh.register import input_example
 from tests.predictors.bw_rows import make_probes, write_store
 
 
+def client() -> Any:
+    """An ``MlflowClient`` on the test's store (the bandwidth models' experiment made)."""
+    from srifty_core.predictors.registry import EXPERIMENT
+    from srifty_core.tracking.store import writer
+
+    return writer(EXPERIMENT)[0]
+
+
 def _fit(folder: Path) -> tuple[BandwidthModel, Any]:
     """A small fitted model saved in ``folder``, and the rows it was fitted on."""
     df = make_probes(allocations=2, worlds=(2, 4), concurrency=(1,), repeats=1)
@@ -52,7 +60,7 @@ def _register(model_dir: Path, df: Any, data_version: str = "dv-1") -> str:
 
 def _model_root(version: str) -> Path:
     """The local folder of a version's logged model (the store is local in tests)."""
-    from srifty_core.predictors.registry import MODEL_NAME, client
+    from srifty_core.predictors.registry import MODEL_NAME
 
     uri = client().get_model_version_download_uri(MODEL_NAME, version)
     return Path(url2pathname(urlparse(uri).path))
@@ -86,7 +94,6 @@ def test_a_registered_model_loads_and_predicts_as_the_saved_one(tmp_path: Path) 
     from srifty_core.predictors.registry import (
         MODEL_NAME,
         PREDICTOR_ARTIFACT,
-        client,
         load_champion,
         load_version,
     )
@@ -154,7 +161,7 @@ def test_a_pickle_beside_the_artifacts_is_never_unpickled(
 
 
 def test_a_version_without_its_predictor_is_a_clear_error(tmp_path: Path) -> None:
-    from srifty_core.predictors.registry import MODEL_NAME, client, load_champion, load_version
+    from srifty_core.predictors.registry import MODEL_NAME, load_champion, load_version
 
     _, df = _fit(tmp_path / "model")
     version = _register(tmp_path / "model", df)
@@ -179,7 +186,6 @@ def test_the_same_data_refreshed_twice_makes_one_version(data_dir: Path) -> None
         MODEL_NAME,
         alias_version,
         champion_data_version,
-        client,
     )
 
     # local.cpu: no network_gbps, so the input example has missing values

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from srifty_core.predictors.registry import _notices_as_info
+from srifty_core.tracking.registry import _notices_as_info
 
-LOGGER = "srifty_core.predictors.registry"
+LOGGER = "srifty_core.tracking.registry"
 
 
 def test_mlflow_notices_become_info_lines(

@@ -48,7 +48,7 @@ def test_tracking_uri_follows_the_data_dir_but_respects_the_user(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from srifty_core import paths
-    from srifty_core.tracking import resolve_tracking_uri, setup_experiment
+    from srifty_core.tracking.store import resolve_tracking_uri, setup_experiment
 
     monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "a"))
     setup_experiment("x")
@@ -65,7 +65,11 @@ def test_the_default_store_exported_by_a_parent_is_still_the_default(
     """A child process (an Airflow task the demo started) inherits the parent's exported
     default URI: its experiments must still keep their artifacts under the data folder."""
     from srifty_core import paths
-    from srifty_core.tracking import default_tracking_uri, resolve_tracking_uri, setup_experiment
+    from srifty_core.tracking.store import (
+        default_tracking_uri,
+        resolve_tracking_uri,
+        setup_experiment,
+    )
 
     monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "d"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", default_tracking_uri())
@@ -88,7 +92,9 @@ def test_the_default_store_is_created_once_under_a_lock(data_dir: Path) -> None:
 
     folder = data_dir / "mlflow"
     folder.mkdir()
-    code = "from srifty_core.tracking import resolve_tracking_uri; print(resolve_tracking_uri())"
+    code = (
+        "from srifty_core.tracking.store import resolve_tracking_uri; print(resolve_tracking_uri())"
+    )
     with FileLock(str(folder / "mlflow.db.lock")):
         proc = subprocess.Popen(
             [sys.executable, "-c", code], env=dict(os.environ), stdout=subprocess.PIPE, text=True

@@ -27,7 +27,7 @@ A_GPU_TYPE = {"type": "p3.2xlarge", "quota": 2, "price": 1}
 def _runs(experiment: str = "srifty-jobs") -> list[Any]:
     import mlflow
 
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking.store import setup_experiment
 
     exp = setup_experiment(experiment)
     return list(mlflow.search_runs([exp], output_format="list"))

@@ -30,7 +30,7 @@ def _job_runs() -> list[Any]:
     from mlflow.tracking import MlflowClient
 
     from srifty_core.runtime.job_log import EXPERIMENT
-    from srifty_core.tracking import setup_experiment
+    from srifty_core.tracking.store import setup_experiment
 
     exp = setup_experiment(EXPERIMENT)
     return list(MlflowClient().search_runs([exp], "tags.`srifty.kind` = 'job'"))

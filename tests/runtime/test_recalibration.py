@@ -236,9 +236,10 @@ def test_the_monitor_step_recalibrates_keeps_the_factors_and_calibrates_the_repl
 
 
 def test_the_factors_go_to_the_configurations_mlflow_run(data_dir: Path) -> None:
-    from srifty_core.runtime.job_log import _client, log_factors
+    from srifty_core.runtime.job_log import EXPERIMENT, log_factors
+    from srifty_core.tracking.store import writer
 
-    client, experiment = _client()
+    client, experiment = writer(EXPERIMENT)
     run_id = client.create_run(experiment).info.run_id
     cal = calib.Calibration(
         "m", {"A": calib.Factor(math.log(1.2), 0.02, 2, 2), "B": calib.Factor()}, {}

@@ -362,10 +362,6 @@ def test_the_deadline_alert_finds_the_latest_job_on_run_storage(
     monkeypatch.setenv(paths.RUN_STORAGE_ENV, storage)
     import types
 
-    import mlflow.tracking
-
-    from srifty_core import tracking
-
     loaded: list[str] = []
     tagged: list[str] = []
 
@@ -373,11 +369,14 @@ def test_the_deadline_alert_finds_the_latest_job_on_run_storage(
         loaded.append(str(where))
         return types.SimpleNamespace(config_run_id="config-run", job_run_id="job-run")
 
+    class Runs:  # job_log's RunLog, where job_log uses it
+        @staticmethod
+        def open(experiment: str) -> Any:
+            return types.SimpleNamespace(log_batch=lambda rid, tags: tagged.append(rid))
+
     # The MLflow side is covered by tests/dags/test_task_policy.py; here only which job.
     monkeypatch.setattr(orc.JobPlan, "load", staticmethod(load))
-    monkeypatch.setattr(mlflow.tracking, "MlflowClient", lambda: None)
-    monkeypatch.setattr(tracking, "setup_experiment", lambda name: "0")
-    monkeypatch.setattr(tracking, "log_batch", lambda c, rid, tags: tagged.append(rid))
+    monkeypatch.setattr(orc.job_log, "RunLog", Runs)
     assert orc.job_run_dir("manual__r1", {}) == f"{storage}/runs/manual__r1"
     resume = {"resume": {"checkpoint": f"{mem_run}/{CHECKPOINT_FILE}"}}
     assert orc.job_run_dir("child", resume) == mem_run

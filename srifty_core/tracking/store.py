@@ -1,15 +1,15 @@
-"""MLflow set-up shared by every job that tracks runs (profiles, bandwidth models, plans).
+"""The MLflow store every tracking job uses: its URI, its experiments, its clients.
 
 Default store: SQLite at ``<data dir>/mlflow/mlflow.db`` with artifacts in
 ``<data dir>/mlflow/artifacts``; ``MLFLOW_TRACKING_URI`` (or the ``tracking_uri`` argument)
 points anywhere else. Experiments are created with an explicit artifact location so nothing
-lands in ``./mlruns`` of the current directory.
+lands in ``./mlruns`` of the current directory. MLflow itself is imported inside the
+functions that need it (importing this module stays light).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,44 +90,23 @@ def setup_experiment(name: str, tracking_uri: str | None = None) -> str:
     return str(mlflow.create_experiment(name, artifact_location=artifacts.as_uri()))
 
 
-TAG_PREFIX = "srifty."
-"""Every tag Srifty sets on a run is ``srifty.<name>`` (``srifty.kind`` says which job made
-the run: ``job``, ``replan``, ``compute-profile``, ``bandwidth-model``), so one filter
-(``tags.`srifty.kind` = 'job'``) finds a kind of run and nothing collides with MLflow's
-own ``mlflow.*`` tags."""
+def writer(experiment: str, tracking_uri: str | None = None) -> tuple[Any, str]:
+    """(``MlflowClient`` on the store MLflow now points at, id of ``experiment``): for
+    writing runs and model versions; points MLflow's process-wide tracking URI at the
+    store (``setup_experiment``)."""
+    experiment_id = setup_experiment(experiment, tracking_uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(), experiment_id
 
 
-def srifty_tags(**values: object) -> dict[str, str]:
-    """``{"srifty.<name>": str(value)}`` for each given value."""
-    return {f"{TAG_PREFIX}{k}": str(v) for k, v in values.items()}
+def reader(tracking_uri: str | None = None) -> tuple[Any, str]:
+    """(``MlflowClient``, tracking URI) for reading: unlike ``writer`` it creates no
+    experiment and leaves MLflow's process-wide tracking URI alone."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
+    uri, _ = resolve_tracking_uri(tracking_uri)
+    from mlflow.tracking import MlflowClient
 
-def log_batch(
-    client: Any,
-    run_id: str,
-    *,
-    metrics: Mapping[str, float] | None = None,
-    params: Mapping[str, object] | None = None,
-    tags: Mapping[str, str] | None = None,
-    step: int = 0,
-    timestamp_ms: int | None = None,
-) -> None:
-    """One ``MlflowClient.log_batch`` call for the run's metrics, params and tags (MLflow
-    takes at most 1000 metrics, 100 params and 100 tags per call: larger sets are sent in
-    chunks). Non-finite metrics are left out."""
-    import math
-    import time
-
-    from mlflow.entities import Metric, Param, RunTag
-
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    ms = [
-        Metric(k, float(v), ts, step)
-        for k, v in (metrics or {}).items()
-        if v is not None and math.isfinite(float(v))
-    ]
-    ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
-    ts_ = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
-    while ms or ps or ts_:
-        client.log_batch(run_id, metrics=ms[:1000], params=ps[:100], tags=ts_[:100])
-        ms, ps, ts_ = ms[1000:], ps[100:], ts_[100:]
+    return MlflowClient(tracking_uri=uri), uri
