@@ -8,6 +8,7 @@ these variables first. Nothing here imports Airflow.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -167,17 +168,47 @@ def airflow_command(args: list[str]) -> list[str]:
 def migrate(env: Mapping[str, str]) -> None:
     """Create or upgrade the metadata DB (``airflow db migrate``) and create Srifty's pools
     (``POOLS``; the scheduler and ``dag.test()`` never run a task whose pool is missing);
-    idempotent."""
-    run_airflow(["db", "migrate"], env, quiet=True)
-    ensure_pools(env)
+    idempotent. One interpreter runs all of these commands: each ``airflow`` start imports
+    Airflow anew (seconds of CPU), and every test session and fresh data folder migrates."""
+    run_airflow_commands([["db", "migrate"], *_pool_commands()], env)
 
 
 def ensure_pools(env: Mapping[str, str]) -> None:
     """``airflow pools set`` for each of ``POOLS`` (deferred tasks included)."""
-    for name, (slots, description) in POOLS.items():
-        run_airflow(
-            ["pools", "set", name, str(slots), description, "--include-deferred"], env, quiet=True
-        )
+    run_airflow_commands(_pool_commands(), env)
+
+
+def _pool_commands() -> list[list[str]]:
+    return [
+        ["pools", "set", name, str(slots), description, "--include-deferred"]
+        for name, (slots, description) in POOLS.items()
+    ]
+
+
+_RUN_IN_TURN = (
+    "import json, sys\n"
+    "from airflow.__main__ import main\n"
+    "for argv in sys.argv[1:]:\n"
+    "    sys.argv = ['airflow', *json.loads(argv)]\n"
+    "    main()\n"
+)
+"""What ``run_airflow_commands`` runs: Airflow's own CLI entry point, once per command."""
+
+
+def run_airflow_commands(commands: list[list[str]], env: Mapping[str, str]) -> None:
+    """Run several airflow CLI commands in turn in one interpreter with ``env`` added (their
+    output dropped); the first that fails ends it, and ``SriftyError`` carries its output."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN_IN_TURN, *(json.dumps(c) for c in commands)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        said = "; ".join(" ".join(c) for c in commands)
+        raise SriftyError(f"airflow {said} failed (exit {proc.returncode}):\n{tail}")
 
 
 def run_airflow(args: list[str], env: Mapping[str, str], *, quiet: bool = False) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,34 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """
     home = tmp_path_factory.mktemp("airflow-home")
     env = airflow_environment(home)
+    template = _migrated_template(tmp_path_factory)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
-        migrate(env)
+        if template is None:
+            migrate(env)
+        else:
+            shutil.copyfile(template, home / "airflow.db")
         yield home
+
+
+def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """On parallel workers (pytest-xdist): a metadata DB (SQLite) migrated once per run, in
+    the run's shared temporary folder, under a file lock, by the first worker to need one,
+    for each worker to copy into its own home (``migrate`` starts an Airflow CLI and builds
+    every table: seconds of CPU per worker). No DAG runs in it. ``None`` in a serial run."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent / "airflow-db-template"  # the run's, shared
+    with FileLock(f"{root}.lock"):
+        if not (root / ".done").exists():
+            if root.exists():  # a worker that died half-way
+                shutil.rmtree(root)
+            migrate(airflow_environment(root))
+            (root / ".done").touch()
+    return root / "airflow.db"
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +116,6 @@ def planning_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with FileLock(f"{root}.lock"):
         if not (root / ".done").exists():
             if root.exists():  # a worker that died half-way
-                import shutil
-
                 shutil.rmtree(root)
             root.mkdir()
             _make_planning_assets(root)
@@ -145,8 +167,6 @@ def _throughput_bound(profile: Any, per_sample_s: float) -> Any:
 @pytest.fixture
 def ready_to_plan(planning_assets: Path, data_dir: Path) -> Path:
     """This test's data folder with the session's profiles, probes and champion model."""
-    import shutil
-
     for sub in ("profiles", "probes", "mlflow"):
         src = planning_assets / sub
         if src.exists():
