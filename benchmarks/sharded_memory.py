@@ -5,8 +5,8 @@ the same rank from the model's unit sizes and the activations per sample measure
 the one-process runs at two batches (``--batches``).
 
 Run:  .venv/bin/python benchmarks/sharded_memory.py [--model hf:gpt2] [--size full]
-Writes benchmarks/results/sharded_memory.json. About 15 minutes for gpt2 full on a busy
-2-core host (about 2.5 GB per rank).
+Writes benchmarks/results/sharded_memory.json. About 6 minutes for gpt2 full on this
+2-core host (about 3 GB per rank).
 """
 
 from __future__ import annotations
