@@ -253,16 +253,12 @@ def lazy_importer(module: str) -> bool:
 
 FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     # (importer, imported): why it stays inside a function. "heavy: X": importing the module
-    # loads X; "patched: N": tests patch N at its source and rely on the lookup at call
-    # time; "srifty --help": the CLI imports the importer, and the import would make the
-    # help load more.
+    # loads X (numpy counts where the importer does not load it otherwise).
     ("srifty_core", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.case_studies", "srifty_core.predictors.table"): "heavy: pyarrow",
     ("srifty_core.case_studies", "srifty_core.simulator.estimator"): "heavy: scipy",
-    ("srifty_core.cloud", "srifty_core.cloud.ec2"): "srifty --help",
-    ("srifty_core.cloud", "srifty_core.cloud.emulated.provider"): "srifty --help",
-    ("srifty_core.cloud", "srifty_core.cloud.local"): "srifty --help",
+    ("srifty_core.cloud", "srifty_core.cloud.emulated.provider"): "heavy: numpy",
     ("srifty_core.cloud.emulated.measurements", "srifty_core.probing.schema"): "heavy: pyarrow",
     ("srifty_core.cloud.emulated.measurements", "srifty_core.probing.store"): "heavy: pyarrow",
     ("srifty_core.demo", "srifty_core.predictors.registry"): "heavy: pyarrow",
@@ -295,7 +291,6 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.runtime.job_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.job_run", "srifty_core.runtime.local_run"): "heavy: torch",
     ("srifty_core.runtime.orchestrate", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.planning", "srifty_core.planner.job"): "patched: public_bandwidth",
     ("srifty_core.runtime.planning", "srifty_core.planner.search"): "heavy: scipy",
     ("srifty_core.runtime.planning", "srifty_core.predictors.registry"): "heavy: pyarrow",
     ("srifty_core.runtime.planning", "srifty_core.runtime.checkpoint"): "heavy: torch",

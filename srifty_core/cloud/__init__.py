@@ -3,8 +3,8 @@
 ``cloud.local.LocalProvider`` runs instances as local processes; ``cloud.emulated`` is a
 seeded EC2 on a simulated clock (``provider.EmulatedProvider``; ``measurements``:
 ``emulated_probe_sweep``, ``emulate_training``); ``cloud.ec2.EC2Provider`` is EC2 itself
-through the Airflow Amazon provider. Importing this package stays light (each provider is
-imported when asked for).
+through the Airflow Amazon provider (its hooks and boto3 load when it first calls AWS).
+The emulated provider is imported when asked for: it loads numpy.
 """
 
 from typing import Any
@@ -20,6 +20,8 @@ from srifty_core.cloud.base import (
     ProviderError,
     Workers,
 )
+from srifty_core.cloud.ec2 import EC2Provider
+from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import UnknownNameError
 
 __all__ = [
@@ -47,16 +49,12 @@ def provider_class(name: str) -> type[Provider]:
     """The class of the provider called ``name`` (what it answers without an instance:
     ``launch_s``, ``detach_s``, ``reruns_workers``, ``shares_host``...)."""
     if name == "local":
-        from srifty_core.cloud.local import LocalProvider
-
         return LocalProvider
     if name == "ec2-emulated":
-        from srifty_core.cloud.emulated.provider import EmulatedProvider
+        from srifty_core.cloud.emulated.provider import EmulatedProvider  # numpy
 
         return EmulatedProvider
     if name == "ec2":
-        from srifty_core.cloud.ec2 import EC2Provider
-
         return EC2Provider
     raise UnknownNameError("provider", name, PROVIDERS)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from srifty_core.catalog import Catalog
 from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError
-from srifty_core.planner.job import store_requests
+from srifty_core.planner import job as planner_job
 from srifty_core.planner.request import Overheads
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
@@ -108,7 +108,7 @@ def job_request(spec: JobSpec, profiles_root: Path | None = None) -> PlanRequest
     store: a GPU nobody profiled is estimated, and recalibrated in the first window); a
     re-plan's conf already holds what is left. ``NoFeasiblePlan`` when the cloud took back
     every offer (``resume.depleted``)."""
-    request = store_requests(Catalog.load(), ProfileStore(profiles_root))(spec.request)
+    request = planner_job.store_requests(Catalog.load(), ProfileStore(profiles_root))(spec.request)
     gone = spec.resume.depleted if spec.resume else ()
     if not without_depleted(request.offers, gone):
         raise NoFeasiblePlan(f"every offer is depleted ({', '.join(sorted(gone))})")
@@ -125,11 +125,11 @@ def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any
     that make one."""
     import logging
 
-    from srifty_core.planner.job import load_bandwidth_with_source, public_bandwidth
     from srifty_core.predictors.registry import NoChampionError
 
     try:
-        model, _ = load_bandwidth_with_source(source)
+        # through the module, so that what tests patch there is what runs
+        model, _ = planner_job.load_bandwidth_with_source(source)
         return model
     except NoChampionError as exc:
         uncovered = sorted(set(instance_types) - set(Catalog.load().names()))
@@ -139,7 +139,7 @@ def load_bandwidth_model(source: str, instance_types: Sequence[str] = ()) -> Any
                 f"not {', '.join(uncovered)}: run the srifty_model_refresh DAG (after "
                 "srifty_probe_sweep)"
             ) from exc
-        model, text = public_bandwidth()  # what load_bandwidth_with_source falls back to
+        model, text = planner_job.public_bandwidth()  # the fallback of load_bandwidth_with_source
         logging.getLogger(__name__).warning(
             "bandwidth: no champion yet (%s), planning on the public tables: %s; the "
             "srifty_model_refresh DAG (after srifty_probe_sweep) makes one of your cloud",
