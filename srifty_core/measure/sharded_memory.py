@@ -3,11 +3,13 @@ local CPU processes over gloo: the evidence ``sharding.memory`` is checked again
 
 Contract: ``rank_peaks(model, size, layout, batch)`` starts ``layout.world`` processes,
 each builds the model (``workloads.build``: any model reference), wraps it
-(``sharding.wrap``), takes ``steps`` AdamW/SGD steps at the local ``batch`` and reports the
-peak of its resident set during those steps over its resident set before the model was
-built (Linux: ``VmHWM`` reset through ``/proc/self/clear_refs`` after wrapping, the heap
-trimmed first). Parameters, gradients, optimizer states, buffers and activations are all
-in it, with what gloo and autograd allocate; the import of torch itself is not.
+(``sharding.wrap``), takes ``steps`` AdamW/SGD steps at the local ``batch`` and reports,
+over its resident set before the model was built: the peak during those steps (Linux:
+``VmHWM`` reset through ``/proc/self/clear_refs`` after wrapping, the heap trimmed first)
+and what it holds after the last optimizer step (the heap trimmed: the training state with
+its gradients, no activations). Parameters, gradients, optimizer states, buffers and
+activations are all in the peak, with what gloo, FSDP and autograd allocate on the way;
+the import of torch itself is not.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import gc
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from srifty_core import host_allocator
@@ -71,10 +74,24 @@ def _rank(
             workload._loss(module, data).backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         peak = _status_bytes("VmHWM")
-        Path(out, f"{rank}.json").write_text(json.dumps({"peak": peak - before}))
+        host_allocator.trim()
+        held = _status_bytes("VmRSS")
+        Path(out, f"{rank}.json").write_text(
+            json.dumps({"peak": peak - before, "held": held - before})
+        )
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+@dataclass(frozen=True, slots=True)
+class RankReading:
+    """One rank's bytes over its level before the model was built (module doc)."""
+
+    peak: int
+    """The most it held during the steps."""
+    held: int
+    """What it holds after the last optimizer step, gradients kept."""
 
 
 def rank_peaks(
@@ -85,8 +102,8 @@ def rank_peaks(
     *,
     settings: TrainingSettings | None = None,
     steps: int = 2,
-) -> list[int]:
-    """Each rank's peak bytes (module doc), rank order."""
+) -> list[RankReading]:
+    """Each rank's reading (module doc), rank order."""
     import torch.multiprocessing as mp
 
     settings = settings or TrainingSettings(optimizer="adamw")
@@ -98,4 +115,5 @@ def rank_peaks(
             join=True,
             start_method="spawn",
         )
-        return [json.loads(Path(out, f"{r}.json").read_text())["peak"] for r in range(layout.world)]
+        readings = [json.loads(Path(out, f"{r}.json").read_text()) for r in range(layout.world)]
+        return [RankReading(r["peak"], r["held"]) for r in readings]

@@ -6,7 +6,7 @@ memory. Bytes per parameter follow from the dtypes PyTorch keeps (fp32 parameter
 gradients under autocast, one state for SGD with momentum, two for AdamW); what a model's
 activations take per sample comes from a measurement (a profile's B_max search, or the
 census's saved tensors) and is an input here. No torch. Derivation and the check against
-measured peaks: docs/design/sharding.md.
+measured memory: docs/design/sharding.md.
 """
 
 from __future__ import annotations

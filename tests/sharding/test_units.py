@@ -45,6 +45,6 @@ def test_a_transformer_is_sharded_by_its_layers() -> None:
 
 def test_fsdp2_wraps_and_trains_a_user_model_on_two_processes() -> None:
     # the wrapping policy applied by sharding.wrap on real gloo ranks (FSDP2's fully_shard
-    # on each GPT2Block, then the root), one AdamW step, each rank's peak reported
-    peaks = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1)
-    assert len(peaks) == 2 and min(peaks) > 0
+    # on each GPT2Block, then the root), one AdamW step, each rank's readings reported
+    readings = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1)
+    assert len(readings) == 2 and all(0 < r.held <= r.peak for r in readings)
