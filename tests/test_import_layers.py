@@ -558,7 +558,8 @@ def provider_switches(root: Path = ROOT) -> dict[tuple[str, str], int]:
 
 
 def mlflow_importers(root: Path = ROOT) -> set[str]:
-    """The modules that import ``mlflow`` or one of its modules, anywhere in the file."""
+    """The modules that import ``mlflow`` or one of its modules, anywhere in the file, or
+    reach it through ``sys.modules`` (a lookup by the name ``"mlflow"``)."""
     out = set()
     for name, path in modules(root).items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -568,6 +569,9 @@ def mlflow_importers(root: Path = ROOT) -> set[str]:
                 else []
             )  # fmt: skip
             if any(t == "mlflow" or t.startswith("mlflow.") for t in targets):
+                out.add(name)
+            text = ast.unparse(node) if isinstance(node, ast.Subscript | ast.Call) else ""
+            if "sys.modules" in text and "'mlflow'" in text:
                 out.add(name)
     return out
 
@@ -605,6 +609,7 @@ def test_the_provider_and_mlflow_checks_find_what_they_look_for(tmp_path: Path) 
     (pkg / "tracking" / "__init__.py").write_text("")
     (pkg / "tracking" / "runs.py").write_text("def f():\n    import mlflow\n")
     (pkg / "trackingx.py").write_text("import mlflow\n")
+    (pkg / "calib.py").write_text("import sys\ndef f():\n    m = sys.modules.get('mlflow')\n")
     assert provider_switches(pkg) == {
         ("srifty_core.jobs", "p.provider in ('local', 'ec2-emulated')"): 1,
         ("srifty_core.jobs", "isinstance(q, cloud.LocalProvider)"): 1,
@@ -612,8 +617,9 @@ def test_the_provider_and_mlflow_checks_find_what_they_look_for(tmp_path: Path) 
     }
     found = mlflow_importers(pkg)
     assert found == {
-        "srifty_core.jobs", "srifty_core.log", "srifty_core.tracking.runs", "srifty_core.trackingx"
+        "srifty_core.calib", "srifty_core.jobs", "srifty_core.log", "srifty_core.tracking.runs",
+        "srifty_core.trackingx",
     }  # fmt: skip
     assert outside_mlflow_home(found) == [
-        "srifty_core.jobs", "srifty_core.log", "srifty_core.trackingx"
+        "srifty_core.calib", "srifty_core.jobs", "srifty_core.log", "srifty_core.trackingx"
     ]  # fmt: skip

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from srifty_core.paths import data_dir
 from srifty_core.predictors.base import LevelSpread
 from srifty_core.simulator.estimator import comm_key, compute_key, is_local, shared_workers
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
+from srifty_core.tracking.runs import log_to_active_run
 
 if TYPE_CHECKING:
     from srifty_core.planner.request import PlanRequest
@@ -540,14 +540,9 @@ def log_mlflow(calibration: Calibration) -> bool:
     """Log the factors to the active MLflow run (metrics ``calibration.compute.T4`` ...,
     and ``calibration.json``); False when no run is active (MLflow not even imported:
     no run can be)."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None or mlflow.active_run() is None:
-        return False
     metrics = {f"calibration.compute.{k}": f.scale for k, f in calibration.compute.items()}
     metrics.update({f"calibration.comm.{k}": f.scale for k, f in calibration.comm.items()})
-    mlflow.log_metrics(metrics)
-    mlflow.log_dict(calibration.to_dict(), "calibration.json")
-    return True
+    return log_to_active_run(metrics, {"calibration.json": calibration.to_dict()})
 
 
 def for_request(

@@ -10,6 +10,7 @@ sets is ``srifty.<name>`` (``srifty_tags``). MLflow is imported when a function 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,19 @@ the run: ``job``, ``replan``, ``compute-profile``, ``bandwidth-model``), so one 
 own ``mlflow.*`` tags."""
 PARENT_RUN_TAG = "mlflow.parentRunId"
 """The tag that nests a run under another in MLflow's views."""
+
+
+def log_to_active_run(metrics: Mapping[str, float], dicts: Mapping[str, Any]) -> bool:
+    """Log ``metrics`` and each of ``dicts`` (an artifact file name -> a JSON-able value) to
+    the active MLflow run of this process; False when none is active. MLflow is not
+    imported here: a process that has not imported it has no active run."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None or mlflow.active_run() is None:
+        return False
+    mlflow.log_metrics(dict(metrics))
+    for name, value in dicts.items():
+        mlflow.log_dict(value, name)
+    return True
 
 
 def srifty_tags(**values: object) -> dict[str, str]:
