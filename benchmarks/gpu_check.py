@@ -1,16 +1,19 @@
-"""GPU check: the profiler's CUDA path on the zoo's full networks, and how well 4 probes predict.
+"""GPU check: the profiler, the training runtime and the FSDP2 wrapper on CUDA.
 
     OUT=<folder> bash benchmarks/gpu_check.sh          # on a machine with an NVIDIA GPU
     python3 benchmarks/gpu_check.py --device cpu --models resnet18 --size tiny \\
-        --max-batch 16 --out <folder>                 # smoke test of the same code path
+        --max-batch 16 --precisions fp32 --train-model resnet18 --train-batch 8 \\
+        --train-iterations 6 --fsdp-model hf:gpt2 --fsdp-size tiny --out <folder>
+                                                      # the same code on a CPU (gloo)
 
-Per model (default: the ``full`` ResNet-50, BERT-base and VGG-16, fp32):
+Per model and precision (default: the ``full`` ResNet-50 and ``hf:gpt2``, fp32 and bf16):
 
 1. **budgeted profile**: ``profile_model`` with 4 probes, as ``srifty profile --probes 4``
    makes it (B_max by doubling and bisection, a batch that raises out-of-memory does not fit;
    forward/backward latency between device synchronisations, 2 warm-up + 5 timed steps;
    gradient-ready times from CUDA events; DDP buckets; copy bandwidth and the SGD-momentum
-   optimizer step). Its JSON is written as ``<device>_<model>.json``.
+   optimizer step; bf16 under autocast, as training runs it). Its JSON is written as
+   ``<device>_<model>_<precision>.json``.
 2. **dense sweep**: a second ``profile_model`` with explicit batch sizes, powers of two and
    their midpoints (1, 2, 3, 4, 6, 8, 12, ...) up to the budgeted profile's B_max, trimmed so
    that the predicted time fits the time budget. It repeats the B_max search and the
@@ -20,10 +23,13 @@ Per model (default: the ``full`` ResNet-50, BERT-base and VGG-16, fp32):
    every dense size (``all``), and at the held-out powers of two (``pow2``, the method's
    protocol). The noise floor: the same sizes measured twice (the probes, once in each
    profile) differ by ``repeat_spread``.
-4. on CUDA, a cross-check of the host timer against CUDA events at two small batches.
+4. on CUDA in fp32, a cross-check of the host timer against CUDA events at two batches.
 
-Writes ``gpu_check.json`` (after every model) and ``summary.txt`` into ``--out``; catches
-each model's failure so the others still run.
+Then, side by side: the training runs of ``gpu_check_train`` (the worker and the digits
+script, fp32 and bf16, each preempted and resumed) and the FSDP2 check of
+``gpu_check_fsdp``. Writes ``gpu_check.json`` (after every step) and ``summary.txt`` into
+``--out``; catches each step's failure so the others still run. The estimate from specs
+against these profiles is ``benchmarks/gpu_check_estimate.py``, run afterwards anywhere.
 """
 
 from __future__ import annotations
@@ -37,12 +43,16 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import gpu_check_fsdp  # beside this file
+import gpu_check_train
 import numpy as np
 import torch
 
@@ -51,7 +61,8 @@ from srifty_core.profiling.device import device_type_of, resolve_device
 from srifty_core.profiling.memory import BatchDoesNotFitError
 from srifty_core.profiling.profile import ComputeProfile, mape
 from srifty_core.profiling.profiler import profile_model
-from srifty_core.workloads.zoo import build
+from srifty_core.training_settings import TrainingSettings
+from srifty_core.workloads import build
 
 T_START = time.perf_counter()
 
@@ -252,14 +263,27 @@ def environment(device: torch.device) -> dict[str, Any]:
     return env
 
 
+def file_name(text: str) -> str:
+    """``text`` as a file name of letters, digits, ``.``, ``_`` and ``-``."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def run_model(
-    name: str, args: argparse.Namespace, device: torch.device, budget_s: float, out: Path
+    name: str,
+    precision: str,
+    args: argparse.Namespace,
+    device: torch.device,
+    budget_s: float,
+    out: Path,
 ) -> dict[str, Any]:
-    rec: dict[str, Any] = {"model": name, "size": args.size, "status": "started"}
+    rec: dict[str, Any] = {
+        "model": name, "precision": precision, "size": args.size, "status": "started"
+    }  # fmt: skip
     marks: dict[str, float] = {}
+    settings = TrainingSettings(precision=precision)
 
     def progress(stage: str, done: int, total: int) -> None:
-        log(f"  {name} {stage} {done}/{total or '?'}")
+        log(f"  {name} {precision} {stage} {done}/{total or '?'}")
 
     t0 = time.perf_counter()
     cfg = ProfilerConfig(
@@ -268,10 +292,11 @@ def run_model(
         repeats=args.repeats,
         warmup=args.warmup,
         max_batch=args.max_batch,
+        settings=settings,
     )
     probe = profile_model(name, args.size, cfg, progress=progress)
     marks["probe_profile_s"] = time.perf_counter() - t0
-    fname = f"{probe.device_type.lower()}_{name}.json"
+    fname = file_name(f"{probe.device_type.lower()}_{name}_{precision}") + ".json"
     (out / fname).write_text(probe.to_json() + "\n")
     rec |= {
         "status": "probed",
@@ -318,6 +343,7 @@ def run_model(
         repeats=args.repeats,
         warmup=args.warmup,
         max_batch=probe.b_max,
+        settings=settings,
     )
     try:
         dense = profile_model(name, args.size, dense_cfg, progress=progress)
@@ -352,7 +378,7 @@ def run_model(
         f"bw {ev['repeat_spread']['bw_mean_abs_pct']:.2f}%)"
     )
 
-    if device.type == "cuda" and not args.no_event_check:
+    if device.type == "cuda" and not args.no_event_check and precision == "fp32":
         t2 = time.perf_counter()
         try:
             rec["event_crosscheck"] = event_crosscheck(
@@ -378,82 +404,6 @@ def run_model(
     return rec
 
 
-def train_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """A 1-GPU training run of a plan through the runtime's own worker, launched as
-    torchrun would (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*`` in the
-    environment): on a CUDA machine it joins an NCCL group of one on GPU 0 in the
-    plan's precision (bf16 by default; the worker falls back to fp16 where the GPU lacks
-    bf16); on a CPU, gloo. Checked: exit
-    0, the progress log holds exactly the plan's iterations, the checkpoint is at the
-    last one, and the steady iteration time (the log's second half)."""
-    import socket
-    import subprocess
-
-    from srifty_core.runs.progress import read_progress
-    from srifty_core.runtime.checkpoint import load_checkpoint
-    from srifty_core.runtime.train_plan import TrainPlan
-
-    run_dir = out / "train_run"
-    plan = TrainPlan(
-        model=args.train_model,
-        size=args.size,
-        global_batch=args.train_batch,
-        iterations=args.train_iterations,
-        local_batches=(args.train_batch,),
-        run_dir=str(run_dir),
-        checkpoint_every=args.train_iterations,
-        device="auto" if args.device.startswith("cuda") else "cpu",
-        precision=args.train_precision or ("bf16" if args.device.startswith("cuda") else "fp32"),
-        timeout_s=300.0,
-    )
-    plan_path = plan.save(out / "train_plan.json")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = os.environ | {
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-    }
-    t0 = time.perf_counter()
-    run = subprocess.run(
-        [sys.executable, "-m", "srifty_core.runtime.worker", str(plan_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=args.train_timeout_s,
-    )
-    records = read_progress(plan.progress_path)
-    ck = load_checkpoint(plan.checkpoint_path)
-    steps = [r.step_s for r in records[len(records) // 2 :]]
-    rec: dict[str, Any] = {
-        "model": plan.model,
-        "size": plan.size,
-        "global_batch": plan.global_batch,
-        "iterations": plan.iterations,
-        "precision_asked": plan.precision,
-        "exit_code": run.returncode,
-        "records": len(records),
-        "last_iteration": records[-1].iteration if records else 0,
-        "checkpoint_iteration": None if ck is None else ck.iteration,
-        "steady_iteration_s": statistics.median(steps) if steps else None,
-        "wall_s": time.perf_counter() - t0,
-        "worker_log_tail": run.stderr[-2000:],
-    }
-    rec["status"] = (
-        "ok"
-        if run.returncode == 0
-        and [r.iteration for r in records] == list(range(1, plan.iterations + 1))
-        and rec["checkpoint_iteration"] == plan.iterations
-        else "failed"
-    )
-    return rec
-
-
 def summary(result: dict[str, Any]) -> str:
     env = result["environment"]
     lines = [
@@ -469,12 +419,15 @@ def summary(result: dict[str, Any]) -> str:
     ]
     for r in result["models"]:
         if r.get("status") != "ok":
-            lines.append(f"{r['model']}: FAILED at {r.get('status')}: {r.get('error')}")
+            lines.append(
+                f"{r['model']} {r.get('precision')}: FAILED at {r.get('status')}: {r.get('error')}"
+            )
             continue
         e = r["eval"]
         d = r["dense"]
         lines.append(
-            f"{r['model']}: B_max {r['b_max']}{' (cap)' if r['b_max_capped'] else ''} "
+            f"{r['model']} {r['precision']}: B_max {r['b_max']}"
+            f"{' (cap)' if r['b_max_capped'] else ''} "
             f"(again: {r['b_max_second_search']}), probes {r['probe']['sizes']}, "
             f"{len(d['sizes'])} dense sizes; MAPE held-out {e['mape_fw_held_out']:.2f} / "
             f"{e['mape_bw_held_out']:.2f} / {e['mape_iter_held_out']:.2f}, "
@@ -505,18 +458,10 @@ def summary(result: dict[str, Any]) -> str:
                 f"{c['event_fw_s'] * 1e3:.3f} ms, bw {c['host_bw_s'] * 1e3:.3f}/"
                 f"{c['event_bw_s'] * 1e3:.3f} ms"
             )
-    t = result.get("train")
-    if t is not None:
-        if t.get("status") == "ok":
-            lines.append(
-                f"training run through the worker: {t['model']} ({t['size']}), batch "
-                f"{t['global_batch']}, {t['iterations']} iterations, precision asked "
-                f"{t['precision_asked']}: exit {t['exit_code']}, checkpoint at "
-                f"{t['checkpoint_iteration']}, steady iteration "
-                f"{t['steady_iteration_s'] * 1e3:.2f} ms, wall {t['wall_s']:.1f} s"
-            )
-        else:
-            lines.append(f"training run through the worker: FAILED {t.get('error', t)}")
+    if "train" in result:
+        lines += gpu_check_train.summary_lines(result["train"])
+    if "fsdp" in result:
+        lines += gpu_check_fsdp.summary_lines(result["fsdp"])
     return "\n".join(lines) + "\n"
 
 
@@ -524,7 +469,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files and the summary")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--models", default="resnet50,bert_base,vgg16")
+    ap.add_argument("--models", default="resnet50,hf:gpt2")
     ap.add_argument("--size", default="full", choices=("tiny", "small", "full"))
     ap.add_argument("--probes", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
@@ -534,16 +479,24 @@ def main() -> int:
         "--budget-s", type=float, default=240, help="time for all models; trims the dense sweep"
     )
     ap.add_argument("--no-event-check", action="store_true")
-    ap.add_argument("--train-model", default="resnet50", help="the training run's model")
-    ap.add_argument("--train-batch", type=int, default=128)
-    ap.add_argument("--train-iterations", type=int, default=40)
     ap.add_argument(
-        "--train-precision",
-        choices=("fp32", "bf16", "fp16"),
-        help="the training run's precision (default: bf16 on CUDA, fp32 on the CPU)",
+        "--precisions", default="fp32,bf16", help="each model is profiled in each of these"
+    )
+    ap.add_argument("--train-model", default="resnet50", help="the built-in worker's model")
+    ap.add_argument("--train-batch", type=int, default=128)
+    ap.add_argument("--train-iterations", type=int, default=60)
+    ap.add_argument(
+        "--train-precisions", default="fp32,bf16", help="each training run in each of these"
     )
     ap.add_argument("--train-timeout-s", type=float, default=300)
-    ap.add_argument("--no-train", action="store_true", help="skip the training run")
+    ap.add_argument("--no-train", action="store_true", help="skip the training runs")
+    ap.add_argument("--fsdp-model", default="hf:gpt2")
+    ap.add_argument("--fsdp-size", default="full")
+    ap.add_argument("--fsdp-batches", type=int, nargs=2, default=(4, 16))
+    ap.add_argument("--no-fsdp", action="store_true", help="skip the FSDP2 check")
+    ap.add_argument(
+        "--workdir", default=None, help="run folders of the training runs (default: a temp dir)"
+    )
     args = ap.parse_args()
 
     out = Path(args.out)
@@ -570,37 +523,73 @@ def main() -> int:
         (out / "summary.txt").write_text(summary(result))
 
     write()
-    for i, name in enumerate(models):
+    runs = [(m, p) for m in models for p in args.precisions.split(",") if p]
+    for i, (name, precision) in enumerate(runs):
         remaining = args.budget_s - (time.perf_counter() - T_START)
         # the budgeted profile takes about a third of a model's time: leave the dense sweep
         # its share of what is left
-        budget = max(10.0, remaining / (len(models) - i) * 0.6)
-        log(f"=== {name} ({args.size}) on {args.device}; dense budget {budget:.0f} s")
+        budget = max(10.0, remaining / (len(runs) - i) * 0.6)
+        log(f"=== {name} {precision} ({args.size}) on {args.device}; dense budget {budget:.0f} s")
         try:
-            rec = run_model(name, args, device, budget, out)
+            rec = run_model(name, precision, args, device, budget, out)
         except Exception as exc:
             traceback.print_exc()
-            rec = {"model": name, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-            log(f"{name}: FAILED: {rec['error']}")
+            rec = {
+                "model": name, "precision": precision, "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}",
+            }  # fmt: skip
+            log(f"{name} {precision}: FAILED: {rec['error']}")
         result["models"].append(rec)
         gc.collect()
         if device.type == "cuda":
             rec["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
+            torch.cuda.reset_peak_memory_stats(device)
             torch.cuda.empty_cache()
         write()
-    if not args.no_train:
-        log(f"=== training run: {args.train_model} ({args.size}) through the worker")
-        try:
-            result["train"] = train_check(args, out)
-        except Exception as exc:
-            traceback.print_exc()
-            result["train"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        log(f"training run: {result['train']['status']}")
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp, ThreadPoolExecutor(2) as pool:
+        workdir = Path(args.workdir or tmp)
+        kind = "cuda" if device.type == "cuda" else "cpu"
+        train = fsdp = None
+        if not args.no_train:
+            log(f"=== training runs ({args.train_precisions}): worker and digits script")
+            train = pool.submit(
+                gpu_check_train.run_all,
+                workdir,
+                device="auto" if kind == "cuda" else "cpu",
+                precisions=[p for p in args.train_precisions.split(",") if p],
+                model=args.train_model,
+                size=args.size,
+                batch=args.train_batch,
+                iterations=args.train_iterations,
+                timeout_s=args.train_timeout_s,
+                log=log,
+            )
+        if not args.no_fsdp:
+            log(f"=== FSDP2 check: {args.fsdp_model} ({args.fsdp_size}) on {kind}")
+            fsdp = pool.submit(
+                gpu_check_fsdp.run,
+                args.fsdp_model,
+                args.fsdp_size,
+                kind,
+                tuple(args.fsdp_batches),
+                log=log,
+            )
+        for key, job in (("train", train), ("fsdp", fsdp)):
+            if job is None:
+                continue
+            try:
+                result[key] = job.result()
+            except Exception as exc:
+                traceback.print_exc()
+                result[key] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            write()
     write()
     print(summary(result), flush=True)
     log("done")
-    runs = [*result["models"], *([result["train"]] if "train" in result else [])]
-    return 0 if all(r.get("status") == "ok" for r in runs) else 1
+    train = result.get("train", [])
+    checks = [*result["models"], *(train if isinstance(train, list) else [train])]
+    checks += [result["fsdp"]] if "fsdp" in result else []
+    return 0 if all(r.get("status") == "ok" for r in checks) else 1
 
 
 if __name__ == "__main__":

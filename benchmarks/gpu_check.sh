@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPU check (issue 19, item 6): profile the zoo's full ResNet-50, BERT-base and VGG-16 on
-# CUDA with 4 probes and a dense sweep; see benchmarks/gpu_check.py. Run from the repo root
-# with OUT set to the folder for the results (about 4 minutes on one H200: the profiles, then a
-# 1-GPU NCCL training run of a plan through the runtime worker); PYTHON picks the
-# interpreter (default python3).
+# GPU check (issues 19 and 53): profile ResNet-50 and hf:gpt2 on CUDA in fp32 and bf16 with 4
+# probes and a dense sweep, then 1-GPU NCCL training runs of plans (the worker and the digits
+# script, fp32 and bf16, each preempted and resumed) beside an FSDP2 check; see
+# benchmarks/gpu_check.py. Run from the repo root with OUT set to the folder for the results
+# (about 5 minutes on one H200 with --max-batch 512); PYTHON picks the interpreter (default
+# python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for the results}"

@@ -16,21 +16,35 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.alone
 @pytest.mark.slow
-def test_the_gpu_check_runs_on_the_cpu_and_trains_a_plan_through_the_worker(
+def test_the_gpu_check_runs_on_the_cpu_trains_preempts_and_resumes(
     tmp_path: Path, data_dir: Path
 ) -> None:
+    """A tiny profile, the worker and the digits script each stopped by SIGTERM and resumed
+    to exactly their iterations, and the FSDP2 check's DDP-vs-FSDP losses (gloo)."""
     cmd = [
         sys.executable,
         str(REPO / "benchmarks" / "gpu_check.py"),
         *("--device", "cpu", "--models", "resnet18", "--size", "tiny", "--max-batch", "16"),
-        *("--budget-s", "20", "--no-event-check", "--out", str(tmp_path)),
-        *("--train-model", "resnet18", "--train-batch", "8", "--train-iterations", "6"),
+        *("--precisions", "fp32", "--budget-s", "20", "--no-event-check"),
+        *("--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")),
+        *("--train-model", "resnet18", "--train-batch", "8", "--train-iterations", "9"),
+        *("--train-precisions", "fp32", "--fsdp-model", "hf:gpt2", "--fsdp-size", "tiny"),
     ]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    result = json.loads((tmp_path / "gpu_check.json").read_text())
-    train = result["train"]
-    assert train["status"] == "ok" and train["exit_code"] == 0
-    assert train["records"] == 6 and train["last_iteration"] == 6
-    assert train["checkpoint_iteration"] == 6 and train["steady_iteration_s"] > 0
-    assert "on cpu (gloo)" in train["worker_log_tail"]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert [m["status"] for m in result["models"]] == ["ok"]
+    assert (tmp_path / "out" / "cpu_resnet18_fp32.json").exists() or any(
+        p.name.endswith("_resnet18_fp32.json") for p in (tmp_path / "out").iterdir()
+    )
+    runs = {r["name"]: r for r in result["train"]}
+    assert set(runs) == {"worker_fp32", "digits_fp32"}
+    for r in runs.values():
+        assert r["status"] == "ok", r
+        assert r["stopped"]["exit_code"] == 3 and r["resumed"]["exit_code"] == 0
+        assert 0 < r["stopped"]["checkpoint_iteration"] < r["iterations"]
+        assert r["records"] == r["iterations"] and r["each_iteration_once"]
+    assert "on cpu (gloo)" in runs["worker_fp32"]["stopped"]["log_tail"]
+    assert runs["digits_fp32"]["result"]["accuracy"] > 0.9
+    fsdp = result["fsdp"]
+    assert fsdp["same_training"]["ok"] and len(fsdp["rows"]) == 4

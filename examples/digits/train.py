@@ -45,7 +45,8 @@ def main() -> None:
         idx = srifty.sample_indices(it, len(x))
         opt.zero_grad(set_to_none=True)
         batch = (x[idx].to(device), y[idx].to(device))
-        scaled = loss(model, batch) * srifty.loss_scale()
+        with srifty.autocast():  # the plan's precision: bf16 on GPUs if it says so
+            scaled = loss(model, batch) * srifty.loss_scale()
         scaled.backward()
         opt.step()
         srifty.report(it + 1, scaled, model=net, optimizer=opt)

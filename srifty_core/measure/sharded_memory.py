@@ -1,15 +1,19 @@
 """Measure what each rank holds at its peak while training a model under a strategy, on
-local CPU processes over gloo: the evidence ``sharding.memory`` is checked against.
+local processes (CPU over gloo, or one GPU each over NCCL): the evidence
+``sharding.memory`` is checked against.
 
 Contract: ``rank_peaks(model, size, layout, batch)`` starts ``layout.world`` processes,
 each builds the model (``workloads.build``: any model reference), wraps it
 (``sharding.wrap``), takes ``steps`` AdamW/SGD steps at the local ``batch`` and reports,
-over its resident set before the model was built: the peak during those steps (Linux:
-``VmHWM`` reset through ``/proc/self/clear_refs`` after wrapping, the heap trimmed first)
-and what it holds after the last optimizer step (the heap trimmed: the training state with
-its gradients, no activations). Parameters, gradients, optimizer states, buffers and
-activations are all in the peak, with what gloo, FSDP and autograd allocate on the way;
-the import of torch itself is not.
+over its level before the model was built: the peak during those steps and what it holds
+after the last optimizer step (the training state with its gradients, no activations),
+with each step's loss. On the CPU the level is the resident set (Linux: ``VmHWM`` reset
+through ``/proc/self/clear_refs`` after wrapping, the heap trimmed first); on CUDA it is
+the caching allocator's allocated bytes (``max_memory_allocated`` after a peak reset).
+Parameters, gradients, optimizer states, buffers and activations are all in the peak, with
+what the collectives, FSDP and autograd allocate on the way; the import of torch is not.
+On CUDA, ``precision`` bf16/fp16 runs the loss under ``torch.autocast`` (and FSDP's mixed
+precision policy, ``sharding.wrap``).
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ import gc
 import json
 import os
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from srifty_core import host_allocator
-from srifty_core.errors import SriftyError
+from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import free_port
 from srifty_core.sharding.memory import Layout
 from srifty_core.training_settings import TrainingSettings
@@ -46,6 +51,7 @@ def _rank(
     batch: int,
     steps: int,
     settings: dict[str, object],
+    device_type: str,
     out: str,
 ) -> None:
     import torch
@@ -55,29 +61,48 @@ def _rank(
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=layout.world)
+    cuda = device_type == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=layout.world)
     try:
-        device = torch.device("cpu")
+        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+        train = TrainingSettings(**settings)  # type: ignore[arg-type]
         del build(model, size, seed=0).module  # the libraries it imports are not its memory
         gc.collect()
         host_allocator.trim()
-        before = _status_bytes("VmRSS")
+        before = torch.cuda.memory_allocated(device) if cuda else _status_bytes("VmRSS")
         workload = build(model, size, seed=0)
-        module = wrap(workload.module, layout, TrainingSettings(**settings), device)  # type: ignore[arg-type]
-        optimizer = make_optimizer(TrainingSettings(**settings), module.parameters(), lr=1e-3)  # type: ignore[arg-type]
+        module = wrap(workload.module.to(device), layout, train, device)
+        optimizer = make_optimizer(train, module.parameters(), lr=1e-3)
         data = workload.make_batch(batch, device, seed=rank)
-        host_allocator.trim()
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.precision)
+        autocast = torch.autocast("cuda", dtype=dtype) if cuda and dtype else nullcontext()
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            host_allocator.trim()
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        losses = []
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            workload._loss(module, data).backward()  # type: ignore[no-untyped-call]
+            with autocast:
+                loss = workload._loss(module, data)
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
-        peak = _status_bytes("VmHWM")
-        host_allocator.trim()
-        held = _status_bytes("VmRSS")
+            losses.append(float(loss.detach().float().item()))
+        if cuda:
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+            held = torch.cuda.memory_allocated(device)
+        else:
+            peak = _status_bytes("VmHWM")
+            host_allocator.trim()
+            held = _status_bytes("VmRSS")
         Path(out, f"{rank}.json").write_text(
-            json.dumps({"peak": peak - before, "held": held - before})
+            json.dumps({"peak": peak - before, "held": held - before, "losses": losses})
         )
         dist.barrier()
     finally:
@@ -92,6 +117,8 @@ class RankReading:
     """The most it held during the steps."""
     held: int
     """What it holds after the last optimizer step, gradients kept."""
+    losses: tuple[float, ...] = ()
+    """Each step's loss on this rank's batch."""
 
 
 def rank_peaks(
@@ -102,18 +129,32 @@ def rank_peaks(
     *,
     settings: TrainingSettings | None = None,
     steps: int = 2,
+    device: str = "cpu",
 ) -> list[RankReading]:
-    """Each rank's reading (module doc), rank order."""
+    """Each rank's reading (module doc), rank order. ``device``: ``cpu`` or ``cuda`` (one
+    GPU per rank)."""
     import torch.multiprocessing as mp
 
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device: must be 'cpu' or 'cuda', got {device!r}")
     settings = settings or TrainingSettings(optimizer="adamw")
     with tempfile.TemporaryDirectory(prefix="srifty-peaks-") as out:
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
             _rank,
-            args=(layout, free_port(), model, size, batch, steps, settings.to_dict(), out),
+            args=(
+                layout,
+                free_port(),
+                model,
+                size,
+                batch,
+                steps,
+                settings.to_dict(),
+                device,
+                out,
+            ),
             nprocs=layout.world,
             join=True,
             start_method="spawn",
         )
         readings = [json.loads(Path(out, f"{r}.json").read_text()) for r in range(layout.world)]
-        return [RankReading(r["peak"], r["held"]) for r in readings]
+        return [RankReading(r["peak"], r["held"], tuple(r["losses"])) for r in readings]

@@ -44,6 +44,8 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
   and ``finish()`` must come after the plan's last iteration (``iterations()``) with a
   checkpoint holding it (``report(..., model=...)`` or ``save_checkpoint``). A script
   that exits 0 without that fails the job too.
+- ``autocast()`` runs what it holds in the plan's precision as the built-in worker does
+  (bf16 on GPUs; nothing on the CPU); ``precision()`` says which.
 - ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
   re-plan resumes from); ``extra`` keeps your own state beside the model and optimizer.
 """
@@ -56,6 +58,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -83,6 +86,7 @@ from srifty_core.runtime.train_plan import TrainPlan
 __all__ = [
     "EXIT_STOPPED",
     "ReportError",
+    "autocast",
     "checkpoint_extra",
     "finish",
     "global_batch",
@@ -92,6 +96,7 @@ __all__ = [
     "local_batch",
     "loss_scale",
     "plan",
+    "precision",
     "rank",
     "report",
     "sample_indices",
@@ -114,6 +119,8 @@ class _State:
     """The iteration the run folder's checkpoint held when this rank started."""
     reported: int | None = None
     device: torch.device | None = None
+    precision = "fp32"
+    """What this rank computes in (``runtime.worker.agreed_precision`` of the plan's)."""
     log: ProgressLog | None = None
     last_step: float | None = None
     saved = 0
@@ -171,7 +178,7 @@ def init(timeout_s: float | None = None) -> torch.device:
     """Join this plan's ranks and return the device this rank trains on: a GPU per rank
     with NCCL where the host has one per rank, else the CPU with gloo (the built-in
     worker's ``place``). Installs the SIGTERM handler ``report`` answers."""
-    from srifty_core.runtime.worker import place
+    from srifty_core.runtime.worker import agreed_precision, place
 
     p = plan()
     host_allocator.steady()
@@ -193,11 +200,34 @@ def init(timeout_s: float | None = None) -> torch.device:
 
     signal.signal(signal.SIGTERM, on_term)
     _state.device = where.torch_device
+    _state.precision = agreed_precision(p.precision, where.torch_device)
     _state.log = ProgressLog(p.progress_path) if rank() == 0 else None
     _state.start = checkpoint_iteration(p.checkpoint_path) or 0
     _state.reported = None
     _state.last_step = time.perf_counter()
     return where.torch_device
+
+
+def autocast() -> AbstractContextManager[Any]:
+    """The plan's precision for your forward pass and loss, as the built-in worker runs it:
+    ``torch.autocast`` in bf16 on GPUs (fp16 where one of the ranks' GPUs lacks bf16, or
+    when the plan says fp16: then scale the loss with a ``torch.amp.GradScaler``), nothing
+    on the CPU or for an fp32 plan. Parameters and the optimizer stay float32::
+
+        with srifty.autocast():
+            loss = loss_fn(model(x), y) * srifty.loss_scale()
+        loss.backward()
+    """
+    from srifty_core.runtime.worker import precision_context
+
+    if _state.device is None:
+        raise ConfigError("autocast: call srifty_core.runtime.user.init() first")
+    return precision_context(_state.precision, _state.device)
+
+
+def precision() -> str:
+    """What this rank computes in after ``init()``: ``fp32``, ``bf16`` or ``fp16``."""
+    return _state.precision
 
 
 def sample_indices(iteration: int, n_samples: int) -> torch.Tensor:

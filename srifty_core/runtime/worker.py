@@ -88,6 +88,7 @@ __all__ = [
     "ExchangeTimer",
     "Placement",
     "TrainPlan",
+    "agreed_precision",
     "choose_device",
     "choose_precision",
     "local_batch",
@@ -95,6 +96,7 @@ __all__ = [
     "main",
     "place",
     "plan_rank",
+    "precision_context",
     "run_rank",
     "run_spawned",
     "split_batch",
@@ -112,10 +114,25 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _autocast(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+def precision_context(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+    """``torch.autocast`` of ``precision`` on ``device``; nothing for ``fp32``."""
     if precision == "fp32":
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=_AUTOCAST[precision])
+
+
+def agreed_precision(precision: str, device: torch.device) -> str:
+    """The precision every rank of the started process group computes in for a plan's
+    ``precision`` (``choose_precision``): for bf16 on GPUs the ranks agree with an allreduce
+    whether every GPU supports it, so that all fall back to fp16 alike (a collective: every
+    rank of a GPU group calls it); ranks on CPUs compute in fp32 without asking (a group's
+    ranks share one backend: all on GPUs or all on CPUs)."""
+    bf16_everywhere = True
+    if precision == "bf16" and device.type == "cuda":
+        ok = torch.tensor([1.0 if torch.cuda.is_bf16_supported() else 0.0], device=device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        bf16_everywhere = bool(ok.item() > 0)
+    return choose_precision(precision, device.type, bf16_everywhere)
 
 
 def train_step(
@@ -133,7 +150,7 @@ def train_step(
     the scaler skips a step whose gradients overflowed (under DDP every rank sees the same
     averaged gradients, so every rank skips alike)."""
     opt.zero_grad(set_to_none=True)
-    with _autocast(precision, batch[0].device):
+    with precision_context(precision, batch[0].device):
         loss = workload.loss(batch) * scale
     if scaler is None:
         loss.backward()
@@ -206,13 +223,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
     cuda = device.type == "cuda"
     host_allocator.steady()  # the heap behaviour the profile measured
     torch.set_num_threads(plan.threads)
-    bf16_everywhere = True
-    if plan.precision == "bf16":  # every rank asks, so every rank picks the same precision
-        ok = torch.tensor([1.0 if cuda and torch.cuda.is_bf16_supported() else 0.0])
-        ok = ok.to(device)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        bf16_everywhere = bool(ok.item() > 0)
-    precision = choose_precision(plan.precision, device.type, bf16_everywhere)
+    precision = agreed_precision(plan.precision, device)
     if precision != plan.precision and rank == 0:
         print(
             f"worker: precision {plan.precision} runs as {precision} on {device.type}",

@@ -28,6 +28,7 @@ from srifty_core.runtime import user as srifty
 
 mode = sys.argv[1]
 srifty.init()
+assert srifty.precision() == "fp32", srifty.precision()  # a bf16 plan computes in fp32 on a CPU
 if mode == "exit-0":  # finish() without a report
     srifty.finish()
     sys.exit(0)
@@ -40,7 +41,8 @@ start = srifty.load_checkpoint(model.module, opt)
 n = srifty.iterations()
 for it in range(start, n):
     opt.zero_grad()
-    loss = model(torch.randn(srifty.local_batch(), 4)).pow(2).mean() * srifty.loss_scale()
+    with srifty.autocast():  # nothing on a CPU
+        loss = model(torch.randn(srifty.local_batch(), 4)).pow(2).mean() * srifty.loss_scale()
     if mode == "nan-loss" and it >= 2:
         loss = loss * float("nan")
     loss.backward()
@@ -61,7 +63,7 @@ def _train(tmp_path: Path, mode: str) -> TrainPlan:
     plan = TrainPlan(
         model="dlrm", size="tiny", global_batch=8, iterations=N, local_batches=(4, 4),
         run_dir=str(tmp_path / "run"), checkpoint_every=2, step_sleep_s=0.0, threads=1,
-        entrypoint=(sys.executable, str(script), mode),
+        precision="bf16", entrypoint=(sys.executable, str(script), mode),
     )  # fmt: skip
     train_local(plan, LocalProvider(tmp_path / "cloud"), poll_s=0.1, timeout_s=120)
     return plan

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from torch import nn
 
+from srifty_core.errors import ConfigError
 from srifty_core.measure.sharded_memory import rank_peaks
 from srifty_core.sharding.memory import Layout
 from srifty_core.sharding.units import shard_units, unit_parameters
@@ -48,3 +52,9 @@ def test_fsdp2_wraps_and_trains_a_user_model_on_two_processes() -> None:
     # on each GPT2Block, then the root), one AdamW step, each rank's readings reported
     readings = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1)
     assert len(readings) == 2 and all(0 < r.held <= r.peak for r in readings)
+    assert all(len(r.losses) == 1 and math.isfinite(r.losses[0]) for r in readings)
+
+
+def test_memory_readings_name_a_bad_device() -> None:
+    with pytest.raises(ConfigError, match=r"^device: must be 'cpu' or 'cuda', got 'tpu'$"):
+        rank_peaks("hf:gpt2", "tiny", Layout("ddp", 1), 1, device="tpu")
