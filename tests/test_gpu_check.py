@@ -1,6 +1,6 @@
 """The GPU check's code path on the CPU (the real check needs an NVIDIA GPU): a tiny
-profile and the training run of a plan through the runtime's worker, launched as torchrun
-would."""
+profile (alone: it times this host), then the training runs of plans launched as torchrun
+would, preempted and resumed, and the FSDP2 check."""
 
 from __future__ import annotations
 
@@ -14,29 +14,45 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.alone
-@pytest.mark.slow
-def test_the_gpu_check_runs_on_the_cpu_trains_preempts_and_resumes(
-    tmp_path: Path, data_dir: Path
-) -> None:
-    """A tiny profile, the worker and the digits script each stopped by SIGTERM and resumed
-    to exactly their iterations, and the FSDP2 check's DDP-vs-FSDP losses (gloo)."""
+def _check(tmp_path: Path, *args: str) -> dict:
     cmd = [
         sys.executable,
         str(REPO / "benchmarks" / "gpu_check.py"),
-        *("--device", "cpu", "--models", "resnet18", "--size", "tiny", "--max-batch", "16"),
-        *("--precisions", "fp32", "--budget-s", "20", "--no-event-check"),
-        *("--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")),
-        *("--train-model", "resnet18", "--train-batch", "8", "--train-iterations", "9"),
-        *("--train-precisions", "fp32", "--fsdp-model", "hf:gpt2", "--fsdp-size", "tiny"),
+        *("--device", "cpu", "--out", str(tmp_path / "out"), *args),
     ]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
-    assert [m["status"] for m in result["models"]] == ["ok"]
-    assert (tmp_path / "out" / "cpu_resnet18_fp32.json").exists() or any(
-        p.name.endswith("_resnet18_fp32.json") for p in (tmp_path / "out").iterdir()
+    return json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_the_gpu_check_profiles_on_the_cpu(tmp_path: Path, data_dir: Path) -> None:
+    """The profiling half: a tiny profile, its dense sweep and the 4-probe MAPE."""
+    result = _check(
+        tmp_path,
+        *("--models", "resnet18", "--size", "tiny", "--max-batch", "16", "--precisions", "fp32"),
+        *("--budget-s", "20", "--no-event-check", "--no-train", "--no-fsdp"),
     )
+    [model] = result["models"]
+    assert model["status"] == "ok" and model["eval"]["mape_iter_all"] >= 0
+    assert (tmp_path / "out" / model["profile_file"]).exists()
+    assert model["profile_file"].endswith("_resnet18_fp32.json")
+
+
+@pytest.mark.slow
+def test_the_gpu_check_trains_preempts_and_resumes_on_the_cpu(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The training half: the worker and the digits script each stopped by SIGTERM and
+    resumed to exactly their iterations, and the FSDP2 check's DDP-vs-FSDP losses (gloo)."""
+    result = _check(
+        tmp_path,
+        *("--models", "", "--size", "tiny", "--workdir", str(tmp_path / "runs")),
+        *("--train-model", "resnet18", "--train-batch", "8", "--train-iterations", "9"),
+        *("--train-precisions", "fp32", "--fsdp-model", "hf:gpt2", "--fsdp-size", "tiny"),
+    )
+    assert result["models"] == []
     runs = {r["name"]: r for r in result["train"]}
     assert set(runs) == {"worker_fp32", "digits_fp32"}
     for r in runs.values():
