@@ -7,6 +7,11 @@ previous one."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +28,7 @@ from srifty_core.runtime.checkpoint import (
     sharded_summary,
 )
 from srifty_core.runtime.train_plan import TrainPlan
-from srifty_core.runtime.worker import run_spawned, train_single
+from srifty_core.runtime.worker import EXIT_STOPPED, run_spawned, train_single
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:
@@ -78,15 +83,43 @@ def test_sharded_ranks_with_uneven_batches_equal_one_process(
     assert max_diff(sharded_params(sharded), reference) < 1e-12
 
 
-def test_a_sharded_checkpoint_resumes_on_fewer_ranks_and_ends_at_n(tmp_path: Path) -> None:
-    """Written by 3 ranks, resumed by 2 (DCP reshards), the plan's remaining iterations
-    run once: the progress log holds 1..N once, the last checkpoint N, and the parameters
-    (momentum included) are those of a straight run."""
-    n = 6
-    straight = train_single(plan(tmp_path / "one", iterations=n))
-    first = plan(tmp_path / "run", iterations=3, checkpoint_every=2)
-    run_spawned(first)
-    assert checkpoint_iteration(first.checkpoint_path) == 3
+def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> None:
+    """One of 3 worker processes gets SIGTERM (a preemption notice): the ranks agree to
+    stop, all write their shards of the step they stopped at, and exit ``EXIT_STOPPED``.
+    2 ranks resume from those shards (DCP reshards) and run the rest once: the progress
+    log holds 1..N once, the last checkpoint N, and the parameters (momentum included)
+    are those of a straight run."""
+    n = 12
+    first = plan(tmp_path / "run", iterations=n, checkpoint_every=100, step_sleep_s=0.05)
+    path = first.save(tmp_path / "plan.json")
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "srifty_core.runtime.worker", str(path)],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "WORLD_SIZE": "3",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+            stderr=subprocess.DEVNULL,
+        )
+        for r in range(3)
+    ]
+    try:
+        end = time.monotonic() + 60
+        while len(read_progress(first.progress_path)) < 3 and time.monotonic() < end:
+            time.sleep(0.02)
+        procs[1].send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert codes == [EXIT_STOPPED] * 3
+    stopped = checkpoint_iteration(first.checkpoint_path)
+    assert stopped is not None and 3 <= stopped < n
+    assert read_progress(first.progress_path)[-1].iteration == stopped
     rest = plan(tmp_path / "run", iterations=n, local_batches=(6, 4), config_id="c1")
     run_spawned(rest)
     assert [r.iteration for r in read_progress(rest.progress_path)] == list(range(1, n + 1))
@@ -95,6 +128,7 @@ def test_a_sharded_checkpoint_resumes_on_fewer_ranks_and_ends_at_n(tmp_path: Pat
     assert info.samples == n * 10
     _, folder = sharded_paths(rest.checkpoint_path)
     assert [p.name for p in Path(folder).iterdir()] == [Path(info.folder).name]  # old gone
+    straight = train_single(plan(tmp_path / "one", iterations=n))
     assert max_diff(sharded_params(rest), straight) < 1e-12
 
 
@@ -119,12 +153,14 @@ def test_ddp_and_sharded_checkpoints_cross_over(tmp_path: Path) -> None:
     assert [r.iteration for r in read_progress(p.progress_path)] == list(range(1, 7))
 
 
+@pytest.mark.parametrize("where", ["local", "object storage"])
 def test_a_kill_while_writing_leaves_the_previous_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """The shards of a new checkpoint are written but its summary never published (the
     process dies between the two): the run folder still resumes from the previous one,
-    whose folder is untouched."""
+    whose folder is untouched; in a local folder and at a URI (fsspec's ``memory://``,
+    as a run folder on S3 is written)."""
     import torch.distributed as dist
 
     from srifty_core.runs import store
@@ -140,7 +176,9 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
         wrap(model, Layout("fsdp", 1), TrainingSettings(), torch.device("cpu"))
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        ck = tmp_path / "checkpoint.pt"
+        ck: Path | str = tmp_path / "checkpoint.pt"
+        if where != "local":
+            ck = f"memory://{tmp_path.name}/run/checkpoint.pt"
         model(torch.randn(3, 4)).sum().backward()
         opt.step()
         kept = {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
@@ -158,7 +196,7 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
                             config_id="c0", strategy="fsdp")  # fmt: skip
         monkeypatch.undo()
         _, folder = sharded_paths(ck)
-        assert len(list(Path(folder).iterdir())) == 2  # the new shards, unpublished
+        assert len(store.names(folder, "*")) == 2  # the new shards, unpublished
         assert checkpoint_iteration(ck) == 1
         resumed = sc.load_latest(ck, model, opt, global_batch=3)
         assert resumed is not None and (resumed.iteration, resumed.extra) == (1, {"epoch": 7})
@@ -166,6 +204,9 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
         assert max_diff(now, kept) == 0.0
         with pytest.raises(ConfigError, match="same global batch"):
             sc.load_latest(ck, model, opt, global_batch=4)
+        sc.save_sharded(ck, model=model, optimizer=opt, iteration=2, global_batch=3,
+                        config_id="c0", strategy="fsdp")  # fmt: skip
+        assert checkpoint_iteration(ck) == 2 and len(store.names(folder, "*")) == 1
     finally:
         dist.destroy_process_group()
 
