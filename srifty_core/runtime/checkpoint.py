@@ -132,6 +132,8 @@ class ShardedSummary:
     world: int
     """The ranks that wrote it (any world size loads it: DCP reshards)."""
     strategy: str
+    optimizer: bool = True
+    """Whether it holds the optimizer's state (a script may checkpoint its model alone)."""
 
 
 def sharded_paths(path: Path | str) -> tuple[Path | str, Path | str]:
@@ -161,6 +163,7 @@ def sharded_summary(path: Path | str) -> ShardedSummary | None:
             folder=run_store.join(folder, _plain_name(d["folder"])),
             world=int(d["world"]),
             strategy=str(d["strategy"]),
+            optimizer=bool(d.get("optimizer", True)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(

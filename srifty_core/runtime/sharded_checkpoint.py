@@ -113,6 +113,7 @@ def save_sharded(
             "folder": name[0],
             "world": dist.get_world_size(),
             "strategy": strategy,
+            "optimizer": optimizer is not None,
         }
         run_store.publish(summary, (json.dumps(record) + "\n").encode())
         _drop_superseded(path, root, keep=name[0], iteration=iteration)
@@ -175,7 +176,7 @@ def load_latest(
     if info is None:  # removed between the two reads
         raise CheckpointError(f"the sharded checkpoint beside {path} disappeared while loading")
     _same_batch(info.global_batch, global_batch)
-    if optimizer is None:
+    if optimizer is None or not info.optimizer:  # a script may save its model alone
         state: dict[str, Any] = {"model": get_model_state_dict(model)}
         load(state, checkpoint_id=str(info.folder))
         set_model_state_dict(model, state["model"])

@@ -207,6 +207,10 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
         sc.save_sharded(ck, model=model, optimizer=opt, iteration=2, global_batch=3,
                         config_id="c0", strategy="fsdp")  # fmt: skip
         assert checkpoint_iteration(ck) == 2 and len(store.names(folder, "*")) == 1
+        sc.save_sharded(ck, model=model, optimizer=None, iteration=3, global_batch=3,
+                        config_id="c0", strategy="fsdp")  # fmt: skip
+        resumed = sc.load_latest(ck, model, opt, global_batch=3)  # the model alone
+        assert resumed is not None and resumed.iteration == 3
     finally:
         dist.destroy_process_group()
 
