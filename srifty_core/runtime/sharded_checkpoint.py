@@ -64,10 +64,11 @@ class Resumed:
     extra: dict[str, Any] | None = None
 
 
-def _options(full: bool) -> Any:
+def _full() -> Any:
+    """``StateDictOptions`` of a full (unsharded) state dict every rank holds whole."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(full_state_dict=full)
+    return StateDictOptions(full_state_dict=True)
 
 
 def save_sharded(
@@ -116,12 +117,12 @@ def save_sharded(
             "optimizer": optimizer is not None,
         }
         run_store.publish(summary, (json.dumps(record) + "\n").encode())
-        _drop_superseded(path, root, keep=name[0], iteration=iteration)
+        _drop_superseded(path, root, keep=name[0])
     dist.barrier()  # every rank returns once the checkpoint is published
     return folder
 
 
-def _drop_superseded(path: Path | str, root: Path | str, keep: str, iteration: int) -> None:
+def _drop_superseded(path: Path | str, root: Path | str, keep: str) -> None:
     """Best effort, after publishing: the older sharded folders, and a one-file checkpoint
     of an earlier iteration (a run re-planned from ``ddp``)."""
     try:
@@ -212,12 +213,12 @@ def _load_file(
         raise CheckpointError(f"the checkpoint {path} disappeared while loading")
     _same_batch(ck.global_batch, global_batch)
     if optimizer is None or not ck.optimizer:
-        set_model_state_dict(model, ck.model, options=_options(True))
+        set_model_state_dict(model, ck.model, options=_full())
     else:
         osd = _by_name(ck.optimizer, model)
         set_state_dict(
             model, optimizer, model_state_dict=ck.model, optim_state_dict=osd,
-            options=_options(True),
+            options=_full(),
         )  # fmt: skip
     return Resumed(ck.iteration, "file", ck.scaler, ck.extra)
 

@@ -6,12 +6,14 @@ previous one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -161,21 +163,10 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
     process dies between the two): the run folder still resumes from the previous one,
     whose folder is untouched; in a local folder and at a URI (fsspec's ``memory://``,
     as a run folder on S3 is written)."""
-    import torch.distributed as dist
-
     from srifty_core.runs import store
     from srifty_core.runtime import sharded_checkpoint as sc
-    from srifty_core.sharding.memory import Layout
-    from srifty_core.sharding.wrap import wrap
-    from srifty_core.training_settings import TrainingSettings
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-        wrap(model, Layout("fsdp", 1), TrainingSettings(), torch.device("cpu"))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with one_sharded_rank() as (model, opt):
         ck: Path | str = tmp_path / "checkpoint.pt"
         if where != "local":
             ck = f"memory://{tmp_path.name}/run/checkpoint.pt"
@@ -211,8 +202,51 @@ def test_a_kill_while_writing_leaves_the_previous_checkpoint(
                         config_id="c0", strategy="fsdp")  # fmt: skip
         resumed = sc.load_latest(ck, model, opt, global_batch=3)  # the model alone
         assert resumed is not None and resumed.iteration == 3
+
+
+@contextlib.contextmanager
+def one_sharded_rank() -> Iterator[tuple[torch.nn.Module, torch.optim.Optimizer]]:
+    """A small model sharded by FSDP2 over a gloo group of this one process, and its
+    optimizer."""
+    import torch.distributed as dist
+
+    from srifty_core.sharding.memory import Layout
+    from srifty_core.sharding.wrap import wrap
+    from srifty_core.training_settings import TrainingSettings
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        wrap(model, Layout("fsdp", 1), TrainingSettings(), torch.device("cpu"))
+        yield model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_run_folder_with_a_sharded_checkpoint_resumes_from_it(tmp_path: Path) -> None:
+    """``check_resumable`` (what ``srifty train`` runs first) counts a sharded checkpoint:
+    the log is cut back to it; a damaged summary is an error, moved aside by restart."""
+    from srifty_core.runs.progress import ProgressLog, ProgressRecord
+    from srifty_core.runtime.checkpoint import CheckpointError, check_resumable
+    from srifty_core.runtime.sharded_checkpoint import save_sharded
+
+    ck, log = tmp_path / "checkpoint.pt", tmp_path / "progress.jsonl"
+    with ProgressLog(log) as out:
+        for i in range(1, 6):
+            out.append(ProgressRecord(i, float(i), 0.1, 3, "c0"))
+    with one_sharded_rank() as (model, opt):
+        save_sharded(ck, model=model, optimizer=opt, iteration=3, global_batch=3,
+                     config_id="c0", strategy="fsdp")  # fmt: skip
+    assert check_resumable(ck, log, restart=False) == 3
+    assert [r.iteration for r in read_progress(log)] == [1, 2, 3]
+    summary, _ = sharded_paths(ck)
+    Path(summary).write_text('{"iteration": "three"')
+    with pytest.raises(CheckpointError, match=r"sharded checkpoint summary .* cannot be read"):
+        check_resumable(ck, log, restart=False)
+    assert check_resumable(ck, log, restart=True) == 0
+    assert not Path(summary).exists() and read_progress(log) == []
 
 
 @pytest.mark.parametrize(
