@@ -449,7 +449,7 @@ def run_rank(plan: TrainPlan, rank: int, world: int, addr: str, port: int) -> in
     where = place(plan, rank, world)
     print(
         f"worker: rank {rank} of {world}, local batch {plan.local_batches[rank]}, "
-        f"on {where.device} ({where.backend})",
+        f"on {where.device} ({where.backend}), {plan.strategy}",
         file=sys.stderr,
     )
     if where.note:

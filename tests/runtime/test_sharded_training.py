@@ -85,6 +85,7 @@ def test_sharded_ranks_with_uneven_batches_equal_one_process(
     assert max_diff(sharded_params(sharded), reference) < 1e-12
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> None:
     """One of 3 worker processes gets SIGTERM (a preemption notice): the ranks agree to
     stop, all write their shards of the step they stopped at, and exit ``EXIT_STOPPED``.
@@ -134,6 +135,7 @@ def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> 
     assert max_diff(sharded_params(rest), straight) < 1e-12
 
 
+@pytest.mark.slow
 def test_ddp_and_sharded_checkpoints_cross_over(tmp_path: Path) -> None:
     """A job re-planned ddp -> fsdp -> ddp: the sharded ranks load the one-file checkpoint
     (a full state dict, each keeping its shards), the replicas load the sharded one (DCP

@@ -135,6 +135,7 @@ def test_a_user_script_is_preempted_resumes_and_matches_one_process(tmp_path: Pa
     assert result["accuracy"] > 0.5  # it learned: chance is 0.1
 
 
+@pytest.mark.slow
 def test_the_digits_script_under_an_fsdp_plan_trains_and_resumes(tmp_path: Path) -> None:
     """The same script, unchanged, under an ``fsdp`` plan: ``srifty.wrap`` shards it,
     ``report`` writes DCP checkpoints from every rank; 3 ranks (24, 24, 16) stop at 4
