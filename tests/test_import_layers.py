@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "srifty_core"
 # below (the cycle check keeps a layer acyclic), never above.
 _LAYERS = (
     # the run folder's files and their formats; what the ranks run
-    ("run folder", "train_plan checkpoint rendezvous placement exchange_timer"),
+    ("run folder", "train_plan checkpoint sharded_checkpoint rendezvous placement exchange_timer"),
     ("job model", "job decisions outcome"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels

@@ -36,9 +36,9 @@ def main() -> None:
     device = srifty.init()
     torch.manual_seed(srifty.plan().seed)  # the same initial weights on every rank
     net = DigitNet(args.width).to(device, dtype)
-    model = torch.nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    start = srifty.load_checkpoint(net, opt)
+    model = srifty.wrap(net)  # DDP, or FSDP2's shards under an fsdp/hsdp plan
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)  # after wrap
+    start = srifty.load_checkpoint(model, opt)
     x, y = digits()
     x = x.to(dtype)
     for it in range(start, srifty.iterations()):
@@ -49,11 +49,11 @@ def main() -> None:
             scaled = loss(model, batch) * srifty.loss_scale()
         scaled.backward()
         opt.step()
-        srifty.report(it + 1, scaled, model=net, optimizer=opt)
+        srifty.report(it + 1, scaled, model=model, optimizer=opt)
+    with torch.no_grad():  # on every rank: a sharded model's forward gathers its shards
+        accuracy = (net(x.to(device)).argmax(1).cpu() == y).float().mean().item()
+        full_loss = loss(net, (x.to(device), y.to(device))).item()
     if srifty.rank() == 0:
-        with torch.no_grad():
-            accuracy = (net(x.to(device)).argmax(1).cpu() == y).float().mean().item()
-            full_loss = loss(net, (x.to(device), y.to(device))).item()
         result = {"iterations": srifty.iterations(), "accuracy": accuracy, "loss": full_loss}
         Path(srifty.plan().run_dir, "result.json").write_text(json.dumps(result) + "\n")
         print(

@@ -204,7 +204,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if report.outcome is not None:
         _print_outcome(report.outcome)
-    print(f"checkpoint: {plan.checkpoint_path}")
+    from srifty_core.runtime.checkpoint import latest, sharded_paths
+
+    found = latest(plan.checkpoint_path)  # a sharded plan's: the summary naming its shards
+    sharded = found is not None and found[0] == "sharded"
+    print(
+        f"checkpoint: {sharded_paths(plan.checkpoint_path)[0] if sharded else plan.checkpoint_path}"
+    )
     return 0
 
 

@@ -7,6 +7,12 @@ target. A reader sees the previous checkpoint or the new one, never half of one.
 position is the number of samples consumed (``iteration x global_batch``): data is
 addressed by global sample index, so a checkpoint resumes on any world size and mix of
 local batches as long as the global batch is unchanged.
+
+Sharded runs (``fsdp``/``hsdp``) write another kind beside it (``runtime.sharded_checkpoint``:
+DCP's files in a new folder under ``checkpoint.sharded/``, then the small summary
+``checkpoint.sharded.json`` naming it, published whole). ``checkpoint_iteration`` and
+``check_resumable`` answer for both kinds: the run folder's checkpoint is whichever holds
+the later iteration (``latest``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -33,11 +39,15 @@ __all__ = [
     "CheckpointError",
     "check_resumable",
     "checkpoint_iteration",
+    "latest",
     "load_checkpoint",
     "save_checkpoint",
+    "sharded_paths",
+    "sharded_summary",
     "sidecar_path",
 ]
 SIDECAR_SUFFIX = ".json"
+SHARDED_SUFFIX = ".sharded"
 _log = logging.getLogger(__name__)
 
 
@@ -109,8 +119,95 @@ def sidecar_path(path: Path | str) -> Path | str:
     return run_store.join(run_store.parent(path), f"{stem}{SIDECAR_SUFFIX}")
 
 
+@dataclass(frozen=True)
+class ShardedSummary:
+    """What ``checkpoint.sharded.json`` says of the sharded checkpoint it publishes."""
+
+    iteration: int
+    samples: int
+    global_batch: int
+    config_id: str
+    folder: Path | str
+    """DCP's folder of this checkpoint (``checkpoint.sharded/<name>``)."""
+    world: int
+    """The ranks that wrote it (any world size loads it: DCP reshards)."""
+    strategy: str
+    optimizer: bool = True
+    """Whether it holds the optimizer's state (a script may checkpoint its model alone)."""
+
+
+def sharded_paths(path: Path | str) -> tuple[Path | str, Path | str]:
+    """The summary and the folder of the sharded checkpoint beside the one-file checkpoint
+    ``path``: ``checkpoint.pt`` -> ``checkpoint.sharded.json``, ``checkpoint.sharded/``."""
+    base = run_store.name(path)
+    stem = base.rsplit(".", 1)[0] if "." in base else base
+    folder = run_store.join(run_store.parent(path), f"{stem}{SHARDED_SUFFIX}")
+    summary = run_store.join(run_store.parent(path), f"{stem}{SHARDED_SUFFIX}{SIDECAR_SUFFIX}")
+    return summary, folder
+
+
+def sharded_summary(path: Path | str) -> ShardedSummary | None:
+    """The sharded checkpoint beside ``path`` (``None`` when there is none, or when the
+    folder its summary names is gone); ``CheckpointError`` for a damaged summary."""
+    summary, folder = sharded_paths(path)
+    raw = run_store.read_text(summary)
+    if raw is None:
+        return None
+    try:
+        d = json.loads(raw)
+        out = ShardedSummary(
+            iteration=int(d["iteration"]),
+            samples=int(d["samples"]),
+            global_batch=int(d["global_batch"]),
+            config_id=str(d["config_id"]),
+            folder=run_store.join(folder, _plain_name(d["folder"])),
+            world=int(d["world"]),
+            strategy=str(d["strategy"]),
+            optimizer=bool(d.get("optimizer", True)),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"sharded checkpoint summary {summary} cannot be read ({type(exc).__name__}: "
+            f"{exc}); move it away and restart the run from scratch (srifty train --restart)"
+        ) from exc
+    if not run_store.exists(run_store.join(out.folder, ".metadata")):
+        return None  # its folder moved aside or deleted
+    return out
+
+
+def _plain_name(value: object) -> str:
+    if not isinstance(value, str) or not value or "/" in value or value.startswith("."):
+        raise ValueError(f"folder: a plain name, got {value!r}")
+    return value
+
+
+def latest(path: Path | str) -> tuple[Literal["file", "sharded"], int] | None:
+    """Which kind of checkpoint the run folder of ``path`` resumes from, and its iteration:
+    the one-file checkpoint (``ddp``) or the sharded one (``fsdp``/``hsdp``), whichever
+    holds the later iteration (the later written when both hold the same); ``None`` when
+    there is neither."""
+    whole = _file_iteration(path)
+    sharded = sharded_summary(path)
+    if sharded is None:
+        return None if whole is None else ("file", whole)
+    if whole is None or sharded.iteration > whole:
+        return ("sharded", sharded.iteration)
+    if whole > sharded.iteration:
+        return ("file", whole)
+    newer = run_store.modified(sharded_paths(path)[0]) >= run_store.modified(path)
+    return ("sharded", whole) if newer else ("file", whole)
+
+
 def checkpoint_iteration(path: Path | str) -> int | None:
-    """The iteration of the checkpoint at ``path`` (``None`` when there is none), read from
+    """The iteration of the run folder's checkpoint (``latest``, either kind; ``None``
+    when there is none), read from the small summaries without loading a checkpoint
+    (``_file_iteration``)."""
+    found = latest(path)
+    return None if found is None else found[1]
+
+
+def _file_iteration(path: Path | str) -> int | None:
+    """The iteration of the one-file checkpoint at ``path`` (``None`` when there is none), read from
     its small summary ``checkpoint.json`` (``save_checkpoint`` writes it right after the
     checkpoint), without downloading and unpickling the checkpoint itself. A summary that
     is missing, damaged or older than the checkpoint (a writer stopped between the two)
@@ -203,7 +300,8 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
     never reached the shared storage) would silently start over at 0 and log the same
     iterations twice: that is an error, unless ``restart``, which moves the old log aside
     (``progress.jsonl.<unix time>.old``) and starts from scratch. A damaged checkpoint is
-    an error too (``load_checkpoint``), and with ``restart`` it is moved aside as well.
+    an error too (``load_checkpoint``), and with ``restart`` it is moved aside as well;
+    so is a damaged sharded summary. Either kind counts (``latest``).
     Records the log holds beyond the checkpoint (an attempt that died between two
     checkpoints logged them; the resumed run logs those iterations again) are cut off it
     and kept beside it (``progress.rewind``)."""
@@ -215,9 +313,17 @@ def check_resumable(checkpoint_path: Path | str, progress_path: Path | str, rest
         _aside(checkpoint_path)
         _aside(sidecar_path(checkpoint_path))
         ck = None
-    if ck is not None:
-        rewind(progress_path, ck.iteration)
-        return ck.iteration
+    try:
+        sharded = sharded_summary(checkpoint_path)
+    except CheckpointError:
+        if not restart:
+            raise
+        _aside(sharded_paths(checkpoint_path)[0])
+        sharded = None
+    at = max(ck.iteration if ck else 0, sharded.iteration if sharded else 0)
+    if ck is not None or sharded is not None:
+        rewind(progress_path, at)
+        return at
     done = read_progress(progress_path)
     if done and not restart:
         raise CheckpointError(

@@ -47,7 +47,7 @@ from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
 from srifty_core.runs import store as run_store
 from srifty_core.runtime import job_log, outcome
-from srifty_core.runtime.checkpoint import check_resumable, load_checkpoint
+from srifty_core.runtime.checkpoint import check_resumable, checkpoint_iteration
 from srifty_core.runtime.decisions import PollResult
 from srifty_core.runtime.job import FINISHED, RUNNING, JobPlan, JobSpec, Launch, TrainingFailed
 from srifty_core.runtime.launch import launch_argv
@@ -262,8 +262,7 @@ def _train_local(
     job: JobPlan | None = None
     try:
         while True:
-            ck = load_checkpoint(config.checkpoint_path)
-            start_iter = ck.iteration if ck else 0
+            start_iter = checkpoint_iteration(config.checkpoint_path) or 0
             plan_path = config.save(run_dir / f"plan-{config.config_id}.json")
             spec, job = plan_file_job(config, plan_path, limits)
             if tracker is not None:
@@ -287,8 +286,7 @@ def _train_local(
                 result = watch(step, poll_s=poll_s, timeout_s=max(deadline - time.monotonic(), 0))
             except MonitorTimeout:
                 raise TrainingError(f"training did not finish within {timeout_s:.0f} s") from None
-            ck = load_checkpoint(config.checkpoint_path)
-            end = ck.iteration if ck else 0
+            end = checkpoint_iteration(config.checkpoint_path) or 0  # either kind
             if result.status == FINISHED and end < config.iterations:  # the state file lied
                 raise TrainingError(
                     f"the workers' state file claims a checkpoint of iteration "
@@ -315,13 +313,13 @@ def _train_local(
                 tracker.configuration_end(job, result.to_dict(), "replan")
             interrupted = provider.interruptions(alloc)
             provider.stop(alloc)  # survivors checkpoint on SIGTERM and exit
-            ck = load_checkpoint(config.checkpoint_path)
+            stopped_at = checkpoint_iteration(config.checkpoint_path) or 0
             alive = alloc.count - len(set(result.interrupted))
             detect_s = result.at - interrupted[0].at.timestamp() if interrupted else None
             segments.append(
                 Segment(
                     config.config_id, config.local_batches, alloc.id, start_iter,
-                    ck.iteration if ck else 0, "preempted", detect_s,
+                    stopped_at, "preempted", detect_s,
                 )
             )  # fmt: skip
             if alive < 1:
@@ -331,6 +329,7 @@ def _train_local(
             config = dataclasses.replace(
                 config,
                 local_batches=Replanner.survivors(config.global_batch, alive),
+                ranks_per_vm=0,  # the survivors share this one host
                 config_id=_next_id(plan.config_id, len(segments)),
             )
     except BaseException as exc:

@@ -16,6 +16,7 @@ from srifty_core.errors import ConfigError
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE
 from srifty_core.runtime.placement import DEVICES as DEVICES
+from srifty_core.sharding.memory import Layout, parse_strategy
 from srifty_core.training_settings import PRECISIONS as PRECISIONS
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import parse_model
@@ -65,6 +66,13 @@ class TrainPlan:
     entrypoint: tuple[str, ...] = ()
     """Your training script's command, run on every rank (``runtime.launch``; the script
     uses ``runtime.user``); empty: the built-in worker trains the plan's model."""
+    strategy: str = "ddp"
+    """How the ranks hold the model (``sharding.memory.Strategy``): ``ddp`` replicas,
+    ``fsdp`` sharded over every rank, ``hsdp`` sharded over the ranks of one VM and
+    replicated across VMs. A plan file without it is ``ddp``."""
+    ranks_per_vm: int = 0
+    """The ranks of one VM, the shard group of ``hsdp`` (0: every rank, one VM). The
+    world size must be a multiple of it."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -120,6 +128,17 @@ class TrainPlan:
                 f"precision: must be one of {list(PRECISIONS)}, got {self.precision!r}"
             )
 
+        parse_strategy(self.strategy, "strategy")
+        object.__setattr__(self, "ranks_per_vm", _whole("ranks_per_vm", self.ranks_per_vm))
+        if (
+            self.ranks_per_vm < 0
+            or self.ranks_per_vm > self.world_size
+            or (self.ranks_per_vm and self.world_size % self.ranks_per_vm)
+        ):
+            raise ConfigError(
+                f"ranks_per_vm: must divide the world size {self.world_size} (0: every "
+                f"rank on one VM), got {self.ranks_per_vm}"
+            )
         parse_model(self.model)
         self.settings  # noqa: B018 - builds TrainingSettings, which checks the four fields
         if self.precision != "fp32" and self.dtype != "float32":
@@ -136,6 +155,17 @@ class TrainPlan:
     @property
     def world_size(self) -> int:
         return len(self.local_batches)
+
+    @property
+    def layout(self) -> Layout:
+        """The ranks' arrangement ``sharding.wrap`` shards over."""
+        per_vm = self.ranks_per_vm or self.world_size
+        return Layout(parse_strategy(self.strategy, "strategy"), self.world_size, per_vm)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the ranks hold shards (``fsdp``/``hsdp``): DCP checkpoints."""
+        return self.strategy != "ddp"
 
     @property
     def checkpoint_path(self) -> Path | str:

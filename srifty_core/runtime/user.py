@@ -8,9 +8,9 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
     from srifty_core.runtime import user as srifty
 
     device = srifty.init()                      # joins the ranks (gloo on CPU, NCCL on GPUs)
-    model = torch.nn.parallel.DistributedDataParallel(Net().to(device))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    start = srifty.load_checkpoint(model.module, opt)   # 0, or where the job stopped
+    model = srifty.wrap(Net().to(device))       # DDP, or FSDP2's shards (the plan's strategy)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)   # after wrap: over the shards
+    start = srifty.load_checkpoint(model, opt)  # 0, or where the job stopped
     for it in range(start, srifty.iterations()):
         idx = srifty.sample_indices(it, len(dataset))  # this rank's slice of the batch
         x, y = dataset[idx]
@@ -18,7 +18,7 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
         loss = loss_fn(model(x.to(device)), y.to(device)) * srifty.loss_scale()
         loss.backward()
         opt.step()
-        srifty.report(it + 1, loss, model=model.module, optimizer=opt)
+        srifty.report(it + 1, loss, model=model, optimizer=opt)
     srifty.finish()
 
 - ``local_batch()`` is this rank's share of the global batch (they differ between
@@ -48,6 +48,15 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
   (bf16 on GPUs; nothing on the CPU); ``precision()`` says which.
 - ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
   re-plan resumes from); ``extra`` keeps your own state beside the model and optimizer.
+- ``wrap(module)`` readies your model for the plan's ``strategy``: DDP for ``ddp``;
+  for ``fsdp``/``hsdp`` FSDP2's ``fully_shard`` per unit and on the root, in place
+  (``sharding.wrap``: bf16 parameters with float32 reduction on GPUs under a bf16 plan).
+  Make the optimizer after it. Under a sharded plan ``save_checkpoint`` (and ``report``'s)
+  is a collective: every rank writes its shards (``runtime.sharded_checkpoint``: DCP,
+  loadable on another world size), and anything that runs the sharded model's forward
+  (an evaluation) must run on every rank. ``load_checkpoint`` loads either kind into
+  either model (a ``ddp`` checkpoint into shards, a sharded one into DDP), so a re-plan
+  may change the strategy.
 """
 
 from __future__ import annotations
@@ -61,7 +70,7 @@ import time
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -77,11 +86,13 @@ from srifty_core.runs.progress import (
     refuse_report,
     write_state,
 )
-from srifty_core.runtime.checkpoint import checkpoint_iteration
+from srifty_core.runtime.checkpoint import checkpoint_iteration, latest
 from srifty_core.runtime.checkpoint import load_checkpoint as _load
 from srifty_core.runtime.checkpoint import save_checkpoint as _save
 from srifty_core.runtime.launch import PLAN_ENV
+from srifty_core.runtime.sharded_checkpoint import load_latest, save_sharded
 from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.sharding.wrap import wrap as shard
 
 __all__ = [
     "EXIT_STOPPED",
@@ -103,6 +114,7 @@ __all__ = [
     "save_checkpoint",
     "should_stop",
     "world_size",
+    "wrap",
 ]
 
 EXIT_STOPPED = 3
@@ -248,14 +260,39 @@ def sample_indices(iteration: int, n_samples: int) -> torch.Tensor:
     return out
 
 
+def wrap(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` (on ``init()``'s device) ready for the plan's strategy (module doc):
+    ``DistributedDataParallel`` for ``ddp``, else ``module`` itself sharded by FSDP2."""
+    if _state.device is None:
+        raise ConfigError("wrap: call srifty_core.runtime.user.init() first")
+    p = plan()
+    if not p.sharded:
+        ids = [_state.device.index] if _state.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)
+    return shard(module, p.layout, p.settings, _state.device)
+
+
 def load_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
     """Load the run folder's checkpoint into ``model`` (and ``optimizer``) if there is
     one; returns the iteration to start from (0 for a fresh job). Your own state saved
-    with it is ``checkpoint_extra()``."""
+    with it is ``checkpoint_extra()``. Under a sharded plan, or from a sharded checkpoint,
+    every rank calls it (``sharded_checkpoint.load_latest``: ``model`` as ``wrap``
+    returned it, DDP or sharded)."""
     p = plan()
+    found = latest(p.checkpoint_path)
+    if found is not None and (p.sharded or found[0] == "sharded"):
+        resumed = load_latest(p.checkpoint_path, model, optimizer, p.global_batch)
+        if resumed is None:
+            return 0
+        _state.saved = _state.start = resumed.iteration
+        _state.extra = resumed.extra
+        return resumed.iteration
     ck = _load(p.checkpoint_path)
     if ck is None:
         return 0
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    if ddp and not all(k.startswith("module.") for k in ck.model):
+        model = cast(torch.nn.Module, model.module)  # its own keys, as save_checkpoint
     if ck.global_batch != p.global_batch:
         raise ConfigError(
             f"checkpoint has global batch {ck.global_batch}, the plan {p.global_batch}: "
@@ -281,10 +318,21 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> None:
     """Rank 0 writes the run folder's checkpoint (whole or not at all); other ranks do
-    nothing. ``report`` calls it when one is due."""
+    nothing. Under a sharded plan every rank writes its shards (a collective: every rank
+    calls it). ``report`` calls it when one is due."""
+    p = plan()
+    if p.sharded:
+        save_sharded(
+            p.checkpoint_path, model=model, optimizer=optimizer, iteration=iteration,
+            global_batch=p.global_batch, config_id=p.config_id, strategy=p.strategy,
+            extra=extra,
+        )  # fmt: skip
+        _state.saved = iteration
+        return
     if rank() != 0:
         return
-    p = plan()
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = model.module  # the module's own keys, as the built-in worker saves
     _save(
         p.checkpoint_path,
         model=model,

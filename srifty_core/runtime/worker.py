@@ -1,4 +1,4 @@
-"""The heterogeneous DDP training worker (torchrun-compatible).
+"""The heterogeneous data-parallel training worker: DDP or FSDP2 (torchrun-compatible).
 
 ``python -m srifty_core.runtime.worker PLAN.json`` reads ``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` (and ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun
@@ -25,6 +25,12 @@ scales its loss by ``world_size * b_rank / B_global``; after DDP's average every
 counts ``1 / B_global``, exactly the gradient of one process on the whole global batch.
 (On the CPU the timed hook sums instead of averaging, and the loss carries the 1/world
 too: ``b_rank / B_global`` in all, the same gradients.)
+
+Sharded plans (``strategy`` ``fsdp``/``hsdp``): the model is sharded by FSDP2
+(``sharding.wrap``) before the optimizer is made over its shards; its reduce-scatter
+averages over the ranks as DDP does, so the same loss scale applies; every rank writes
+its shards into a DCP checkpoint (``runtime.sharded_checkpoint``) that any world size,
+and a ``ddp`` plan, resumes from (and a sharded plan resumes a one-file checkpoint).
 
 Data are addressed by global sample index: iteration ``i``'s global batch is a seeded
 synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting at
@@ -69,9 +75,10 @@ from srifty_core.runs.progress import (
     refuse_report,
     write_state,
 )
-from srifty_core.runtime.checkpoint import load_checkpoint, save_checkpoint
+from srifty_core.runtime.checkpoint import latest, load_checkpoint, save_checkpoint
 from srifty_core.runtime.exchange_timer import ExchangeTimer, step_timings
 from srifty_core.runtime.placement import Placement, choose_device, plan_rank
+from srifty_core.runtime.sharded_checkpoint import load_latest, save_sharded
 from srifty_core.runtime.train_plan import (
     DEVICES,
     PRECISIONS,
@@ -79,6 +86,7 @@ from srifty_core.runtime.train_plan import (
     loss_scale,
     split_batch,
 )
+from srifty_core.sharding.wrap import wrap
 from srifty_core.workloads import build, choose_precision, make_optimizer, prepare
 
 __all__ = [
@@ -184,14 +192,19 @@ def local_batch(
 
 
 def _build(
-    plan: TrainPlan, device: torch.device | None = None
+    plan: TrainPlan, device: torch.device | None = None, shard: bool = False
 ) -> tuple[Any, torch.optim.Optimizer]:
+    """The plan's workload and its optimizer; with ``shard`` (an fsdp/hsdp plan, in a
+    started group) the module is sharded (``sharding.wrap``) before the optimizer is
+    made over its shards."""
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])
     if device is not None and device.type != "cpu":
         workload.module.to(device)
     workload.module.train()
     prepare(workload, plan.settings)  # channels-last, compile; train_step autocasts
+    if shard:
+        wrap(workload.module, plan.layout, plan.settings, device or torch.device("cpu"))
     opt = make_optimizer(
         plan.settings, workload.module.parameters(), lr=plan.lr, momentum=plan.momentum
     )
@@ -231,10 +244,14 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         )
     stop = _StopFlag()
     previous = signal.signal(signal.SIGTERM, stop)
-    workload, opt = _build(plan, device)
+    workload, opt = _build(plan, device, shard=plan.sharded)
     start = 0
-    ckpt = load_checkpoint(plan.checkpoint_path)
-    if ckpt is not None:
+    found = latest(plan.checkpoint_path)
+    ckpt = None
+    if found is not None and found[0] == "file" and not plan.sharded:
+        ckpt = load_checkpoint(plan.checkpoint_path)
+    scaler_state = None
+    if ckpt is not None:  # ddp from a one-file checkpoint: as ever
         if ckpt.global_batch != plan.global_batch:
             raise ConfigError(
                 f"checkpoint has global batch {ckpt.global_batch}, the plan "
@@ -242,23 +259,31 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             )
         workload.module.load_state_dict(ckpt.model)
         opt.load_state_dict(ckpt.optimizer)
-        start = ckpt.iteration
+        start, scaler_state = ckpt.iteration, ckpt.scaler
     module: nn.Module = workload.module
-    if cuda:
-        ddp = nn.parallel.DistributedDataParallel(module, device_ids=[device.index])
-    else:
-        ddp = nn.parallel.DistributedDataParallel(module)
-    workload.module = ddp
-    timer = ExchangeTimer(world) if not cuda else None  # see ExchangeTimer on CUDA
-    if timer is not None:
-        # unannotated: DDP checks a hook's annotations, and this module's are strings
-        ddp.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))
+    timer = None
+    if not plan.sharded:
+        if cuda:
+            ddp = nn.parallel.DistributedDataParallel(module, device_ids=[device.index])
+        else:
+            ddp = nn.parallel.DistributedDataParallel(module)
+        workload.module = ddp
+        timer = ExchangeTimer(world) if not cuda else None  # see ExchangeTimer on CUDA
+        if timer is not None:
+            # unannotated: DDP checks a hook's annotations, and this module's are strings
+            ddp.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))
+    if found is not None and (plan.sharded or found[0] == "sharded"):
+        # the other kind, or a sharded model: loaded into the wrapped module (DCP)
+        resumed = load_latest(plan.checkpoint_path, workload.module, opt, plan.global_batch)
+        if resumed is not None:
+            start, scaler_state = resumed.iteration, resumed.scaler
+    # FSDP's reduce-scatter averages over the ranks as DDP's allreduce does: same scale
     scale = loss_scale(plan.local_batches, rank) if plan.reweight else 1.0
     if timer is not None:  # its hook sums: DDP's 1/world rides on the loss
         scale *= timer.loss_factor
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    if scaler is not None and ckpt is not None and ckpt.scaler is not None:
-        scaler.load_state_dict(ckpt.scaler)
+    scaler = _grad_scaler(device, plan.sharded) if precision == "fp16" else None
+    if scaler is not None and scaler_state is not None:
+        scaler.load_state_dict(scaler_state)
     log = ProgressLog(plan.progress_path) if rank == 0 else None
     code = 0
     saved = start
@@ -294,6 +319,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             done = i + 1
             stopping = bool(gathered[:, 0].max().item() > 0)
             non_finite(gathered[:, 3].tolist(), done, saved, plan, rank)
+            due = stopping or done == plan.iterations or done % plan.checkpoint_every == 0
             if log is not None:
                 compute_s, exchange_s = step_timings(gathered[:, 1:3].tolist())
                 local_loss = loss.item() / scale if scale else None  # rank 0's samples
@@ -310,7 +336,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         local_loss,
                     )
                 )
-                if stopping or done == plan.iterations or done % plan.checkpoint_every == 0:
+                if due and not plan.sharded:
                     save_checkpoint(
                         plan.checkpoint_path,
                         model=module,
@@ -321,6 +347,14 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
                         scaler=scaler,
                     )
                     saved = done
+            if due and plan.sharded:  # every rank writes its shards
+                save_sharded(
+                    plan.checkpoint_path, model=module, optimizer=opt, iteration=done,
+                    global_batch=plan.global_batch, config_id=plan.config_id,
+                    strategy=plan.strategy, scaler=scaler,
+                )  # fmt: skip
+                saved = done
+            if log is not None:
                 now = time.monotonic()
                 # on object storage a state write is a PUT: once per flush window, and
                 # always at a checkpoint and at the end (the monitor lags by the window)
@@ -343,6 +377,16 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         if log is not None:
             log.close()
     return code
+
+
+def _grad_scaler(device: torch.device, sharded: bool) -> torch.amp.GradScaler:
+    """fp16's loss scaler; over shards the ranks agree on a step's overflow (each rank
+    checks only its own shards' gradients)."""
+    if sharded:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type)
+    return torch.amp.GradScaler(device.type)
 
 
 class NonFiniteLoss(ConfigError):
@@ -372,7 +416,8 @@ def train_single(plan: TrainPlan, iterations: int | None = None) -> dict[str, Te
     """Reference: one process, no DDP, the whole global batch per step. Returns the model's
     parameters after ``iterations`` (default: all) steps from scratch."""
     workload, opt = _build(plan)
-    whole = TrainPlan.from_dict({**plan.to_dict(), "local_batches": [plan.global_batch]})
+    one = {"local_batches": [plan.global_batch], "ranks_per_vm": 0, "strategy": "ddp"}
+    whole = TrainPlan.from_dict({**plan.to_dict(), **one})
     for i in range(plan.iterations if iterations is None else iterations):
         opt.zero_grad(set_to_none=True)
         workload.loss(local_batch(workload, whole, i, 0)).backward()
@@ -404,7 +449,7 @@ def run_rank(plan: TrainPlan, rank: int, world: int, addr: str, port: int) -> in
     where = place(plan, rank, world)
     print(
         f"worker: rank {rank} of {world}, local batch {plan.local_batches[rank]}, "
-        f"on {where.device} ({where.backend})",
+        f"on {where.device} ({where.backend}), {plan.strategy}",
         file=sys.stderr,
     )
     if where.note:

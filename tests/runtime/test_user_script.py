@@ -133,3 +133,29 @@ def test_a_user_script_is_preempted_resumes_and_matches_one_process(tmp_path: Pa
     again = json.loads((Path(alone.run_dir) / "result.json").read_text())
     assert result["loss"] == pytest.approx(again["loss"], abs=1e-10)
     assert result["accuracy"] > 0.5  # it learned: chance is 0.1
+
+
+@pytest.mark.slow
+def test_the_digits_script_under_an_fsdp_plan_trains_and_resumes(tmp_path: Path) -> None:
+    """The same script, unchanged, under an ``fsdp`` plan: ``srifty.wrap`` shards it,
+    ``report`` writes DCP checkpoints from every rank; 3 ranks (24, 24, 16) stop at 4
+    iterations, 2 ranks resume from their shards to 8, and the job ends at exactly 8 with
+    the loss one process reaches on the whole global batch."""
+    from srifty_core.runtime.checkpoint import sharded_summary
+
+    n = 8
+    base = _plan(tmp_path, (24, 24, 16), "run").to_dict() | {"strategy": "fsdp"}
+    first = TrainPlan(**base | {"iterations": 4, "checkpoint_every": 3})
+    assert train_local(first, LocalProvider(tmp_path / "c0"), poll_s=0.1).iterations == 4
+    rest = TrainPlan(**base | {"iterations": n, "local_batches": (32, 32), "config_id": "c1"})
+    assert train_local(rest, LocalProvider(tmp_path / "c1"), poll_s=0.1).iterations == n
+    recs = read_progress(rest.progress_path)
+    assert [r.iteration for r in recs] == list(range(1, n + 1))
+    info = sharded_summary(rest.checkpoint_path)
+    assert info is not None and (info.iteration, info.world, info.strategy) == (n, 2, "fsdp")
+    alone = TrainPlan(**_plan(tmp_path, (64,), "alone").to_dict() | {"iterations": n})
+    train_local(alone, LocalProvider(tmp_path / "c2"), poll_s=0.1)
+    result = json.loads((Path(rest.run_dir) / "result.json").read_text())
+    again = json.loads((Path(alone.run_dir) / "result.json").read_text())
+    assert result["loss"] == pytest.approx(again["loss"], rel=0, abs=1e-10)
+    assert result["loss"] != pytest.approx(recs[0].loss, abs=1e-3)  # it trained
