@@ -272,6 +272,9 @@ class IterationEstimate:
     estimated: tuple[str, ...] = ()
     """``DEVICE: how`` per device whose compute profile is an estimate nobody measured
     (``ComputeProfile.estimate``): ``t_iter_p90`` carries its spread."""
+    unfit: str = ""
+    """Why the configuration's ranks do not hold their local batches under the strategy
+    planned (``planner.fit.short``); "" when they do. The planner counts it a broken limit."""
 
     @property
     def throughput(self) -> float:
