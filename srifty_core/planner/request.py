@@ -273,6 +273,7 @@ def build_request(
     catalog: Any,
     load_profile: Any,
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
+    load_units: Any = None,
 ) -> PlanRequest:
     """The ``PlanRequest`` of ``spec`` (a checked request: ``srifty plan``'s, or a job's
     conf, ``JobConf``, which is one): the one builder, so the same request plans alike
@@ -284,7 +285,9 @@ def build_request(
     request's ``TrainingSettings`` passed where they are not the defaults, so a loader of
     (model, size, device) serves every fp32 SGD request); ``vm_evidence``: what the other
     stored profiles say about VM-to-VM spread (``ProfileStore.vm_spreads``); the launch
-    overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``). Every
+    overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``);
+    ``load_units(model, size, settings)``: the model's FSDP units
+    (``Workload.unit_parameters``; asked where the request allows a sharded strategy). Every
     problem with a field is a ``ConfigError`` whose message starts with its path."""
     provider = spec.provider_name
     if provider_class(provider).shares_host:  # this host's pseudo-type
@@ -300,8 +303,11 @@ def build_request(
     }
     oh = spec.overheads or OverheadsSpec()
     launch_s = provider_class(provider).launch_s if oh.launch_s is None else oh.launch_s
+    units: tuple[int, ...] = ()
+    if load_units is not None and spec.strategy != "ddp":
+        units = tuple(load_units(spec.model, spec.size, settings))
     return PlanRequest(
-        workload=Workload(spec.model, profiles, vm_evidence or {}),
+        workload=Workload(spec.model, profiles, vm_evidence or {}, units),
         global_batch=spec.global_batch,
         iterations=spec.iterations,
         offers=offers,

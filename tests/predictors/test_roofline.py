@@ -22,6 +22,7 @@ from srifty_core.profiling.census import (
     OpCensus,
     load_census,
     shipped_census_path,
+    stored_unit_parameters,
     take_census,
 )
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
@@ -60,6 +61,7 @@ def test_census_counts_a_known_network_exactly() -> None:
     assert f1[(ph == 0) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * 64 * 3)
     assert f1[(ph == 1) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * (2 * 64 * 3))
     assert c.n_parameters == 8 * 64 + 64 + 64 * 3 + 3
+    assert c.unit_parameters == (0, 8 * 64 + 64, 64 * 3 + 3)  # FSDP's units: the two layers
     assert sum(c.bucket_params) == 4 and sum(c.bucket_sizes) == 4 * c.n_parameters
     assert c.saved_bytes1 > 0 and (ph == 2).sum() >= 1
     assert c.device == "meta"
@@ -78,7 +80,11 @@ def test_the_shipped_census_is_what_counting_gives_now(resnet18: OpCensus) -> No
 
 
 def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path) -> None:
+    assert stored_unit_parameters(MLP, "small", DEFAULT_SETTINGS, root=tmp_path) == ()
     first = load_census(MLP, "small", root=tmp_path)
+    # the planner reads the units of a census already counted, under either optimizer
+    adamw = TrainingSettings(optimizer="adamw")
+    assert stored_unit_parameters(MLP, "small", adamw, root=tmp_path) == (0, 8 * 16 + 16, 51)
     kept = list(tmp_path.glob("*/small/census.json"))
     assert len(kept) == 1
     assert load_census(MLP, "small", root=tmp_path) == first
