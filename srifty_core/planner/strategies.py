@@ -87,7 +87,7 @@ def no_replica_fits(request: PlanRequest) -> str:
     cap = fit.capacity_bytes(w, largest.instance) / fit.GIB
     return (
         f"no offered GPU holds the model's training state (needs {need:.1f} GiB, largest "
-        f"{cap:.0f} GiB x {USABLE:g} usable)"
+        f"{cap:.1f} GiB x {USABLE:g} usable)"
     )
 
 
@@ -98,6 +98,8 @@ def _compare(objective: Objective, winner: PlanResult, other: PlanResult) -> str
     faster = f"{b.time_s / a.time_s:.2f}x faster"
     cheaper = f"{100 * (1 - a.cost_usd / b.cost_usd):.0f}% cheaper"
     name = f"the best {other.strategy} plan"
+    if abs(b.time_s / a.time_s - 1) < 0.005 and abs(b.cost_usd / a.cost_usd - 1) < 0.005:
+        return f"as fast and as cheap as {name}"
     if objective is Objective.TIME:
         if b.time_s > a.time_s * 1.005:
             return f"{faster} than {name}"

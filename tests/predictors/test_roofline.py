@@ -25,6 +25,7 @@ from srifty_core.profiling.census import (
     stored_unit_parameters,
     take_census,
 )
+from srifty_core.profiling.profile import NO_REPLICA
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
 from srifty_core.simulator.calibration import prior
 from srifty_core.simulator.estimator import Simulator
@@ -205,6 +206,13 @@ def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
     huge = dataclasses.replace(resnet18, saved_bytes1=1e12)
     with pytest.raises(ConfigError, match="does not fit one T4"):
         rp.estimate_profile(huge, specs["Tesla T4 16GB (PCIe)"], fitted)
+    # a training state no T4 holds (3 x 5 GiB), activations it would: timed, B_max 0
+    state = dataclasses.replace(resnet18, gradient_bytes=5 * 2**30)
+    est = rp.estimate_profile(state, specs["Tesla T4 16GB (PCIe)"], fitted)
+    assert est.b_max == 0 and est.b_max_limit == NO_REPLICA
+    est.check()
+    top = max(est.fw.batch_sizes)
+    assert top > 1 and float(est.fw_fit.at(top)) > float(est.fw_fit.at(1)) > 0
 
 
 def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(
