@@ -36,15 +36,17 @@ Search = Callable[[PlanRequest, Estimator], PlanResult]
 
 class FitChecked:
     """The sharded iteration of ``strategy``, each estimate marked ``unfit`` where the
-    configuration's ranks do not hold their batches at its own world size."""
+    configuration's ranks do not hold their batches at its own world size (by the
+    request's own ``memory`` workload: the searched one's B_max is the space's bound)."""
 
-    def __init__(self, simulator: Simulator, strategy: Strategy) -> None:
+    def __init__(self, simulator: Simulator, strategy: Strategy, memory: Workload) -> None:
         self.simulator = simulator
         self.sharded = ShardedSimulator(simulator, strategy)
         self.strategy = strategy
+        self.memory = memory
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
-        why = fit.short(workload, config, self.strategy)
+        why = fit.short(self.memory, config, self.strategy)
         if why and self.strategy == "hsdp" and "every VM" in why:
             estimate = self.simulator.estimate(workload, config)  # no sharded model of it
         else:
@@ -147,7 +149,7 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         if not pinned and ddp_request is not None and not enlarges(ddp_request, req):
             notes[s] = "holds no local batch ddp does not: the same plans with more to exchange"
             continue
-        results[s] = _tag(search(req, FitChecked(sim, s)), s, "")
+        results[s] = _tag(search(req, FitChecked(sim, s, request.workload)), s, "")
     if not results:
         raise ConfigError(
             "strategy: no strategy can hold the global batch: "

@@ -13,6 +13,7 @@ from srifty_core.planner import fit
 from srifty_core.planner.request import Offer, Overheads, PlanRequest
 from srifty_core.planner.schema.request_spec import RequestSpec
 from srifty_core.planner.search import plan
+from srifty_core.planner.strategies import FitChecked, sharded_request
 from srifty_core.simulator.apm import ApmEstimator
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
@@ -79,10 +80,11 @@ def test_a_model_no_gpu_holds_is_planned_sharded_and_says_why() -> None:
     assert res.strategy_reason.startswith(f"{res.strategy} over {res.best.estimate.world_size}")
     assert "ddp: no offered GPU holds the model's training state" in res.strategy_reason
     # the plan's ranks hold their batches at its own world size
-    for i, _, b in res.best.choice:
-        inst = res.request.offers[i].instance
-        held = fit.b_max(res.request.workload, inst, res.strategy, res.best.estimate.world_size)
-        assert b // inst.ranks_per_vm <= held
+    for c in (res.best, *res.runners_up):
+        world = c.estimate.world_size
+        for i, _, b in c.choice:
+            inst = res.request.offers[i].instance
+            assert b // inst.ranks_per_vm <= fit.b_max(big_workload(), inst, res.strategy, world)
     text = " ".join(res.explanation())
     assert f"Strategy {res.strategy}" in text and "all-gathers" in text
     assert res.to_dict()["strategy"] == res.strategy
@@ -109,7 +111,7 @@ def ddp_fits_request(**changes: object) -> PlanRequest:
     p = dataclasses.replace(
         steady(make_profile(), "A10G"),
         b_max=16,
-        memory_per_sample_bytes=0.2e9,
+        memory_per_sample_bytes=0.1e9,
         memory_fixed_bytes=16.0 * 300e6,
         n_parameters=300_000_000,
         settings=BF16_ADAMW,
@@ -160,3 +162,15 @@ def test_bad_strategies_are_one_line_errors_naming_the_field(bad: object) -> Non
         RequestSpec.parse(doc)
     assert str(info.value).startswith("strategy: must be one of auto, ddp, fsdp, hsdp, got ")
     assert "\n" not in str(info.value)
+
+
+def test_the_space_bound_is_checked_at_each_configuration_s_world_size() -> None:
+    searched = sharded_request(big_request(), "fsdp")
+    bound = searched.workload.profile("A10G").b_max  # at the most ranks the quotas allow
+    assert bound > fit.b_max(big_workload(), ONE, "fsdp", 2) > 0
+    checked = FitChecked(simulator(), "fsdp", big_workload())
+    two = ClusterConfig((Group(ONE, 2, bound),))
+    assert "under fsdp over 2 ranks" in checked.estimate(searched.workload, two).unfit
+    res = plan(big_request(), simulator(), method="exhaustive")
+    unfit = [c for c in res.candidates if c.estimate.unfit]
+    assert unfit and all(not c.feasible and c.violations[0].startswith("memory") for c in unfit)
