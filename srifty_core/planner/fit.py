@@ -17,6 +17,8 @@ Derivation: docs/design/sharding.md, "Planning".
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from srifty_core.sharding.memory import Layout, ModelMemory, Strategy, rank_memory
 from srifty_core.sharding.memory import b_max as memory_b_max
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
@@ -95,14 +97,23 @@ def b_max(workload: Workload, instance: SimInstance, strategy: Strategy, world: 
     return fits
 
 
-def short(workload: Workload, config: ClusterConfig, strategy: Strategy) -> str:
+def short(
+    workload: Workload,
+    config: ClusterConfig,
+    strategy: Strategy,
+    b_max_of: Callable[[SimInstance, int], int] | None = None,
+) -> str:
     """Why the ranks of ``config`` do not hold their local batches under ``strategy``
-    ("" when they do)."""
+    ("" when they do); ``b_max_of(instance, world)``: ``b_max`` of ``workload`` and
+    ``strategy`` (memoised by a caller that asks often)."""
     if strategy == "hsdp" and len({g.instance.ranks_per_vm for g in config.groups}) > 1:
         return "hsdp shards inside each VM: every VM needs as many GPUs"
     world = config.world_size
     for g in config.groups:
-        most = b_max(workload, g.instance, strategy, world)
+        if b_max_of is None:
+            most = b_max(workload, g.instance, strategy, world)
+        else:
+            most = b_max_of(g.instance, world)
         if g.batch_per_rank > most:
             return (
                 f"{g.instance.name} holds {most} samples per GPU under {strategy} over "

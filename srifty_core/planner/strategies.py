@@ -11,8 +11,8 @@ sharded iteration (``simulator.sharded``) over the same ``Simulator``, each conf
 checked against its own world size (``planner.fit.short``: one that does not hold its
 batches breaks a limit). Under ``auto`` a sharded strategy is searched only where it lets
 some offer hold local batches ddp cannot (otherwise it is the same configurations with
-more to exchange); ties go to ddp. An estimator that is not a ``Simulator`` (the
-analytical APM) plans ddp only.
+more to exchange); ties go to ddp. An estimator that is not a ``Simulator`` nor wraps one
+as ``inner`` (the analytical APM) plans ddp only.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from srifty_core.planner.space import gpu_batches
 from srifty_core.sharding.memory import USABLE, Strategy
 from srifty_core.simulator.estimator import Estimator, Simulator
 from srifty_core.simulator.sharded import ShardedSimulator
-from srifty_core.simulator.types import ClusterConfig, IterationEstimate, Workload
+from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
 
 Search = Callable[[PlanRequest, Estimator], PlanResult]
 
@@ -44,9 +44,18 @@ class FitChecked:
         self.sharded = ShardedSimulator(simulator, strategy)
         self.strategy = strategy
         self.memory = memory
+        self._b_max: dict[tuple[SimInstance, int], int] = {}
+
+    def b_max(self, instance: SimInstance, world: int) -> int:
+        """``fit.b_max`` of the request's memory, memoised (the search asks per estimate)."""
+        key = (instance, world)
+        hit = self._b_max.get(key)
+        if hit is None:
+            hit = self._b_max[key] = fit.b_max(self.memory, instance, self.strategy, world)
+        return hit
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
-        why = fit.short(self.memory, config, self.strategy)
+        why = fit.short(self.memory, config, self.strategy, self.b_max)
         if why and self.strategy == "hsdp" and "every VM" in why:
             estimate = self.simulator.estimate(workload, config)  # no sharded model of it
         else:
@@ -115,11 +124,20 @@ def _tag(result: PlanResult, strategy: Strategy, reason: str) -> PlanResult:
     return dataclasses.replace(result, strategy=strategy, strategy_reason=reason)
 
 
+def _simulator_of(estimator: Estimator) -> Simulator | None:
+    """The ``Simulator`` behind ``estimator``: itself, or the one a wrapper holds as
+    ``inner`` (``planner.whatif.MemoEstimator``); ``None`` for any other estimator."""
+    for e in (estimator, getattr(estimator, "inner", None)):
+        if isinstance(e, Simulator):
+            return e
+    return None
+
+
 def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanResult:
     """The best plan over the strategies ``request`` allows (module doc)."""
     allowed = request.strategies
     pinned = request.strategy != "auto"
-    sim = estimator if isinstance(estimator, Simulator) else None
+    sim = _simulator_of(estimator)
     if sim is None:
         if pinned and allowed != ("ddp",):
             raise ConfigError(
@@ -149,7 +167,11 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         if not pinned and ddp_request is not None and not enlarges(ddp_request, req):
             notes[s] = "holds no local batch ddp does not: the same plans with more to exchange"
             continue
-        results[s] = _tag(search(req, FitChecked(sim, s, request.workload)), s, "")
+        checked = FitChecked(sim, s, request.workload)
+        offered = [o for o in req.offers if o.quota > 0]
+        most_vms = min(sum(o.quota for o in offered), req.global_batch)
+        checked.sharded.prefetch(req.workload, [o.instance for o in offered], most_vms)
+        results[s] = _tag(search(req, checked), s, "")
     if not results:
         raise ConfigError(
             "strategy: no strategy can hold the global batch: "

@@ -123,6 +123,11 @@ def _schedule_cached(
     return schedule([t_fw * w for w in weights], [t_bw * w for w in weights], gather, reduce)
 
 
+def _distinct(sizes: Sequence[float]) -> tuple[int, ...]:
+    """The buffer sizes (bytes, whole) a bandwidth query asks for: each once, in order."""
+    return tuple(sorted({max(1, round(s)) for s in sizes if s > 0}))
+
+
 class _Comm(NamedTuple):
     """Per unit, its collectives' seconds at the typical allocation's bandwidth."""
 
@@ -154,6 +159,39 @@ class ShardedSimulator:
         n = max(workload.profile(g.instance.device_type).n_parameters for g in config.groups)
         return (0, n)
 
+    def prefetch(self, workload: Workload, instances: Sequence[SimInstance], max_vms: int) -> None:
+        """Ask the bandwidth model, in one call per collective, about every ring a search
+        over ``instances`` with up to ``max_vms`` VMs in all can touch (as
+        ``Simulator.prefetch`` does for ddp's buckets): estimates then find every curve
+        cached."""
+        profiles = list(workload.profiles.values())
+        units = workload.unit_parameters or (0, max(p.n_parameters for p in profiles))
+        gathered = _distinct([n * compute_bytes(profiles[0].settings) for n in units])
+        grads = [n * FP32 for n in units]
+        sim = self.simulator
+
+        def rings(inst: SimInstance) -> list[tuple[SimInstance, int]]:
+            return [
+                (inst, w)
+                for w in sorted({max(2, n * inst.ranks_per_vm) for n in range(1, max_vms + 1)})
+            ]
+
+        if self.strategy == "fsdp":
+            pairs = [pair for inst in instances for pair in rings(inst)]
+            if gathered and pairs:
+                sim._curves(pairs, gathered, ALL_GATHER)
+                sim._curves(pairs, _distinct(grads), REDUCE_SCATTER)
+            return
+        intra = [(i, i.ranks_per_vm) for i in instances if i.ranks_per_vm > 1]
+        if gathered and intra:
+            sim._curves(intra, gathered, ALL_GATHER)
+            sim._curves(intra, _distinct(grads), REDUCE_SCATTER)
+        for rpv in {i.ranks_per_vm for i in instances}:
+            pairs = [pair for i in instances if i.ranks_per_vm == rpv for pair in rings(i)]
+            shards = _distinct([x / rpv for x in grads])
+            if shards and pairs:
+                sim._curves(pairs, shards, ALL_REDUCE)
+
     def _collective_s(
         self,
         instances: Sequence[SimInstance],
@@ -167,7 +205,7 @@ class ShardedSimulator:
         ``world`` ranks on ``vms`` VMs: its bus bytes (``volume_of`` of the buffer) at the
         predictor's bus bandwidth for that size, within the VMs' sustained cap."""
         sim = self.simulator
-        distinct = tuple(sorted({max(1, round(s)) for s in sizes if s > 0}))
+        distinct = _distinct(sizes)
         if not distinct:
             return tuple(0.0 for _ in sizes)
         busbw = sim._busbw(instances, vms, world, distinct, collective)
