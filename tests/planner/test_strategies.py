@@ -174,3 +174,16 @@ def test_the_space_bound_is_checked_at_each_configuration_s_world_size() -> None
     res = plan(big_request(), simulator(), method="exhaustive")
     unfit = [c for c in res.candidates if c.estimate.unfit]
     assert unfit and all(not c.feasible and c.violations[0].startswith("memory") for c in unfit)
+
+
+def test_mixed_gpus_share_one_shard_size_and_the_smaller_holds_less() -> None:
+    t4 = SimInstance(
+        "g4dn.xlarge", "A10G", 1, {"instance_type": "g4dn.xlarge"}, gpu_memory_bytes=16 * GIB
+    )
+    w = big_workload()
+    # every rank holds 1/8 of the state: the 16 GiB GPU has less room left for samples
+    assert 0 < fit.b_max(w, t4, "fsdp", 8) < fit.b_max(w, ONE, "fsdp", 8)
+    most = fit.b_max(w, t4, "fsdp", 8)
+    mixed = ClusterConfig((Group(ONE, 4, most + 1), Group(t4, 4, most + 1)))
+    assert fit.short(w, mixed, "fsdp").startswith("g4dn.xlarge holds")
+    assert fit.short(w, ClusterConfig((Group(ONE, 4, most), Group(t4, 4, most))), "fsdp") == ""

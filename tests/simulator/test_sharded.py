@@ -127,3 +127,25 @@ def test_hsdp_adds_the_allreduce_across_vms_and_needs_equal_vms() -> None:
 def test_ddp_is_not_a_sharded_strategy() -> None:
     with pytest.raises(ConfigError, match="strategy"):
         ShardedSimulator(Simulator(ByCollective({None: 1e9})), "ddp")
+
+
+class ByType:
+    """busbw per instance type."""
+
+    def __init__(self, busbw: dict[str, float]) -> None:
+        self.busbw = busbw
+
+    def predict(self, features: pd.DataFrame) -> np.ndarray:
+        return np.array([self.busbw[t] for t in features["instance_type"]], dtype=float)
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        return math.inf
+
+
+def test_a_mixed_ring_gathers_at_its_slowest_type() -> None:
+    w = _workload((0, 10_000_000, 10_000_000))
+    sharded = ShardedSimulator(Simulator(ByType({"fast": 1e10, "slow": 1e8})), "fsdp")
+    mixed = sharded.estimate(w, config((inst("fast", "T4"), 2, 8), (inst("slow", "T4"), 2, 8)))
+    slow = sharded.estimate(w, config((inst("slow", "T4"), 4, 8)))
+    fast = sharded.estimate(w, config((inst("fast", "T4"), 4, 8)))
+    assert mixed.t_iter == pytest.approx(slow.t_iter, rel=1e-6) and fast.t_iter < slow.t_iter
