@@ -103,7 +103,7 @@ def main() -> None:
         t_again, _ = timed(dataclasses.replace(r, strategy="ddp"), Simulator(bw))
         if auto.strategy == "ddp":
             assert (auto.best and auto.best.label) == (ddp.best and ddp.best.label)
-        searched = "holds no local batch" not in auto.strategy_reason
+        searched = "replicas hold every local batch" not in auto.strategy_reason
         rows.append(
             {
                 "ddp_s": t_ddp,

@@ -288,6 +288,8 @@ class PlanResult:
             if self.nearest_misses:
                 binds = {v.split()[0] for m in self.nearest_misses for v in m.violations}
                 lines.append(f"The binding limit: {' and '.join(sorted(binds))}.")
+            if self.strategy_reason:
+                lines.append(f"Strategy {self.strategy_reason}.")
             return lines
         b, e = self.best, self.best.estimate
         lines.append(

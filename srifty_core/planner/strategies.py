@@ -32,6 +32,8 @@ from srifty_core.simulator.sharded import ShardedSimulator
 from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
 
 Search = Callable[[PlanRequest, Estimator], PlanResult]
+SAME = "holds no local batch ddp does not: the same plans with more to exchange"
+"""Why ``auto`` did not search a sharded strategy."""
 
 
 class FitChecked:
@@ -165,7 +167,7 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
             results[s] = _tag(search(req, estimator), s, "")
             continue
         if not pinned and ddp_request is not None and not enlarges(ddp_request, req):
-            notes[s] = "holds no local batch ddp does not: the same plans with more to exchange"
+            notes[s] = SAME
             continue
         checked = FitChecked(sim, s, request.workload)
         offered = [o for o in req.offers if o.quota > 0]
@@ -195,11 +197,13 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         where = s if s == "ddp" else f"{s} over {world} ranks"
         others = [r for t, r in ranked[1:] if r.best is not None]
         parts = [_compare(request.objective, best, r) for r in others]
-        parts += [
-            f"{t}: {'no plan meets the limits' if r.best is None else ''}"
-            for t, r in ranked[1:]
-            if r.best is None
-        ]
-        parts += [f"{t}: {n}" for t, n in notes.items()]
+        parts += [f"{t}: no plan meets the limits" for t, r in ranked[1:] if r.best is None]
+        same = [t for t, n in notes.items() if n == SAME]
+        if same:
+            parts.append(
+                f"replicas hold every local batch {' and '.join(same)} would (the same "
+                "configurations with more to exchange)"
+            )
+        parts += [f"{t}: {n}" for t, n in notes.items() if n != SAME]
         reason = f"{where}: " + ("; ".join(parts) if parts else "the only strategy searched")
     return _tag(best, s, reason)

@@ -187,3 +187,15 @@ def test_mixed_gpus_share_one_shard_size_and_the_smaller_holds_less() -> None:
     mixed = ClusterConfig((Group(ONE, 4, most + 1), Group(t4, 4, most + 1)))
     assert fit.short(w, mixed, "fsdp").startswith("g4dn.xlarge holds")
     assert fit.short(w, ClusterConfig((Group(ONE, 4, most), Group(t4, 4, most))), "fsdp") == ""
+
+
+def test_auto_does_not_search_a_strategy_that_holds_nothing_more() -> None:
+    r = ddp_fits_request()
+    p = dataclasses.replace(r.workload.profile("A10G"), memory_per_sample_bytes=1e9)
+    w = dataclasses.replace(r.workload, profiles={"A10G": p})
+    r = dataclasses.replace(r, workload=w)
+    assert fit.b_max(w, ONE, "fsdp", 8) < 32  # no power of two beyond ddp's 16
+    res = plan(r, simulator())
+    assert res.strategy == "ddp"
+    assert "replicas hold every local batch fsdp would" in res.strategy_reason
+    assert res.best == plan(dataclasses.replace(r, strategy="ddp"), simulator()).best
