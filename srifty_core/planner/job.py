@@ -17,6 +17,7 @@ from srifty_core.planner.schema.field_errors import HugeInt
 from srifty_core.planner.schema.request_spec import RequestSpec
 from srifty_core.planner.whatif import profile_loader
 from srifty_core.predictors.base import BandwidthPredictor
+from srifty_core.profiling.census import stored_unit_parameters
 from srifty_core.profiling.store import ProfileStore
 
 MAX_REQUEST_BYTES = 1 << 20
@@ -140,9 +141,13 @@ def store_requests(
     load = profile_loader(functools.partial(store.load_or_estimate, catalog=catalog))
     evidence = store.vm_spreads()
 
+    units = functools.partial(stored_unit_parameters, root=getattr(store, "root", None))
+
     def build(d: Mapping[str, Any] | RequestSpec) -> PlanRequest:
         spec = d if isinstance(d, RequestSpec) else RequestSpec.parse(d)
-        return build_request(spec, catalog=catalog, load_profile=load, vm_evidence=evidence)
+        return build_request(
+            spec, catalog=catalog, load_profile=load, vm_evidence=evidence, load_units=units
+        )
 
     return build
 

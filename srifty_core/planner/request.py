@@ -13,11 +13,12 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud import provider_class, shares_host
 from srifty_core.cloud.local import DEFAULT_MAX_RANKS, LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.planner import spot
+from srifty_core.planner import fit, spot
 from srifty_core.planner.schema import fields
 from srifty_core.planner.schema.field_errors import check
-from srifty_core.planner.schema.fields import DEFAULT_RISK_QUANTILE
+from srifty_core.planner.schema.fields import DEFAULT_RISK_QUANTILE, DEFAULT_STRATEGY
 from srifty_core.planner.schema.request_spec import OfferSpec, OverheadsSpec, RequestSpec
+from srifty_core.sharding.memory import STRATEGIES, Strategy, parse_strategy
 from srifty_core.simulator.types import SimInstance, Workload
 from srifty_core.training_settings import TrainingSettings
 
@@ -124,6 +125,9 @@ class PlanRequest:
     """Iterations between checkpoints (what a spot interruption loses)."""
     spot_interruptions: str = "priced"
     """``priced`` (``planner.spot``) or ``ignored`` (spot planned as never interrupted)."""
+    strategy: str = DEFAULT_STRATEGY
+    """How the ranks hold the model: ``auto`` (the planner chooses, ``planner.strategies``)
+    or ``ddp``, ``fsdp``, ``hsdp`` pinned (``sharding.memory.Strategy``)."""
 
     def __post_init__(self) -> None:
         # The scalar rules are the request schema's (planner.schema.fields); inf means no limit.
@@ -144,19 +148,34 @@ class PlanRequest:
         check("batch_granularity", fields.Granularity, self.batch_granularity)
         check("checkpoint_every", fields.Iterations, self.checkpoint_every)
         check("spot_interruptions", fields.SpotPricing, self.spot_interruptions)
+        check("strategy", fields.StrategyName, self.strategy)
         for o in self.offers:
             self.workload.profile(o.instance.device_type)  # raises naming the device
         if all(o.quota == 0 for o in self.offers):
             raise ConfigError("offers: every quota is 0, nothing can be rented")
+        world = self.max_world
         most = sum(
-            o.quota * o.instance.ranks_per_vm * self.workload.profile(o.instance.device_type).b_max
+            o.quota
+            * o.instance.ranks_per_vm
+            * max(fit.b_max(self.workload, o.instance, s, world) for s in self.strategies)
             for o in self.offers
         )
         if most < self.global_batch:
             raise ConfigError(
                 f"global_batch: {self.global_batch} cannot be held by any configuration: the "
                 f"quotas hold at most {most} samples at B_max on every GPU"
+                + ("" if self.strategies == ("ddp",) else f" ({', '.join(self.strategies)})")
             )
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]:
+        """The strategies the planner may choose from: every one under ``auto``."""
+        return STRATEGIES if self.strategy == "auto" else (parse_strategy(self.strategy),)
+
+    @property
+    def max_world(self) -> int:
+        """The most ranks a configuration can have: every offer's quota rented."""
+        return max(1, sum(o.quota * o.instance.ranks_per_vm for o in self.offers))
 
 
 def offers_from_catalog(
@@ -254,6 +273,7 @@ def build_request(
     catalog: Any,
     load_profile: Any,
     vm_evidence: Mapping[str, tuple[float, int]] | None = None,
+    load_units: Any = None,
 ) -> PlanRequest:
     """The ``PlanRequest`` of ``spec`` (a checked request: ``srifty plan``'s, or a job's
     conf, ``JobConf``, which is one): the one builder, so the same request plans alike
@@ -265,7 +285,9 @@ def build_request(
     request's ``TrainingSettings`` passed where they are not the defaults, so a loader of
     (model, size, device) serves every fp32 SGD request); ``vm_evidence``: what the other
     stored profiles say about VM-to-VM spread (``ProfileStore.vm_spreads``); the launch
-    overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``). Every
+    overhead: ``overheads.launch_s``, else the provider's (``Provider.launch_s``);
+    ``load_units(model, size, settings)``: the model's FSDP units
+    (``Workload.unit_parameters``; asked where the request allows a sharded strategy). Every
     problem with a field is a ``ConfigError`` whose message starts with its path."""
     provider = spec.provider_name
     if provider_class(provider).shares_host:  # this host's pseudo-type
@@ -281,8 +303,11 @@ def build_request(
     }
     oh = spec.overheads or OverheadsSpec()
     launch_s = provider_class(provider).launch_s if oh.launch_s is None else oh.launch_s
+    units: tuple[int, ...] = ()
+    if load_units is not None and spec.strategy != "ddp":
+        units = tuple(load_units(spec.model, spec.size, settings))
     return PlanRequest(
-        workload=Workload(spec.model, profiles, vm_evidence or {}),
+        workload=Workload(spec.model, profiles, vm_evidence or {}, units),
         global_batch=spec.global_batch,
         iterations=spec.iterations,
         offers=offers,
@@ -294,6 +319,7 @@ def build_request(
         risk_quantile=spec.risk_quantile,
         checkpoint_every=spec.checkpoint_every,
         spot_interruptions=spec.spot_interruptions,
+        strategy=spec.strategy,
     )
 
 

@@ -127,6 +127,8 @@ def evaluate(request: PlanRequest, choice: Choice, estimate: IterationEstimate) 
     cost = rate * time_s / 3600.0
     cost_q = rate * time_q / 3600.0
     broken = violations(request, time_q, cost_q)
+    if estimate.unfit:
+        broken = (f"memory: {estimate.unfit}", *broken)
     label = choice_label(offers, choice)
     return Candidate(choice, label, estimate, time_s, cost, broken, time_q, cost_q, risk)
 
@@ -182,7 +184,10 @@ def frontier(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def miss_ratio(request: PlanRequest, c: Candidate) -> float:
-    """How far a configuration is from meeting both limits (1 = just meets them)."""
+    """How far a configuration is from meeting both limits (1 = just meets them); one
+    whose ranks cannot hold their batches is never near (inf)."""
+    if c.estimate.unfit:
+        return math.inf
     return max(c.time_at_risk_s / request.time_limit_s, c.cost_at_risk_usd / request.budget_usd)
 
 
@@ -207,6 +212,10 @@ class PlanResult:
     threshold: the best plan came from below it."""
     searched_below_threshold: bool = False
     """The space under the saturation thresholds was small enough to search too."""
+    strategy: str = "ddp"
+    """How the ranks of ``best`` hold the model (``planner.strategies``)."""
+    strategy_reason: str = ""
+    """Why that strategy: what it beat, or why the others had no plan."""
 
     @property
     def feasible(self) -> bool:
@@ -279,6 +288,8 @@ class PlanResult:
             if self.nearest_misses:
                 binds = {v.split()[0] for m in self.nearest_misses for v in m.violations}
                 lines.append(f"The binding limit: {' and '.join(sorted(binds))}.")
+            if self.strategy_reason:
+                lines.append(f"Strategy {self.strategy_reason}.")
             return lines
         b, e = self.best, self.best.estimate
         lines.append(
@@ -286,6 +297,8 @@ class PlanResult:
             f"{b.time_s:.0f} s and ${b.cost_usd:.2f} for {r.iterations} iterations "
             f"(objective: minimize {r.objective.value})."
         )
+        if self.strategy_reason:
+            lines.append(f"Strategy {self.strategy_reason}.")
         q = r.risk_quantile
         lines.append(
             f"At p{100 * q:g} of allocations: {b.time_at_risk_s:.0f} s and "
@@ -323,15 +336,21 @@ class PlanResult:
                 "shape (type, VMs, ranks per VM), so the bandwidth model's prior answered and "
                 "the p90 carries its wider held-out error; probe it to narrow the estimate."
             )
-        lines.append(
-            f"Iteration: forward {e.t_fw * 1e3:.1f} ms + max(backward {e.t_bw * 1e3:.1f} ms, "
-            f"gradient exchange {e.t_pe * 1e3:.1f} ms); {e.bottleneck} binds"
-            + (
-                f", {e.exposed_comm * 1e3:.1f} ms of communication exposed."
-                if e.exposed_comm
-                else "."
+        exposed = "."
+        if e.exposed_comm:
+            exposed = f", {e.exposed_comm * 1e3:.1f} ms of communication exposed."
+        if self.strategy == "ddp":
+            lines.append(
+                f"Iteration: forward {e.t_fw * 1e3:.1f} ms + max(backward {e.t_bw * 1e3:.1f} "
+                f"ms, gradient exchange {e.t_pe * 1e3:.1f} ms); {e.bottleneck} binds" + exposed
             )
-        )
+        else:
+            lines.append(
+                f"Iteration ({self.strategy}): forward {e.t_fw * 1e3:.1f} ms and backward "
+                f"{e.t_bw * 1e3:.1f} ms per unit between all-gathers and reduce-scatters "
+                f"(the last ends {e.t_pe * 1e3:.1f} ms into the backward); {e.bottleneck} binds"
+                + exposed
+            )
         if self.below_threshold:
             lines.append(
                 "Local batches below the saturation threshold for "
@@ -355,6 +374,8 @@ class PlanResult:
             "time_limit_s": r.time_limit_s if r.time_limit_s != float("inf") else None,
             "budget_usd": r.budget_usd if r.budget_usd != float("inf") else None,
             "method": self.method,
+            "strategy": self.strategy,
+            "strategy_reason": self.strategy_reason,
             "feasible": self.feasible,
             "best": self.best.to_dict(r) if self.best else None,
             "evaluated": self.evaluated,

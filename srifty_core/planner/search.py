@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from srifty_core.errors import SriftyError
+from srifty_core.planner import strategies
 from srifty_core.planner.approx import DEFAULT_SIMULATIONS, approximate
 from srifty_core.planner.bnb import BranchAndBound, Keeper
 from srifty_core.planner.request import Objective, PlanRequest
@@ -187,7 +188,42 @@ def plan(
     runners_up: int = 3,
     exact_runners_up: bool = False,
 ) -> PlanResult:
-    """The best configuration for ``request`` under ``estimator`` (see the module doc).
+    """The best configuration for ``request`` under ``estimator`` over the strategies the
+    request allows (``planner.strategies.choose``: ``ddp``, ``fsdp``, ``hsdp``; the result
+    says which and why), each searched by ``plan_one`` with these arguments."""
+    if method not in METHODS:
+        raise PlannerError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+
+    def one(req: PlanRequest, est: Estimator) -> PlanResult:
+        return plan_one(
+            req,
+            est,
+            method=method,
+            exhaustive_limit=exhaustive_limit,
+            exact_limit=exact_limit,
+            budget=budget,
+            solver=solver,
+            runners_up=runners_up,
+            exact_runners_up=exact_runners_up,
+        )
+
+    return strategies.choose(request, estimator, one)
+
+
+def plan_one(
+    request: PlanRequest,
+    estimator: Estimator,
+    *,
+    method: str = "auto",
+    exhaustive_limit: int = DEFAULT_EXHAUSTIVE_LIMIT,
+    exact_limit: int = DEFAULT_EXACT_LIMIT,
+    budget: int = DEFAULT_BUDGET,
+    solver: str = "auto",
+    runners_up: int = 3,
+    exact_runners_up: bool = False,
+) -> PlanResult:
+    """The best configuration for ``request`` under ``estimator`` (see the module doc), the
+    strategy the request pins (``plan`` chooses among strategies).
 
     ``method``:
 

@@ -119,6 +119,10 @@ class OpCensus:
     """Where it was counted: ``meta`` or ``cpu``."""
     torch_version: str
     created_at: str
+    unit_parameters: tuple[int, ...] = ()
+    """Trainable parameters of the root's own, then of each unit FSDP shards as one
+    (``sharding.units.unit_parameters``): what the planner's sharded strategies hold and
+    gather. Empty in a census counted before the field (not known)."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -157,6 +161,7 @@ class OpCensus:
             "device": self.device,
             "torch_version": self.torch_version,
             "created_at": self.created_at,
+            "unit_parameters": list(self.unit_parameters),
         }
 
     def to_json(self) -> str:
@@ -191,6 +196,7 @@ class OpCensus:
                 device=str(d["device"]),
                 torch_version=str(d["torch_version"]),
                 created_at=str(d["created_at"]),
+                unit_parameters=tuple(int(x) for x in d.get("unit_parameters", ())),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -259,6 +265,7 @@ def take_census(
         saved_bytes1=saved1,
         device=device,
         torch_version=str(torch.__version__),
+        unit_parameters=a.unit_parameters,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
@@ -274,6 +281,7 @@ class _Counted:
     bucket_ready_op: tuple[int, ...]
     bucket_cap_bytes: int
     first_bucket_cap_bytes: int
+    unit_parameters: tuple[int, ...]
 
 
 def _count(
@@ -290,6 +298,7 @@ def _count(
         DEFAULT_FIRST_BUCKET_BYTES,
         trainable,
     )
+    from srifty_core.sharding.units import unit_parameters
 
     workload = build(model, size, seed=seed)
     dev = torch.device(device)
@@ -383,6 +392,7 @@ def _count(
         bucket_ready_op=tuple(max(ready[i] for i in m) for m in members),
         bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
         first_bucket_cap_bytes=DEFAULT_FIRST_BUCKET_BYTES,
+        unit_parameters=unit_parameters(workload.module),
     )
 
 
@@ -441,6 +451,24 @@ def load_census(
     )
     write_text_atomic(census_path(root, model, size, settings), census.to_json())
     return census
+
+
+def stored_unit_parameters(
+    model: str, size: str, settings: TrainingSettings, *, root: Path | None = None
+) -> tuple[int, ...]:
+    """The FSDP units of ``model``/``size`` from a census already counted (the store's or
+    the shipped one, under either optimizer: units do not depend on settings); ``()`` where
+    none has them. Never counts: planning a model that fits needs no census."""
+    for optimizer in dict.fromkeys((settings.optimizer, "sgd", "adamw")):
+        try:
+            census = load_census(
+                model, size, TrainingSettings(optimizer=optimizer), root=root, count=False
+            )
+        except ConfigError:
+            continue
+        if census.unit_parameters:
+            return census.unit_parameters
+    return ()
 
 
 def is_user_code(model: str) -> bool:
@@ -505,10 +533,12 @@ SHIPPED_MODELS = (
     ("xlm", "adamw"),
     ("dlrm", "sgd"),
     ("srifty_core.profiling.reference_models:bert_base_squad", "adamw"),
+    ("hf:gpt2-xl", "adamw"),
 )
 """The censuses the package ships (``full`` size): the zoo's, with the optimizer each is
-usually trained with (BERT both), and the published benchmarks' networks
-(``reference_models``)."""
+usually trained with (BERT both), the published benchmarks' networks
+(``reference_models``), and GPT-2 XL's decoder (no 16-24 GB GPU holds its AdamW state: the
+sharded strategies' example; counting it builds 1.6 B parameters, about a minute)."""
 
 
 def ship() -> list[Path]:

@@ -52,6 +52,12 @@ class GradientBucket:
     """When the bucket's last gradient is ready, as a fraction of the backward pass (0..1)."""
 
 
+NO_REPLICA = "memory (estimated): no replica fits"
+"""``ComputeProfile.b_max_limit`` of an estimate whose GPU holds no replica of the model's
+training state (``b_max`` 0): its times reach the batches a rank holds once the state is
+sharded away (``planner.fit`` bounds them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ComputeProfile:
     """Forward/backward latency model, memory limits and gradient schedule of one model on
@@ -360,12 +366,12 @@ class ComputeProfile:
         sizes and spreads finite and not negative, at least one gradient bucket, each
         ready within the backward pass. ``ConfigError`` naming the first field that is
         not (``fw_fit.slopes: ...``)."""
-        if self.b_max < 1:
+        if self.b_max < (0 if self.b_max_limit == NO_REPLICA else 1):
             raise ConfigError(f"b_max: must be at least 1, got {self.b_max}")
         for name, stats in (("fw", self.fw), ("bw", self.bw)):
             _check_stats(name, stats)
         for name, fit in (("fw_fit", self.fw_fit), ("bw_fit", self.bw_fit)):
-            _check_fit(name, fit, self.b_max)
+            _check_fit(name, fit, max(1, self.b_max))
         for name in ("memory_per_sample_bytes", "memory_fixed_bytes", "copy_bytes_per_s",
                      "optimizer_step_s", "vm_cv", "estimate_cv"):  # fmt: skip
             _at_least(name, getattr(self, name), 0.0)

@@ -34,7 +34,7 @@ from srifty_core.predictors.roofline import (
     pass_times,
     scale,
 )
-from srifty_core.profiling.profile import ComputeProfile, GradientBucket, PassStats
+from srifty_core.profiling.profile import NO_REPLICA, ComputeProfile, GradientBucket, PassStats
 
 if TYPE_CHECKING:
     from srifty_core.profiling.census import OpCensus
@@ -91,12 +91,17 @@ def estimate_profile(
     eff = roofline.efficiencies
     states = 2 if settings.optimizer == "adamw" else 1
     b_max, fixed, per_sample = batch_limit(census, device, states)
-    if b_max < 1:
-        raise ConfigError(
-            f"{census.model}/{census.size} does not fit one {device.name} "
-            f"({device.memory_gib:g} GiB): one sample needs about "
-            f"{(fixed + per_sample) / 2**30:.1f} GiB"
-        )
+    span = b_max
+    if b_max < 1:  # no replica fits: timed up to what a rank holds with its state sharded away
+        room = device.memory_gib * 2**30 * MEMORY_HEADROOM - census.saved_bytes0
+        span = max(0, min(MAX_BATCH, int(room // per_sample)))
+        if span < 1:
+            raise ConfigError(
+                f"{census.model}/{census.size} does not fit one {device.name} "
+                f"({device.memory_gib:g} GiB): one sample needs about "
+                f"{(fixed + per_sample) / 2**30:.1f} GiB, its activations alone "
+                f"{(census.saved_bytes0 + per_sample) / 2**30:.1f} GiB"
+            )
 
     def times(b: int) -> tuple[float, float, float]:
         fw, bw, opt = pass_times(census, device, mode, eff, b)
@@ -110,8 +115,8 @@ def estimate_profile(
             scale(source.optimizer_step_s, s_opt, opt, c) if source.optimizer_step_s > 0 else opt,
         )
 
-    dense = dense_batch_sizes(b_max)  # the fit's points
-    probes = budget_batch_sizes(b_max, 4) if b_max > 1 else [1]  # what a profile lists
+    dense = dense_batch_sizes(span)  # the fit's points
+    probes = budget_batch_sizes(span, 4) if span > 1 else [1]  # what a profile lists
     at = {b: times(b) for b in sorted({*dense, *probes})}
 
     def stats(k: int) -> PassStats:
@@ -164,7 +169,7 @@ def estimate_profile(
         optimizer_step_s=opt_s,
         settings=settings,
         effective_precision=settings.precision,
-        b_max_limit="memory (estimated)",
+        b_max_limit="memory (estimated)" if b_max else NO_REPLICA,
         estimate=path,
         estimate_cv=cv,
     )

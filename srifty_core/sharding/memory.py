@@ -29,6 +29,9 @@ FP32 = 4
 precision (autocast computes in bf16/fp16, the parameters stay float32)."""
 OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}
 """Float32 states per parameter: SGD's momentum buffer; AdamW's two moments."""
+USABLE = 0.9
+"""The share of a device's memory a step may fill (the rest: the framework's own
+allocations and fragmentation)."""
 
 
 def parse_strategy(value: object, field: str = "strategy") -> Strategy:
@@ -168,7 +171,7 @@ def b_max(
     layout: Layout,
     capacity_bytes: float,
     *,
-    usable: float = 0.9,
+    usable: float = USABLE,
     ceiling: int = 1 << 20,
 ) -> int:
     """The largest local batch whose peak stays within ``usable`` of ``capacity_bytes``

@@ -120,6 +120,31 @@ class HostSharing(NamedTuple):
     """Whether a profile lacked the measurement (the factors are then 1)."""
 
 
+class ComputeSamples(NamedTuple):
+    """A configuration's compute over a simulator's draws (``Simulator.compute_samples``)."""
+
+    fw: NDArray[np.float64]
+    """Per iteration, the slowest VM's forward pass."""
+    bw: NDArray[np.float64]
+    """Per iteration, the slowest VM's backward pass."""
+    fw_slow: NDArray[np.float64]
+    """The forward pass on an allocation whose slowest VM is at the p90 of its spread."""
+    bw_slow: NDArray[np.float64]
+    t_fw: float
+    """Mean of ``fw`` (its numerical expectation with ``mean="exact"``)."""
+    t_bw: float
+    mu_bw: list[float]
+    """Per group, its mean backward pass."""
+    ddp_bw: float
+    ddp_after: float
+    step: float
+    """The optimizer step, the slowest group's."""
+    vm_spread: bool
+    no_step: bool
+    no_copy: bool
+    no_share: bool
+
+
 class Simulator:
     """The Srifty simulator over a bandwidth predictor.
 
@@ -208,7 +233,9 @@ class Simulator:
         self._u_fw = rng.random((iters, max_types))
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
-        self._curve_cache: dict[tuple[str, int, tuple[int, ...]], NDArray[np.float64]] = {}
+        self._curve_cache: dict[
+            tuple[str, int, tuple[int, ...], str | None], NDArray[np.float64]
+        ] = {}
         self._outside: set[tuple[str, int]] = set()
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
@@ -221,7 +248,12 @@ class Simulator:
 
     # ------------------------------------------------------------------ bandwidth
     def _busbw(
-        self, instances: Sequence[SimInstance], vms: int, world: int, sizes: tuple[int, ...]
+        self,
+        instances: Sequence[SimInstance],
+        vms: int,
+        world: int,
+        sizes: tuple[int, ...],
+        collective: str | None = None,
     ) -> NDArray[np.float64]:
         """Stand-alone bus bandwidth per bucket: the slowest type's, one batched query.
 
@@ -230,13 +262,15 @@ class Simulator:
         (``vms x ranks per VM``; the job's world size when there is one type), the
         bandwidth its links give in a ring that long. A ring of several types is then
         scaled by the mixed-ring factor the probes of such rings measured
-        (``_mixed_factors``)."""
-        key = (tuple(i.name for i in instances), vms, world, sizes)
+        (``_mixed_factors``). ``collective``: the query frame's ``collective`` column
+        (``all_reduce``, ``all_gather``, ``reduce_scatter``); ``None`` leaves the column out
+        (DDP's allreduce, as the predictors were first taught)."""
+        key = (tuple(i.name for i in instances), vms, world, sizes, collective)
         hit = self._busbw_cache.get(key)
         if hit is not None:
             return hit
         worlds = [_ring_world(inst, vms, world, len(instances)) for inst in instances]
-        pred = np.stack(self._curves(list(zip(instances, worlds, strict=True)), sizes))
+        pred = np.stack(self._curves(list(zip(instances, worlds, strict=True)), sizes, collective))
         out: NDArray[np.float64] = pred.min(axis=0)
         if len({inst.name for inst in instances}) > 1:
             out = out * _mixed_factors(self._bw_extras, sizes)
@@ -244,21 +278,25 @@ class Simulator:
         return out
 
     def _curves(
-        self, pairs: Sequence[tuple[SimInstance, int]], sizes: tuple[int, ...]
+        self,
+        pairs: Sequence[tuple[SimInstance, int]],
+        sizes: tuple[int, ...],
+        collective: str | None = None,
     ) -> list[NDArray[np.float64]]:
         """Per (type, world size): the predicted bus bandwidth at ``sizes``, the mean
         transfer's (``_mean_time_factors``; at the type's sustained rate under DDP's
         schedule). What is not cached yet is asked in
         one batched call: a model call costs about the same for 10 rows or 10,000."""
         missing = list(
-            {(inst.name, n): (inst, n) for inst, n in pairs if (inst.name, n, sizes) not in
-             self._curve_cache}.values()
+            {(inst.name, n): (inst, n) for inst, n in pairs
+             if (inst.name, n, sizes, collective) not in self._curve_cache}.values()
         )  # fmt: skip
+        which = {} if collective is None else {"collective": collective}
         if missing:
             import pandas as pd
 
             rows = [
-                {**inst.features, "world_size": n, "buffer_bytes": s, "concurrent": 1}
+                {**inst.features, "world_size": n, "buffer_bytes": s, "concurrent": 1, **which}
                 for inst, n in missing
                 for s in sizes
             ]
@@ -281,8 +319,8 @@ class Simulator:
                     curve = curve * float(factor(inst.name, n))
                 if self.calibration is not None:  # what this job measured of its links
                     curve = curve / self.calibration.comm_scale(_comm_key(inst, n))
-                self._curve_cache[(inst.name, n, sizes)] = curve
-        return [self._curve_cache[(inst.name, n, sizes)] for inst, n in pairs]
+                self._curve_cache[(inst.name, n, sizes, collective)] = curve
+        return [self._curve_cache[(inst.name, n, sizes, collective)] for inst, n in pairs]
 
     def prefetch(self, workload: Workload, instances: Sequence[SimInstance], max_vms: int) -> None:
         """Ask the bandwidth model, in one call, about every (type, world size) a search
@@ -692,8 +730,10 @@ class Simulator:
         return float(ndtri(0.9 ** (1.0 / count)))
 
     # ------------------------------------------------------------------ estimate
-    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
-        groups = config.groups
+    def compute_samples(self, workload: Workload, groups: Sequence[Group]) -> ComputeSamples:
+        """Every group's passes over this simulator's draws, the slowest VM's per
+        iteration (``ComputeSamples``): what ``estimate`` and the sharded iteration
+        (``simulator.sharded``) build on."""
         if len(groups) > self._u_fw.shape[1]:
             self._more_types(len(groups))
         mu_fw, sd_fw, mu_bw, sd_bw, counts = [], [], [], [], []
@@ -736,7 +776,6 @@ class Simulator:
             mu_bw.append(m_b)
             sd_bw.append(t_b)
             counts.append(g.count)
-        j = len(groups)
         if fw is None or bw is None or fw_slow is None or bw_slow is None:
             raise ConfigError("a configuration needs at least one group of VMs")
         if self.mean == "exact":
@@ -744,7 +783,17 @@ class Simulator:
             t_bw = expected_max(mu_bw, sd_bw, counts)
         else:
             t_fw, t_bw = float(fw.mean()), float(bw.mean())
+        return ComputeSamples(
+            fw, bw, fw_slow, bw_slow, t_fw, t_bw, mu_bw, ddp_bw, ddp_after, step,
+            vm_spread, no_step, no_copy, no_share,
+        )  # fmt: skip
 
+    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
+        groups = config.groups
+        c = self.compute_samples(workload, groups)
+        fw, bw, fw_slow, bw_slow, t_fw, t_bw, mu_bw = c[:7]
+        ddp_bw, ddp_after, step, vm_spread, no_step, no_copy, no_share = c[7:]
+        j = len(groups)
         world = config.world_size
         t_pe = copy_out = 0.0
         sigma = 0.0

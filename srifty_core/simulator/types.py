@@ -24,7 +24,8 @@ class SimInstance:
     network_gbps, placement_group, backend); world size, buffer size and concurrency are
     filled in per query. ``shares_host``: every rank of every such VM shares this one host's
     cores (``Provider.shares_host``, set by whoever builds the offers): the simulator then
-    divides the host among them.
+    divides the host among them. ``gpu_memory_bytes``: one GPU's memory as the catalog
+    lists it (0: unknown; the profile's ``memory_cap_bytes`` then stands for it).
     """
 
     name: str
@@ -32,6 +33,7 @@ class SimInstance:
     ranks_per_vm: int
     features: Mapping[str, Any] = field(default_factory=dict)
     shares_host: bool = False
+    gpu_memory_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ranks_per_vm < 1:
@@ -58,6 +60,7 @@ class SimInstance:
             device_type=t.gpu_model,
             ranks_per_vm=max(1, int(t.gpus_per_vm)),
             shares_host=shares_host,
+            gpu_memory_bytes=float(getattr(t, "gpu_memory_gib", 0.0) or 0.0) * 2**30,
             features={
                 "provider": provider,
                 "cloud": "aws",
@@ -167,14 +170,24 @@ class Workload:
     VM's speed differs from the next (``{label: (vm_cv, VMs profiled)}``, from
     ``ProfileStore.vm_spreads``): pooled with these profiles' own ``vm_cv``, it narrows the
     predictive spread that three VMs of one profile alone would leave wide
-    (``predictors.network.pooled_spreads``). Empty: these profiles alone."""
+    (``predictors.network.pooled_spreads``). Empty: these profiles alone.
+
+    ``unit_parameters``: the trainable parameters of each unit FSDP shards as one, the
+    root's own first (``sharding.units``; from the model's census): what the sharded
+    strategies' memory and iteration are made of. Empty: not known (the whole model is
+    then one unit)."""
 
     model: str
     profiles: Mapping[str, ComputeProfile]
     vm_evidence: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    unit_parameters: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
+        units = tuple(self.unit_parameters)
+        if any(not isinstance(n, int) or n < 0 for n in units):
+            raise ConfigError("unit_parameters: whole numbers >= 0, the root's own first")
+        object.__setattr__(self, "unit_parameters", units)
         object.__setattr__(self, "vm_evidence", MappingProxyType(dict(self.vm_evidence)))
         if not self.profiles:
             raise ConfigError(f"workload {self.model}: no compute profile")
@@ -259,6 +272,9 @@ class IterationEstimate:
     estimated: tuple[str, ...] = ()
     """``DEVICE: how`` per device whose compute profile is an estimate nobody measured
     (``ComputeProfile.estimate``): ``t_iter_p90`` carries its spread."""
+    unfit: str = ""
+    """Why the configuration's ranks do not hold their local batches under the strategy
+    planned (``planner.fit.short``); "" when they do. The planner counts it a broken limit."""
 
     @property
     def throughput(self) -> float:

@@ -22,8 +22,10 @@ from srifty_core.profiling.census import (
     OpCensus,
     load_census,
     shipped_census_path,
+    stored_unit_parameters,
     take_census,
 )
+from srifty_core.profiling.profile import NO_REPLICA
 from srifty_core.profiling.store import ProfileNotFoundError, ProfileStore
 from srifty_core.simulator.calibration import prior
 from srifty_core.simulator.estimator import Simulator
@@ -60,6 +62,7 @@ def test_census_counts_a_known_network_exactly() -> None:
     assert f1[(ph == 0) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * 64 * 3)
     assert f1[(ph == 1) & mm].sum() == pytest.approx(2 * 8 * 64 + 2 * (2 * 64 * 3))
     assert c.n_parameters == 8 * 64 + 64 + 64 * 3 + 3
+    assert c.unit_parameters == (0, 8 * 64 + 64, 64 * 3 + 3)  # FSDP's units: the two layers
     assert sum(c.bucket_params) == 4 and sum(c.bucket_sizes) == 4 * c.n_parameters
     assert c.saved_bytes1 > 0 and (ph == 2).sum() >= 1
     assert c.device == "meta"
@@ -78,7 +81,11 @@ def test_the_shipped_census_is_what_counting_gives_now(resnet18: OpCensus) -> No
 
 
 def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path) -> None:
+    assert stored_unit_parameters(MLP, "small", DEFAULT_SETTINGS, root=tmp_path) == ()
     first = load_census(MLP, "small", root=tmp_path)
+    # the planner reads the units of a census already counted, under either optimizer
+    adamw = TrainingSettings(optimizer="adamw")
+    assert stored_unit_parameters(MLP, "small", adamw, root=tmp_path) == (0, 8 * 16 + 16, 51)
     kept = list(tmp_path.glob("*/small/census.json"))
     assert len(kept) == 1
     assert load_census(MLP, "small", root=tmp_path) == first
@@ -199,6 +206,13 @@ def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
     huge = dataclasses.replace(resnet18, saved_bytes1=1e12)
     with pytest.raises(ConfigError, match="does not fit one T4"):
         rp.estimate_profile(huge, specs["Tesla T4 16GB (PCIe)"], fitted)
+    # a training state no T4 holds (3 x 5 GiB), activations it would: timed, B_max 0
+    state = dataclasses.replace(resnet18, gradient_bytes=5 * 2**30)
+    est = rp.estimate_profile(state, specs["Tesla T4 16GB (PCIe)"], fitted)
+    assert est.b_max == 0 and est.b_max_limit == NO_REPLICA
+    est.check()
+    top = max(est.fw.batch_sizes)
+    assert top > 1 and float(est.fw_fit.at(top)) > float(est.fw_fit.at(1)) > 0
 
 
 def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(

@@ -150,6 +150,12 @@ DEFAULT_OBJECTIVE: Literal["time", "cost"] = "time"
 """What a request optimises when it does not say: the fastest plan within the limits. The one
 default of ``srifty plan``'s request, a job file and the plan-and-train DAG's conf."""
 Granularity = Annotated[Literal["pow2", "any"], Rule("'pow2' or 'any'")]
+StrategyName = Annotated[
+    Literal["auto", "ddp", "fsdp", "hsdp"], Rule("one of auto, ddp, fsdp, hsdp")
+]
+"""How the ranks hold the model (``sharding.memory.Strategy``): ``auto`` lets the planner
+choose per configuration; ``ddp``, ``fsdp`` or ``hsdp`` pins one."""
+DEFAULT_STRATEGY: Literal["auto", "ddp", "fsdp", "hsdp"] = "auto"
 JobProvider = Annotated[Literal["local", "ec2"], Rule("'local' or 'ec2'")]
 """Where a DAG run's workers may run (the emulated EC2 lives in one process: the shell's)."""
 

@@ -13,6 +13,7 @@ from srifty_core.planner.schema.field_errors import PathError
 from srifty_core.planner.schema.fields import (
     DEFAULT_OBJECTIVE,
     DEFAULT_RISK_QUANTILE,
+    DEFAULT_STRATEGY,
     LOCAL_TYPE,
     MAX_OFFERS,
     Flag,
@@ -34,6 +35,7 @@ from srifty_core.planner.schema.fields import (
     SizeName,
     SpotPricing,
     StoredModel,
+    StrategyName,
     Text,
 )
 from srifty_core.planner.schema.strict import Strict
@@ -138,6 +140,15 @@ class RequestSpec(Strict):
         ),
     )
     batch_granularity: Granularity = "pow2"
+    strategy: StrategyName = Field(
+        DEFAULT_STRATEGY,
+        description=(
+            "How the ranks hold the model: auto (the planner chooses the fastest or "
+            "cheapest of ddp, fsdp and hsdp per configuration), or ddp (every rank a whole "
+            "replica), fsdp (state sharded over every rank) or hsdp (sharded inside a VM, "
+            "replicated across VMs) pinned."
+        ),
+    )
     checkpoint_every: Iterations = 10
     """Iterations between checkpoints: the work a spot interruption loses."""
     spot_interruptions: SpotPricing = "priced"

@@ -1,0 +1,209 @@
+"""Strategy as a plan dimension: the best of ``ddp``, ``fsdp`` and ``hsdp`` for a request,
+and why.
+
+Contract: ``choose(request, estimator, search)`` runs ``search`` (one strategy's search:
+``planner.search.plan_one``) once per strategy the request allows (``PlanRequest.strategies``)
+and returns the best plan over them for the request's objective, with ``strategy`` and
+``strategy_reason`` set. Per strategy: ``ddp`` the request as it is (the profiles' B_max,
+the estimator given); ``fsdp``/``hsdp`` the request with each GPU's B_max at the most
+ranks the quotas allow (``planner.fit.b_max``; the search space's upper bound) and the
+sharded iteration (``simulator.sharded``) over the same ``Simulator``, each configuration
+checked against its own world size (``planner.fit.short``: one that does not hold its
+batches breaks a limit). Under ``auto`` a sharded strategy is searched only where it lets
+some offer hold local batches ddp cannot (otherwise it is the same configurations with
+more to exchange); ties go to ddp. An estimator that is not a ``Simulator`` nor wraps one
+as ``inner`` (the analytical APM) plans ddp only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from srifty_core.errors import ConfigError
+from srifty_core.planner import fit
+from srifty_core.planner.request import Objective, PlanRequest
+from srifty_core.planner.result import PlanResult, rank_key
+from srifty_core.planner.space import gpu_batches
+from srifty_core.sharding.memory import USABLE, Strategy
+from srifty_core.simulator.estimator import Estimator, Simulator
+from srifty_core.simulator.sharded import ShardedSimulator
+from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
+
+Search = Callable[[PlanRequest, Estimator], PlanResult]
+SAME = "holds no local batch ddp does not: the same plans with more to exchange"
+"""Why ``auto`` did not search a sharded strategy."""
+
+
+class FitChecked:
+    """The sharded iteration of ``strategy``, each estimate marked ``unfit`` where the
+    configuration's ranks do not hold their batches at its own world size (by the
+    request's own ``memory`` workload: the searched one's B_max is the space's bound)."""
+
+    def __init__(self, simulator: Simulator, strategy: Strategy, memory: Workload) -> None:
+        self.simulator = simulator
+        self.sharded = ShardedSimulator(simulator, strategy)
+        self.strategy = strategy
+        self.memory = memory
+        self._b_max: dict[tuple[SimInstance, int], int] = {}
+
+    def b_max(self, instance: SimInstance, world: int) -> int:
+        """``fit.b_max`` of the request's memory, memoised (the search asks per estimate)."""
+        key = (instance, world)
+        hit = self._b_max.get(key)
+        if hit is None:
+            hit = self._b_max[key] = fit.b_max(self.memory, instance, self.strategy, world)
+        return hit
+
+    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
+        why = fit.short(self.memory, config, self.strategy, self.b_max)
+        if why and self.strategy == "hsdp" and "every VM" in why:
+            estimate = self.simulator.estimate(workload, config)  # no sharded model of it
+        else:
+            estimate = self.sharded.estimate(workload, config)
+        return dataclasses.replace(estimate, unfit=why) if why else estimate
+
+
+def sharded_request(request: PlanRequest, strategy: Strategy) -> PlanRequest:
+    """``request`` pinned to ``strategy``, each device's profile with the largest B_max any
+    offer of it has under ``strategy`` at the most ranks the quotas allow."""
+    if strategy == "ddp":
+        return dataclasses.replace(request, strategy="ddp")
+    w = request.workload
+    world = request.max_world
+    bound: dict[str, int] = {}
+    for o in request.offers:
+        d = o.instance.device_type
+        bound[d] = max(bound.get(d, 0), fit.b_max(w, o.instance, strategy, world))
+    profiles = {d: dataclasses.replace(p, b_max=bound.get(d, 0)) for d, p in w.profiles.items()}
+    workload = Workload(w.model, profiles, w.vm_evidence, w.unit_parameters)
+    return dataclasses.replace(request, workload=workload, strategy=strategy)
+
+
+def enlarges(request: PlanRequest, sharded: PlanRequest) -> bool:
+    """Whether ``sharded`` lets some offer hold local batches ``request`` (ddp) does not."""
+    return any(
+        o.quota > 0 and set(gpu_batches(sharded, s)) - set(gpu_batches(request, o))
+        for o, s in zip(request.offers, sharded.offers, strict=True)
+    )
+
+
+def no_replica_fits(request: PlanRequest) -> str:
+    """Why ddp has nothing to search where no offered GPU holds a replica ("" otherwise)."""
+    w = request.workload
+    offered = [o for o in request.offers if o.quota > 0]
+    if any(w.profile(o.instance.device_type).b_max > 0 for o in offered):
+        return ""
+    need = max(fit.state_gib(w, o.instance.device_type) for o in offered)
+    largest = max(offered, key=lambda o: fit.capacity_bytes(w, o.instance))
+    cap = fit.capacity_bytes(w, largest.instance) / fit.GIB
+    return (
+        f"no offered GPU holds the model's training state (needs {need:.1f} GiB, largest "
+        f"{cap:.1f} GiB x {USABLE:g} usable)"
+    )
+
+
+def _compare(objective: Objective, winner: PlanResult, other: PlanResult) -> str:
+    """What ``winner``'s best plan gains over ``other``'s, on the objective first."""
+    a, b = winner.best, other.best
+    assert a is not None and b is not None
+    faster = f"{b.time_s / a.time_s:.2f}x faster"
+    cheaper = f"{100 * (1 - a.cost_usd / b.cost_usd):.0f}% cheaper"
+    name = f"the best {other.strategy} plan"
+    if abs(b.time_s / a.time_s - 1) < 0.005 and abs(b.cost_usd / a.cost_usd - 1) < 0.005:
+        return f"as fast and as cheap as {name}"
+    if objective is Objective.TIME:
+        if b.time_s > a.time_s * 1.005:
+            return f"{faster} than {name}"
+        return f"as fast as {name} and {cheaper}"
+    if b.cost_usd > a.cost_usd * 1.005:
+        return f"{cheaper} than {name}"
+    return f"as cheap as {name} and {faster}"
+
+
+def _tag(result: PlanResult, strategy: Strategy, reason: str) -> PlanResult:
+    return dataclasses.replace(result, strategy=strategy, strategy_reason=reason)
+
+
+def _simulator_of(estimator: Estimator) -> Simulator | None:
+    """The ``Simulator`` behind ``estimator``: itself, or the one a wrapper holds as
+    ``inner`` (``planner.whatif.MemoEstimator``); ``None`` for any other estimator."""
+    for e in (estimator, getattr(estimator, "inner", None)):
+        if isinstance(e, Simulator):
+            return e
+    return None
+
+
+def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanResult:
+    """The best plan over the strategies ``request`` allows (module doc)."""
+    allowed = request.strategies
+    pinned = request.strategy != "auto"
+    sim = _simulator_of(estimator)
+    if sim is None:
+        if pinned and allowed != ("ddp",):
+            raise ConfigError(
+                f"strategy: {request.strategy} needs the simulator; the "
+                f"{type(estimator).__name__} estimator models ddp only"
+            )
+        r = search(sharded_request(request, "ddp"), estimator)
+        why = "ddp: pinned by the request" if pinned else "ddp: the estimator models ddp only"
+        return _tag(r, "ddp", why)
+    results: dict[Strategy, PlanResult] = {}
+    notes: dict[Strategy, str] = {}
+    ddp_request: PlanRequest | None = None
+    for s in allowed:
+        if s == "hsdp" and all(o.instance.ranks_per_vm == 1 for o in request.offers):
+            notes[s] = "shards inside a VM, and no offered VM has more than one GPU"
+            continue
+        try:
+            req = sharded_request(request, s)
+        except ConfigError as exc:  # the quotas cannot hold the global batch under s
+            notes[s] = no_replica_fits(request) if s == "ddp" else str(exc)
+            notes[s] = notes[s] or str(exc)
+            continue
+        if s == "ddp":
+            ddp_request = req
+            results[s] = _tag(search(req, estimator), s, "")
+            continue
+        if not pinned and ddp_request is not None and not enlarges(ddp_request, req):
+            notes[s] = SAME
+            continue
+        checked = FitChecked(sim, s, request.workload)
+        offered = [o for o in req.offers if o.quota > 0]
+        most_vms = min(sum(o.quota for o in offered), req.global_batch)
+        checked.sharded.prefetch(req.workload, [o.instance for o in offered], most_vms)
+        results[s] = _tag(search(req, checked), s, "")
+    if not results:
+        raise ConfigError(
+            "strategy: no strategy can hold the global batch: "
+            + "; ".join(f"{s}: {n}" for s, n in notes.items())
+        )
+    order = {s: i for i, s in enumerate(allowed)}
+
+    def key(item: tuple[Strategy, PlanResult]) -> tuple[Any, ...]:
+        s, r = item
+        return (r.best is None, () if r.best is None else rank_key(request.objective, r.best),
+                order[s])  # fmt: skip
+
+    ranked = sorted(results.items(), key=key)
+    s, best = ranked[0]
+    if pinned:
+        return _tag(best, s, f"{s}: pinned by the request")
+    if best.best is None:
+        reason = f"{s}: nothing meets the limits under any strategy"
+    else:
+        world = best.best.estimate.world_size
+        where = s if s == "ddp" else f"{s} over {world} ranks"
+        others = [r for t, r in ranked[1:] if r.best is not None]
+        parts = [_compare(request.objective, best, r) for r in others]
+        parts += [f"{t}: no plan meets the limits" for t, r in ranked[1:] if r.best is None]
+        same = [t for t, n in notes.items() if n == SAME]
+        if same:
+            parts.append(
+                f"replicas hold every local batch {' and '.join(same)} would (the same "
+                "configurations with more to exchange)"
+            )
+        parts += [f"{t}: {n}" for t, n in notes.items() if n != SAME]
+        reason = f"{where}: " + ("; ".join(parts) if parts else "the only strategy searched")
+    return _tag(best, s, reason)
