@@ -122,7 +122,9 @@ def _write_plan_outputs(
         if not args.json:
             print(f"frontier plot: {where}", file=outs.report)
     if outs.plan is not None and result.best is not None:
-        written = write_train_plan(data, result.request, result.best, args, outs.plan)
+        written = write_train_plan(
+            data, result.request, result.best, args, outs.plan, strategy=result.strategy
+        )
         if not args.json and not outs.plan.to_stdout:
             print(f"training plan: {written} (run it: srifty train {written})", file=outs.report)
     elif outs.plan is not None:
@@ -130,7 +132,13 @@ def _write_plan_outputs(
 
 
 def write_train_plan(
-    data: Any, request: Any, best: Any, args: argparse.Namespace, out: Output
+    data: Any,
+    request: Any,
+    best: Any,
+    args: argparse.Namespace,
+    out: Output,
+    *,
+    strategy: str = "ddp",
 ) -> str:
     """``srifty plan --write-plan``: the best configuration as the plan ``srifty train``
     runs (one rank per GPU in launch order, the request's model, size and settings), the
@@ -161,6 +169,7 @@ def write_train_plan(
             "predicted": best.to_dict(request),
             "request": str(args.request),
         },
+        strategy=strategy,
     )
     return out.write(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
 

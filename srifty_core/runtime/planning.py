@@ -76,12 +76,20 @@ def train_plan_for(
     settings: TrainingSettings = DEFAULT_SETTINGS,
     entrypoint: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
+    strategy: str = "ddp",
 ) -> TrainPlan:
     """The workers' plan of ``launches``: one rank per GPU in launch order, each with its
-    type's batch per rank (the plan-and-train DAG's and ``srifty plan --write-plan``'s)."""
+    type's batch per rank, trained under the plan's ``strategy`` (``hsdp`` shards inside
+    each VM: its ranks per VM, which the planner keeps equal over the launches) (the
+    plan-and-train DAG's and ``srifty plan --write-plan``'s)."""
     local_batches = tuple(
         x.batch_per_rank for x in launches for _ in range(x.count * x.ranks_per_vm)
     )
+    per_vm = {x.ranks_per_vm for x in launches}
+    if strategy == "hsdp" and len(per_vm) != 1:
+        raise ConfigError(
+            f"strategy: hsdp needs the same GPUs per VM on every VM, got {sorted(per_vm)}"
+        )
     return TrainPlan(
         model=model,
         size=size,
@@ -99,6 +107,8 @@ def train_plan_for(
         channels_last=settings.channels_last,
         entrypoint=tuple(entrypoint),
         extra=dict(extra or {}),
+        strategy=strategy,
+        ranks_per_vm=per_vm.pop() if strategy == "hsdp" else 0,
     )
 
 
@@ -267,6 +277,7 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
         step_sleep_s=spec.step_sleep_s,
         settings=spec.settings,
         entrypoint=spec.entrypoint,
+        strategy=result.strategy,
     )
     train_path = train.save(run_store.join(run_dir, f"plan-{config_id}.json"))
     usd_per_hour = sum(request.offers[i].usd_per_hour * c for i, c, _ in chosen.choice)

@@ -168,3 +168,30 @@ def test_champion_is_the_default_and_its_absence_is_explained(
     out = capsys.readouterr().out
     assert "shipped public nccl-tests tables" in out
     assert "srifty fit-bandwidth" in out
+
+
+@pytest.mark.slow
+def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strategy(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's GPT-2 XL request as written: a sharded plan, and `--write-plan` hands
+    the strategy to the trainer (hsdp with the VM's ranks as its shard group)."""
+    import re
+
+    from srifty_core import paths
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**A model larger than one GPU.**") :]
+    request = tmp_path / "gpt2-xl.yaml"
+    request.write_text(re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0])
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    strategy = re.search(r"Strategy (\w+) over (\d+) ranks", said)
+    assert strategy is not None and strategy[1] in ("fsdp", "hsdp"), said
+    assert "ddp: no offered GPU holds the model's training state" in said
+    plan = TrainPlan.load(str(out))
+    assert plan.strategy == strategy[1] and plan.world_size == int(strategy[2])
+    if plan.strategy == "hsdp":
+        assert 1 < plan.ranks_per_vm < plan.world_size

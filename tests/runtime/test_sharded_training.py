@@ -282,3 +282,19 @@ def test_strategy_round_trips_and_old_plans_are_ddp(tmp_path: Path) -> None:
     legacy = TrainPlan.load(tmp_path / "old.json")
     assert legacy.strategy == "ddp" and not legacy.sharded
     assert legacy.layout.ranks_per_vm == 3  # every rank on one VM
+
+
+def test_a_planned_strategy_reaches_the_training_plan() -> None:
+    from srifty_core.runtime.job import Launch
+    from srifty_core.runtime.planning import train_plan_for
+
+    four = Launch("g5.12xlarge", "on-demand", 2, 4, 4)
+    kw = {"model": "dlrm", "size": "tiny", "global_batch": 32, "iterations": 5, "run_dir": "r"}
+    plan = train_plan_for([four], strategy="hsdp", **kw)  # type: ignore[arg-type]
+    assert (plan.strategy, plan.ranks_per_vm, plan.world_size) == ("hsdp", 4, 8)
+    plan = train_plan_for([four], strategy="fsdp", **kw)  # type: ignore[arg-type]
+    assert (plan.strategy, plan.ranks_per_vm) == ("fsdp", 0)
+    assert train_plan_for([four], **kw).strategy == "ddp"  # type: ignore[arg-type]
+    one = Launch("g5.xlarge", "spot", 8, 1, 4)
+    with pytest.raises(ConfigError, match=r"^strategy: hsdp needs the same GPUs per VM"):
+        train_plan_for([four, one], strategy="hsdp", **{**kw, "global_batch": 64})  # type: ignore[arg-type]
