@@ -31,6 +31,7 @@ from srifty_core.probing.store import (
     records_to_table,
     write_partition,
 )
+from srifty_core.probing.summary import format_summary, summarize
 from tests.probing.rows import DAY, make_rows
 
 
@@ -128,6 +129,9 @@ def test_a_gloo_sweep_of_every_collective_lands_in_the_store() -> None:
     factor = df["collective"].map({"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0})
     n, s, t = df["world_size"], df["buffer_bytes"], df["time_s"]
     assert df["busbw"].tolist() == pytest.approx((factor * s * (n - 1) / (n * t)).tolist())
+    summary = summarize(df)  # one line per point and collective, as srifty probe prints it
+    assert sorted(summary["collective"]) == sorted(COLLECTIVES * 2)
+    assert all(c in format_summary(summary) for c in COLLECTIVES)
     # the collective is part of the point: a rerun finds all six stored, and asking for
     # allreduces only finds them among them
     again = probe_sweep(cfg, provider=LocalProvider(), day=day)
