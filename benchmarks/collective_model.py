@@ -8,8 +8,8 @@ collectives (``--sweep``: ``--allocations`` fresh 2-process groups on this host,
 ``--sizes``, concurrency 1 and 2, 5 repeats; the sweep's wall time per collective is
 reported, the cost of adding the collectives to a nightly sweep), and/or nccl-tests tables
 (``--table CSV``, the columns of ``srifty_core/shipped/reference/nccl_tests_public.csv`` with
-a ``collective`` column; none of all_gather/reduce_scatter on an EC2 type was found public
-for ``srifty_core/shipped/SOURCES.md``).
+a ``collective`` column), and/or the shipped public tables (``--public``: each all_gather
+table left out in turn; SOURCES.md section 4b, no reduce_scatter table of an EC2 type found).
 
 Held out: one group at a time (``allocation_id`` in a probe store, ``table_id`` in tables:
 leave-one-table-out), the default ``BandwidthModel`` fitted on every other group. Per
@@ -20,7 +20,7 @@ algorithms), and the noise floor (the best constant per configuration learned fr
 groups, ``predictors.metrics.noise_floor_predictions``) with the model's MAPE on the rows it
 covers.
 
-    .venv/bin/python benchmarks/collective_model.py --sweep [--allocations 4]
+    .venv/bin/python benchmarks/collective_model.py --public --sweep --emulated [--allocations 4]
 
 Writes ``benchmarks/results/collective_model.json`` (or ``--out``).
 """
@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 
 from srifty_core.atomic import write_text_atomic
 from srifty_core.predictors.bandwidth import BandwidthModel
@@ -47,13 +48,16 @@ from srifty_core.probing.config import ALL_REDUCE, COLLECTIVES
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def held_out(df: pd.DataFrame, group: str, mtu: int) -> pd.DataFrame:
+def held_out(df: pd.DataFrame, group: str, mtu: int, only: set[str] | None = None) -> pd.DataFrame:
     """Per row: the collective model's and the allreduce-only model's prediction when its
-    group was held out, and the noise floor's."""
+    group was held out (``only``: these groups alone; the others' rows stay NaN), and the
+    noise floor's."""
     df = with_collective(df).reset_index(drop=True)
     coll = np.full(len(df), np.nan)
     only_ar = np.full(len(df), np.nan)
     for g in df[group].astype(str).unique():
+        if only is not None and g not in only:
+            continue
         test = (df[group].astype(str) == g).to_numpy()
         train = df[~test]
         if train[group].nunique() < 1 or train.empty:
@@ -70,6 +74,7 @@ def held_out(df: pd.DataFrame, group: str, mtu: int) -> pd.DataFrame:
 
 def summarize(res: pd.DataFrame, mtu: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    res = res[np.isfinite(res["pred"].to_numpy(float))]
     y_all = res["busbw"].to_numpy(float)
     for name in COLLECTIVES:
         is_c = (res["collective"] == name).to_numpy()
@@ -94,6 +99,115 @@ def summarize(res: pd.DataFrame, mtu: int) -> dict[str, Any]:
                 "floor_coverage": float(covered.mean()),
             }
         out[name] = per
+    return out
+
+
+def public_tables(mtu: int) -> dict[str, Any]:
+    """Leave-one-table-out over the shipped all_gather/reduce_scatter tables (module doc),
+    with two references per held-out row: the same run's in-place measurement (the noise of
+    one run, a lower bound on the floor), and the allreduce table of the same source at the
+    same VM count and size (nccl-tests' busbw promised equal across the ring collectives)."""
+    from srifty_core.predictors.nccl_tests import collectives_path, default_path, nccl_tests_frame
+
+    frames, raws = [], []
+    for path in (default_path(), collectives_path()):
+        frames.append(nccl_tests_frame(path))
+        raw_one = pd.read_csv(path)
+        size = pd.to_numeric(raw_one["size_bytes"], errors="coerce")
+        took = pd.to_numeric(raw_one["time_us"], errors="coerce")
+        raws.append(raw_one[~(size <= 0) & ~(took <= 0)])  # the rows nccl_tests_frame keeps
+    df = pd.concat(frames, ignore_index=True)
+    raw = pd.concat(raws, ignore_index=True)
+    targets = set(df.loc[df["collective"] != ALL_REDUCE, "table_id"].astype(str))
+    res = held_out(df, "table_id", mtu, only=targets)
+    res = res.assign(floor=np.nan)
+    # one run's in-place against its out-of-place busbw
+    n = raw["world_size"].astype(float)
+    factor = (
+        raw["collective"]
+        .fillna(ALL_REDUCE)
+        .map({c: 2.0 if c == ALL_REDUCE else 1.0 for c in COLLECTIVES})
+    )
+    inplace = factor * raw["size_bytes"] * (n - 1) / (n * raw["inplace_time_us"] * 1e-6)
+    res["floor"] = inplace.to_numpy(float)
+    # the same source's allreduce at the same VM count and size
+    ar = res[res["collective"] == ALL_REDUCE]
+    key = ["instance_type", "num_nodes", "world_size", "buffer_bytes"]
+    same = (
+        ar.assign(_src=ar["table_id"].str.split(":").str[0])
+        .groupby(["_src", *key], dropna=False)["busbw"]
+        .median()
+    )
+    src = res["table_id"].str.split(":").str[0]
+    idx = pd.MultiIndex.from_arrays([src, *(res[k] for k in key)])
+    res["same_source_allreduce"] = same.reindex(idx).to_numpy(float)
+    out: dict[str, Any] = {"tables": sorted(targets), "by_collective": {}}
+    held = res[res["table_id"].astype(str).isin(targets)]
+    held = held.assign(emulated=emulated_busbw(held))
+    print("public nccl-tests tables, one all_gather/reduce_scatter table left out at a time")
+    print(
+        "| collective | table | rows | model | allreduce-only model | same run in-place "
+        "| same source's allreduce busbw | emulated EC2 (noise-free) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, tid), g in held.groupby(["collective", "table_id"], sort=True):
+        y = g["busbw"].to_numpy(float)
+        same_src = g["same_source_allreduce"].to_numpy(float)
+        have = np.isfinite(same_src)
+        r = {
+            "rows": len(g),
+            "mape_model": mape(g["pred"].to_numpy(float), y),
+            "mape_allreduce_only": mape(g["pred_allreduce_only"].to_numpy(float), y),
+            "mape_inplace_vs_out": mape(g["floor"].to_numpy(float), y),
+            "mape_same_source_allreduce": mape(same_src[have], y[have]) if have.any() else None,
+            "same_source_rows": int(have.sum()),
+            "mape_emulated": mape(g["emulated"].to_numpy(float), y),
+        }
+        out["by_collective"].setdefault(name, {})[tid] = r
+        print(
+            f"| {name} | {tid.split('#')[-1]} | {r['rows']} | {r['mape_model']:.1f}% | "
+            f"{r['mape_allreduce_only']:.1f}% | {r['mape_inplace_vs_out']:.1f}% | "
+            + (
+                "-"
+                if r["mape_same_source_allreduce"] is None
+                else f"{r['mape_same_source_allreduce']:.1f}%"
+            )
+            + f" | {r['mape_emulated']:.1f}% |"
+        )
+    all_rows = held
+    y = all_rows["busbw"].to_numpy(float)
+    out["all"] = {
+        "rows": len(all_rows),
+        "mape_model": mape(all_rows["pred"].to_numpy(float), y),
+        "mape_allreduce_only": mape(all_rows["pred_allreduce_only"].to_numpy(float), y),
+        "mape_inplace_vs_out": mape(all_rows["floor"].to_numpy(float), y),
+        "mape_emulated": mape(all_rows["emulated"].to_numpy(float), y),
+    }
+    print(f"all held-out rows: {out['all']}")
+    return out
+
+
+def emulated_busbw(rows: pd.DataFrame) -> NDArray[np.float64]:
+    """The emulated EC2's noise-free bus bandwidth of each row's collective, type, world size
+    and size (``cloud.emulator_truth.collective_time``, one rank per GPU, mean levels)."""
+    from srifty_core.catalog import Catalog
+    from srifty_core.cloud import emulator_truth as truth
+    from srifty_core.probing.config import BUSBW_FACTOR
+
+    catalog = Catalog.load()
+    out = np.empty(len(rows))
+    for i, (name, itype, n, s) in enumerate(
+        zip(
+            rows["collective"],
+            rows["instance_type"],
+            rows["world_size"],
+            rows["buffer_bytes"],
+            strict=True,
+        )
+    ):
+        net = truth.NetSpec.of(catalog.get(str(itype), "us-east-1"))
+        t = float(truth.collective_time(str(name), net, float(s), int(n))[0])
+        out[i] = BUSBW_FACTOR[str(name)] * float(s) * (int(n) - 1) / (int(n) * t)
     return out
 
 
@@ -161,11 +275,17 @@ def main() -> None:
     ap.add_argument("--allocations", type=int, default=4)
     ap.add_argument("--sizes", default="4B:16MB")
     ap.add_argument("--table", type=Path, help="nccl-tests CSV with a collective column")
+    ap.add_argument(
+        "--public",
+        action="store_true",
+        help="the shipped tables: each all_gather/reduce_scatter table left out in turn, the "
+        "model fitted on every other shipped table (all_reduce ones included)",
+    )
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU)
     ap.add_argument("--out", type=Path, default=RESULTS / "collective_model.json")
     args = ap.parse_args()
-    if not (args.probe_store or args.sweep or args.table or args.emulated):
-        ap.error("give --probe-store, --sweep, --emulated or --table")
+    if not (args.probe_store or args.sweep or args.table or args.emulated or args.public):
+        ap.error("give --probe-store, --sweep, --emulated, --public or --table")
     results: dict[str, Any] = {"mtu": args.mtu}
     if args.emulated:
         from srifty_core.cloud.emulated.measurements import emulated_probe_sweep
@@ -192,6 +312,8 @@ def main() -> None:
         results["probe_store"] = {"rows": len(df), "groups": int(df["allocation_id"].nunique())}
         results["probe_store"]["by_collective"] = res
         print(table("probes, one allocation held out at a time", res))
+    if args.public:
+        results["public"] = public_tables(args.mtu)
     if args.table:
         df = nccl_tests_frame(args.table)
         res = summarize(held_out(df, "table_id", args.mtu), args.mtu)

@@ -59,3 +59,22 @@ def test_all_gather_and_reduce_scatter_layouts_are_read() -> None:
         parse_tables(LAYOUT.split("# Collective test starting: reduce")[0].split("\n", 1)[1])
     with pytest.raises(ConfigError, match="collective: must be one of"):
         parse_tables(LAYOUT, collective="alltoall")
+
+
+def test_the_shipped_all_gather_tables_are_consistent_and_load() -> None:
+    """Each row of the shipped all_gather tables: busbw / algbw = (n-1)/n as printed (both
+    runs), time = size / algbw (derived, as SOURCES.md says), and the frame's label is
+    nccl-tests' all-gather busbw."""
+    from srifty_core.predictors.nccl_tests import collectives_path, nccl_tests_frame
+
+    raw = pd.read_csv(collectives_path())
+    n = raw["world_size"]
+    for alg, bus in (("algbw_GBps", "busbw_GBps"), ("inplace_algbw_GBps", "inplace_busbw_GBps")):
+        ratio = raw[bus] / raw[alg]
+        assert (abs(ratio - (n - 1) / n) < 0.01 / raw[alg] + 1e-3).all()
+    derived = raw["size_bytes"] / (raw["algbw_GBps"] * 1e9) * 1e6
+    assert raw["time_us"].tolist() == pytest.approx(derived.tolist(), abs=0.006)
+    frame = nccl_tests_frame(collectives_path())
+    assert set(frame["collective"]) == {"all_gather"} and frame["table_id"].nunique() == 5
+    got = frame["busbw"] / 1e9
+    assert got.tolist() == pytest.approx(raw["busbw_GBps"].tolist(), rel=2e-3, abs=0.01)

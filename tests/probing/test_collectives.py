@@ -138,3 +138,14 @@ def test_a_gloo_sweep_of_every_collective_lands_in_the_store() -> None:
     assert again.measured == 0 and again.skipped == 6
     only = dataclasses.replace(cfg, collectives=("all_reduce",))
     assert probe_sweep(only, provider=LocalProvider(), day=day).skipped == 2
+
+
+def test_srifty_probe_rejects_an_unknown_collective(capsys: pytest.CaptureFixture[str]) -> None:
+    from srifty_core.cli import main
+
+    assert main(["probe", "--sizes", "4B", "--collectives", "all_reduce,gather"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any(
+        "collectives: must be one of all_reduce, all_gather, reduce_scatter, got 'gather'" in ln
+        for ln in err
+    ), err

@@ -1,6 +1,6 @@
 """The emulated EC2's network probes: collective samples on an allocation (``probe``: allreduce
 by default; all_gather and reduce_scatter by ``emulator_truth.collective_time``'s published
-relations, no table of them being public for an EC2 type), the
+relations, checked against the public p5 all-gather tables), the
 sustained-transfer probe (``probe_sustained``), and the same over one ring of several
 allocations (``probe_mix``, ``probe_mix_sustained``), as columns of probe records.
 

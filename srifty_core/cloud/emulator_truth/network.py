@@ -198,8 +198,8 @@ def collective_time(
     collectives of ``size_bytes`` in all (nccl-tests' sizes: an all-gather's output, a
     reduce-scatter's input), with ``allreduce_time``'s keywords.
 
-    The relations are the published ones, not fitted (no public all_gather_perf or
-    reduce_scatter_perf table of an EC2 type was found to fit them on): nccl-tests'
+    The relations are the published ones, not fitted (the five public all_gather_perf tables
+    of an EC2 type check them: docs/design/emulator.md; no reduce_scatter_perf one): nccl-tests'
     PERFORMANCE.md derives a ring all-gather or reduce-scatter as ``n - 1`` steps moving
     ``(n-1)/n`` of the buffer per rank, and an allreduce as a reduce-scatter followed by an
     all-gather (``2(n - 1)`` steps, ``2(n-1)/n``), which is why their bus bandwidths share
