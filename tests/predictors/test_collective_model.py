@@ -122,3 +122,14 @@ def test_a_registered_old_model_is_the_champion_and_predicts(tmp_path: Path) -> 
         assert champion.predict(query).tolist() == pytest.approx(expected, rel=1e-6)
         got = champion.predict(query.assign(collective="reduce_scatter"))
         assert got.tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_fit_on_allreduce_probes_is_the_model_the_previous_code_fitted() -> None:
+    """The collective feature is constant on allreduce-only probes: the same trees, the same
+    predictions as the fixture's, fitted by the code before the feature on the same rows."""
+    df = make_probes(allocations=2, worlds=(2, 4), concurrency=(1,), repeats=1, seed=3)
+    params = {"n_estimators": 8, "max_depth": 3}
+    model = BandwidthModel(small_params=params, large_params=params).fit(df)
+    query = pd.read_json(OLD_MODEL / "query.json", orient="records")
+    expected = json.loads((OLD_MODEL / "expected.json").read_text())
+    assert model.predict(query).tolist() == pytest.approx(expected, rel=1e-9)
