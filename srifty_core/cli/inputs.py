@@ -151,6 +151,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from srifty_core.probing.config import (
         SWEEP_TIMEOUT_S,
         SweepConfig,
+        check_collectives,
         parse_int_list,
         parse_sizes,
     )
@@ -167,6 +168,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         allocations=args.allocations,
         sustained_s=args.sustained_s,
         sweep_timeout_s=SWEEP_TIMEOUT_S + args.sustained_s,
+        collectives=check_collectives(
+            c.strip() for c in str(args.collectives).split(",") if c.strip()
+        ),
     )
     provider = get_provider(args.provider)
     try:

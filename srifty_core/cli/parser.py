@@ -162,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     spacing = probe.add_mutually_exclusive_group()
     spacing.add_argument("--points-per-decade", type=float, help="range spacing (default 3)")
     spacing.add_argument("--steps", type=int, help="number of sizes in the range")
-    probe.add_argument("--concurrency", default="1,2,4", help="allreduces in flight (1,2,4)")
+    probe.add_argument("--concurrency", default="1,2,4", help="collectives in flight (1,2,4)")
+    probe.add_argument(
+        "--collectives",
+        default="all_reduce,all_gather,reduce_scatter",
+        help="comma list of all_reduce, all_gather, reduce_scatter (default: all three)",
+    )
     probe.add_argument("--repeats", type=int, default=5, help="timed samples per point")
     probe.add_argument(
         "--sustained-s",

@@ -25,7 +25,7 @@ from filelock import FileLock, Timeout
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
-from srifty_core.probing.config import SweepConfig
+from srifty_core.probing.config import ALL_REDUCE, SweepConfig
 from srifty_core.probing.schema import (
     COLUMNS,
     NULLABLE_SINCE,
@@ -82,7 +82,14 @@ def _parse_lines(path: Path) -> list[dict[str, Any] | None]:
     return out
 
 
-_ROW_FIELDS = frozenset(COLUMNS) - {"phase", "time_s", "busbw", "error", *NULLABLE_SINCE}
+_ROW_FIELDS = frozenset(COLUMNS) - {
+    "phase",
+    "collective",
+    "time_s",
+    "busbw",
+    "error",
+    *NULLABLE_SINCE,
+}
 
 
 def _is_row(d: Any) -> bool:
@@ -107,12 +114,17 @@ def _norm(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def point_key(r: dict[str, Any]) -> tuple[int, int, int, int]:
+PointKey = tuple[int, int, int, int, str]
+
+
+def point_key(r: dict[str, Any]) -> PointKey:
+    """A row's grid point (``Point.key``); a row without ``collective`` is an allreduce's."""
     return (
         int(r["allocation_slot"]),
         int(r["world_size"]),
         int(r["buffer_bytes"]),
         int(r["concurrent"]),
+        str(r.get("collective") or ALL_REDUCE),
     )
 
 
@@ -127,7 +139,7 @@ def merge_records(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[
         else:
             failed[(r["allocation_id"], *point_key(r))] = r
     ok = _one_complete_set(ok, repeats)
-    counts: dict[tuple[int, int, int, int], int] = {}
+    counts: dict[PointKey, int] = {}
     for r in ok.values():
         if _phase(r) == PHASE_BURST:
             counts[point_key(r)] = counts.get(point_key(r), 0) + 1
@@ -176,10 +188,10 @@ def _phase(r: dict[str, Any]) -> str:
     return str(r.get("phase") or PHASE_BURST)
 
 
-def complete_points(records: Iterable[dict[str, Any]], repeats: int) -> set[tuple[int, ...]]:
+def complete_points(records: Iterable[dict[str, Any]], repeats: int) -> set[PointKey]:
     """Grid points with ``repeats`` good samples (sustained-probe rows are not grid
     points, even at a grid point's size)."""
-    counts: dict[tuple[int, int, int, int], int] = {}
+    counts: dict[PointKey, int] = {}
     for r in records:
         if r["status"] == STATUS_OK and _phase(r) == PHASE_BURST:
             counts[point_key(r)] = counts.get(point_key(r), 0) + 1

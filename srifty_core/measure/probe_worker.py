@@ -9,8 +9,13 @@ points to measure, the labels every row carries, and the partial file rank 0 app
 
 For each world size in the plan every rank joins a subgroup of the first ``n`` ranks (the
 others wait at a barrier). At each point: ``warmup`` untimed rounds, then ``repeats``
-samples, each: barrier, start ``concurrent`` asynchronous allreduces of ``buffer_bytes``,
+samples, each: barrier, start ``concurrent`` asynchronous collectives of ``buffer_bytes``,
 wait for all; the sample's time is the slowest rank's (an allreduce MAX of the times).
+The point's ``collective`` says which (``_collective_ops``): an allreduce of the buffer, an
+all-gather into it (``all_gather_single``, formerly ``all_gather_into_tensor``: each rank
+sends ``buffer_bytes / n``) or a reduce-scatter of it (``reduce_scatter_single``, formerly
+``reduce_scatter_tensor``: each rank keeps ``buffer_bytes / n``), as nccl-tests sizes them;
+a buffer under one float32 per rank is rounded up to that. gloo (CPU) and NCCL run all three.
 
 When the plan asks for it (``sustained``: slot and world size, with ``SweepConfig.sustained_s``
 > 0), the grid of that world size is followed by the sustained-transfer probe, once per
@@ -52,7 +57,7 @@ from typing import Any
 from srifty_core.atomic import open_for_append
 from srifty_core.lifetime import die_with_caller
 from srifty_core.noise import NOISY_RETRIES, is_noisy, spread
-from srifty_core.probing.config import ELEMENT_BYTES, Point, SweepConfig, busbw
+from srifty_core.probing.config import ALL_REDUCE, ELEMENT_BYTES, Point, SweepConfig, busbw
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
 
 SUSTAINED_DROP = 0.8
@@ -143,13 +148,9 @@ def run_plan(plan: dict[str, Any]) -> int:
             if rank < n:
                 for p in (q for q in points if q.world_size == n):
                     current, sample = p, 0
-                    numel = max(1, p.buffer_bytes // ELEMENT_BYTES)
-                    bufs = [
-                        torch.zeros(numel, dtype=torch.float32, device=device)
-                        for _ in range(p.concurrent)
-                    ]
+                    bufs = _collective_ops(p, group, device)
                     for _ in range(config.warmup):
-                        for w in [dist.all_reduce(b, group=group, async_op=True) for b in bufs]:
+                        for w in [start() for start in bufs]:
                             w.wait()
                     sync()
                     best: tuple[float, list[float]] | None = None
@@ -177,7 +178,8 @@ def run_plan(plan: dict[str, Any]) -> int:
                         cv, times = best
                         rows = [
                             _row(
-                                labels, config, p, r, STATUS_OK, t, busbw(p.buffer_bytes, n, t),
+                                labels, config, p, r, STATUS_OK, t,
+                                busbw(p.buffer_bytes, n, t, p.collective),
                                 spread=cv, noisy=is_noisy(cv),
                             )
                             for r, t in enumerate(times)
@@ -205,8 +207,40 @@ def run_plan(plan: dict[str, Any]) -> int:
     return 0
 
 
+def _collective_ops(p: Point, group: Any, device: Any) -> list[Any]:
+    """``p.concurrent`` callables, each starting one asynchronous ``p.collective`` on its
+    own buffers (sizes: module docstring) and returning its work handle."""
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size(group)
+    numel = max(1, p.buffer_bytes // ELEMENT_BYTES)
+
+    def zeros(k: int) -> Any:
+        return torch.zeros(k, dtype=torch.float32, device=device)
+
+    ops: list[Any] = []
+    for _ in range(p.concurrent):
+        if p.collective == ALL_REDUCE:
+            buf = zeros(numel)
+            ops.append(lambda b=buf: dist.all_reduce(b, group=group, async_op=True))
+            continue
+        shard = max(1, numel // n)
+        full, part = zeros(shard * n), zeros(shard)
+        if p.collective == "all_gather":
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            ops.append(lambda o=full, i=part, f=gather: f(o, i, group=group, async_op=True))
+        elif p.collective == "reduce_scatter":
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            ops.append(lambda o=part, i=full, f=scatter: f(o, i, group=group, async_op=True))
+        else:
+            raise ValueError(f"collective: {p.collective!r} is not one this worker times")
+    return ops
+
+
 def _timed_allreduce(bufs: list[Any], group: Any, device: Any, sync: Any) -> float:
-    """One sample: after a barrier, an asynchronous allreduce of each of ``bufs`` at once,
+    """One sample: after a barrier, one asynchronous collective per entry of ``bufs`` (a
+    tensor to allreduce, or a callable from ``_collective_ops`` that starts one) at once,
     until all have ended; the slowest rank's time (MAX-reduced, so every rank returns the
     same number)."""
     import torch
@@ -214,7 +248,8 @@ def _timed_allreduce(bufs: list[Any], group: Any, device: Any, sync: Any) -> flo
 
     dist.barrier(group=group)
     t0 = time.perf_counter()
-    for w in [dist.all_reduce(b, group=group, async_op=True) for b in bufs]:
+    works = [b() if callable(b) else dist.all_reduce(b, group=group, async_op=True) for b in bufs]
+    for w in works:
         w.wait()
     sync()
     dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
@@ -286,6 +321,7 @@ def _row(
         "world_size": p.world_size,
         "buffer_bytes": p.buffer_bytes,
         "concurrent": p.concurrent,
+        "collective": p.collective,
         "backend": config.backend,
         "repeat": repeat,
         "time_s": time_s,

@@ -172,6 +172,7 @@ def run_points(
                 world_size=first.world_size,
                 buffer_bytes=first.buffer_bytes,
                 concurrent=first.concurrent,
+                collective=first.collective,
                 backend=config.backend,
                 repeat=0,
                 time_s=None,

@@ -1,6 +1,12 @@
-"""The allreduce bus-bandwidth model (``BandwidthModel``): two regressors split at the MTU
+"""The bus-bandwidth model (``BandwidthModel``): two regressors split at the MTU
 (``predictors.regressor``), the caps (``predictors.caps``), the domain and held-out errors
-(``predictors.uncertainty``); fit, predict, save and load. How and why: docs/design/bandwidth.md."""
+(``predictors.uncertainty``); fit, predict, save and load. How and why: docs/design/bandwidth.md.
+
+Collectives: the regressors learn ``collective`` as a categorical feature (all_reduce,
+all_gather, reduce_scatter); the caps and network statistics (sustained factors, level
+spreads, mean-time and mixed-ring factors) are the allreduce rows' where the probes hold
+any. A model saved before the feature existed loads and answers every collective with its
+allreduce bus bandwidth (``predictors.features``)."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError, UnknownNameError
-from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.base import COLLECTIVE, FEATURE_COLUMNS, with_collective
 from srifty_core.predictors.caps import DEFAULT_CAP_MIN_BUFFER, DEFAULT_CAP_QUANTILE, BandwidthCaps
 from srifty_core.predictors.features import (
     DEFAULT_MTU,
@@ -45,6 +51,7 @@ from srifty_core.predictors.prior import (
 )
 from srifty_core.predictors.regressor import BusBandwidthRegressor, with_hardware
 from srifty_core.predictors.uncertainty import DEFAULT_INTERVAL_FOLDS, Domain, LogErrors, log_errors
+from srifty_core.probing.config import ALL_REDUCE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,6 +101,7 @@ class BandwidthModel:
         if self.mtu < 1:
             raise ConfigError(f"mtu: must be >= 1 byte, got {self.mtu}")
         check_training_data(probes, mtu=self.mtu, min_rows=1, min_groups=1, group=group)
+        probes = with_collective(probes)
         w = np.ones(len(probes)) if sample_weight is None else np.asarray(sample_weight, float)
         mixed = mix_mask(probes)  # rings of several types: only the mixed-ring factor
         mixes = probes[mixed]
@@ -120,20 +128,22 @@ class BandwidthModel:
                 (LARGE, masks[LARGE], self.large_params),
             )
         }
+        allreduce = probes[probes[COLLECTIVE] == ALL_REDUCE]
+        basis = allreduce if len(allreduce) else probes  # the caps: concurrent allreduces
         caps = BandwidthCaps.from_probes(
-            probes, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer, group=group
+            basis, quantile=self.cap_quantile, min_buffer=self.cap_min_buffer, group=group
         )
         self.caps_ = dataclasses.replace(
             caps,
             sustained=sustained_caps(sustained, group),
-            factors=sustained_factors(probes, sustained, group),
-            sigmas=level_sigmas(probes, group=group),
-            mean_time=mean_time_factors(probes, group=group),
+            factors=sustained_factors(basis, sustained, group),
+            sigmas=level_sigmas(basis, group=group),
+            mean_time=mean_time_factors(basis, group=group),
         )
         self.caps_ = dataclasses.replace(
             self.caps_,
             mixed=mixed_ring_factors(
-                mixes, probes, self.predict, self.sustained_factor, FEATURE_COLUMNS
+                mixes, basis, self.predict, self.sustained_factor, FEATURE_COLUMNS
             ),
         )
         return self

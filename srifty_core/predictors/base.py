@@ -1,7 +1,10 @@
 """The contract between the bandwidth model and its users (the simulator, the planner).
 
-A bandwidth predictor maps probe-record features to allreduce **bus bandwidth** in bytes/s
-(``2*s*(n-1)/(n*t)``, see ``srifty_core.probing``), never a non-positive number, and knows
+A bandwidth predictor maps probe-record features to a collective's **bus bandwidth** in
+bytes/s (nccl-tests' busbw: ``2*s*(n-1)/(n*t)`` for an allreduce, ``s*(n-1)/(n*t)`` for an
+all-gather or reduce-scatter of ``s`` bytes in all, see ``srifty_core.probing``; the
+``collective`` feature says which, and a frame without it asks about allreduces), never a
+non-positive number, and knows
 each instance type's total bus bandwidth cap (what one VM sustains across concurrent
 transfers; the simulator shares it fairly among the transfers in flight).
 
@@ -19,6 +22,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+
+from srifty_core.probing.config import ALL_REDUCE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,8 +43,20 @@ FEATURE_COLUMNS: tuple[str, ...] = (
     "buffer_bytes",
     "concurrent",
     "backend",
+    "collective",
 )
-"""The probe-record columns a predictor may use as features (names as in the probe store)."""
+"""The probe-record columns a predictor may use as features (names as in the probe store).
+``collective`` (``COLLECTIVES``) may be missing from a query frame: its rows are allreduces
+(``with_collective``)."""
+COLLECTIVE = "collective"
+
+
+def with_collective(features: pd.DataFrame) -> pd.DataFrame:
+    """``features`` with a ``collective`` column: where it has none (frames built before the
+    column existed), every row is an allreduce."""
+    if COLLECTIVE in features.columns:
+        return features
+    return features.assign(**{COLLECTIVE: ALL_REDUCE})
 
 
 @runtime_checkable

@@ -1,5 +1,10 @@
 """The bandwidth model's features: the columns it reads and their checks, the label and
-group columns, the one-hot feature encoder, and a feature frame built from dicts."""
+group columns, the one-hot feature encoder, and a feature frame built from dicts.
+
+``collective`` is categorical; a frame without it is all allreduces (``base.with_collective``),
+and an encoder fitted before the column existed (a model saved then) does not read it: such a
+model answers every collective with its allreduce bus bandwidth, nccl-tests' busbw being
+defined so that the ring algorithms of all three share it."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from srifty_core.errors import SriftyError
-from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.base import COLLECTIVE, FEATURE_COLUMNS, with_collective
 from srifty_core.predictors.network import (
     mix_mask,
 )
@@ -31,6 +36,7 @@ CATEGORICAL: tuple[str, ...] = (
     "instance_type",
     "gpu_model",
     "backend",
+    COLLECTIVE,
 )
 NUMERIC: tuple[str, ...] = tuple(c for c in FEATURE_COLUMNS if c not in CATEGORICAL)
 """Every other feature of the contract, in its order: gpus_per_vm, vcpus, network_gbps,
@@ -69,7 +75,7 @@ def check_features(features: pd.DataFrame, *, where: str = "features") -> None:
     type (numbers for ``NUMERIC``; ``network_gbps`` may be null)."""
     import pandas as pd
 
-    missing = [c for c in FEATURE_COLUMNS if c not in features.columns]
+    missing = [c for c in FEATURE_COLUMNS if c not in features.columns and c != COLLECTIVE]
     if missing:
         raise BandwidthDataError(f"{where}: missing column(s) {missing}")
     for c in NUMERIC:
@@ -151,6 +157,7 @@ class FeatureEncoder:
 
     def fit(self, features: pd.DataFrame) -> FeatureEncoder:
         check_features(features)
+        features = with_collective(features)
         self.categories_: dict[str, list[str]] = {
             c: sorted(features[c].astype(str).unique().tolist()) for c in self.categorical
         }
@@ -163,6 +170,7 @@ class FeatureEncoder:
 
     def transform(self, features: pd.DataFrame) -> NDArray[np.float32]:
         check_features(features)
+        features = with_collective(features)
         n = len(features)
         cols = [features[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in self.numeric]
         for c in self.categorical:
@@ -194,7 +202,7 @@ def feature_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     build queries by hand (the simulator)."""
     import pandas as pd
 
-    df = pd.DataFrame(list(rows))
+    df = with_collective(pd.DataFrame(list(rows)))
     missing = [c for c in FEATURE_COLUMNS if c not in df.columns]
     if missing:
         raise BandwidthDataError(f"features: missing column(s) {missing}")

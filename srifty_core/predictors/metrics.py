@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.base import FEATURE_COLUMNS, with_collective
 from srifty_core.predictors.features import GROUP, LABEL, BandwidthDataError
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def noise_floor_predictions(
         return out
     y = data[LABEL].to_numpy(dtype=float)
     w = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+    data = with_collective(data)
     keys = pd.MultiIndex.from_frame(data[list(config)].astype(str)).factorize()[0]
     gcodes = pd.factorize(data[group])[0]
     order = np.argsort(keys, kind="stable")

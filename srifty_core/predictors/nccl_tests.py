@@ -1,12 +1,16 @@
-"""Public nccl-tests ``all_reduce_perf`` tables as bus-bandwidth rows the model can fit on.
+"""Public nccl-tests tables (``all_reduce_perf``; ``all_gather_perf`` and
+``reduce_scatter_perf`` in ``COLLECTIVES_FILE``) as bus-bandwidth rows the model can fit on.
 
 Contract: ``nccl_tests_frame(path)`` (default: the shipped
-``srifty_core/shipped/reference/nccl_tests_public.csv``; columns:
+``srifty_core/shipped/reference/nccl_tests_public.csv``; ``collectives_path()`` the shipped
+all-gather and reduce-scatter tables; columns:
 ``srifty_core/shipped/SOURCES.md`` section 4) returns probe-like rows: the model's features
 (``predictors.base.FEATURE_COLUMNS``), the label ``busbw`` and the grouping columns, which
 ``BandwidthModel.fit`` and ``tuning.tune`` take as they are. A missing needed column or
 empty cell raises ``BandwidthDataError`` naming it; a type the catalog lacks raises
-``UnknownNameError`` with the closest names.
+``UnknownNameError`` with the closest names. The ``collective`` column (absent: all_reduce)
+sets the label's factor: nccl-tests' busbw, ``2s(n-1)/(n t)`` for all_reduce and
+``s(n-1)/(n t)`` for all_gather and reduce_scatter (``size_bytes`` the total buffer).
 
 Imports ``paths``, ``predictors.features`` (label, group, ``BandwidthDataError``) and the
 catalog (at call time); pandas only inside functions.
@@ -24,13 +28,17 @@ import numpy as np
 from srifty_core import paths
 from srifty_core.catalog import Catalog
 from srifty_core.errors import UnknownNameError
+from srifty_core.predictors.base import COLLECTIVE
 from srifty_core.predictors.features import GROUP, LABEL, BandwidthDataError
+from srifty_core.probing.config import ALL_REDUCE, BUSBW_FACTOR, COLLECTIVES
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 NCCL_TESTS_FILE = "nccl_tests_public.csv"
+COLLECTIVES_FILE = "nccl_tests_collectives_public.csv"
+"""The shipped all_gather_perf and reduce_scatter_perf tables (same columns)."""
 NEEDED: tuple[str, ...] = ("instance_type", "world_size", "size_bytes", "time_us")
 """Table columns the features or the label are derived from."""
 TABLE = "table_id"
@@ -44,6 +52,11 @@ the catalog holds)."""
 def default_path() -> Path:
     """The shipped table."""
     return paths.REFERENCE_DIR / NCCL_TESTS_FILE
+
+
+def collectives_path() -> Path:
+    """The shipped all-gather and reduce-scatter tables."""
+    return paths.REFERENCE_DIR / COLLECTIVES_FILE
 
 
 def nccl_tests_frame(
@@ -78,6 +91,7 @@ def nccl_tests_frame(
             )
     if raw.empty:
         raise BandwidthDataError(f"{where}: no rows with a positive size and time")
+    collective = _collective(raw, where)
 
     catalog = catalog or Catalog.load()
     spec = {}
@@ -107,12 +121,27 @@ def nccl_tests_frame(
             "buffer_bytes": s,
             "concurrent": 1,
             "backend": "nccl",
-            LABEL: 2 * s * (n - 1) / (n * t_s),
+            COLLECTIVE: collective,
+            LABEL: collective.map(BUSBW_FACTOR).astype(float) * s * (n - 1) / (n * t_s),
             TABLE: table,
             GROUP: table,
             "num_nodes": _num_nodes(raw),
         }
     )
+
+
+def _collective(raw: pd.DataFrame, where: str) -> pd.Series:
+    import pandas as pd
+
+    if COLLECTIVE not in raw.columns:
+        return pd.Series(ALL_REDUCE, index=raw.index, dtype=object)
+    values = raw[COLLECTIVE].astype(object).where(raw[COLLECTIVE].notna(), ALL_REDUCE).astype(str)
+    bad = sorted(set(values) - set(COLLECTIVES))
+    if bad:
+        raise BandwidthDataError(
+            f"{where}: column 'collective' must be one of {', '.join(COLLECTIVES)}, got {bad}"
+        )
+    return values
 
 
 def _cloud(raw: pd.DataFrame) -> pd.Series:

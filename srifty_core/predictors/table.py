@@ -7,6 +7,11 @@ implements ``BandwidthPredictor``: ``predict`` (bytes/s per query row), ``bandwi
 learning and no extrapolation to unprobed instance types: a baseline for the XGBoost
 model, and what a simulation of *this* machine needs when only local probes exist.
 
+Collectives: one curve per ``collective`` probed; a query for a collective the probes lack
+(or a frame without the column: allreduces) reads the type's allreduce curve, nccl-tests'
+busbw being defined so that the ring algorithms share it. The caps and network statistics
+are the allreduce rows' where there are any.
+
 Imports ``predictors.network`` (sustained bandwidth, factors, spreads, mixed rings,
 ``WorldTable``) and ``predictors.prior.one_vm``.
 
@@ -21,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
+from srifty_core.predictors.base import COLLECTIVE, with_collective
 from srifty_core.predictors.network import (
     DecadeFactors,
     WorldTable,
@@ -34,6 +40,7 @@ from srifty_core.predictors.network import (
     sustained_factors,
 )
 from srifty_core.predictors.prior import one_vm
+from srifty_core.probing.config import ALL_REDUCE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,9 +50,10 @@ class ProbeTableBandwidth:
     """Implements ``BandwidthPredictor`` from probe rows (fit on a probe-store frame)."""
 
     def __init__(self) -> None:
-        # keys: (type, inside one VM, world size, concurrency) and (type, inside, world size)
+        # keys: (type, inside one VM, world size, concurrency, collective) and (type,
+        # inside, world size)
         self.curves_: dict[
-            tuple[str, bool, int, int], tuple[NDArray[np.float64], NDArray[np.float64]]
+            tuple[str, bool, int, int, str], tuple[NDArray[np.float64], NDArray[np.float64]]
         ]
         self.caps_: dict[tuple[str, bool, int], float]
         self.sustained_: WorldTable
@@ -68,61 +76,72 @@ class ProbeTableBandwidth:
         ok, mixed = split_mixes(ok)
         if ok.empty:
             raise ConfigError("no probe rows of single instance types to fit on (only mixes)")
-        ok, sustained = split_phases(ok)
+        ok, sustained = split_phases(with_collective(ok))
         if ok.empty:
             raise ConfigError("no grid probe rows to fit on (only sustained ones)")
+        allreduce = ok[ok[COLLECTIVE] == ALL_REDUCE]
+        basis = allreduce if len(allreduce) else ok
         self.sustained_ = sustained_caps(sustained)
-        self.factors_ = sustained_factors(ok, sustained)
-        self.sigmas_ = level_sigmas(ok)
-        self.mean_time_ = mean_time_factors(ok)
+        self.factors_ = sustained_factors(basis, sustained)
+        self.sigmas_ = level_sigmas(basis)
+        self.mean_time_ = mean_time_factors(basis)
+        keys = ["instance_type", "_one_vm", "world_size", "concurrent", COLLECTIVE, "buffer_bytes"]
         med = (
             ok.assign(_one_vm=one_vm_rows(ok))
-            .groupby(["instance_type", "_one_vm", "world_size", "concurrent", "buffer_bytes"])[
-                "busbw"
-            ]
+            .groupby(keys)["busbw"]
             .median()
             .reset_index()
             .sort_values("buffer_bytes")
         )
-        points: dict[tuple[str, bool, int, int], list[tuple[float, float]]] = {}
+        points: dict[tuple[str, bool, int, int, str], list[tuple[float, float]]] = {}
         caps: dict[tuple[str, bool, int], float] = {}
-        for t, inside, n, c, s, b in med.itertuples(index=False, name=None):
+        caps_any: dict[tuple[str, bool, int], float] = {}
+        for t, inside, n, c, k, s, b in med.itertuples(index=False, name=None):
             side = (str(t), bool(inside), int(n))
-            points.setdefault((*side, int(c)), []).append((float(s), float(b)))
-            caps[side] = max(caps.get(side, 0.0), float(b) * int(c))
+            points.setdefault((*side, int(c), str(k)), []).append((float(s), float(b)))
+            caps_any[side] = max(caps_any.get(side, 0.0), float(b) * int(c))
+            if k == ALL_REDUCE:
+                caps[side] = max(caps.get(side, 0.0), float(b) * int(c))
         self.curves_ = {
             k: (np.log([s for s, _ in v]), np.asarray([b for _, b in v])) for k, v in points.items()
         }
-        self.caps_ = caps
+        self.caps_ = {**caps_any, **caps}  # a side without allreduces: the others' caps
         self.mixed_ = mixed_ring_factors(
-            mixed, ok, self.predict, self.sustained_factor, ("instance_type",)
+            mixed, basis, self.predict, self.sustained_factor, ("instance_type",)
         )
         return self
 
     def _curve(
-        self, t: str, inside: bool, n: int, c: int
+        self, t: str, inside: bool, n: int, c: int, collective: str = ALL_REDUCE
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         keys = [k for k in self.curves_ if k[0] == t]
         if not keys:
             raise ConfigError(
                 f"no probes of instance type {t!r} (have: {sorted({k[0] for k in self.curves_})})"
             )
+        keys = (
+            [k for k in keys if k[4] == collective]
+            or [k for k in keys if k[4] == ALL_REDUCE]
+            or keys
+        )  # its own collective where probed, else the allreduce's (module docstring)
         keys = [k for k in keys if k[1] == inside] or keys  # its own side where probed
         best = min(keys, key=lambda k: (abs(np.log(k[2] / n)), abs(k[3] - c)))
         return self.curves_[best]
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         out = np.empty(len(features))
+        features = with_collective(features)
         cols = zip(
             features["instance_type"],
             one_vm_rows(features),
             features["world_size"],
             features["concurrent"],
             features["buffer_bytes"],
+            features[COLLECTIVE],
             strict=True,
         )
-        for i, (t, inside, n, c, s) in enumerate(cols):
-            xs, ys = self._curve(str(t), bool(inside), int(n), int(c))
+        for i, (t, inside, n, c, s, k) in enumerate(cols):
+            xs, ys = self._curve(str(t), bool(inside), int(n), int(c), str(k))
             out[i] = np.interp(np.log(float(s)), xs, ys)
         return out
 

@@ -22,6 +22,15 @@ ELEMENT_BYTES = 4
 """Buffers are float32 tensors, so every size is a multiple of 4 bytes."""
 MAX_CONCURRENT = 16
 BACKENDS = ("gloo", "nccl")
+ALL_REDUCE = "all_reduce"
+COLLECTIVES = (ALL_REDUCE, "all_gather", "reduce_scatter")
+"""The collectives a sweep probes, by nccl-tests' names; a record without one is an allreduce."""
+BUSBW_FACTOR = {ALL_REDUCE: 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
+"""nccl-tests' bus-bandwidth factor: busbw = factor * s * (n-1) / (n t), ``s`` the total
+buffer (an all-gather's output, a reduce-scatter's input)."""
+DEFAULT_COLLECTIVES = (ALL_REDUCE,)
+"""A ``SweepConfig`` that names none times allreduces, as every sweep before the others;
+``srifty probe`` and the sweep DAG ask for all three by default."""
 DEFAULT_CONCURRENCY = (1, 2, 4)
 DEFAULT_POINTS_PER_DECADE = 3
 MIN_ALLOCATIONS = 3
@@ -156,15 +165,32 @@ def _check_size(n: int, field_name: str) -> None:
         )
 
 
-def busbw(buffer_bytes: float, world_size: int, time_s: float) -> float:
-    """Bus bandwidth in bytes/s of one allreduce: ``2*s*(n-1)/(n*t)``.
+def busbw(
+    buffer_bytes: float, world_size: int, time_s: float, collective: str = ALL_REDUCE
+) -> float:
+    """Bus bandwidth in bytes/s of one collective: ``2*s*(n-1)/(n*t)`` for an allreduce,
+    ``s*(n-1)/(n*t)`` for an all-gather or reduce-scatter (``BUSBW_FACTOR``).
 
-    The average bandwidth seen on one link during a ring allreduce (nccl-tests' busbw);
+    The average bandwidth seen on one link during a ring collective (nccl-tests' busbw);
     it folds ``n`` and ``s`` into the label so that different set-ups alias less.
     """
     if world_size < 1 or not time_s > 0:
         raise ValueError(f"busbw needs world_size >= 1 and time_s > 0, got {world_size}, {time_s}")
-    return 2.0 * buffer_bytes * (world_size - 1) / (world_size * time_s)
+    return BUSBW_FACTOR[collective] * buffer_bytes * (world_size - 1) / (world_size * time_s)
+
+
+def check_collectives(values: Iterable[str], field_name: str = "collectives") -> tuple[str, ...]:
+    """``values`` as a tuple in ``COLLECTIVES`` order, each checked."""
+    out = []
+    for v in values:
+        if v not in COLLECTIVES:
+            raise ConfigError(f"{field_name}: must be one of {', '.join(COLLECTIVES)}, got {v!r}")
+        out.append(v)
+    if not out:
+        raise ConfigError(f"{field_name}: empty")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{field_name}: {list(out)} lists a collective twice")
+    return tuple(c for c in COLLECTIVES if c in out)
 
 
 SWEEP_TIMEOUT_S = 3600.0
@@ -177,16 +203,24 @@ class Point:
 
     ``allocation_slot`` says which of the sweep's allocations (0, 1, ...) it belongs to:
     the method repeats the grid on fresh allocations to capture placement variance.
+    ``collective`` names what is timed (``COLLECTIVES``).
     """
 
     allocation_slot: int
     world_size: int
     buffer_bytes: int
     concurrent: int
+    collective: str = ALL_REDUCE
 
     @property
-    def key(self) -> tuple[int, int, int, int]:
-        return (self.allocation_slot, self.world_size, self.buffer_bytes, self.concurrent)
+    def key(self) -> tuple[int, int, int, int, str]:
+        return (
+            self.allocation_slot,
+            self.world_size,
+            self.buffer_bytes,
+            self.concurrent,
+            self.collective,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +231,10 @@ class SweepConfig:
     in flight at once; a sample's ``time_s`` is the time until all of them finished on
     the slowest rank, and its ``busbw`` is that of one transfer (aggregate = concurrent x
     busbw). ``warmup`` untimed rounds precede each point's ``repeats`` timed samples.
+    ``collectives`` lists what is timed at every point (``COLLECTIVES``, kept in that
+    order; default ``DEFAULT_COLLECTIVES``): each one at every size, world size and
+    concurrency, so all three take about three times an allreduce-only sweep. The
+    sustained probe is an allreduce.
     """
 
     sizes: tuple[int, ...]
@@ -217,8 +255,12 @@ class SweepConfig:
     samples recorded with phase ``sustained``. 0: none. EC2 types rated "up to" a bandwidth
     burst for 5-60 minutes (3900 s covers them); a NIC without credits needs seconds."""
     sustained_bytes: int = 64 * 1024**2
+    collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
 
     def __post_init__(self) -> None:
+        if isinstance(self.collectives, str):
+            raise ConfigError(f"collectives: expected a list, got {self.collectives!r}")
+        object.__setattr__(self, "collectives", check_collectives(self.collectives))
         if not self.sizes:
             raise ConfigError("sizes: empty")
         for s in self.sizes:
@@ -265,8 +307,9 @@ class SweepConfig:
     def points(self, allocation_slot: int = 0) -> list[Point]:
         """The grid of one allocation, in the order the worker measures it."""
         return [
-            Point(allocation_slot, n, s, c)
+            Point(allocation_slot, n, s, c, k)
             for n in self.world_sizes
+            for k in self.collectives
             for c in self.concurrency
             for s in self.sizes
         ]
@@ -291,6 +334,7 @@ class SweepConfig:
             "sweep_timeout_s",
             "sustained_s",
             "sustained_bytes",
+            "collectives",
         }
         unknown = set(d) - known
         if unknown:
@@ -299,6 +343,10 @@ class SweepConfig:
         for k in ("sizes", "world_sizes", "concurrency"):
             if k in kw:
                 kw[k] = tuple(int(x) for x in _as_iter(kw[k], k))
+        if "collectives" in kw:
+            kw["collectives"] = check_collectives(
+                str(x) for x in _as_iter(kw["collectives"], "collectives")
+            )
         return cls(**kw)
 
 
@@ -311,7 +359,8 @@ def _as_iter(v: Any, name: str) -> Iterable[Any]:
 def config_from_params(params: Mapping[str, Any]) -> SweepConfig:
     """A ``SweepConfig`` from the DAG's params (or any mapping of the CLI's options):
     ``sizes`` (``LO:HI`` or a list string), ``points_per_decade``/``steps``, ``world_sizes``,
-    ``concurrency``, ``repeats``, ``warmup``, ``backend``, ``sustained_s``."""
+    ``concurrency``, ``repeats``, ``warmup``, ``backend``, ``sustained_s``, ``collectives``
+    (a list or a comma-separated string)."""
     kw: dict[str, Any] = {
         "sizes": parse_sizes(
             str(params["sizes"]),
@@ -330,4 +379,8 @@ def config_from_params(params: Mapping[str, Any]) -> SweepConfig:
         kw["sweep_timeout_s"] = SWEEP_TIMEOUT_S + kw["sustained_s"]
     if params.get("backend"):
         kw["backend"] = str(params["backend"])
+    if params.get("collectives") is not None:
+        given = params["collectives"]
+        items = str(given).split(",") if isinstance(given, str) else _as_iter(given, "collectives")
+        kw["collectives"] = check_collectives(str(x).strip() for x in items if str(x).strip())
     return SweepConfig(**kw)

@@ -1,4 +1,9 @@
-"""The probe record: ONE schema for every allreduce measurement, checked on write and read.
+"""The probe record: ONE schema for every collective measurement, checked on write and read.
+
+``collective`` names what was timed (``probing.config.COLLECTIVES``: all_reduce, all_gather,
+reduce_scatter); records written before the column existed were allreduces and read as
+``all_reduce``. ``busbw`` follows nccl-tests: ``2s(n-1)/(n t)`` for an allreduce,
+``s(n-1)/(n t)`` for the others, ``s`` the total buffer.
 
 One row per sample (``repeat``) of one grid point on one allocation. A row with ``status``
 ``failed`` records a point that could not be measured, with the reason in ``error`` and no
@@ -18,7 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from srifty_core.errors import ConfigError, SriftyError
-from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES
+from srifty_core.probing.config import (
+    ALL_REDUCE,
+    BUSBW_FACTOR,
+    COLLECTIVES,
+    MAX_BUFFER_BYTES,
+    MIN_BUFFER_BYTES,
+)
 from srifty_core.probing.mix import is_mix, parse_mix
 
 STATUS_OK = "ok"
@@ -54,7 +65,13 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("backend", pa.string(), False, "gloo or nccl"),
     ("repeat", pa.int32(), False, "sample index at this point"),
     ("time_s", pa.float64(), True, "time until all concurrent transfers ended, slowest rank"),
-    ("busbw", pa.float64(), True, "bus bandwidth of one transfer, bytes/s: 2s(n-1)/(n t)"),
+    (
+        "busbw",
+        pa.float64(),
+        True,
+        "bus bandwidth of one transfer, bytes/s: 2s(n-1)/(n t) (allreduce), s(n-1)/(n t) "
+        "(all-gather, reduce-scatter)",
+    ),
     ("status", pa.string(), False, "ok or failed"),
     ("error", pa.string(), True, "why the point failed (null when ok)"),
     ("probed_at", pa.timestamp("us", tz="UTC"), False, "when the sample was taken"),
@@ -78,6 +95,13 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
         "the point's repeats still spread more than noise.NOISY_CV after up to "
         "noise.NOISY_RETRIES re-measurements (null: not checked, older records)",
     ),
+    (
+        "collective",
+        pa.string(),
+        False,
+        "what was timed: all_reduce, all_gather or reduce_scatter (nccl-tests' names; "
+        "buffer_bytes is the total buffer); older records: all_reduce",
+    ),
 )
 NULLABLE_SINCE = ("spread", "noisy")
 """Columns added after partitions were written without them: read back as nulls."""
@@ -86,7 +110,7 @@ PROBE_SCHEMA = pa.schema(
     [pa.field(n, t, nullable=nl, metadata={"doc": doc}) for n, t, nl, doc in _FIELDS]
 )
 COLUMNS: tuple[str, ...] = tuple(f[0] for f in _FIELDS)
-POINT_KEY = ("allocation_slot", "world_size", "buffer_bytes", "concurrent")
+POINT_KEY = ("allocation_slot", "world_size", "buffer_bytes", "concurrent", "collective")
 """Columns naming a grid point of a sweep (within one partition)."""
 
 
@@ -161,9 +185,9 @@ def conform(data: Any, *, where: str = "probe records") -> pa.Table:
 
 
 def upgrade(table: pa.Table) -> pa.Table:
-    """Records of an older schema with the columns added since: ``phase`` (``with_phase``)
-    and, as nulls, ``NULLABLE_SINCE``."""
-    table = with_phase(table)
+    """Records of an older schema with the columns added since: ``phase`` (``with_phase``),
+    ``collective`` (``with_collective``) and, as nulls, ``NULLABLE_SINCE``."""
+    table = with_collective(with_phase(table))
     for name in NULLABLE_SINCE:
         if name not in table.column_names:
             f = PROBE_SCHEMA.field(name)
@@ -180,6 +204,17 @@ def with_phase(table: pa.Table) -> pa.Table:
         return table
     return table.append_column(
         pa.field("phase", pa.string(), nullable=False), pa.array([PHASE_BURST] * table.num_rows)
+    )
+
+
+def with_collective(table: pa.Table) -> pa.Table:
+    """Records written before the ``collective`` column existed were all allreduces: give
+    them ``collective = all_reduce``."""
+    if "collective" in table.column_names:
+        return table
+    return table.append_column(
+        pa.field("collective", pa.string(), nullable=False),
+        pa.array([ALL_REDUCE] * table.num_rows, type=pa.string()),
     )
 
 
@@ -203,7 +238,8 @@ def check_schema(schema: pa.Schema, *, where: str) -> None:
 
 
 def check_values(table: pa.Table, *, where: str = "probe records") -> None:
-    """Value rules the types cannot say: status, ranges, and busbw = 2s(n-1)/(n t)."""
+    """Value rules the types cannot say: status, ranges, the collective's name, and busbw =
+    factor * s(n-1)/(n t) (factor 2 for an allreduce, 1 for the others)."""
     if table.num_rows == 0:
         return
 
@@ -230,6 +266,10 @@ def check_values(table: pa.Table, *, where: str = "probe records") -> None:
     )
     bad(pc.less(table["concurrent"], 1), "concurrent < 1")
     bad(pc.invert(pc.is_in(table["phase"], pa.array(list(PHASES)))), "phase not burst/sustained")
+    bad(
+        pc.invert(pc.is_in(table["collective"], pa.array(list(COLLECTIVES)))),
+        f"collective not one of {', '.join(COLLECTIVES)}",
+    )
     ok = pc.equal(status, STATUS_OK)
     okt = table.filter(ok)
     if okt.num_rows:
@@ -237,10 +277,19 @@ def check_values(table: pa.Table, *, where: str = "probe records") -> None:
         bad(pc.invert(pc.greater(okt["busbw"], 0.0)), "status ok and busbw missing or <= 0")
         bad(pc.is_valid(okt["error"]), "status ok and an error message")
         n = pc.cast(okt["world_size"], pa.float64())
-        two_s = pc.multiply(pc.cast(okt["buffer_bytes"], pa.float64()), 2.0)
-        expected = pc.divide(pc.multiply(two_s, pc.subtract(n, 1.0)), pc.multiply(n, okt["time_s"]))
+        factor = pc.if_else(
+            pc.equal(okt["collective"], ALL_REDUCE),
+            BUSBW_FACTOR[ALL_REDUCE],
+            BUSBW_FACTOR["all_gather"],
+        )
+        fs = pc.multiply(pc.cast(okt["buffer_bytes"], pa.float64()), factor)
+        expected = pc.divide(pc.multiply(fs, pc.subtract(n, 1.0)), pc.multiply(n, okt["time_s"]))
         rel = pc.abs(pc.divide(pc.subtract(okt["busbw"], expected), expected))
-        bad(pc.greater(rel, 1e-6), "busbw != 2*buffer_bytes*(world_size-1)/(world_size*time_s)")
+        bad(
+            pc.greater(rel, 1e-6),
+            "busbw != 2*buffer_bytes*(world_size-1)/(world_size*time_s) for all_reduce "
+            "(1*... for all_gather and reduce_scatter)",
+        )
     failed = table.filter(pc.invert(ok))
     if failed.num_rows:
         bad(pc.is_null(failed["error"]), "status failed and no error message")

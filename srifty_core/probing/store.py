@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.probing.config import ALL_REDUCE
 from srifty_core.probing.schema import (
     PHASE_BURST,
     PROBE_SCHEMA,
@@ -73,7 +74,7 @@ def partition_dir(day: date, provider: str, instance_type: str, root: Path | Non
 
 def records_to_table(records: Iterable[dict[str, Any]]) -> pa.Table:
     """Rows as dicts (``probed_at`` a datetime or ISO string, ``date`` a date or ISO string)
-    to a checked table."""
+    to a checked table; a row without ``phase`` or ``collective`` is a burst allreduce."""
     rows = []
     for r in records:
         r = dict(r)
@@ -82,6 +83,7 @@ def records_to_table(records: Iterable[dict[str, Any]]) -> pa.Table:
         if isinstance(r.get("date"), str):
             r["date"] = date.fromisoformat(r["date"])
         r.setdefault("phase", PHASE_BURST)
+        r.setdefault("collective", ALL_REDUCE)
         rows.append(r)
     try:
         table = pa.Table.from_pylist(rows, schema=PROBE_SCHEMA)

@@ -1,12 +1,12 @@
-"""The sweep summary: median bus bandwidth per (phase, world size, size, concurrency), with
-spread; the sustained-transfer probe's rows come last, marked."""
+"""The sweep summary: median bus bandwidth per (phase, world size, size, concurrency,
+collective), with spread; the sustained-transfer probe's rows come last, marked."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from srifty_core.noise import NOISY_CV, NOISY_RETRIES
-from srifty_core.probing.config import format_size
+from srifty_core.probing.config import ALL_REDUCE, format_size
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def format_rate(bytes_per_s: float) -> str:
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (phase, world_size, buffer_bytes, concurrent) over the ok rows of
+    """One row per (phase, world_size, buffer_bytes, concurrent, collective) over the ok rows of
     ``df``: samples, allocations, median/p10/p90 busbw and time, and spread = (p90 - p10) /
     median. The spread covers repeats and allocations together. Grid rows (``burst``) sort
     before the sustained probe's."""
@@ -31,7 +31,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[df["status"] == "ok"]
     if "phase" not in ok.columns:
         ok = ok.assign(phase=PHASE_BURST)
-    keys = ["phase", "world_size", "buffer_bytes", "concurrent"]
+    if "collective" not in ok.columns:
+        ok = ok.assign(collective=ALL_REDUCE)
+    keys = ["phase", "world_size", "buffer_bytes", "concurrent", "collective"]
     if ok.empty:
         return pd.DataFrame(
             columns=[*keys, "samples", "allocations", "busbw_median", "busbw_p10", "busbw_p90"]
@@ -56,7 +58,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     """A plain-text table of ``summarize``'s output."""
     head = (
         f"{'world':>5} {'size':>7} {'conc':>4} {'n':>4} {'allocs':>6} "
-        f"{'time p50':>10} {'busbw p50':>11} {'p10 .. p90':>23} {'spread':>7}"
+        f"{'time p50':>10} {'busbw p50':>11} {'p10 .. p90':>23} {'spread':>7} collective"
     )
     lines = [head, "-" * len(head)]
     for r in summary.to_dict("records"):
@@ -66,6 +68,7 @@ def format_summary(summary: pd.DataFrame) -> str:
             f"{int(r['concurrent']):>4} {int(r['samples']):>4} {int(r['allocations']):>6} "
             f"{float(r['time_median_s']) * 1e3:>8.3f}ms "
             f"{format_rate(float(r['busbw_median'])):>11} {band:>23} {float(r['spread']):>6.0%}"
+            f" {r.get('collective', ALL_REDUCE)}"
             + ("  sustained" if r.get("phase") == PHASE_SUSTAINED else "")
         )
     return "\n".join(lines)
@@ -78,13 +81,17 @@ def noisy_points(df: pd.DataFrame) -> list[str]:
     if "noisy" not in df.columns or df.empty:
         return []
     flagged = df[(df["status"] == "ok") & (df["noisy"].fillna(False).astype(bool))]
+    if "collective" not in flagged.columns:
+        flagged = flagged.assign(collective=ALL_REDUCE)
     keys = ["allocation_slot", "world_size", "buffer_bytes", "concurrent"]
     lines = []
-    for _, g in flagged.groupby(keys, sort=True):
+    for _, g in flagged.groupby([*keys, "collective"], sort=True):
         slot, n, size, conc = (int(g[k].iloc[0]) for k in keys)
+        what = str(g["collective"].iloc[0])
         cv = float(g["spread"].max())
         lines.append(
-            f"warning: noisy probe: world size {n}, {format_size(size)} x {conc} (slot {slot}, "
+            f"warning: noisy probe: world size {n}, {format_size(size)} x {conc} {what} "
+            f"(slot {slot}, "
             f"{g['allocation_id'].iloc[0]}): repeats spread {cv:.0%} (std/mean, over "
             f"{NOISY_CV:.0%}) after {NOISY_RETRIES} re-measurements; flagged noisy in the store"
         )

@@ -24,6 +24,7 @@ TINY = {
     "repeats": 2,
     "warmup": 1,
     "allocations": 1,
+    "collectives": ["all_reduce"],
 }
 
 

@@ -28,6 +28,7 @@ def test_probe_command_sweeps_and_summarizes(
         "2",
     ]
     argv += ["--repeats", "3", "--concurrency", "1", "--day", "2026-03-01"]
+    argv += ["--collectives", "all_reduce"]
     assert main(argv) == 0
     out = capsys.readouterr()
     assert "4 point(s) measured, 0 already stored, 0 failed" in out.out

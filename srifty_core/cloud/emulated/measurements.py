@@ -19,7 +19,14 @@ from srifty_core.cloud.emulated.probes import DEFAULT_CONCURRENCY, DEFAULT_WORLD
 from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.cloud.emulated.training import TrainingRun
 from srifty_core.cloud.emulated.world import PROVIDER_NAME
-from srifty_core.probing.config import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, geometric_sizes
+from srifty_core.errors import ConfigError
+from srifty_core.probing.config import (
+    ALL_REDUCE,
+    MAX_BUFFER_BYTES,
+    MIN_BUFFER_BYTES,
+    check_collectives,
+    geometric_sizes,
+)
 from srifty_core.probing.mix import mix_label
 
 if TYPE_CHECKING:
@@ -70,8 +77,9 @@ def columns_to_table(cols: Mapping[str, Sequence[Any]]) -> pa.Table:
     from srifty_core.probing.schema import PROBE_SCHEMA, conform
 
     n = len(cols["time_s"])
+    given = {"collective": [ALL_REDUCE] * n, **cols}  # a probe naming none: allreduces
     arrays = [
-        pa.array(cols[f.name], type=f.type) if f.name in cols else pa.nulls(n, type=f.type)
+        pa.array(given[f.name], type=f.type) if f.name in given else pa.nulls(n, type=f.type)
         for f in PROBE_SCHEMA
     ]  # spread and noisy: not computed by the emulator (null)
     return conform(pa.Table.from_arrays(arrays, schema=PROBE_SCHEMA))
@@ -92,6 +100,7 @@ def emulated_probe_sweep(
     provider: EmulatedProvider | None = None,
     sustained: bool = True,
     mixes: Sequence[Mapping[str, int]] = (),
+    collectives: Sequence[str] = (ALL_REDUCE,),
 ) -> pa.Table:
     """An emulated probe dataset: for each region and type, ``allocations`` fresh
     allocations of ``ceil(max world size / GPUs per VM)`` VMs, each swept over ``sizes``
@@ -105,11 +114,18 @@ def emulated_probe_sweep(
     (``sustained``) ``probe_mix_sustained``; rows under the mix's label (``probing.mix``).
     The mixes come after every type's own sweep, so adding them changes no other row.
 
+    ``collectives`` beyond all_reduce (all_gather, reduce_scatter) come last: for each, every
+    type on ``allocations`` fresh allocations, ``probe`` with that collective over the same
+    grid (no sustained probe); so adding them changes no other row either.
+
     Returns one table (``PROBE_SCHEMA``, provider ``ec2-emulated``);
     ``write_emulated_probes`` stores it. Same arguments and seed, same rows."""
     import pyarrow as pa
 
     size_list = list(sizes or geometric_sizes(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES))
+    extra = [c for c in check_collectives(collectives) if c != ALL_REDUCE]
+    if ALL_REDUCE not in collectives:
+        raise ConfigError("collectives: the emulated sweep always probes all_reduce; list it")
     mix_list = [dict(m) for m in mixes]
     for i, m in enumerate(mix_list):
         mix_label(m, field=f"mixes[{i}]")  # bad input fails before anything is launched
@@ -171,6 +187,28 @@ def emulated_probe_sweep(
                         )
                 finally:
                     for alloc in group:
+                        p.release(alloc)
+        for collective in extra:
+            for name in instance_types:
+                spec = p.instance_type(name)
+                count = max(2, math.ceil(max(world_sizes) / spec.ranks_per_instance))
+                for slot in range(allocations):
+                    alloc = p.launch(
+                        LaunchRequest(name, count=count, placement_group=placement_group)
+                    )
+                    try:
+                        cols = p.probe(
+                            alloc,
+                            size_list,
+                            world_sizes,
+                            concurrency,
+                            repeats=repeats,
+                            allocation_slot=slot,
+                            day=day,
+                            collective=collective,
+                        )
+                        tables.append(columns_to_table(cols))
+                    finally:
                         p.release(alloc)
     from srifty_core.probing.schema import PROBE_SCHEMA
 

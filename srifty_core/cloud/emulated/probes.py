@@ -1,4 +1,6 @@
-"""The emulated EC2's network probes: allreduce samples on an allocation (``probe``), the
+"""The emulated EC2's network probes: collective samples on an allocation (``probe``: allreduce
+by default; all_gather and reduce_scatter by ``emulator_truth.collective_time``'s published
+relations, checked against the public p5 all-gather tables), the
 sustained-transfer probe (``probe_sustained``), and the same over one ring of several
 allocations (``probe_mix``, ``probe_mix_sustained``), as columns of probe records.
 
@@ -23,6 +25,7 @@ from srifty_core.cloud import emulator_truth as truth
 from srifty_core.cloud.base import Allocation
 from srifty_core.cloud.emulated.world import EmulatedWorld, _Alloc
 from srifty_core.errors import ConfigError
+from srifty_core.probing.config import ALL_REDUCE, BUSBW_FACTOR
 from srifty_core.probing.mix import ring_columns
 
 DEFAULT_WORLD_SIZES = (2, 4, 8, 16, 32, 64)
@@ -40,14 +43,16 @@ _VARYING = ("world_size", "buffer_bytes", "concurrent", "repeat", "time_s", "pro
 
 
 def _columns(fixed: Mapping[str, Any], cols: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
-    """Probe columns: ``fixed`` on every sample of ``cols``, and each sample's busbw."""
+    """Probe columns: ``fixed`` on every sample of ``cols``, and each sample's busbw (by the
+    ``collective`` of ``fixed``: allreduce where it names none)."""
     m = len(cols["time_s"])
     out: dict[str, list[Any]] = {k: [v] * m for k, v in fixed.items()}
     out.update(cols)
     n_arr = np.asarray(out["world_size"], dtype=np.float64)
     s_arr = np.asarray(out["buffer_bytes"], dtype=np.float64)
     t_arr = np.asarray(out["time_s"], dtype=np.float64)
-    out["busbw"] = list(2.0 * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
+    factor = BUSBW_FACTOR[fixed.get("collective", ALL_REDUCE)]
+    out["busbw"] = list(factor * s_arr * (n_arr - 1.0) / (n_arr * t_arr))
     return out
 
 
@@ -64,11 +69,13 @@ class EmulatedProbes(EmulatedWorld):
         repeats: int = 5,
         allocation_slot: int = 0,
         day: date | None = None,
+        collective: str = ALL_REDUCE,
     ) -> dict[str, list[Any]]:
-        """Allreduce samples on ``allocation`` as columns of probe records (``PROBE_SCHEMA``
-        names; ``records_to_table``/``columns_to_table`` make a table). World sizes above
-        the allocation's ranks are skipped; the clock advances by the measured time. NICs
-        rated "up to" a bandwidth burst while their credits last (phase ``burst``)."""
+        """``collective`` samples (allreduce by default) on ``allocation`` as columns of
+        probe records (``PROBE_SCHEMA`` names; ``records_to_table``/``columns_to_table`` make
+        a table). World sizes above the allocation's ranks are skipped; the clock advances by
+        the measured time. NICs rated "up to" a bandwidth burst while their credits last
+        (phase ``burst``)."""
         a = self._running(allocation)
         net = truth.NetSpec.of(self.catalog_type(allocation.spec.name))
         size_arr = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.float64)
@@ -78,7 +85,8 @@ class EmulatedProbes(EmulatedWorld):
                 continue
             for c in sorted(set(concurrency)):
                 for rep in range(repeats):
-                    base = truth.allreduce_time(
+                    base = truth.collective_time(
+                        collective,
                         net,
                         size_arr,
                         n,
@@ -92,7 +100,8 @@ class EmulatedProbes(EmulatedWorld):
                     for s, ts in zip(size_arr, times, strict=True):
                         self._sample(cols, n, int(s), c, rep, float(ts))
         self._apply_interruptions()
-        return self._records(a, cols, allocation_slot, day, "burst")
+        out = self._records(a, cols, allocation_slot, day, "burst", collective)
+        return out
 
     def probe_sustained(
         self,
@@ -266,6 +275,7 @@ class EmulatedProbes(EmulatedWorld):
         allocation_slot: int,
         day: date | None,
         phase: str,
+        collective: str | None = None,
     ) -> dict[str, list[Any]]:
         allocation = a.allocation
         t = self.catalog_type(allocation.spec.name)
@@ -279,6 +289,8 @@ class EmulatedProbes(EmulatedWorld):
             "placement_group": allocation.placement_group,
             "allocation_id": allocation.id,
         }
+        if collective is not None:
+            labels["collective"] = collective
         return _columns(self._fixed(labels, allocation_slot, day, phase), cols)
 
     def _fixed(

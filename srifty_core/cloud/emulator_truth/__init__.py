@@ -5,7 +5,8 @@ The learned side (``srifty_core.predictors``, ``simulator``, ``planner``) must n
 import it: it would learn the answer instead of the cloud (``tests/cloud/test_emulated.py``).
 
 Contract: network: ``NetSpec.of(type)``, ``allreduce_time`` and ``cluster_allreduce_time``
-(noise-free seconds; a ring of several types runs at its slowest link),
+(noise-free seconds; a ring of several types runs at its slowest link), ``collective_time``
+(all_reduce, all_gather, reduce_scatter by nccl-tests' published relations),
 ``draw_allocation_level``, ``sample_noise``; compute: ``device_rate``, ``compute_scale``,
 ``draw_spatial``, ``draw_temporal``, ``step_costs``; a job's iterations:
 ``training_iterations(_detail)``. Every draw comes from the caller's ``rng`` (seeded, the
@@ -76,6 +77,7 @@ from srifty_core.cloud.emulator_truth.network import (
     allreduce_time,
     blend_level,
     cluster_allreduce_time,
+    collective_time,
     draw_allocation_level,
     family_net,
     intra_bw_Bps,
@@ -129,6 +131,7 @@ __all__ = [
     "allreduce_time",
     "blend_level",
     "cluster_allreduce_time",
+    "collective_time",
     "compute_scale",
     "device_rate",
     "draw_allocation_level",

@@ -170,17 +170,51 @@ def allreduce_time(
     level_large: float = 1.0,
     ranks_per_vm: int | None = None,
     bursting: bool = False,
+    ring_only: bool = False,
 ) -> NDArray[np.float64]:
     """Noise-free time (s) until ``concurrent`` allreduces of ``size_bytes`` each, started
     together on ``world_size`` ranks of one instance type, have all ended. Levels > 1 mean a
     faster allocation. ``ranks_per_vm`` defaults to one rank per GPU (a published table may
-    use fewer); ``bursting``: the NICs still have burst credits."""
+    use fewer); ``bursting``: the NICs still have burst credits; ``ring_only``: never the
+    tree (``collective_time``)."""
     n = int(world_size)
     if n < 2:
         raise ConfigError(f"world_size: an allreduce needs at least 2 ranks, got {n}")
     g = ranks_per_vm or spec.gpus_per_vm
     member = RingMember(spec, math.ceil(n / g), min(n, g), level_small, level_large, bursting)
-    return cluster_allreduce_time([member], size_bytes, concurrent=concurrent, world_size=n)
+    return cluster_allreduce_time(
+        [member], size_bytes, concurrent=concurrent, world_size=n, ring_only=ring_only
+    )
+
+
+def collective_time(
+    collective: str,
+    spec: NetSpec,
+    size_bytes: NDArray[np.float64] | float,
+    world_size: int,
+    **kw: float | int | bool | None,
+) -> NDArray[np.float64]:
+    """Noise-free time (s) of ``concurrent`` all_reduce, all_gather or reduce_scatter
+    collectives of ``size_bytes`` in all (nccl-tests' sizes: an all-gather's output, a
+    reduce-scatter's input), with ``allreduce_time``'s keywords.
+
+    The relations are the published ones, not fitted (the five public all_gather_perf tables
+    of an EC2 type check them: docs/design/emulator.md; no reduce_scatter_perf one): nccl-tests'
+    PERFORMANCE.md derives a ring all-gather or reduce-scatter as ``n - 1`` steps moving
+    ``(n-1)/n`` of the buffer per rank, and an allreduce as a reduce-scatter followed by an
+    all-gather (``2(n - 1)`` steps, ``2(n-1)/n``), which is why their bus bandwidths share
+    one scale; and NCCL's tree algorithm is allreduce-only (its NCCL_ALGO documentation), so
+    these two always run as rings. Hence: half the ring allreduce of the same buffer, its
+    latency and data terms alike, its bus bandwidth the ring allreduce's."""
+    if collective == "all_reduce":
+        return allreduce_time(spec, size_bytes, world_size, **kw)  # type: ignore[arg-type]
+    if collective not in ("all_gather", "reduce_scatter"):
+        raise ConfigError(
+            f"collective: must be one of all_reduce, all_gather, reduce_scatter, got {collective!r}"
+        )
+    ring = allreduce_time(spec, size_bytes, world_size, ring_only=True, **kw)  # type: ignore[arg-type]
+    out: NDArray[np.float64] = 0.5 * ring
+    return out
 
 
 def cluster_allreduce_time(
@@ -189,8 +223,10 @@ def cluster_allreduce_time(
     *,
     concurrent: int = 1,
     world_size: int | None = None,
+    ring_only: bool = False,
 ) -> NDArray[np.float64]:
-    """Noise-free allreduce time (s) over VMs of one or several instance types.
+    """Noise-free allreduce time (s) over VMs of one or several instance types (``ring_only``:
+    never the tree NCCL takes for small buffers across 4 VMs or more).
 
     Ranks of a VM sit next to each other in NCCL's ring, so the ring crosses every VM's NIC
     once in each direction and every step waits for its slowest link: the data term runs at
@@ -230,7 +266,7 @@ def cluster_allreduce_time(
         intra = 2 * (n - k) * hop
         lat_ring = latency_s * (k - 1) + intra
         lat_tree = latency_s * math.log2(k) + intra
-        tree = (s < TREE_MAX_BYTES) & (k >= 4)
+        tree = (s < TREE_MAX_BYTES) & (k >= 4) & (not ring_only)
         bw = np.where(tree, TREE_BW_FRACTION * bw, bw)
         b_slow = min(b_nets)
         ramp_k = max(f.ramp for f in fams)

@@ -15,7 +15,7 @@ import numpy as np
 
 from srifty_core.plotting import pyplot, save_figure
 from srifty_core.predictors.bandwidth import BandwidthModel
-from srifty_core.predictors.base import FEATURE_COLUMNS
+from srifty_core.predictors.base import FEATURE_COLUMNS, with_collective
 from srifty_core.predictors.features import GROUP, LABEL, LARGE, SMALL, feature_frame
 from srifty_core.predictors.network import split_mixes
 from srifty_core.predictors.refresh.staging import (
@@ -156,7 +156,7 @@ def input_example(df: pd.DataFrame) -> pd.DataFrame:
     model arrives)."""
     import pandas as pd
 
-    features = split_mixes(df)[0][list(FEATURE_COLUMNS)]
+    features = with_collective(split_mixes(df)[0])[list(FEATURE_COLUMNS)]
     complete = features[features.notna().all(axis=1)]
     features = complete if len(complete) else features  # local types have no network_gbps
     features = features.sort_values(["instance_type", "buffer_bytes"], kind="stable")
