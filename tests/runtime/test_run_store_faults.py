@@ -304,8 +304,16 @@ def test_the_checkpoint_summary_gives_the_iteration_without_loading_it(
     assert summary == {"iteration": 6, "config_id": "c0", "sha256": summary["sha256"]}
     assert len(summary["sha256"]) == 64
     gets = _fail_get_once(monkeypatch, "never", OSError())
+    counting, read = MemoryFileSystem.cat_file, []
+
+    def cat_file(self: Any, p: str, *a: Any, **kw: Any) -> Any:
+        read.append(self._strip_protocol(p))
+        return counting(self, p, *a, **kw)
+
+    monkeypatch.setattr(MemoryFileSystem, "cat_file", cat_file)
     assert checkpoint_iteration(ck) == 6
-    assert gets() == 1, "only the summary was read"
+    # only the summaries: the one-file checkpoint's and the sharded one's (none here)
+    assert gets() == 2 and not any(r.endswith(f"/{CHECKPOINT_FILE}") for r in read), read
     # Without a summary (a checkpoint from before them), the checkpoint itself is read.
     fs, where = run_store.filesystem(str(sidecar_path(ck)))
     fs.rm_file(where)
