@@ -266,6 +266,20 @@ def micro_split(local_batch: int, micro_batches: int) -> tuple[int, ...]:
     return split_batch(local_batch, micro_batches)
 
 
+def micro_batches_for(
+    local_batches: Sequence[int], micro_batches: int, new_batches: Sequence[int]
+) -> int:
+    """The micro-batches that keep a plan's largest micro-batch (what its GPUs were planned
+    to hold) when its ranks take ``new_batches`` instead (survivors of a preemption
+    taking the global batch over): ``ceil(max(new) / ceil(max(old) / k))``, at most the
+    smallest new local batch, at least 1. A plan without micro-batches (k = 1) keeps
+    none: nothing here knows what its GPUs hold beyond what it planned."""
+    if micro_batches <= 1:
+        return 1
+    size = -(-max(local_batches) // micro_batches)
+    return max(1, min(-(-max(new_batches) // size), min(new_batches)))
+
+
 def loss_scale(local_batches: Sequence[int], rank: int) -> float:
     """``world_size * b_rank / B_global``: the factor that makes DDP's average of the ranks'
     mean losses the mean over every sample of the global batch."""

@@ -133,3 +133,13 @@ def test_the_script_api_reads_micro_batches(
         assert user.micro_batches() == 2
     finally:
         user.plan.cache_clear()
+
+
+def test_survivors_keep_the_planned_micro_batch_size() -> None:
+    from srifty_core.runtime.train_plan import micro_batches_for
+
+    # 4 ranks of 8 in 2 micro-batches of 4; 2 survivors take 16 each: 4 of 4
+    assert micro_batches_for((8, 8, 8, 8), 2, (16, 16)) == 4
+    assert micro_batches_for((5, 4, 3), 3, (6, 6)) == 3  # ceil(5/3) = 2 per micro-batch
+    assert micro_batches_for((2, 2), 2, (3, 2)) == 2  # 3 needed, the smallest batch is 2
+    assert micro_batches_for((8, 8), 1, (16,)) == 1  # planned without: none added
