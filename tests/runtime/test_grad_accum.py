@@ -19,15 +19,20 @@ from srifty_core.runtime.worker import run_spawned, train_single
 from .test_sharded_training import max_diff, plan, sharded_params
 
 
-@pytest.mark.parametrize(("strategy", "k"), [("ddp", 3), ("fsdp", 2)])
+@pytest.mark.parametrize(
+    ("strategy", "k", "batches", "per_vm"),
+    [("ddp", 3, (5, 4, 3), 0), ("fsdp", 2, (5, 4, 3), 0), ("hsdp", 2, (5, 3, 2, 2), 2)],
+)
 def test_micro_batches_give_the_parameters_of_one_process(
-    tmp_path: Path, strategy: str, k: int
+    tmp_path: Path, strategy: str, k: int, batches: tuple[int, ...], per_vm: int
 ) -> None:
     """Local batches 5, 4, 3 in k micro-batches of unequal sizes (5 -> 3+2 or 2+2+1): the
     micro-batch shares ``m_j / b_rank`` and the rank's ``loss_scale`` make every sample
-    weigh 1/B, so AdamW's steps equal one process on the whole batch of 12."""
+    weigh 1/B, so AdamW's steps equal one process on the whole batch of 12 (hsdp: 2 VMs
+    of 2 ranks, the allreduce across them held back with the reduce-scatter)."""
     kw: dict[str, object] = {"optimizer": "adamw", "lr": 0.05, "iterations": 3}
-    kw |= {"strategy": strategy, "local_batches": (5, 4, 3), "global_batch": 12}
+    kw |= {"strategy": strategy, "local_batches": batches, "global_batch": 12}
+    kw |= {"ranks_per_vm": per_vm}
     reference = train_single(plan(tmp_path / "one", **kw))
     assert max_diff(reference, train_single(plan(tmp_path / "one", **kw), iterations=0)) > 1e-2
     run = plan(tmp_path / "run", micro_batches=k, **kw)
