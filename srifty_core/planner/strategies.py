@@ -14,8 +14,8 @@ some offer hold local batches ddp cannot (otherwise it is the same configuration
 more to exchange); ties go to ddp. A strategy whose quotas cannot hold the global batch
 at once is searched with every local batch allowed, each configuration in the fewest
 micro-batches that fit (``accumulated``; ``simulator.accumulation``), and only then: a
-request that fits never gets micro-batches. An estimator that is not a ``Simulator`` nor wraps one
-as ``inner`` (the analytical APM) plans ddp only.
+request that fits never gets micro-batches. An estimator that is not a ``Simulator`` nor
+wraps one as ``inner`` (the analytical APM) plans ddp only, without micro-batches.
 """
 
 from __future__ import annotations
@@ -199,8 +199,8 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
             continue
         if holds(request, s) < request.global_batch:  # only in micro-batches
             if holds(request, s) < 1:
-                notes[s] = no_replica_fits(request) if s == "ddp" else "no GPU holds a sample"
-                notes[s] = notes[s] or "no GPU holds a sample"
+                ddp_why = no_replica_fits(request) if s == "ddp" else ""
+                notes[s] = ddp_why or "no offered GPU holds a sample"
                 continue
             req, accumulating = accumulated(request, s, sim)
             results[s] = _tag(search(req, accumulating), s, "")
