@@ -170,6 +170,7 @@ def write_train_plan(
             "request": str(args.request),
         },
         strategy=strategy,
+        micro_batches=best.estimate.micro_batches,
     )
     return out.write(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
 

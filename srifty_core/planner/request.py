@@ -160,7 +160,7 @@ class PlanRequest:
             * max(fit.b_max(self.workload, o.instance, s, world) for s in self.strategies)
             for o in self.offers
         )
-        if most < self.global_batch:
+        if most < 1:  # beyond what the quotas hold: micro-batches (planner.strategies)
             raise ConfigError(
                 f"global_batch: {self.global_batch} cannot be held by any configuration: the "
                 f"quotas hold at most {most} samples at B_max on every GPU"

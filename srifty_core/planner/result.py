@@ -218,6 +218,11 @@ class PlanResult:
     """Why that strategy: what it beat, or why the others had no plan."""
 
     @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step of ``best`` (gradient accumulation; 1: none)."""
+        return 1 if self.best is None else self.best.estimate.micro_batches
+
+    @property
     def feasible(self) -> bool:
         return self.best is not None
 
@@ -351,6 +356,13 @@ class PlanResult:
                 f"(the last ends {e.t_pe * 1e3:.1f} ms into the backward); {e.bottleneck} binds"
                 + exposed
             )
+        if e.micro_batches > 1:
+            lines.append(
+                f"Gradient accumulation: each rank runs its local batch as {e.micro_batches} "
+                "micro-batches and exchanges gradients once, with the last (forward and "
+                "backward above are every micro-batch's; the exchange overlaps the last "
+                "one's backward alone); the global batch and the loss are the request's."
+            )
         if self.below_threshold:
             lines.append(
                 "Local batches below the saturation threshold for "
@@ -376,6 +388,7 @@ class PlanResult:
             "method": self.method,
             "strategy": self.strategy,
             "strategy_reason": self.strategy_reason,
+            "micro_batches": self.micro_batches,
             "feasible": self.feasible,
             "best": self.best.to_dict(r) if self.best else None,
             "evaluated": self.evaluated,

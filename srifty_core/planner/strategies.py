@@ -11,8 +11,11 @@ sharded iteration (``simulator.sharded``) over the same ``Simulator``, each conf
 checked against its own world size (``planner.fit.short``: one that does not hold its
 batches breaks a limit). Under ``auto`` a sharded strategy is searched only where it lets
 some offer hold local batches ddp cannot (otherwise it is the same configurations with
-more to exchange); ties go to ddp. An estimator that is not a ``Simulator`` nor wraps one
-as ``inner`` (the analytical APM) plans ddp only.
+more to exchange); ties go to ddp. A strategy whose quotas cannot hold the global batch
+at once is searched with every local batch allowed, each configuration in the fewest
+micro-batches that fit (``accumulated``; ``simulator.accumulation``), and only then: a
+request that fits never gets micro-batches. An estimator that is not a ``Simulator`` nor
+wraps one as ``inner`` (the analytical APM) plans ddp only, without micro-batches.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import PlanResult, rank_key
 from srifty_core.planner.space import gpu_batches
 from srifty_core.sharding.memory import USABLE, Strategy
+from srifty_core.simulator.accumulation import Accumulated, micro_batches_needed, passes_s
 from srifty_core.simulator.estimator import Estimator, Simulator
 from srifty_core.simulator.sharded import ShardedSimulator
 from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
@@ -79,6 +83,43 @@ def sharded_request(request: PlanRequest, strategy: Strategy) -> PlanRequest:
     profiles = {d: dataclasses.replace(p, b_max=bound.get(d, 0)) for d, p in w.profiles.items()}
     workload = Workload(w.model, profiles, w.vm_evidence, w.unit_parameters)
     return dataclasses.replace(request, workload=workload, strategy=strategy)
+
+
+def holds(request: PlanRequest, strategy: Strategy) -> int:
+    """The samples the quotas hold under ``strategy``, every GPU at its B_max at the most
+    ranks the quotas allow (beyond it: micro-batches)."""
+    w, world = request.workload, request.max_world
+    return sum(
+        o.quota * o.instance.ranks_per_vm * fit.b_max(w, o.instance, strategy, world)
+        for o in request.offers
+    )
+
+
+def accumulated(
+    request: PlanRequest, strategy: Strategy, sim: Simulator
+) -> tuple[PlanRequest, Accumulated]:
+    """``request`` pinned to ``strategy`` with every local batch allowed (each profile's
+    B_max the global batch) and its estimator: each configuration in the fewest
+    micro-batches its GPUs hold under ``strategy`` at its own world size
+    (``simulator.accumulation``; a micro configuration checked as any other)."""
+    w = request.workload
+    profiles = {
+        d: dataclasses.replace(p, b_max=request.global_batch) for d, p in w.profiles.items()
+    }
+    free = Workload(w.model, profiles, w.vm_evidence, w.unit_parameters)
+    req = dataclasses.replace(request, workload=free, strategy=strategy)
+    if strategy == "ddp":
+
+        def ddp_b_max(instance: SimInstance, world: int) -> int:
+            return fit.b_max(w, instance, "ddp", world)
+
+        inner: Any = sim
+        b_max_of: Callable[[SimInstance, int], int] = ddp_b_max
+        earlier = passes_s(sim)
+    else:
+        checked = FitChecked(sim, strategy, w)
+        inner, b_max_of, earlier = checked, checked.b_max, checked.sharded.accumulating_s
+    return req, Accumulated(inner, lambda c: micro_batches_needed(c, b_max_of), earlier)
 
 
 def enlarges(request: PlanRequest, sharded: PlanRequest) -> bool:
@@ -156,6 +197,14 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         if s == "hsdp" and all(o.instance.ranks_per_vm == 1 for o in request.offers):
             notes[s] = "shards inside a VM, and no offered VM has more than one GPU"
             continue
+        if holds(request, s) < request.global_batch:  # only in micro-batches
+            if holds(request, s) < 1:
+                ddp_why = no_replica_fits(request) if s == "ddp" else ""
+                notes[s] = ddp_why or "no offered GPU holds a sample"
+                continue
+            req, accumulating = accumulated(request, s, sim)
+            results[s] = _tag(search(req, accumulating), s, "")
+            continue
         try:
             req = sharded_request(request, s)
         except ConfigError as exc:  # the quotas cannot hold the global batch under s
@@ -189,7 +238,7 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
     ranked = sorted(results.items(), key=key)
     s, best = ranked[0]
     if pinned:
-        return _tag(best, s, f"{s}: pinned by the request")
+        return _tag(best, s, f"{s}: pinned by the request" + _micro(request, best, s))
     if best.best is None:
         reason = f"{s}: nothing meets the limits under any strategy"
     else:
@@ -206,4 +255,16 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
             )
         parts += [f"{t}: {n}" for t, n in notes.items() if n != SAME]
         reason = f"{where}: " + ("; ".join(parts) if parts else "the only strategy searched")
-    return _tag(best, s, reason)
+    return _tag(best, s, reason + _micro(request, best, s))
+
+
+def _micro(request: PlanRequest, result: PlanResult, strategy: Strategy) -> str:
+    """Why ``result``'s best plan accumulates gradients ("" when it does not)."""
+    k = 1 if result.best is None else result.best.estimate.micro_batches
+    if k <= 1:
+        return ""
+    return (
+        f"; {k} micro-batches per step: the quotas hold at most "
+        f"{holds(request, strategy)} samples at once under {strategy}, the global batch is "
+        f"{request.global_batch}"
+    )

@@ -56,7 +56,7 @@ from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
 from srifty_core.runtime.monitor_step import JobStalled, Monitor, ReportRefused
 from srifty_core.runtime.outcome import Outcome, rank_logs
 from srifty_core.runtime.replanner import Replanner
-from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.runtime.train_plan import TrainPlan, micro_batches_for
 
 
 class TrainingError(SriftyError):
@@ -326,9 +326,14 @@ def _train_local(
                 raise TrainingError("every instance was preempted; nothing to resume on")
             (alloc,), _ = Replanner.apply(provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive})
             record_allocations(run_dir, provider, [alloc.id])
+            survivors = Replanner.survivors(config.global_batch, alive)
             config = dataclasses.replace(
                 config,
-                local_batches=Replanner.survivors(config.global_batch, alive),
+                local_batches=survivors,
+                # each rank's micro-batch as planned: more of them on the larger batches
+                micro_batches=micro_batches_for(
+                    config.local_batches, config.micro_batches, survivors
+                ),
                 ranks_per_vm=0,  # the survivors share this one host
                 config_id=_next_id(plan.config_id, len(segments)),
             )

@@ -73,6 +73,11 @@ class TrainPlan:
     ranks_per_vm: int = 0
     """The ranks of one VM, the shard group of ``hsdp`` (0: every rank, one VM). The
     world size must be a multiple of it."""
+    micro_batches: int = 1
+    """Gradient accumulation: each rank's local batch runs as this many micro-batches (as
+    equal as possible, ``micro_split``), the gradients exchanged once, after the last, then
+    one optimizer step: the same step as on the whole local batch, in less memory. At most
+    the smallest local batch; a plan file without it is 1."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -138,6 +143,12 @@ class TrainPlan:
             raise ConfigError(
                 f"ranks_per_vm: must divide the world size {self.world_size} (0: every "
                 f"rank on one VM), got {self.ranks_per_vm}"
+            )
+        object.__setattr__(self, "micro_batches", _whole("micro_batches", self.micro_batches))
+        if not 1 <= self.micro_batches <= min(self.local_batches):
+            raise ConfigError(
+                f"micro_batches: must be between 1 and the smallest local batch "
+                f"{min(self.local_batches)}, got {self.micro_batches}"
             )
         parse_model(self.model)
         self.settings  # noqa: B018 - builds TrainingSettings, which checks the four fields
@@ -240,6 +251,33 @@ def split_batch(global_batch: int, ranks: int) -> tuple[int, ...]:
         raise ConfigError(f"cannot split a batch of {global_batch} over {ranks} ranks")
     q, r = divmod(global_batch, ranks)
     return tuple(q + (1 if k < r else 0) for k in range(ranks))
+
+
+def micro_split(local_batch: int, micro_batches: int) -> tuple[int, ...]:
+    """A local batch's micro-batch sizes (``split_batch``: as equal as possible, larger
+    first). Micro-batch ``j`` of ``m_j`` samples scales its mean loss by ``m_j / b``
+    besides the rank's ``loss_scale``: the accumulated gradient is then the one of the whole
+    local batch."""
+    if micro_batches < 1 or micro_batches > local_batch:
+        raise ConfigError(
+            f"micro_batches: must be between 1 and the local batch {local_batch}, "
+            f"got {micro_batches}"
+        )
+    return split_batch(local_batch, micro_batches)
+
+
+def micro_batches_for(
+    local_batches: Sequence[int], micro_batches: int, new_batches: Sequence[int]
+) -> int:
+    """The micro-batches that keep a plan's largest micro-batch (what its GPUs were planned
+    to hold) when its ranks take ``new_batches`` instead (survivors of a preemption
+    taking the global batch over): ``ceil(max(new) / ceil(max(old) / k))``, at most the
+    smallest new local batch, at least 1. A plan without micro-batches (k = 1) keeps
+    none: nothing here knows what its GPUs hold beyond what it planned."""
+    if micro_batches <= 1:
+        return 1
+    size = -(-max(local_batches) // micro_batches)
+    return max(1, min(-(-max(new_batches) // size), min(new_batches)))
 
 
 def loss_scale(local_batches: Sequence[int], rank: int) -> float:

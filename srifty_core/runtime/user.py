@@ -44,6 +44,11 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
   and ``finish()`` must come after the plan's last iteration (``iterations()``) with a
   checkpoint holding it (``report(..., model=...)`` or ``save_checkpoint``). A script
   that exits 0 without that fails the job too.
+- ``micro_batches()`` is the plan's gradient accumulation (1: none). With k > 1, run
+  this rank's batch as ``micro_split(local_batch(), k)`` slices, each loss times
+  ``loss_scale() * m_j / local_batch()`` and its backward inside
+  ``gradient_sync(model, j == k - 1)`` (the exchange once, with the last), then one
+  ``opt.step()``: the step of the whole local batch, as the built-in worker takes it.
 - ``autocast()`` runs what it holds in the plan's precision as the built-in worker does
   (bf16 on GPUs; nothing on the CPU); ``precision()`` says which.
 - ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
@@ -91,7 +96,8 @@ from srifty_core.runtime.checkpoint import load_checkpoint as _load
 from srifty_core.runtime.checkpoint import save_checkpoint as _save
 from srifty_core.runtime.launch import PLAN_ENV
 from srifty_core.runtime.sharded_checkpoint import load_latest, save_sharded
-from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.runtime.train_plan import TrainPlan, micro_split
+from srifty_core.sharding.wrap import gradient_sync as gradient_sync
 from srifty_core.sharding.wrap import wrap as shard
 
 __all__ = [
@@ -101,11 +107,14 @@ __all__ = [
     "checkpoint_extra",
     "finish",
     "global_batch",
+    "gradient_sync",
     "init",
     "iterations",
     "load_checkpoint",
     "local_batch",
     "loss_scale",
+    "micro_batches",
+    "micro_split",
     "plan",
     "precision",
     "rank",
@@ -179,6 +188,11 @@ def global_batch() -> int:
 def loss_scale() -> float:
     """``world_size * b_rank / B_global``: multiply your mean-reduced loss by it."""
     return float(_env("SRIFTY_LOSS_SCALE"))
+
+
+def micro_batches() -> int:
+    """Micro-batches per step of this rank's local batch (the plan's; module doc)."""
+    return plan().micro_batches
 
 
 def iterations() -> int:

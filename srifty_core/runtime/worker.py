@@ -32,6 +32,11 @@ averages over the ranks as DDP does, so the same loss scale applies; every rank 
 its shards into a DCP checkpoint (``runtime.sharded_checkpoint``) that any world size,
 and a ``ddp`` plan, resumes from (and a sharded plan resumes a one-file checkpoint).
 
+Gradient accumulation (``micro_batches`` k > 1): each rank runs its local batch as k
+micro-batches (``micro_split``), each loss also scaled by its share ``m_j / b_rank``, the
+exchange held back but on the last (``sharding.wrap.gradient_sync``), then one optimizer
+step: the parameters of k = 1, in the activations of one micro-batch.
+
 Data are addressed by global sample index: iteration ``i``'s global batch is a seeded
 synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting at
 ``sum(local_batches[:r])``. A checkpoint therefore resumes on any world size and mix of
@@ -84,9 +89,10 @@ from srifty_core.runtime.train_plan import (
     PRECISIONS,
     TrainPlan,
     loss_scale,
+    micro_split,
     split_batch,
 )
-from srifty_core.sharding.wrap import wrap
+from srifty_core.sharding.wrap import gradient_sync, wrap
 from srifty_core.workloads import build, choose_precision, make_optimizer, prepare
 
 __all__ = [
@@ -150,24 +156,36 @@ def train_step(
     scale: float,
     precision: str = "fp32",
     scaler: torch.amp.GradScaler | None = None,
+    micro_batches: int = 1,
 ) -> Tensor:
     """One optimizer step on ``batch`` with the loss scaled by ``scale`` (returned, detached,
     without a device sync): in the
     parameters' dtype for ``fp32``, else under ``torch.autocast`` of ``precision`` (on the
     batch's device); with ``scaler`` (fp16) the backward pass runs on the scaled loss and
     the scaler skips a step whose gradients overflowed (under DDP every rank sees the same
-    averaged gradients, so every rank skips alike)."""
+    averaged gradients, so every rank skips alike). With ``micro_batches`` > 1 the batch
+    runs as that many slices (``micro_split``), each loss also scaled by its share of the
+    batch, the gradients accumulated and exchanged with the last (``gradient_sync``): the
+    same step, and the same returned loss, as on the whole batch."""
     opt.zero_grad(set_to_none=True)
-    with precision_context(precision, batch[0].device):
-        loss = workload.loss(batch) * scale
+    sizes = micro_split(len(batch[0]), micro_batches)
+    total: Tensor | None = None
+    lo = 0
+    for j, m in enumerate(sizes):
+        part = batch if len(sizes) == 1 else tuple(t[lo : lo + m] for t in batch)
+        lo += m
+        with gradient_sync(workload.module, j == len(sizes) - 1):
+            with precision_context(precision, batch[0].device):
+                loss = workload.loss(part) * (scale * m / len(batch[0]))
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        total = loss.detach() if total is None else total + loss.detach()
     if scaler is None:
-        loss.backward()
         opt.step()
     else:
-        scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-    return loss.detach()
+    assert total is not None
+    return total
 
 
 def local_batch(
@@ -299,7 +317,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
             batch = local_batch(workload, plan, i, rank, device)
             if timer is not None:
                 timer.start(time.perf_counter())
-            loss = train_step(workload, batch, opt, scale, precision, scaler)
+            loss = train_step(workload, batch, opt, scale, precision, scaler, plan.micro_batches)
             nan = math.nan
             fwbw = timer.compute_s(time.perf_counter()) if timer is not None else nan
             busy = timer.busy_s if timer is not None else nan

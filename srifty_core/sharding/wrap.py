@@ -7,9 +7,15 @@ Contract: ``wrap(module, layout, settings, device)`` returns the module to call 
 the trainer, the memory check and the sharded profile use it, so all three shard alike.
 Under bf16/fp16 on a GPU, FSDP gathers parameters in that dtype and reduces gradients in
 float32 (``MixedPrecisionPolicy``); on the CPU everything stays float32.
+``gradient_sync(module, False)`` keeps the backward passes inside it from exchanging
+gradients (DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync`` on the root): the
+micro-batches of gradient accumulation but the last.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -56,3 +62,30 @@ def wrap(
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     fully_shard(module, mesh=mesh, mp_policy=policy)
     return module
+
+
+@contextmanager
+def gradient_sync(module: nn.Module, enabled: bool) -> Iterator[None]:
+    """The backward passes inside exchange gradients (``enabled``, as always) or keep them
+    on this rank, accumulating into the local (for FSDP2: unsharded) gradients until a
+    backward pass with it on exchanges the sum: DDP's ``no_sync()``, FSDP2's
+    ``set_requires_gradient_sync(False)`` on the root module (then ``True`` again; for
+    hsdp it holds back the replicas' allreduce too). A module of neither kind exchanges
+    nothing."""
+    if enabled:
+        yield
+        return
+    if isinstance(module, nn.parallel.DistributedDataParallel):
+        with module.no_sync():
+            yield
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            module.set_requires_gradient_sync(True)
+        return
+    yield

@@ -258,6 +258,19 @@ class ShardedSimulator:
         self._comm_cache[key] = out
         return out
 
+    def accumulating_s(self, workload: Workload, config: ClusterConfig) -> float:
+        """One micro-batch of gradient accumulation but the last, at the mean passes: the
+        schedule with every all-gather (FSDP2 reshards after forward and gathers again for
+        backward on every micro-batch) and no gradient collective (held back until the
+        last micro-batch; ``sharding.wrap.gradient_sync``), and no optimizer step."""
+        c = self.simulator.compute_samples(workload, config.groups)
+        units = self.units(workload, config)
+        total = float(sum(units)) or 1.0
+        weights = tuple(n / total for n in units)
+        comm = self._comm(workload, config, units)
+        none = tuple(0.0 for _ in units)
+        return _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, none).end
+
     def shard_degree(self, config: ClusterConfig) -> int:
         if self.strategy == "fsdp":
             return config.world_size

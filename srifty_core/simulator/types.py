@@ -275,6 +275,9 @@ class IterationEstimate:
     unfit: str = ""
     """Why the configuration's ranks do not hold their local batches under the strategy
     planned (``planner.fit.short``); "" when they do. The planner counts it a broken limit."""
+    micro_batches: int = 1
+    """Gradient accumulation: micro-batches per rank per step (``simulator.accumulation``);
+    1: none."""
 
     @property
     def throughput(self) -> float:

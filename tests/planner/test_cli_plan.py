@@ -195,3 +195,29 @@ def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strat
     assert plan.strategy == strategy[1] and plan.world_size == int(strategy[2])
     if plan.strategy == "hsdp":
         assert 1 < plan.ranks_per_vm < plan.world_size
+
+
+@pytest.mark.slow
+def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's GPT-2 XL request with a global batch of 2048: the quotas hold a few
+    hundred samples at once, so the plan accumulates gradients, says so, and
+    `--write-plan` hands its micro-batches to the trainer."""
+    import re
+
+    from srifty_core import paths
+    from srifty_core.runtime.train_plan import TrainPlan
+
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**A model larger than one GPU.**") :]
+    text = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0]
+    request = tmp_path / "gpt2-xl.yaml"
+    request.write_text(text.replace("global_batch: 32", "global_batch: 2048"))
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    k = re.search(r"(\d+) micro-batches per step", said)
+    assert k is not None and int(k[1]) > 1 and "Gradient accumulation" in said, said
+    plan = TrainPlan.load(str(out))
+    assert plan.micro_batches == int(k[1]) and plan.global_batch == 2048

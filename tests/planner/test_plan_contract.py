@@ -123,8 +123,9 @@ def test_plans_are_reproducible(method: str) -> None:
 
 
 def test_bad_requests_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="global_batch: 100000 cannot be held"):
-        request(global_batch=100_000)
+    # beyond what the quotas hold at once is micro-batches, not an error (a GPU that holds
+    # no sample is: tests/planner/test_strategies.py)
+    assert request(global_batch=100_000).global_batch == 100_000
     with pytest.raises(ConfigError, match=r"offers\[fast.x/on-demand\].quota"):
         Offer(FAST, Market.ON_DEMAND, quota=-1, usd_per_hour=1.0)
     with pytest.raises(ConfigError, match="time_limit_s: must be a positive number"):

@@ -28,11 +28,14 @@ N = 40
 
 
 @pytest.mark.slow
-def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("micro", [1, 2])
+def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path, micro: int) -> None:
+    """With ``micro`` micro-batches too: the survivor keeps the planned micro-batch size
+    (12 samples in 3 micro-batches of 4) and still ends at a straight run's parameters."""
     plan = TrainPlan(
         model="dlrm", size="tiny", global_batch=12, iterations=N, local_batches=(4, 8),
         run_dir=str(tmp_path / "run"), dtype="float64", lr=0.05, checkpoint_every=5,
-        step_sleep_s=0.05,
+        step_sleep_s=0.05, micro_batches=micro,
     )  # fmt: skip
     provider = LocalProvider(tmp_path / "cloud")
     first: list[Allocation] = []
@@ -75,6 +78,8 @@ def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path) -> None:
     assert sorted({r.iteration for r in recs}) == list(range(1, N + 1))
     straight = train_single(plan)
     assert all(torch.allclose(ck.model[k], straight[k], atol=1e-10) for k in straight)
+    resumed = TrainPlan.load(next(Path(plan.run_dir).glob("plan-c0.r1*.json")))
+    assert resumed.micro_batches == (3 if micro == 2 else 1)
 
 
 STEPS_THEN = textwrap.dedent(

@@ -1,0 +1,113 @@
+"""Gradient accumulation in the simulated iteration: each rank runs its local batch as k
+micro-batches and the gradients are exchanged once, with the last.
+
+Contract: ``micro_batches_needed(config, b_max_of)`` is the k a configuration needs for
+every rank's micro-batch to fit (``b_max_of(instance, world)``: that GPU's B_max under
+the strategy; one k for the whole configuration, as a plan has one); ``micro_config``
+the configuration at its micro-batches (each rank's ``ceil(b / k)``, the largest of its
+slices); ``Accumulated(inner, k_of, earlier_s)`` an ``Estimator`` whose iteration of a
+configuration needing k > 1 is ``inner``'s iteration of the micro configuration (the last
+micro-batch: its compute, the whole exchange and overlap, the optimizer step) plus
+``k - 1`` times ``earlier_s`` of it (a micro-batch before the last: ddp its forward and
+backward passes, no exchange; fsdp/hsdp those with every all-gather and no
+reduce-scatter, ``ShardedSimulator.accumulating_s``). Every sampled quantile shifts by
+the same mean: the earlier micro-batches' own spread is not modelled. Derivation:
+docs/design/sharding.md, "Gradient accumulation".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.types import (
+    ClusterConfig,
+    Group,
+    IterationEstimate,
+    SimInstance,
+    Workload,
+)
+
+
+def micro_batches_needed(config: ClusterConfig, b_max_of: Callable[[SimInstance, int], int]) -> int:
+    """The fewest micro-batches k with every rank's ``ceil(b / k)`` within its GPU's
+    B_max (module doc); 0 where some GPU holds no sample at all."""
+    k = 1
+    world = config.world_size
+    for g in config.groups:
+        most = b_max_of(g.instance, world)
+        if most < 1:
+            return 0
+        k = max(k, -(-g.batch_per_rank // most))
+    return k
+
+
+def passes_s(simulator: Simulator) -> Callable[[Workload, ClusterConfig], float]:
+    """ddp's micro-batch before the last: the slowest VM's mean forward and backward passes
+    (``no_sync``: nothing exchanged, no step)."""
+
+    def earlier(workload: Workload, micro: ClusterConfig) -> float:
+        c = simulator.compute_samples(workload, micro.groups)
+        return c.t_fw + c.t_bw
+
+    return earlier
+
+
+def micro_config(config: ClusterConfig, k: int) -> ClusterConfig:
+    """``config`` with each rank's batch its largest micro-batch, ``ceil(b / k)``."""
+    return ClusterConfig(
+        tuple(
+            Group(g.instance, g.count, math.ceil(g.batch_per_rank / k) * g.instance.ranks_per_vm)
+            for g in config.groups
+        )
+    )
+
+
+class Accumulated:
+    """An ``Estimator`` of the iteration with gradient accumulation (module doc):
+    ``k_of(config)`` the micro-batches a configuration needs (0: none fits; ``inner``'s
+    estimate then, marked ``unfit``), ``earlier_s(workload, micro)`` one micro-batch
+    before the last."""
+
+    def __init__(
+        self,
+        inner: object,
+        k_of: Callable[[ClusterConfig], int],
+        earlier_s: Callable[[Workload, ClusterConfig], float],
+    ) -> None:
+        self.inner = inner
+        self.k_of = k_of
+        self.earlier_s = earlier_s
+
+    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
+        k = self.k_of(config)
+        estimate: Callable[[Workload, ClusterConfig], IterationEstimate]
+        estimate = self.inner.estimate  # type: ignore[attr-defined]
+        smallest = min(g.batch_per_rank for g in config.groups)
+        if k <= 1 or k > smallest:
+            e = estimate(workload, config)
+            if k == 0 or k > smallest:
+                why = (
+                    "a GPU holds no sample"
+                    if k == 0
+                    else f"{k} micro-batches needed, more than the smallest local batch {smallest}"
+                )
+                e = dataclasses.replace(e, unfit=e.unfit or why)
+            return e
+        micro = micro_config(config, k)
+        last = estimate(workload, micro)
+        extra = (k - 1) * self.earlier_s(workload, micro)
+        return dataclasses.replace(
+            last,
+            t_iter=last.t_iter + extra,
+            t_fw=k * last.t_fw,
+            t_bw=k * last.t_bw,
+            p50=last.p50 + extra,
+            p95=last.p95 + extra,
+            p90=None if last.p90 is None else last.p90 + extra,
+            t_iter_p90=None if last.t_iter_p90 is None else last.t_iter_p90 + extra,
+            global_batch=config.global_batch,
+            micro_batches=k,
+        )

@@ -1,0 +1,114 @@
+"""Gradient accumulation in planning (issue 50 item 1): the simulated iteration with k
+micro-batches is k micro-batch passes and one exchange (hand-checked cases); a request
+whose global batch the quotas hold only in micro-batches gets a plan with them, one that
+fits gets none; the plan's micro-batches reach the training plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from srifty_core.planner import fit
+from srifty_core.planner.search import plan
+from srifty_core.simulator.accumulation import (
+    Accumulated,
+    micro_batches_needed,
+    micro_config,
+    passes_s,
+)
+from srifty_core.simulator.estimator import Simulator
+from srifty_core.simulator.sharded import ShardedSimulator, schedule
+from srifty_core.simulator.types import Workload
+from tests.planner.test_strategies import ONE, ddp_fits_request, simulator
+from tests.profiling.test_profile_contract import make_profile
+from tests.simulator.test_estimator import ConstantBandwidth, config, inst, steady
+from tests.simulator.test_sharded import ByCollective, _workload
+
+
+def ddp_accumulating(sim: Simulator, b_max: int) -> Accumulated:
+    return Accumulated(sim, lambda c: micro_batches_needed(c, lambda i, w: b_max), passes_s(sim))
+
+
+def test_one_rank_runs_k_micro_batch_passes_and_one_step() -> None:
+    # steady profile: about 12.3 ms forward and 2.1x that backward at 8 samples (the
+    # fit's); 32 samples in micro-batches of 8 (B_max 8): 4 passes of 8, the step once
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    sim = Simulator(ConstantBandwidth(1e9))
+    est = ddp_accumulating(sim, 8).estimate(w, config((inst("a"), 1, 32)))
+    assert est.micro_batches == 4 and est.global_batch == 32
+    c = sim.compute_samples(w, config((inst("a"), 1, 8)).groups)
+    assert c.t_fw + c.t_bw == pytest.approx(3.1 * 0.0123, rel=0.02)
+    assert est.t_iter == pytest.approx(float(p.t_iter(8)) + 3 * (c.t_fw + c.t_bw))
+    assert est.t_fw == pytest.approx(4 * c.t_fw)
+
+
+def test_the_exchange_counts_once_over_the_micro_batches() -> None:
+    p = steady(make_profile())
+    w = Workload("m", {"cpu": p})
+    sim = Simulator(ConstantBandwidth(1e3))  # slow links: the exchange shows
+    four = config((inst("a"), 4, 32))
+    acc = ddp_accumulating(sim, 8).estimate(w, four)
+    micro = sim.estimate(w, micro_config(four, 4))
+    assert acc.micro_batches == 4 and micro.exposed_comm > 0
+    c = sim.compute_samples(w, micro_config(four, 4).groups)
+    passes = c.t_fw + c.t_bw
+    # the last micro-batch's iteration (its passes, the exchange, the step) + 3 passes
+    assert acc.t_iter == pytest.approx(micro.t_iter + 3 * passes)
+    assert acc.t_iter < 4 * micro.t_iter - 2 * micro.exposed_comm  # not exchanged 4 times
+    assert ddp_accumulating(sim, 32).estimate(w, four) == sim.estimate(w, four)  # fits: k = 1
+
+
+def test_a_sharded_micro_batch_before_the_last_gathers_and_does_not_reduce() -> None:
+    units = (0, 10_000_000, 10_000_000)
+    w = _workload(units)
+    sharded = ShardedSimulator(Simulator(ByCollective({None: 1e9})), "fsdp")
+    sim = sharded.simulator
+    one = config((inst("g", "T4"), 1, 8))
+    c1 = sim.compute_samples(w, one.groups)
+    assert sharded.accumulating_s(w, one) == pytest.approx(c1.t_fw + c1.t_bw)  # no peers
+    four = config((inst("g", "T4"), 4, 8))
+    c = sim.compute_samples(w, four.groups)
+    per = 0.75 * 40e6 / 1e9  # (n-1)/n of 40 MB at 1 GB/s
+    frac = [n / sum(units) for n in units]
+    by_hand = schedule([c.t_fw * f for f in frac], [c.t_bw * f for f in frac],
+                       [0.0, per, per], [0.0, 0.0, 0.0]).end  # fmt: skip
+    assert sharded.accumulating_s(w, four) == pytest.approx(by_hand)
+    assert sharded.accumulating_s(w, four) < sharded.estimate(w, four).t_iter
+    acc = Accumulated(sharded, lambda cfg: 2, sharded.accumulating_s)
+    two = acc.estimate(w, config((inst("g", "T4"), 4, 16)))
+    assert two.t_iter == pytest.approx(sharded.estimate(w, four).t_iter + by_hand)
+
+
+def test_micro_batches_needed_is_the_fewest_that_fit() -> None:
+    cfg = config((inst("a"), 2, 32), (inst("b"), 1, 10))
+    most = {"a": 8, "b": 4}
+    assert micro_batches_needed(cfg, lambda i, w: most[i.name]) == 4  # 32/8, ceil(10/4)=3
+    assert micro_config(cfg, 4) == config((inst("a"), 2, 8), (inst("b"), 1, 3))
+    assert micro_batches_needed(cfg, lambda i, w: 0) == 0
+
+
+def test_a_global_batch_the_quotas_hold_only_in_micro_batches_gets_them() -> None:
+    fits = plan(ddp_fits_request(strategy="ddp"), simulator())
+    assert fits.best is not None and fits.micro_batches == 1
+    assert "micro-batch" not in " ".join(fits.explanation())
+    r = ddp_fits_request(strategy="ddp", global_batch=1024)  # 8 GPUs x B_max 16 = 128
+    res = plan(r, simulator())
+    assert res.best is not None and res.micro_batches >= 8
+    for c in (res.best, *res.runners_up):
+        k = c.estimate.micro_batches
+        for _, _, b in c.choice:
+            assert -(-b // k) <= fit.b_max(r.workload, ONE, "ddp", 8) and k <= b
+    assert f"{res.micro_batches} micro-batches per step" in res.strategy_reason
+    assert "Gradient accumulation" in " ".join(res.explanation())
+    assert res.to_dict()["micro_batches"] == res.micro_batches
+
+
+def test_the_planned_micro_batches_reach_the_training_plan() -> None:
+    from srifty_core.runtime.job import Launch
+    from srifty_core.runtime.planning import train_plan_for
+
+    kw = {"model": "dlrm", "size": "tiny", "global_batch": 32, "iterations": 5, "run_dir": "r"}
+    four = Launch("g5.12xlarge", "on-demand", 2, 4, 4)
+    p = train_plan_for([four], strategy="fsdp", micro_batches=4, **kw)  # type: ignore[arg-type]
+    assert (p.micro_batches, p.local_batches) == (4, (4,) * 8)
+    assert train_plan_for([four], **kw).micro_batches == 1  # type: ignore[arg-type]
