@@ -263,6 +263,9 @@ def run_demo(data_dir: Path | None = None) -> int:
             "concurrency": [1, 2],
             "repeats": 3,
             "allocations": 3,
+            # the demo's jobs are DDP: allreduce is all they exchange (the DAG's default
+            # also sweeps all_gather and reduce_scatter, for sharded plans)
+            "collectives": ["all_reduce"],
         },
         home,
     )
