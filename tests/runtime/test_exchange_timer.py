@@ -33,5 +33,9 @@ def test_the_hook_sums_and_the_loss_carries_one_over_world() -> None:
             # one rank's share of the average: its gradient / 4, from the loss alone
             torch.testing.assert_close(a.grad, b.grad / 4)
         assert timer.compute_s(time.perf_counter()) > 0.0
+        # DDP's reducer holds the group: freed only after destroy_process_group, gloo's
+        # destructor joined its run-loop threads forever (seen once, a C++ hang no
+        # pytest-timeout signal interrupts), so it goes while the group is alive
+        del ddp
     finally:
         dist.destroy_process_group()
