@@ -64,3 +64,40 @@ def test_the_gpu_check_trains_preempts_and_resumes_on_the_cpu(
     assert runs["digits_fp32"]["result"]["accuracy"] > 0.9
     fsdp = result["fsdp"]
     assert fsdp["same_training"]["ok"] and len(fsdp["rows"]) == 4
+
+
+def test_the_estimate_is_scored_on_a_measured_profile_it_never_saw() -> None:
+    """``gpu_check_estimate``: the cut leaves the measured GPU (or only its network there)
+    out of the evidence, and the score is (estimate - measured) / measured at each dense
+    batch, from the run of 2026-12-04 on an H200."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check_estimate as ge
+
+    from srifty_core.catalog import Catalog
+    from srifty_core.predictors.roofline import Efficiencies, Roofline
+    from srifty_core.profiling import estimate
+    from srifty_core.profiling.profile import ComputeProfile
+
+    catalog = Catalog.load()
+    observations, _ = estimate.evidence(catalog, store=None)
+    on_h200 = [o for o in observations if o.device.name == "H200"]
+    assert on_h200 and any(o.census.model == "resnet50" for o in on_h200)
+    no_device = ge.cut_evidence(observations, "H200", None)
+    no_model = ge.cut_evidence(observations, "H200", "resnet50")
+    assert not any(o.device.name == "H200" for o in no_device)
+    assert any(o.device.name == "H200" for o in no_model)
+    assert not any(o.device.name == "H200" and o.census.model == "resnet50" for o in no_model)
+    assert len(ge.cut_evidence(observations, "", "")) == len(observations)
+
+    run = json.loads((ge.RESULTS / "gpu_check.json").read_text())
+    [m] = [m for m in run["models"] if m["profile_file"] == "h200_resnet50_fp32.json"]
+    measured = ComputeProfile.from_json((ge.RESULTS / m["profile_file"]).read_text())
+    roof = Roofline(Efficiencies(), 1, ("A100",), specs_cv=0.2, scaled_cv=0.2)
+    c = ge.compare(measured, m["dense"], roof, catalog)
+    meas = [f + b for f, b in zip(m["dense"]["fw_mean_s"], m["dense"]["bw_mean_s"], strict=True)]
+    for e, p, t in zip(c["signed_err_pct"], c["estimated_iter_ms"], meas, strict=True):
+        assert e == pytest.approx((p / 1e3 - t) / t * 100, abs=0.06)
+    assert c["batches"][0] == 1 and 1 in c["launch_bound_batches"]
+    assert 512 not in c["launch_bound_batches"]
+    assert 0.0 <= c["p90_band_coverage"] <= 1.0
+    assert c["memory"]["measured_b_max"] == 512 and c["memory"]["estimated_b_max"] > 0
