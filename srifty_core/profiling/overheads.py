@@ -1,6 +1,7 @@
 """What a step costs beyond one process stepping alone, measured with load workers in
-lockstep (``colocated``): the slowdown of workers sharing the host (``shared_slowdown``)
-and what wrapping the model in DDP adds (``ddp_overhead``).
+lockstep (``colocated``): the slowdown of workers sharing the host (``shared_slowdown``),
+what wrapping the model in DDP adds (``ddp_overhead``) and what FSDP2 adds beyond its
+collectives (``fsdp_overhead``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import torch
 
 from srifty_core.profiling.colocated import colocated_load, ddp_of_one
 from srifty_core.profiling.config import ProfilerConfig
-from srifty_core.profiling.timing import step_seconds
+from srifty_core.profiling.timing import measure_latency, optimizer_step_seconds, step_seconds
+from srifty_core.sharding.memory import Layout
+from srifty_core.sharding.units import shard_units
+from srifty_core.sharding.wrap import wrap
 from srifty_core.workloads.zoo import Workload
 
 SHARE_ROUNDS = 3
@@ -114,3 +118,65 @@ def ddp_overhead(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def fsdp_overhead(
+    workload: Workload,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+) -> tuple[float, ...]:
+    """``(forward s per unit, backward s per unit, optimizer step s)``: what FSDP2 adds to
+    a step at ``batch`` beyond its collectives (``ComputeProfile.fsdp_overhead``).
+
+    A copy of the model is sharded as the trainer shards it (``sharding.wrap``: each unit
+    of ``sharding.units``, then the root, under the settings' mixed-precision policy) over
+    a process group of this process alone (an in-memory store; gloo on the CPU, NCCL on
+    CUDA), so every all-gather and reduce-scatter has nothing to move and what remains is
+    FSDP2's own work: the hooks around each unit, the copies into and out of the
+    collectives' buffers, the casts. The sharded simulator prices the collectives
+    themselves from the bandwidth model and adds this per unit, so a probe of a bare
+    collective and this measurement together make a sharded step
+    (``benchmarks/sharded_reality.py`` scores it). Median sharded forward (backward) minus
+    median plain forward (backward) over ``SHARE_ROUNDS`` alternating rounds, divided by
+    the units (the root counted as one), at least 0; the optimizer step over the sharded
+    parameters (DTensors) minus over the plain ones. Empty where a process group already
+    exists in this process (a profile taken inside a training job)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        return ()
+    units = len(shard_units(workload.module)) + 1
+    data = workload.make_batch(batch, device, seed=config.seed)
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1
+    )
+    try:
+        sharded = dataclasses.replace(workload, module=copy.deepcopy(workload.module))
+        wrap(sharded.module, Layout("fsdp", 1), config.settings, device)
+        fw: tuple[list[float], list[float]] = ([], [])
+        bw: tuple[list[float], list[float]] = ([], [])
+        for _ in range(SHARE_ROUNDS):
+            for i, w in enumerate((workload, sharded)):
+                f, b = measure_latency(
+                    w, data, repeats=config.repeats, warmup=config.warmup, sync=sync
+                )
+                fw[i].extend(f)
+                bw[i].extend(b)
+        step = [
+            optimizer_step_seconds(w, data, sync, settings=config.settings)
+            for w in (dataclasses.replace(workload, module=copy.deepcopy(workload.module)),
+                      sharded)
+        ]  # fmt: skip
+        med = statistics.median
+        out = (
+            max(0.0, med(fw[1]) - med(fw[0])) / units,
+            max(0.0, med(bw[1]) - med(bw[0])) / units,
+            max(0.0, step[1] - step[0]),
+        )
+        del sharded
+        return out
+    finally:
+        dist.destroy_process_group()

@@ -120,6 +120,15 @@ class ComputeProfile:
     every rank's step, and slow more than the compute does). Empty
     where not measured (older profiles): the simulator then models the passes from
     ``copy_bytes_per_s``."""
+    fsdp_overhead: tuple[float, ...] = ()
+    """``(forward s per unit, backward s per unit, optimizer step s)``: what FSDP2 adds to a
+    step beyond its collectives, measured (a copy of the model under ``fully_shard`` over a
+    process group of one, minus the same step unwrapped, in alternating rounds;
+    ``profiling.overheads.fsdp_overhead``): the pre- and post-hooks of each unit, the
+    copies into and out of the all-gather and reduce-scatter buffers, the mixed-precision
+    casts, the optimizer's step over DTensors. Per unit of ``sharding.units`` (the root
+    counted as one), at least 0. Empty where not measured (older profiles, a profile
+    taken inside a training job): the sharded simulator then adds nothing and says so."""
     settings: TrainingSettings = DEFAULT_SETTINGS
     """The training settings the profile was taken with (precision, optimizer, compile,
     channels-last): a plan with other settings does not read it."""
@@ -274,6 +283,7 @@ class ComputeProfile:
             "probe_checks": [[b, e] for b, e in self.probe_checks],
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
             "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
+            "fsdp_overhead": list(self.fsdp_overhead),
             "settings": self.settings.to_dict(),
             "effective_precision": self.effective_precision,
             "b_max_limit": self.b_max_limit,
@@ -336,6 +346,7 @@ class ComputeProfile:
                 probe_checks=tuple((int(b), float(e)) for b, e in d.get("probe_checks", ())),
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
                 ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
+                fsdp_overhead=_fsdp_overhead(d.get("fsdp_overhead", ())),
                 settings=TrainingSettings.from_dict(d.get("settings")),
                 effective_precision=str(d.get("effective_precision", "")),
                 b_max_limit=str(d.get("b_max_limit", "memory")),
@@ -444,6 +455,22 @@ def _overhead_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
     if not all(math.isfinite(t) and t >= 0 for _, t in pairs):
         raise ConfigError(f"ddp_overhead: seconds must be finite and >= 0: {pairs}")
     return pairs
+
+
+def _fsdp_overhead(raw: Any) -> tuple[float, ...]:
+    """``fsdp_overhead`` from JSON: empty, or three finite seconds >= 0."""
+    if not raw:
+        return ()
+    try:
+        fw, bw, step = (float(x) for x in raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"fsdp_overhead: expected [forward s per unit, backward s per unit, step s], "
+            f"got {raw!r}"
+        ) from exc
+    if not all(math.isfinite(x) and x >= 0 for x in (fw, bw, step)):
+        raise ConfigError(f"fsdp_overhead: seconds must be finite and >= 0: {raw!r}")
+    return fw, bw, step
 
 
 def _at_least(name: str, value: float, low: float) -> None:

@@ -23,7 +23,7 @@ from srifty_core.profiling.colocated import colocated_load
 from srifty_core.profiling.config import ProfilerConfig, Progress
 from srifty_core.profiling.device import device_type_of, resolve_device, sync_fn
 from srifty_core.profiling.memory import find_b_max, tensor_bytes
-from srifty_core.profiling.overheads import ddp_overhead, shared_slowdown
+from srifty_core.profiling.overheads import ddp_overhead, fsdp_overhead, shared_slowdown
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.sweep import latency_sweep
 from srifty_core.profiling.timing import copy_bandwidth, optimizer_step_seconds
@@ -94,6 +94,10 @@ def _profile(
     overhead = ddp_overhead(name, size, workload, sched_b, config, device, sync)
     if progress:
         progress("DDP overhead", 1, 1)
+        progress("FSDP overhead: measuring", 0, 0)
+    sharded = fsdp_overhead(workload, sched_b, config, device, sync)
+    if progress:
+        progress("FSDP overhead", 1, 1)
     with colocated_load(name, size, sched_b, config, device):
         copy_bw = copy_bandwidth(tensor_bytes(params), device, sync)
         # last: the steps move the weights, and nothing is measured after them
@@ -132,6 +136,7 @@ def _profile(
         probe_checks=swept.checks,
         shared_slowdown=shared,
         ddp_overhead=overhead,
+        fsdp_overhead=sharded,
         settings=config.settings,
         effective_precision=precision,
         b_max_limit=memory.limit,

@@ -14,7 +14,9 @@ passes in proportion to their parameters; on one communication stream, in the or
 FSDP2 issues them, each unit's parameters are all-gathered before its forward (the next
 one prefetched when a unit's forward starts) and again before its backward (resharded
 after forward; the root stays gathered), and its gradients reduce-scattered when its
-backward ends (``hsdp``: then all-reduced across the VMs' replicas).
+backward ends (``hsdp``: then all-reduced across the VMs' replicas). FSDP2's own work
+around each unit (``ComputeProfile.fsdp_overhead``) is added to every unit's passes and to
+the optimizer step.
 """
 
 from __future__ import annotations
@@ -119,8 +121,12 @@ def _schedule_cached(
     weights: tuple[float, ...],
     gather: tuple[float, ...],
     reduce: tuple[float, ...],
+    unit_fw: float = 0.0,
+    unit_bw: float = 0.0,
 ) -> Schedule:
-    return schedule([t_fw * w for w in weights], [t_bw * w for w in weights], gather, reduce)
+    return schedule(
+        [t_fw * w + unit_fw for w in weights], [t_bw * w + unit_bw for w in weights], gather, reduce
+    )
 
 
 def _distinct(sizes: Sequence[float]) -> tuple[int, ...]:
@@ -269,7 +275,20 @@ class ShardedSimulator:
         weights = tuple(n / total for n in units)
         comm = self._comm(workload, config, units)
         none = tuple(0.0 for _ in units)
-        return _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, none).end
+        u_fw, u_bw, _ = self.overhead(workload, config) or (0.0, 0.0, 0.0)
+        return _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, none, u_fw, u_bw).end
+
+    @staticmethod
+    def overhead(workload: Workload, config: ClusterConfig) -> tuple[float, float, float] | None:
+        """FSDP2's own work per unit (forward, backward) and on the optimizer step
+        (``ComputeProfile.fsdp_overhead``), the largest of the configuration's GPUs (the
+        slowest rank holds every unit back); None where a GPU's profile did not measure
+        it (nothing is added then, and the estimate says so)."""
+        terms = [workload.profile(g.instance.device_type).fsdp_overhead for g in config.groups]
+        if not all(len(t) == 3 for t in terms):
+            return None
+        fw, bw, step = (max(t[i] for t in terms) for i in range(3))
+        return fw, bw, step
 
     def shard_degree(self, config: ClusterConfig) -> int:
         if self.strategy == "fsdp":
@@ -283,8 +302,11 @@ class ShardedSimulator:
         total = float(sum(units)) or 1.0
         weights = tuple(n / total for n in units)
         comm = self._comm(workload, config, units)
-        step = c.step / self.shard_degree(config)  # each rank steps its shard
-        sched = _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, comm.reduce)
+        own = self.overhead(workload, config)
+        u_fw, u_bw, u_step = own or (0.0, 0.0, 0.0)
+        # each rank steps its shard, with FSDP2's per-tensor work on the DTensors besides
+        step = c.step / self.shard_degree(config) + u_step
+        sched = _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, comm.reduce, u_fw, u_bw)
         # each sampled iteration: the schedule at the mean passes, shifted by its compute's
         # deviation from the mean, never shorter than the stream's serial work
         deviation = (c.fw - c.t_fw) + (c.bw - c.t_bw)
@@ -305,11 +327,15 @@ class ShardedSimulator:
                     weights,
                     tuple(x / level for x in comm.gather),
                     tuple(x / level for x in comm.reduce),
+                    u_fw,
+                    u_bw,
                 )
                 d_net = slow.end - sched.end
             if c.vm_spread:  # the slowest VM at the p90 of its spread
                 t_fw_slow, t_bw_slow = float(c.fw_slow.mean()), float(c.bw_slow.mean())
-                slow = _schedule_cached(t_fw_slow, t_bw_slow, weights, comm.gather, comm.reduce)
+                slow = _schedule_cached(
+                    t_fw_slow, t_bw_slow, weights, comm.gather, comm.reduce, u_fw, u_bw
+                )
                 d_vm = slow.end - sched.end
             d_est = (c.t_fw + c.t_bw + step) * float(np.expm1(-P90_Z * est_cv))
             slow_it = t_iter + float(np.sqrt(max(d_net, 0.0) ** 2 + max(d_vm, 0.0) ** 2 + d_est**2))
@@ -333,7 +359,11 @@ class ShardedSimulator:
             estimated=tuple(sorted({f"{p.device_type}: {p.estimate}" for p in estimated})),
             missing=tuple(
                 name
-                for name, lacks in (("optimizer_step", c.no_step), ("shared_slowdown", c.no_share))
+                for name, lacks in (
+                    ("optimizer_step", c.no_step),
+                    ("shared_slowdown", c.no_share),
+                    ("fsdp_overhead", own is None),
+                )
                 if lacks
             ),
         )

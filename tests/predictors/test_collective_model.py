@@ -132,4 +132,7 @@ def test_a_fit_on_allreduce_probes_is_the_model_the_previous_code_fitted() -> No
     model = BandwidthModel(small_params=params, large_params=params).fit(df)
     query = pd.read_json(OLD_MODEL / "query.json", orient="records")
     expected = json.loads((OLD_MODEL / "expected.json").read_text())
-    assert model.predict(query).tolist() == pytest.approx(expected, rel=1e-9)
+    # rel 1e-5, not bit for bit: XGBoost's multithreaded histogram sums in whatever order
+    # its threads finish, which moved predictions by up to 6e-7 between two runs of the same
+    # fit (a fresh-clone run); another tree would move them by percents
+    assert model.predict(query).tolist() == pytest.approx(expected, rel=1e-5)

@@ -152,3 +152,14 @@ def test_ddp_overhead_round_trips_and_bad_pairs_name_the_field() -> None:
     for bad in ([[2, 0.01]], [[1, 0.01], [1, 0.02]], [[1, -0.1]], [[1, "x"]]):
         with pytest.raises(ConfigError, match="ddp_overhead"):
             ComputeProfile.from_dict({**d, "ddp_overhead": bad})
+
+
+def test_fsdp_overhead_round_trips_and_bad_values_name_the_field() -> None:
+    p = make_profile(fsdp_overhead=(0.002, 0.003, 0.001))
+    assert ComputeProfile.from_json(p.to_json()) == p
+    d = p.to_dict()
+    del d["fsdp_overhead"]  # written before the field existed
+    assert ComputeProfile.from_dict(d).fsdp_overhead == ()
+    for bad in ([0.1, 0.2], [0.1, -0.2, 0.0], [0.1, "x", 0.0], [0.1, float("nan"), 0.0]):
+        with pytest.raises(ConfigError, match="fsdp_overhead"):
+            ComputeProfile.from_dict({**d, "fsdp_overhead": bad})

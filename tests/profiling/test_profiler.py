@@ -83,6 +83,8 @@ def test_profile_a_tiny_model_end_to_end() -> None:
     assert p.copy_bytes_per_s > 1e8 and 0 < p.ddp_copy_s() < p.gradient_bytes / 1e8
     # SGD with momentum reads and writes a few copies of the parameters: memory speed
     assert 0 < p.optimizer_step_s < 10 * p.gradient_bytes / 1e8
+    # FSDP2's own work per unit, measured on a sharded copy over a process group of one
+    assert len(p.fsdp_overhead) == 3 and all(t >= 0 for t in p.fsdp_overhead)
     assert ComputeProfile.from_json(p.to_json()) == p
 
 
@@ -161,6 +163,31 @@ def test_ddp_overhead_measures_what_wrapping_in_ddp_adds() -> None:
     assert [k for k, _ in pairs] == [1]
     assert pairs[0][1] > 5e-4
     assert not dist.is_initialized()  # its process group of one is gone
+
+
+def test_fsdp_overhead_measures_what_sharding_adds_and_leaves_no_group() -> None:
+    """GPT-2 (tiny) under ``fully_shard`` over a process group of one: the hooks, copies
+    and DTensor dispatch around each of its units cost something on a CPU core; inside a
+    process group (a profile taken in a training job) nothing is measured."""
+    import torch
+    import torch.distributed as dist
+
+    from srifty_core.profiling.overheads import fsdp_overhead
+    from srifty_core.workloads import build
+
+    torch.set_num_threads(1)
+    workload = build("hf:gpt2", "tiny", seed=0)
+    config = ProfilerConfig(repeats=3, warmup=1, threads=1, share_host=1)
+    cpu = torch.device("cpu")
+    fw, bw, step = fsdp_overhead(workload, 4, config, cpu, lambda: None)
+    assert fw + bw > 0 and step >= 0
+    assert not dist.is_initialized()  # its process group of one is gone
+    assert not any(type(m).__name__.startswith("FSDP") for m in workload.module.modules())
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert fsdp_overhead(workload, 4, config, cpu, lambda: None) == ()
+    finally:
+        dist.destroy_process_group()
 
 
 def test_the_footprint_estimate_frees_what_the_forward_saved() -> None:

@@ -149,3 +149,29 @@ def test_a_mixed_ring_gathers_at_its_slowest_type() -> None:
     slow = sharded.estimate(w, config((inst("slow", "T4"), 4, 8)))
     fast = sharded.estimate(w, config((inst("fast", "T4"), 4, 8)))
     assert mixed.t_iter == pytest.approx(slow.t_iter, rel=1e-6) and fast.t_iter < slow.t_iter
+
+
+def test_fsdp_own_work_is_added_per_unit_and_on_the_step() -> None:
+    """A profile's measured ``fsdp_overhead`` adds its forward and backward seconds to
+    every unit (the root one of them) and its step seconds once; a profile without it adds
+    nothing and the estimate names the missing term; a mix takes its largest."""
+    units = (100, 10_000_000, 10_000_000)
+    sim = Simulator(ByCollective({None: 1e9}))
+    sharded = ShardedSimulator(sim, "fsdp")
+    one = config((inst("g", "T4"), 1, 8))  # one rank: no collective to move
+    bare = sharded.estimate(_workload(units), one)
+    assert "fsdp_overhead" in bare.missing
+    p = steady(make_profile(fsdp_overhead=(0.002, 0.003, 0.004)), device="T4")
+    w = Workload("m", {"T4": p}, unit_parameters=units)
+    own = sharded.estimate(w, one)
+    assert "fsdp_overhead" not in own.missing
+    assert own.t_iter - bare.t_iter == pytest.approx(3 * (0.002 + 0.003) + 0.004)
+    # the overhead also holds every unit back on a real ring
+    ring = config((inst("g", "T4"), 4, 8))
+    assert sharded.estimate(w, ring).t_iter > sharded.estimate(_workload(units), ring).t_iter
+    q = steady(make_profile(fsdp_overhead=(0.001, 0.001, 0.0)), device="A10G")
+    both = Workload("m", {"T4": p, "A10G": q}, unit_parameters=units)
+    mix = config((inst("g", "T4"), 1, 8), (inst("a", "A10G"), 1, 8))
+    assert ShardedSimulator.overhead(both, mix) == (0.002, 0.003, 0.004)
+    unmeasured = Workload("m", {"T4": p, "A10G": steady(make_profile(), device="A10G")})
+    assert ShardedSimulator.overhead(unmeasured, mix) is None
