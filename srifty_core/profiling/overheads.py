@@ -120,6 +120,29 @@ def ddp_overhead(
             dist.destroy_process_group()
 
 
+def _group_without_transport() -> int:
+    """Start a process group in which this process is rank 0 of ``SHARD_WORLD`` and every
+    collective returns at once without moving a byte (torch's fake backend, which its own
+    tests use to trace distributed programs); the world it has. Where torch lacks that
+    backend, a real group of this process alone (an in-memory store, gloo): FSDP2 then
+    skips its buffer copies (its single-rank path), so less is measured."""
+    import torch.distributed as dist
+
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+    except ImportError:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+        return 1
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=SHARD_WORLD)
+    return SHARD_WORLD
+
+
+SHARD_WORLD = 2
+"""The world ``fsdp_overhead`` shards over (its collectives move nothing): the smallest
+that takes FSDP2's multi-rank path, with its copies into and out of the collectives'
+buffers."""
+
+
 def fsdp_overhead(
     workload: Workload,
     batch: int,
@@ -132,16 +155,16 @@ def fsdp_overhead(
 
     A copy of the model is sharded as the trainer shards it (``sharding.wrap``: each unit
     of ``sharding.units``, then the root, under the settings' mixed-precision policy) over
-    a process group of this process alone (an in-memory store; gloo on the CPU, NCCL on
-    CUDA), so every all-gather and reduce-scatter has nothing to move and what remains is
-    FSDP2's own work: the hooks around each unit, the copies into and out of the
-    collectives' buffers, the casts. The sharded simulator prices the collectives
-    themselves from the bandwidth model and adds this per unit, so a probe of a bare
-    collective and this measurement together make a sharded step
-    (``benchmarks/sharded_reality.py`` scores it). Median sharded forward (backward) minus
-    median plain forward (backward) over ``SHARE_ROUNDS`` alternating rounds, divided by
-    the units (the root counted as one), at least 0; the optimizer step over the sharded
-    parameters (DTensors) minus over the plain ones. Empty where a process group already
+    a process group whose collectives move nothing (``_group_without_transport``: rank 0
+    of two), so what remains is FSDP2's own work: the hooks around each unit, the copies
+    into and out of the collectives' buffers, the casts, the DTensor dispatch. The sharded
+    simulator prices the collectives themselves from the bandwidth model and adds this per
+    unit (``benchmarks/sharded_reality.py`` scores the sum against real training). Median
+    sharded forward (backward) minus median plain forward (backward) over
+    ``SHARE_ROUNDS`` alternating rounds, divided by the units (the root counted as one), at
+    least 0; the optimizer step over this rank's shard (DTensors) minus the plain step's
+    share of it. Subnormal floats are flushed to zero meanwhile: the gathered halves no
+    rank sent hold whatever the allocator left there. Empty where a process group already
     exists in this process (a profile taken inside a training job)."""
     import torch.distributed as dist
 
@@ -149,13 +172,11 @@ def fsdp_overhead(
         return ()
     units = len(shard_units(workload.module)) + 1
     data = workload.make_batch(batch, device, seed=config.seed)
-    store = dist.HashStore()  # type: ignore[attr-defined]
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1
-    )
+    world = _group_without_transport()
+    flushed = torch.set_flush_denormal(True)
     try:
         sharded = dataclasses.replace(workload, module=copy.deepcopy(workload.module))
-        wrap(sharded.module, Layout("fsdp", 1), config.settings, device)
+        wrap(sharded.module, Layout("fsdp", world), config.settings, device)
         fw: tuple[list[float], list[float]] = ([], [])
         bw: tuple[list[float], list[float]] = ([], [])
         for _ in range(SHARE_ROUNDS):
@@ -174,9 +195,11 @@ def fsdp_overhead(
         out = (
             max(0.0, med(fw[1]) - med(fw[0])) / units,
             max(0.0, med(bw[1]) - med(bw[0])) / units,
-            max(0.0, step[1] - step[0]),
+            max(0.0, step[1] - step[0] / world),
         )
         del sharded
         return out
     finally:
+        if flushed:
+            torch.set_flush_denormal(False)
         dist.destroy_process_group()
