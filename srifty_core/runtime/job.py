@@ -244,6 +244,10 @@ class TrainFacts:
     global_batch: int
     run_dir: str
     config_id: str
+    strategy: str = "ddp"
+    """How the workers hold the model (``TrainPlan.strategy``; ddp in plans before it)."""
+    micro_batches: int = 1
+    """Micro-batches per rank and step (``TrainPlan.micro_batches``)."""
 
     @property
     def progress_path(self) -> Path | str:
@@ -299,7 +303,8 @@ class JobPlan:
         d = json.loads(_read(self.train_plan))
         return TrainFacts(
             int(d["iterations"]), int(d["global_batch"]), str(d["run_dir"]),
-            str(d.get("config_id", self.config_id)),
+            str(d.get("config_id", self.config_id)), str(d.get("strategy", "ddp")),
+            int(d.get("micro_batches", 1)),
         )  # fmt: skip
 
 

@@ -23,6 +23,11 @@ module wires them to a configuration of a plan-and-train job:
   plans with it: ``planning_simulator``) and, when the configuration ends, kept for the
   model's next jobs (``calibration.save``, MLflow when a run is active).
 
+A sharded or accumulating configuration (``Context.sharded``: the plan's strategy and
+micro-batches) is projected with its own iteration (``accumulation.plan_estimator``) and
+corrects the compute factors only: its exchange is not the one ``Simulator.breakdown``
+prices.
+
 A window closes when its steps span the monitor's window (``window_s``), and at the
 configuration's end (a re-plan, the finish) with what it holds, so the next plan is
 calibrated by every step measured; never with fewer than ``MIN_STEPS`` steps (a window
@@ -67,6 +72,7 @@ from srifty_core.runtime.planning import (
     run_path,
 )
 from srifty_core.runtime.replanner import Progress, Replanner
+from srifty_core.simulator.accumulation import plan_estimator
 from srifty_core.simulator.types import ClusterConfig, Group
 
 if TYPE_CHECKING:
@@ -116,6 +122,18 @@ class Context:
     """Why nothing estimates the exchange of ``config`` (no bandwidth model prices its
     links; ``simulator``'s bandwidth is then ``Unpriced``): the factors are compute only
     and the exchange is kept as measured (the module's doc). None: estimated."""
+    strategy: str = "ddp"
+    """How the running workers hold the model (the ``TrainPlan``'s)."""
+    micro_batches: int = 1
+    """The running plan's micro-batches per rank and step."""
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the running step is not DDP's one pass (fsdp/hsdp, or accumulating):
+        its exchange is not the one ``Simulator.breakdown`` prices, so the window corrects
+        the compute factors only, and the projection is that of its own iteration
+        (``simulator.accumulation.plan_estimator``)."""
+        return self.strategy != "ddp" or self.micro_batches > 1
 
     @classmethod
     def of_job(cls, job: JobPlan, spec: JobSpec, bandwidth: Any = None) -> Context:
@@ -137,9 +155,11 @@ class Context:
             except SriftyError as exc:
                 exchange = f"the bandwidth model does not price {config.label()}: {exc}"
                 sim = Simulator(Unpriced(exchange))
+        facts = job.facts
         return cls(
             request, sim, config, devices, job.usd_per_hour, overheads,
             spec.resume.depleted if spec.resume else (), spec.step_sleep_s, exchange,
+            facts.strategy, facts.micro_batches,
         )  # fmt: skip
 
 
@@ -216,9 +236,9 @@ def assess(
     req, sim, config = ctx.request, ctx.simulator, ctx.config
     w = window(records, ctx.rank_devices)
     priced = ctx.exchange is None
-    cal = calib.update(cal, w, sim, req.workload, config, exchange=priced)
+    cal = calib.update(cal, w, sim, req.workload, config, exchange=priced and not ctx.sharded)
     if priced:
-        mine = calib.calibrated(sim, cal)
+        mine = plan_estimator(calib.calibrated(sim, cal), ctx.strategy, ctx.micro_batches)
         proj = calib.project(mine, req.workload, config, iterations_left, ctx.usd_per_hour,
                              req.risk_quantile)  # fmt: skip
         proj = _extra(proj, ctx)
@@ -246,7 +266,8 @@ def assess(
             if alt_config.label() != config.label():
                 alt_label = best.label
                 rate = sum(offers[i].usd_per_hour * c for i, c, _ in best.choice)
-                alt = _extra(calib.project(other, req.workload, alt_config, iterations_left,
+                theirs = plan_estimator(other, result.strategy, best.estimate.micro_batches)
+                alt = _extra(calib.project(theirs, req.workload, alt_config, iterations_left,
                                            rate, req.risk_quantile), ctx)  # fmt: skip
     decision = calib.should_replan(
         proj, elapsed_s=elapsed_s, spent_usd=spent_usd, time_limit_s=req.time_limit_s,

@@ -12,7 +12,9 @@ micro-batch: its compute, the whole exchange and overlap, the optimizer step) pl
 backward passes, no exchange; fsdp/hsdp those with every all-gather and no
 reduce-scatter, ``ShardedSimulator.accumulating_s``). Every sampled quantile shifts by
 the same mean: the earlier micro-batches' own spread is not modelled. Derivation:
-docs/design/sharding.md, "Gradient accumulation".
+docs/design/sharding.md, "Gradient accumulation". ``plan_estimator(simulator, strategy,
+k)`` is the ``Estimator`` of a plan whose strategy and micro-batches are known (a running
+job's: what recalibration projects).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from srifty_core.simulator.estimator import Simulator
+from srifty_core.errors import ConfigError
+from srifty_core.sharding.memory import parse_strategy
+from srifty_core.simulator.estimator import Estimator, Simulator
+from srifty_core.simulator.sharded import ShardedSimulator
 from srifty_core.simulator.types import (
     ClusterConfig,
     Group,
@@ -111,3 +116,17 @@ class Accumulated:
             global_batch=config.global_batch,
             micro_batches=k,
         )
+
+
+def plan_estimator(simulator: Simulator, strategy: str, micro_batches: int = 1) -> Estimator:
+    """The ``Estimator`` of configurations trained under ``strategy`` in ``micro_batches``
+    per step, both fixed (a running job's plan): ``simulator`` itself for ddp in one pass,
+    else the sharded iteration (``ShardedSimulator``) and the accumulation around it."""
+    if micro_batches < 1:
+        raise ConfigError(f"micro_batches: must be at least 1, got {micro_batches}")
+    sharded = None if strategy == "ddp" else ShardedSimulator(simulator, parse_strategy(strategy))
+    inner: Estimator = simulator if sharded is None else sharded
+    if micro_batches == 1:
+        return inner
+    earlier = passes_s(simulator) if sharded is None else sharded.accumulating_s
+    return Accumulated(inner, lambda _config: micro_batches, earlier)

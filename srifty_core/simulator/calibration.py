@@ -40,7 +40,7 @@ from srifty_core.tracking.runs import log_to_active_run
 
 if TYPE_CHECKING:
     from srifty_core.planner.request import PlanRequest
-    from srifty_core.simulator.estimator import Simulator
+    from srifty_core.simulator.estimator import Estimator, Simulator
 
 PRIOR_FLOOR = 0.5
 """Prior sd of a log factor where the simulator learned no spread: vague (a factor of
@@ -393,7 +393,7 @@ class Projection:
 
 
 def project(
-    simulator: Simulator,
+    simulator: Estimator,
     workload: Workload,
     config: ClusterConfig,
     iterations: int,

@@ -163,6 +163,37 @@ def test_iteration_times_alone_still_calibrate() -> None:
     assert out.projection.t_iter_s == pytest.approx(t_true, rel=0.05)
 
 
+def test_a_sharded_accumulating_job_is_projected_as_it_runs() -> None:
+    """A job running fsdp in 4 micro-batches: the window corrects the compute factors only
+    (the exchange DDP's breakdown prices is not the one it runs), and the rest is projected
+    with its own iteration (``plan_estimator``), not DDP's one pass."""
+    from dataclasses import replace
+
+    from srifty_core.simulator.accumulation import plan_estimator
+
+    base, _ = context(1.3)
+    ctx = replace(base, strategy="fsdp", micro_batches=4)
+    assert ctx.sharded and not base.sharded
+    truth = calib.Calibration(
+        "m", {d: calib.Factor(math.log(1.3), 0.01) for d in set(ctx.rank_devices)}
+    )
+    running = plan_estimator(calib.calibrated(ctx.simulator, truth), "fsdp", 4)
+    t_true = running.estimate(ctx.request.workload, ctx.config).t_iter
+    ddp_t = calib.calibrated(ctx.simulator, truth).estimate(ctx.request.workload, ctx.config)
+    assert abs(t_true / ddp_t.t_iter - 1) > 0.05  # the two iterations differ
+    cal = calib.prior(ctx.request.workload, [o.instance for o in ctx.request.offers],
+                      ctx.simulator.bandwidth)  # fmt: skip
+    recs = records(ctx, 1.3, t_true, 1, 200, 0.0)
+    out = recal.assess(ctx, cal, recs, iterations_left=N - 200, iterations_done=200,
+                       elapsed_s=200 * t_true, spent_usd=0.1, search=False)  # fmt: skip
+    for d in set(ctx.rank_devices):
+        assert out.calibration.compute[d].scale == pytest.approx(1.3, rel=0.03)
+    assert not any(f.windows for f in out.calibration.comm.values())
+    assert out.projection.t_iter_s == pytest.approx(t_true, rel=0.01)
+    with pytest.raises(Exception, match="micro_batches"):
+        plan_estimator(ctx.simulator, "fsdp", 0)
+
+
 # --------------------------------------------------------------------------- the monitor
 def job_files(run: Path, ctx: recal.Context) -> tuple[Path, JobSpec]:
     """A local run folder: the workers' plan and the ``JobPlan`` of the first plan."""
