@@ -59,9 +59,18 @@ def capacity_bytes(workload: Workload, instance: SimInstance) -> float:
     return float(workload.profile(instance.device_type).memory_cap_bytes)
 
 
-def b_max(workload: Workload, instance: SimInstance, strategy: Strategy, world: int) -> int:
+def b_max(
+    workload: Workload,
+    instance: SimInstance,
+    strategy: Strategy,
+    world: int,
+    *,
+    accumulating: bool = False,
+) -> int:
     """The largest local batch of a rank of ``instance`` under ``strategy`` in a
     configuration of ``world`` ranks (module doc); 0 where not even the state fits.
+    ``accumulating``: the largest micro-batch while gradients accumulate (a sharded rank
+    then holds the whole model's unsharded gradients: ``sharding.memory.rank_memory``).
 
     ``ddp``: the profile's. A sharded strategy where the profile holds a sample: the
     batch whose sharded peak, with its measured transient (``PEAK_MARGIN``), fills what one
@@ -85,13 +94,15 @@ def b_max(workload: Workload, instance: SimInstance, strategy: Strategy, world: 
         # transient above it); the sharded peak, with its own transient, fills as much
         alone = rank_memory(memory, p.settings, Layout("ddp", 1), p.b_max).total
         filled = alone * (1.0 + PEAK_MARGIN["ddp"]) / margin
-        sharded = rank_memory(memory, p.settings, layout, 0).total
+        sharded = rank_memory(memory, p.settings, layout, 0, accumulating=accumulating).total
         fits = max(0, int((filled - sharded) // per_sample))
     else:
         capacity = capacity_bytes(workload, instance)
         if capacity <= 0:
             return 0  # no memory known: nothing to shard into
-        fits = memory_b_max(memory, p.settings, layout, capacity / margin)
+        fits = memory_b_max(
+            memory, p.settings, layout, capacity / margin, accumulating=accumulating
+        )
     if not p.b_max_limit.startswith("memory") and p.b_max >= 1:  # a limit sharding keeps
         fits = min(fits, p.b_max)
     return fits

@@ -50,15 +50,21 @@ class FitChecked:
         self.sharded = ShardedSimulator(simulator, strategy)
         self.strategy = strategy
         self.memory = memory
-        self._b_max: dict[tuple[SimInstance, int], int] = {}
+        self._b_max: dict[tuple[SimInstance, int, bool], int] = {}
 
-    def b_max(self, instance: SimInstance, world: int) -> int:
+    def b_max(self, instance: SimInstance, world: int, accumulating: bool = False) -> int:
         """``fit.b_max`` of the request's memory, memoised (the search asks per estimate)."""
-        key = (instance, world)
+        key = (instance, world, accumulating)
         hit = self._b_max.get(key)
         if hit is None:
-            hit = self._b_max[key] = fit.b_max(self.memory, instance, self.strategy, world)
+            hit = self._b_max[key] = fit.b_max(
+                self.memory, instance, self.strategy, world, accumulating=accumulating
+            )
         return hit
+
+    def b_max_accumulating(self, instance: SimInstance, world: int) -> int:
+        """``b_max`` of a micro-batch while gradients accumulate."""
+        return self.b_max(instance, world, True)
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         why = fit.short(self.memory, config, self.strategy, self.b_max)
@@ -119,6 +125,10 @@ def accumulated(
     else:
         checked = FitChecked(sim, strategy, w)
         inner, b_max_of, earlier = checked, checked.b_max, checked.sharded.accumulating_s
+        accumulating = checked.b_max_accumulating
+        return req, Accumulated(
+            inner, lambda c: micro_batches_needed(c, b_max_of, accumulating), earlier
+        )
     return req, Accumulated(inner, lambda c: micro_batches_needed(c, b_max_of), earlier)
 
 

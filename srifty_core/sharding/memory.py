@@ -136,9 +136,18 @@ def compute_bytes(settings: TrainingSettings) -> int:
 
 
 def rank_memory(
-    model: ModelMemory, settings: TrainingSettings, layout: Layout, batch: int
+    model: ModelMemory,
+    settings: TrainingSettings,
+    layout: Layout,
+    batch: int,
+    *,
+    accumulating: bool = False,
 ) -> RankMemory:
-    """The peak bytes of one rank training ``model`` at local ``batch``."""
+    """The peak bytes of one rank training ``model`` at local ``batch``; ``accumulating``:
+    in micro-batches with the exchange held back until the last (gradient accumulation),
+    when FSDP2 keeps every unit's unsharded gradients between micro-batches
+    (``set_requires_gradient_sync(False)``), so a sharded rank holds the whole model's
+    gradients, counted in float32 (ddp holds them whole anyway)."""
     if batch < 0:
         raise ConfigError(f"batch: must be >= 0, got {batch}")
     d = layout.shard_degree
@@ -156,9 +165,10 @@ def rank_memory(
         communication = float(
             model.root_parameters * (gathered + FP32) + model.largest_unit * (2 * gathered + FP32)
         )
+    held = p if accumulating and layout.strategy != "ddp" else sharded
     return RankMemory(
         parameters=float(sharded * FP32),
-        gradients=float(sharded * FP32),
+        gradients=float(held * FP32),
         optimizer=float(sharded * FP32 * states),
         communication=communication,
         activations=model.activation_bytes_fixed + model.activation_bytes_per_sample * batch,
@@ -173,15 +183,18 @@ def b_max(
     *,
     usable: float = USABLE,
     ceiling: int = 1 << 20,
+    accumulating: bool = False,
 ) -> int:
     """The largest local batch whose peak stays within ``usable`` of ``capacity_bytes``
     (the rest: the framework's own allocations and fragmentation); 0 when even the state
-    does not fit. ``ceiling`` bounds a model whose activations take nothing per sample."""
+    does not fit. ``ceiling`` bounds a model whose activations take nothing per sample;
+    ``accumulating`` as ``rank_memory``'s."""
     if capacity_bytes <= 0:
         raise ConfigError(f"capacity_bytes: must be > 0, got {capacity_bytes}")
     if not 0 < usable <= 1:
         raise ConfigError(f"usable: must be in (0, 1], got {usable}")
-    room = capacity_bytes * usable - rank_memory(model, settings, layout, 0).total
+    state = rank_memory(model, settings, layout, 0, accumulating=accumulating).total
+    room = capacity_bytes * usable - state
     if room < model.activation_bytes_per_sample or room < 0:
         return 0
     if model.activation_bytes_per_sample == 0:

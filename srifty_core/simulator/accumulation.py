@@ -36,13 +36,23 @@ from srifty_core.simulator.types import (
 )
 
 
-def micro_batches_needed(config: ClusterConfig, b_max_of: Callable[[SimInstance, int], int]) -> int:
+def micro_batches_needed(
+    config: ClusterConfig,
+    b_max_of: Callable[[SimInstance, int], int],
+    accumulating_of: Callable[[SimInstance, int], int] | None = None,
+) -> int:
     """The fewest micro-batches k with every rank's ``ceil(b / k)`` within its GPU's
-    B_max (module doc); 0 where some GPU holds no sample at all."""
-    k = 1
+    B_max (module doc); 0 where some GPU holds no sample at all. ``accumulating_of``: the
+    B_max of a micro-batch while gradients accumulate, where that holds more than one pass
+    does (a sharded rank keeps every unsharded gradient); ``b_max_of`` when not given."""
     world = config.world_size
+    if accumulating_of is not None and all(
+        1 <= g.batch_per_rank <= b_max_of(g.instance, world) for g in config.groups
+    ):
+        return 1
+    k = 1
     for g in config.groups:
-        most = b_max_of(g.instance, world)
+        most = (accumulating_of or b_max_of)(g.instance, world)
         if most < 1:
             return 0
         k = max(k, -(-g.batch_per_rank // most))

@@ -87,6 +87,42 @@ def test_micro_batches_needed_is_the_fewest_that_fit() -> None:
     assert micro_batches_needed(cfg, lambda i, w: 0) == 0
 
 
+def test_accumulating_sharded_ranks_use_the_smaller_micro_batch_bound() -> None:
+    """A sharded rank that accumulates holds every unsharded gradient, so its micro-batch
+    bound is below one pass's: a batch within one pass's B_max needs no micro-batches, one
+    above it is split by the accumulating bound."""
+    cfg = config(
+        (inst("a"), 2, 32),
+    )
+    plain, accumulating = (lambda i, w: 40), (lambda i, w: 10)
+    assert micro_batches_needed(cfg, plain, accumulating) == 1
+    big = config(
+        (inst("a"), 2, 64),
+    )
+    assert micro_batches_needed(big, plain, accumulating) == 7  # ceil(64 / 10), not 2
+    assert micro_batches_needed(big, plain) == 2
+    assert micro_batches_needed(big, plain, lambda i, w: 0) == 0
+
+
+def test_fit_counts_the_unsharded_gradients_of_accumulation() -> None:
+    from srifty_core.sharding.memory import Layout, ModelMemory, rank_memory
+    from srifty_core.training_settings import TrainingSettings
+
+    m = ModelMemory((1000, 3000, 3000), 8.0)
+    adamw = TrainingSettings(precision="bf16", optimizer="adamw")
+    one_pass = rank_memory(m, adamw, Layout("fsdp", 4), 2)
+    held = rank_memory(m, adamw, Layout("fsdp", 4), 2, accumulating=True)
+    assert one_pass.gradients == 4 * 7000 / 4 and held.gradients == 4 * 7000
+    assert rank_memory(m, adamw, Layout("ddp", 4), 2, accumulating=True) == rank_memory(
+        m, adamw, Layout("ddp", 4), 2
+    )
+    w = _workload((10_000, 50_000, 50_000))
+    gpu = inst("g", "T4")
+    once = fit.b_max(w, gpu, "fsdp", 8)
+    assert 0 < fit.b_max(w, gpu, "fsdp", 8, accumulating=True) < once
+    assert fit.b_max(w, gpu, "ddp", 8, accumulating=True) == fit.b_max(w, gpu, "ddp", 8)
+
+
 def test_a_global_batch_the_quotas_hold_only_in_micro_batches_gets_them() -> None:
     fits = plan(ddp_fits_request(strategy="ddp"), simulator())
     assert fits.best is not None and fits.micro_batches == 1
