@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     fw, bw = measure_latency(
                         workload, data, repeats=args.repeats, warmup=2, sync=sync
                     )
-                    over = fsdp_overhead(workload, batch, config, device, sync)
+                    over = fsdp_overhead(workload, batch, config, device, sync).overhead
                     plain = statistics.median(fw) + statistics.median(bw)
                     added = units * (over[0] + over[1]) + over[2] if over else float("nan")
                     row = {

@@ -84,3 +84,28 @@ def steady() -> bool:
         and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )
     return _applied
+
+
+def resident_bytes(field: str = "VmRSS") -> int | None:
+    """This process's resident set (``VmRSS``) or its peak since the last
+    ``reset_peak_resident`` (``VmHWM``), from ``/proc/self/status``; None where the kernel
+    does not offer it (not Linux)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_resident() -> bool:
+    """Start ``VmHWM`` again from the resident set now (``/proc/self/clear_refs``); False
+    where the kernel does not offer it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True

@@ -35,11 +35,10 @@ from srifty_core.workloads import build, make_optimizer
 
 
 def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise SriftyError(f"/proc/self/status has no {field}")
+    got = host_allocator.resident_bytes(field)
+    if got is None:
+        raise SriftyError(f"/proc/self/status has no {field}")
+    return got
 
 
 def _rank(
@@ -83,8 +82,7 @@ def _rank(
             torch.cuda.reset_peak_memory_stats(device)
         else:
             host_allocator.trim()
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")
+            host_allocator.reset_peak_resident()
         losses = []
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)

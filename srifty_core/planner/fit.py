@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.sharding.memory import Layout, ModelMemory, Strategy, rank_memory
 from srifty_core.sharding.memory import b_max as memory_b_max
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
@@ -27,9 +28,20 @@ GIB = float(2**30)
 PEAK_MARGIN: dict[str, float] = {"ddp": 0.12, "fsdp": 0.43, "hsdp": 0.43}
 """How far a step's peak rose above ``sharding.memory``'s per-rank model where it was
 measured (``benchmarks/sharded_memory.py``: hf:gpt2, AdamW, two gloo ranks on a CPU; ddp
-10-12%, fsdp 25-43%: transients the model does not hold): the worst of each, added to the
-modelled peak of a sharded strategy (hsdp gathers and frees units as fsdp does). Not yet
-measured on CUDA's allocator."""
+10-12%, fsdp 25-43%: transients the model does not hold): the worst of each. ddp's anchors
+the profile's B_max; a sharded strategy's is the fallback where the profile did not measure
+its own (``ComputeProfile.fsdp_peak_margin``, ``peak_margin``; on an H200 the model was 13-17%
+above FSDP2's measured bf16 peaks: GPU check run 3)."""
+
+
+def peak_margin(profile: ComputeProfile, strategy: Strategy) -> float:
+    """The transient added to a rank's modelled peak under ``strategy``: for a sharded
+    strategy the profile's measured ``fsdp_peak_margin`` (at least 0: a model above the
+    measured peak is kept as it is), else ``PEAK_MARGIN``'s (profiles before the
+    measurement, estimates from specs)."""
+    if strategy != "ddp" and profile.fsdp_peak_margin is not None:
+        return max(0.0, profile.fsdp_peak_margin)
+    return PEAK_MARGIN[strategy]
 
 
 def units_of(workload: Workload, device_type: str) -> tuple[int, ...]:
@@ -85,7 +97,7 @@ def b_max(
         return 0  # one shard per VM: hsdp would be ddp with more to exchange
     memory = model_memory(workload, instance.device_type)
     layout = Layout(strategy, max(world, rpv), rpv)
-    margin = 1.0 + PEAK_MARGIN[strategy]
+    margin = 1.0 + peak_margin(p, strategy)
     if p.b_max >= 1:
         per_sample = memory.activation_bytes_per_sample
         if per_sample <= 0:

@@ -108,33 +108,19 @@ def step_peak_bytes(workload: Workload, batch: Batch) -> int | None:
     state, the batch). It sees what the saved-tensor estimate cannot: the forward's
     temporaries and the backward's (DLRM's step peaks at 2.3-2.6x that estimate). ``None``
     where the kernel does not offer it."""
-    try:
-        host_allocator.trim()
-        before = _status_bytes("VmRSS")
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
+    host_allocator.trim()
+    before = host_allocator.resident_bytes("VmRSS")
+    if not host_allocator.reset_peak_resident():
         return None
     workload.module.zero_grad(set_to_none=True)
     workload.loss(batch).backward()
-    peak = _status_bytes("VmHWM")
+    peak = host_allocator.resident_bytes("VmHWM")
     workload.module.zero_grad(set_to_none=True)
     if before is None or peak is None:
         return None
     return (
         max(0, peak - before) + 2 * tensor_bytes(trainable(workload.module)) + tensor_bytes(batch)
     )
-
-
-def _status_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 @dataclass(frozen=True, slots=True)

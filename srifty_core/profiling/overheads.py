@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import statistics
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
+from srifty_core import host_allocator
+from srifty_core.profiling.buckets import trainable
 from srifty_core.profiling.colocated import colocated_load, ddp_of_one
 from srifty_core.profiling.config import ProfilerConfig
 from srifty_core.profiling.timing import measure_latency, optimizer_step_seconds, step_seconds
-from srifty_core.sharding.memory import Layout
-from srifty_core.sharding.units import shard_units
+from srifty_core.sharding.memory import Layout, ModelMemory, rank_memory
+from srifty_core.sharding.units import shard_units, unit_parameters
 from srifty_core.sharding.wrap import wrap
-from srifty_core.workloads.zoo import Workload
+from srifty_core.workloads import make_optimizer
+from srifty_core.workloads.zoo import Batch, Workload
 
 SHARE_ROUNDS = 3
 """Alternating alone/shared rounds of ``shared_slowdown``."""
@@ -143,15 +148,29 @@ that takes FSDP2's multi-rank path, with its copies into and out of the collecti
 buffers."""
 
 
+class ShardedTerms(NamedTuple):
+    """What ``fsdp_overhead`` measures on a sharded copy of the model."""
+
+    overhead: tuple[float, ...]
+    """``ComputeProfile.fsdp_overhead``: (forward s per unit, backward s per unit, step s)."""
+    peak_margin: float | None
+    """``ComputeProfile.fsdp_peak_margin``: how far one sharded training step's measured
+    peak rose above ``sharding.memory``'s per-rank model of it (a fraction; negative where
+    the model is above); None where not measured."""
+
+
 def fsdp_overhead(
     workload: Workload,
     batch: int,
     config: ProfilerConfig,
     device: torch.device,
     sync: Callable[[], None],
-) -> tuple[float, ...]:
-    """``(forward s per unit, backward s per unit, optimizer step s)``: what FSDP2 adds to
-    a step at ``batch`` beyond its collectives (``ComputeProfile.fsdp_overhead``).
+    memory: tuple[float, float] | None = None,
+) -> ShardedTerms:
+    """What FSDP2 adds to a step at ``batch`` beyond its collectives
+    (``ComputeProfile.fsdp_overhead``), and, given the profile's measured memory
+    (``memory``: bytes per sample, fixed bytes), how far its peak rises above the memory
+    model (``ComputeProfile.fsdp_peak_margin``).
 
     A copy of the model is sharded as the trainer shards it (``sharding.wrap``: each unit
     of ``sharding.units``, then the root, under the settings' mixed-precision policy) over
@@ -163,13 +182,17 @@ def fsdp_overhead(
     sharded forward (backward) minus median plain forward (backward) over
     ``SHARE_ROUNDS`` alternating rounds, divided by the units (the root counted as one), at
     least 0; the optimizer step over this rank's shard (DTensors) minus the plain step's
-    share of it. Subnormal floats are flushed to zero meanwhile: the gathered halves no
-    rank sent hold whatever the allocator left there. Empty where a process group already
-    exists in this process (a profile taken inside a training job)."""
+    share of it. Then one more sharded step (forward, backward, optimizer step) is measured
+    for its peak (CUDA's allocator; on a CPU the resident set's peak, ``VmHWM``) over what
+    the rank held before it (its sharded parameters and optimizer states), set against
+    ``sharding.memory.rank_memory`` of the same rank. Subnormal floats are flushed to zero
+    meanwhile: the gathered halves no rank sent hold whatever the allocator left there.
+    Empty (and no margin) where a process group already exists in this process (a profile
+    taken inside a training job)."""
     import torch.distributed as dist
 
     if not dist.is_available() or dist.is_initialized():
-        return ()
+        return ShardedTerms((), None)
     units = len(shard_units(workload.module)) + 1
     data = workload.make_batch(batch, device, seed=config.seed)
     world = _group_without_transport()
@@ -197,9 +220,59 @@ def fsdp_overhead(
             max(0.0, med(bw[1]) - med(bw[0])) / units,
             max(0.0, step[1] - step[0] / world),
         )
+        margin = None
+        if memory is not None:
+            margin = _peak_margin(sharded, data, config, device, sync, world, batch, memory)
         del sharded
-        return out
+        return ShardedTerms(out, margin)
     finally:
         if flushed:
             torch.set_flush_denormal(False)
         dist.destroy_process_group()
+
+
+def _peak_margin(
+    sharded: Workload,
+    data: Batch,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+    world: int,
+    batch: int,
+    memory: tuple[float, float],
+) -> float | None:
+    """One sharded step's measured peak over the memory model's (``fsdp_overhead``)."""
+    module = sharded.module
+    optimizer = make_optimizer(config.settings, trainable(module), lr=1e-6)
+    for measured in (False, True):  # the first step creates the optimizer's states
+        module.zero_grad(set_to_none=True)
+        gc.collect()
+        sync()
+        if measured:
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+                before = float(torch.cuda.memory_allocated(device))
+            else:
+                host_allocator.trim()
+                rss = host_allocator.resident_bytes("VmRSS")
+                if rss is None or not host_allocator.reset_peak_resident():
+                    return None
+                before = float(rss)
+        sharded.loss(data).backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        sync()
+    if device.type == "cuda":
+        rise = float(torch.cuda.max_memory_allocated(device)) - before
+    else:
+        peak = host_allocator.resident_bytes("VmHWM")
+        if peak is None:
+            return None
+        rise = float(peak) - before
+    module.zero_grad(set_to_none=True)
+    per_sample, fixed = memory
+    unit_params = unit_parameters(module)
+    state = rank_memory(ModelMemory(unit_params, 0.0), config.settings, Layout("ddp", 1), 0)
+    model = ModelMemory(unit_params, max(0.0, per_sample), max(0.0, fixed - state.total))
+    predicted = rank_memory(model, config.settings, Layout("fsdp", world), batch)
+    held = predicted.parameters + predicted.optimizer  # allocated before the step
+    return (held + max(0.0, rise)) / predicted.total - 1.0

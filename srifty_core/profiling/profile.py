@@ -129,6 +129,12 @@ class ComputeProfile:
     casts, the optimizer's step over DTensors. Per unit of ``sharding.units`` (the root
     counted as one), at least 0. Empty where not measured (older profiles, a profile
     taken inside a training job): the sharded simulator then adds nothing and says so."""
+    fsdp_peak_margin: float | None = None
+    """How far a sharded training step's measured peak rose above ``sharding.memory``'s
+    per-rank model of it (a fraction, negative where the model is above), measured with
+    ``fsdp_overhead`` (``profiling.overheads``) at ``schedule_batch_size``: the transient
+    the planner adds to a sharded rank's modelled peak (``planner.fit``). None where not
+    measured: the planner then adds the worst seen in ``benchmarks/sharded_memory.py``."""
     settings: TrainingSettings = DEFAULT_SETTINGS
     """The training settings the profile was taken with (precision, optimizer, compile,
     channels-last): a plan with other settings does not read it."""
@@ -284,6 +290,7 @@ class ComputeProfile:
             "shared_slowdown": [[k, f] for k, f in self.shared_slowdown],
             "ddp_overhead": [[k, t] for k, t in self.ddp_overhead],
             "fsdp_overhead": list(self.fsdp_overhead),
+            "fsdp_peak_margin": self.fsdp_peak_margin,
             "settings": self.settings.to_dict(),
             "effective_precision": self.effective_precision,
             "b_max_limit": self.b_max_limit,
@@ -347,6 +354,7 @@ class ComputeProfile:
                 shared_slowdown=_slowdown_pairs(d.get("shared_slowdown", ())),
                 ddp_overhead=_overhead_pairs(d.get("ddp_overhead", ())),
                 fsdp_overhead=_fsdp_overhead(d.get("fsdp_overhead", ())),
+                fsdp_peak_margin=_margin(d.get("fsdp_peak_margin")),
                 settings=TrainingSettings.from_dict(d.get("settings")),
                 effective_precision=str(d.get("effective_precision", "")),
                 b_max_limit=str(d.get("b_max_limit", "memory")),
@@ -471,6 +479,19 @@ def _fsdp_overhead(raw: Any) -> tuple[float, ...]:
     if not all(math.isfinite(x) and x >= 0 for x in (fw, bw, step)):
         raise ConfigError(f"fsdp_overhead: seconds must be finite and >= 0: {raw!r}")
     return fw, bw, step
+
+
+def _margin(raw: Any) -> float | None:
+    """``fsdp_peak_margin`` from JSON: None, or a finite fraction above -1."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"fsdp_peak_margin: a fraction expected, got {raw!r}") from exc
+    if not (math.isfinite(value) and value > -1.0):
+        raise ConfigError(f"fsdp_peak_margin: must be finite and above -1, got {raw!r}")
+    return value
 
 
 def _at_least(name: str, value: float, low: float) -> None:

@@ -95,7 +95,9 @@ def _profile(
     if progress:
         progress("DDP overhead", 1, 1)
         progress("FSDP overhead: measuring", 0, 0)
-    sharded = fsdp_overhead(workload, sched_b, config, device, sync)
+    sharded = fsdp_overhead(
+        workload, sched_b, config, device, sync, (memory.per_sample_bytes, memory.fixed_bytes)
+    )
     if progress:
         progress("FSDP overhead", 1, 1)
     with colocated_load(name, size, sched_b, config, device):
@@ -136,7 +138,8 @@ def _profile(
         probe_checks=swept.checks,
         shared_slowdown=shared,
         ddp_overhead=overhead,
-        fsdp_overhead=sharded,
+        fsdp_overhead=sharded.overhead,
+        fsdp_peak_margin=sharded.peak_margin,
         settings=config.settings,
         effective_precision=precision,
         b_max_limit=memory.limit,

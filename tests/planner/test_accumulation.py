@@ -148,3 +148,19 @@ def test_the_planned_micro_batches_reach_the_training_plan() -> None:
     p = train_plan_for([four], strategy="fsdp", micro_batches=4, **kw)  # type: ignore[arg-type]
     assert (p.micro_batches, p.local_batches) == (4, (4,) * 8)
     assert train_plan_for([four], **kw).micro_batches == 1  # type: ignore[arg-type]
+
+
+def test_a_measured_fsdp_peak_margin_replaces_the_constant() -> None:
+    """The profile's own measured transient sets a sharded rank's bound (none measured:
+    ``PEAK_MARGIN``'s); a model above the measured peak adds nothing."""
+    import dataclasses
+
+    w = _workload((10_000, 50_000, 50_000))
+    p = w.profile("T4")
+    assert fit.peak_margin(p, "fsdp") == fit.PEAK_MARGIN["fsdp"]
+    tight = dataclasses.replace(p, fsdp_peak_margin=-0.15)
+    assert fit.peak_margin(tight, "fsdp") == 0.0 and fit.peak_margin(tight, "hsdp") == 0.0
+    assert fit.peak_margin(tight, "ddp") == fit.PEAK_MARGIN["ddp"]
+    measured = Workload("m", {"T4": tight}, unit_parameters=w.unit_parameters)
+    gpu = inst("g", "T4")
+    assert fit.b_max(measured, gpu, "fsdp", 8) > fit.b_max(w, gpu, "fsdp", 8)

@@ -163,3 +163,14 @@ def test_fsdp_overhead_round_trips_and_bad_values_name_the_field() -> None:
     for bad in ([0.1, 0.2], [0.1, -0.2, 0.0], [0.1, "x", 0.0], [0.1, float("nan"), 0.0]):
         with pytest.raises(ConfigError, match="fsdp_overhead"):
             ComputeProfile.from_dict({**d, "fsdp_overhead": bad})
+
+
+def test_fsdp_peak_margin_round_trips_and_bad_values_name_the_field() -> None:
+    p = make_profile(fsdp_peak_margin=0.18)
+    assert ComputeProfile.from_json(p.to_json()) == p
+    d = p.to_dict()
+    del d["fsdp_peak_margin"]  # written before the field existed
+    assert ComputeProfile.from_dict(d).fsdp_peak_margin is None
+    for bad in ("x", -1.0, float("inf")):
+        with pytest.raises(ConfigError, match="fsdp_peak_margin"):
+            ComputeProfile.from_dict({**d, "fsdp_peak_margin": bad})

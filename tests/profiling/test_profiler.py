@@ -85,6 +85,7 @@ def test_profile_a_tiny_model_end_to_end() -> None:
     assert 0 < p.optimizer_step_s < 10 * p.gradient_bytes / 1e8
     # FSDP2's own work per unit, measured on a sharded copy over a process group of one
     assert len(p.fsdp_overhead) == 3 and all(t >= 0 for t in p.fsdp_overhead)
+    assert p.fsdp_peak_margin is not None and p.fsdp_peak_margin > -1
     assert ComputeProfile.from_json(p.to_json()) == p
 
 
@@ -179,13 +180,16 @@ def test_fsdp_overhead_measures_what_sharding_adds_and_leaves_no_group() -> None
     workload = build("hf:gpt2", "tiny", seed=0)
     config = ProfilerConfig(repeats=3, warmup=1, threads=1, share_host=1)
     cpu = torch.device("cpu")
-    fw, bw, step = fsdp_overhead(workload, 4, config, cpu, lambda: None)
+    terms = fsdp_overhead(workload, 4, config, cpu, lambda: None, (2e5, 1e6))
+    fw, bw, step = terms.overhead
     assert fw + bw > 0 and step >= 0
+    # the sharded step's peak against the memory model, a finite fraction
+    assert terms.peak_margin is not None and -1 < terms.peak_margin < 10
     assert not dist.is_initialized()  # its process group of one is gone
     assert not any(type(m).__name__.startswith("FSDP") for m in workload.module.modules())
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        assert fsdp_overhead(workload, 4, config, cpu, lambda: None) == ()
+        assert fsdp_overhead(workload, 4, config, cpu, lambda: None) == ((), None)
     finally:
         dist.destroy_process_group()
 
