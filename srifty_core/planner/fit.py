@@ -120,6 +120,11 @@ def b_max(
     return fits
 
 
+UNEQUAL_VMS = "hsdp shards inside each VM: every VM needs as many GPUs"
+"""``short``'s answer for an hsdp configuration whose VMs hold different numbers of GPUs
+(no sharded model of it: callers compare with this)."""
+
+
 def short(
     workload: Workload,
     config: ClusterConfig,
@@ -130,7 +135,7 @@ def short(
     ("" when they do); ``b_max_of(instance, world)``: ``b_max`` of ``workload`` and
     ``strategy`` (memoised by a caller that asks often)."""
     if strategy == "hsdp" and len({g.instance.ranks_per_vm for g in config.groups}) > 1:
-        return "hsdp shards inside each VM: every VM needs as many GPUs"
+        return UNEQUAL_VMS
     world = config.world_size
     for g in config.groups:
         if b_max_of is None:

@@ -68,7 +68,7 @@ class FitChecked:
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         why = fit.short(self.memory, config, self.strategy, self.b_max)
-        if why and self.strategy == "hsdp" and "every VM" in why:
+        if why == fit.UNEQUAL_VMS:
             estimate = self.simulator.estimate(workload, config)  # no sharded model of it
         else:
             estimate = self.sharded.estimate(workload, config)
