@@ -22,12 +22,10 @@ import torch.distributed as dist
 from torch import nn
 
 from srifty_core.lifetime import free_port
+from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
 from srifty_core.profiling.profile import GradientBucket
 from srifty_core.workloads import build
 from srifty_core.workloads.zoo import Batch, Workload
-
-DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
-DEFAULT_FIRST_BUCKET_BYTES = int(dist._DEFAULT_FIRST_BUCKET_BYTES)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env, die_with_caller
+from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
 from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 from srifty_core.worker_env import scrubbed
@@ -293,11 +294,7 @@ def _count(
     from torch.utils._pytree import tree_flatten
     from torch.utils.flop_counter import flop_registry
 
-    from srifty_core.profiling.buckets import (
-        DEFAULT_BUCKET_CAP_BYTES,
-        DEFAULT_FIRST_BUCKET_BYTES,
-        trainable,
-    )
+    from srifty_core.profiling.buckets import trainable
     from srifty_core.sharding.units import unit_parameters
 
     workload = build(model, size, seed=seed)

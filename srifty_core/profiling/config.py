@@ -10,9 +10,14 @@ from dataclasses import dataclass
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.compute import DEFAULT_REFINE_TOLERANCE
-from srifty_core.profiling.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
 from srifty_core.profiling.budget import DEFAULT_DEVICE, ProfilerBudget
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+
+DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
+"""DDP's gradient bucket cap (its ``bucket_cap_mb=25``)."""
+DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
+"""DDP's first, smaller bucket (torch's ``dist._DEFAULT_FIRST_BUCKET_BYTES``; a test checks
+they agree). Both written here so that the profiler's settings import no torch."""
 
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total)"""

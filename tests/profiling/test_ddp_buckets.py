@@ -34,3 +34,13 @@ def test_buckets_match_what_ddp_comm_hook_sees(name: str, expected_buckets: int)
     assert predicted[0].size_bytes <= 1024 * 1024 + max(
         p.numel() * p.element_size() for p in trainable(w.module)
     )
+
+
+def test_the_bucket_defaults_are_ddps() -> None:
+    """The profiler's settings write DDP's bucket sizes down (no torch import there)."""
+    import torch.distributed as dist
+
+    from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
+
+    assert DEFAULT_FIRST_BUCKET_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES  # type: ignore[attr-defined]
+    assert DEFAULT_BUCKET_CAP_BYTES == 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25)
