@@ -440,8 +440,11 @@ def _wait_for_records(proc: subprocess.Popen[str], log: Path, n: int) -> None:
     assert proc.poll() is None, proc.communicate()
 
 
+N_JOB = 80
+"""Iterations of ``JOB``: 20 s of its steps' sleep alone, so that on a loaded host the first
+driver is still mid-run when the second, refused one has started and ended."""
 JOB: dict[str, object] = {
-    "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": 40,
+    "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": N_JOB,
     "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
     "objective": "time", "provider": "local", "checkpoint_every": 5, "step_sleep_s": 0.25,
 }  # fmt: skip
@@ -489,8 +492,8 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
     assert [p.parent for p in runs.glob("*/progress.jsonl")] == [log.parent]  # no new folder
     assert f"run folder: {log.parent} (this job's unfinished run: resuming after" in rerun.stdout
     written = [json.loads(line)["iteration"] for line in log.read_text().splitlines()]
-    assert written == list(range(1, 41)), written  # as written: none twice, none lost
-    assert json.loads((log.parent / "outcome.json").read_text())["iterations"] == 40
+    assert written == list(range(1, N_JOB + 1)), written  # as written: none twice, none lost
+    assert json.loads((log.parent / "outcome.json").read_text())["iterations"] == N_JOB
     for state in (ready_to_plan / "cloud" / "local").glob("*.json"):
         assert "running" not in json.loads(state.read_text())["instances"].values(), state
     assert unfinished_run(yaml.safe_load(job.read_text())) is None  # finished: a new run next

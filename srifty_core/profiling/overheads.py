@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import gc
 import statistics
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -188,11 +189,34 @@ def fsdp_overhead(
     ``sharding.memory.rank_memory`` of the same rank. Subnormal floats are flushed to zero
     meanwhile: the gathered halves no rank sent hold whatever the allocator left there.
     Empty (and no margin) where a process group already exists in this process (a profile
-    taken inside a training job)."""
+    taken inside a training job), and where FSDP2 cannot shard the model or its sharded
+    step fails (parameters tied across units, say): the profile of the model is not
+    refused for it, and the sharded simulator says the term is missing. FSDP2's warnings
+    about the copy (a view returned from a forward) are not the profile's and are
+    silenced."""
     import torch.distributed as dist
 
     if not dist.is_available() or dist.is_initialized():
         return ShardedTerms((), None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return _sharded_terms(workload, batch, config, device, sync, memory)
+        except Exception:  # a model FSDP2 cannot shard still gets its profile
+            return ShardedTerms((), None)
+
+
+def _sharded_terms(
+    workload: Workload,
+    batch: int,
+    config: ProfilerConfig,
+    device: torch.device,
+    sync: Callable[[], None],
+    memory: tuple[float, float] | None,
+) -> ShardedTerms:
+    """``fsdp_overhead``'s measurement (its doc)."""
+    import torch.distributed as dist
+
     units = len(shard_units(workload.module)) + 1
     data = workload.make_batch(batch, device, seed=config.seed)
     world = _group_without_transport()
