@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from torch import nn
 
 from srifty_core.errors import ConfigError
@@ -22,6 +23,40 @@ class Blocks(nn.Module):
         self.embed = nn.Embedding(100, 8)
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3))
         self.head = nn.Linear(8, 2)
+
+
+class Tied(nn.Module):
+    """Two children sharing a weight (a decoder tied to its embedding), as a one-layer
+    masked language model's ``bert`` and ``cls`` do, beside a child of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Embedding(50, 8)
+        self.decoder = nn.Linear(8, 50)
+        self.decoder.weight = self.encoder.weight
+        self.other = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.other(self.encoder(x)))
+
+
+def test_a_unit_tied_to_parameters_outside_it_stays_with_the_root() -> None:
+    m = Tied()
+    assert shard_units(m) == [m.other]
+    assert unit_parameters(m) == (50 * 8 + 50, 72)
+    # FSDP2 takes the policy: no parameter in two groups (one process group of one)
+    import torch.distributed as dist
+
+    from srifty_core.sharding.wrap import wrap
+    from srifty_core.training_settings import TrainingSettings
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        wrapped = wrap(m, Layout("fsdp", 1), TrainingSettings(), torch.device("cpu"))
+        wrapped(torch.tensor([1, 2])).sum().backward()
+        assert m.encoder.weight.grad is not None
+    finally:
+        dist.destroy_process_group()
 
 
 def test_repeated_blocks_are_the_units_and_the_rest_stays_with_the_root() -> None:
