@@ -37,7 +37,8 @@ class Tied(nn.Module):
         self.other = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.other(self.encoder(x)))
+        out: torch.Tensor = self.decoder(self.other(self.encoder(x)))
+        return out
 
 
 def test_a_unit_tied_to_parameters_outside_it_stays_with_the_root() -> None:
@@ -50,7 +51,7 @@ def test_a_unit_tied_to_parameters_outside_it_stays_with_the_root() -> None:
     from srifty_core.sharding.wrap import wrap
     from srifty_core.training_settings import TrainingSettings
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     try:
         wrapped = wrap(m, Layout("fsdp", 1), TrainingSettings(), torch.device("cpu"))
         wrapped(torch.tensor([1, 2])).sum().backward()
