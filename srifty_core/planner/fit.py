@@ -20,7 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from srifty_core.profiling.profile import ComputeProfile
-from srifty_core.sharding.memory import Layout, ModelMemory, Strategy, rank_memory
+from srifty_core.sharding.memory import (
+    Layout,
+    ModelMemory,
+    Strategy,
+    measured_model,
+    rank_memory,
+)
 from srifty_core.sharding.memory import b_max as memory_b_max
 from srifty_core.simulator.types import ClusterConfig, SimInstance, Workload
 
@@ -57,11 +63,9 @@ def model_memory(workload: Workload, device_type: str) -> ModelMemory:
     fixed part its profile measured beyond the training state (parameters, gradients and
     optimizer states of one ddp rank alone, as the profile held them)."""
     p = workload.profile(device_type)
-    units = units_of(workload, device_type)
-    bare = ModelMemory(units, 0.0, 0.0)
-    state = rank_memory(bare, p.settings, Layout("ddp", 1), 0).total
-    fixed = max(0.0, p.memory_fixed_bytes - state)
-    return ModelMemory(units, max(0.0, p.memory_per_sample_bytes), fixed)
+    return measured_model(
+        units_of(workload, device_type), p.memory_per_sample_bytes, p.memory_fixed_bytes, p.settings
+    )
 
 
 def capacity_bytes(workload: Workload, instance: SimInstance) -> float:

@@ -121,15 +121,15 @@ def accumulated(
 
         inner: Any = sim
         b_max_of: Callable[[SimInstance, int], int] = ddp_b_max
+        accumulating: Callable[[SimInstance, int], int] | None = None
         earlier = passes_s(sim)
     else:
         checked = FitChecked(sim, strategy, w)
         inner, b_max_of, earlier = checked, checked.b_max, checked.sharded.accumulating_s
         accumulating = checked.b_max_accumulating
-        return req, Accumulated(
-            inner, lambda c: micro_batches_needed(c, b_max_of, accumulating), earlier
-        )
-    return req, Accumulated(inner, lambda c: micro_batches_needed(c, b_max_of), earlier)
+    return req, Accumulated(
+        inner, lambda c: micro_batches_needed(c, b_max_of, accumulating), earlier
+    )
 
 
 def enlarges(request: PlanRequest, sharded: PlanRequest) -> bool:

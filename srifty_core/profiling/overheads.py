@@ -21,7 +21,7 @@ from srifty_core.profiling.buckets import trainable
 from srifty_core.profiling.colocated import colocated_load, ddp_of_one
 from srifty_core.profiling.config import ProfilerConfig
 from srifty_core.profiling.timing import measure_latency, optimizer_step_seconds, step_seconds
-from srifty_core.sharding.memory import Layout, ModelMemory, rank_memory
+from srifty_core.sharding.memory import Layout, measured_model, rank_memory
 from srifty_core.sharding.units import shard_units, unit_parameters
 from srifty_core.sharding.wrap import wrap
 from srifty_core.workloads import make_optimizer
@@ -293,10 +293,7 @@ def _peak_margin(
             return None
         rise = float(peak) - before
     module.zero_grad(set_to_none=True)
-    per_sample, fixed = memory
-    unit_params = unit_parameters(module)
-    state = rank_memory(ModelMemory(unit_params, 0.0), config.settings, Layout("ddp", 1), 0)
-    model = ModelMemory(unit_params, max(0.0, per_sample), max(0.0, fixed - state.total))
+    model = measured_model(unit_parameters(module), *memory, config.settings)
     predicted = rank_memory(model, config.settings, Layout("fsdp", world), batch)
     held = predicted.parameters + predicted.optimizer  # allocated before the step
     return (held + max(0.0, rise)) / predicted.total - 1.0

@@ -123,7 +123,8 @@ class ComputeProfile:
     fsdp_overhead: tuple[float, ...] = ()
     """``(forward s per unit, backward s per unit, optimizer step s)``: what FSDP2 adds to a
     step beyond its collectives, measured (a copy of the model under ``fully_shard`` over a
-    process group of one, minus the same step unwrapped, in alternating rounds;
+    two-rank process group whose collectives move nothing, minus the same step unwrapped,
+    in alternating rounds;
     ``profiling.overheads.fsdp_overhead``): the pre- and post-hooks of each unit, the
     copies into and out of the all-gather and reduce-scatter buffers, the mixed-precision
     casts, the optimizer's step over DTensors. Per unit of ``sharding.units`` (the root

@@ -200,3 +200,17 @@ def b_max(
     if model.activation_bytes_per_sample == 0:
         return ceiling
     return min(ceiling, int(room // model.activation_bytes_per_sample))
+
+
+def measured_model(
+    unit_parameters: tuple[int, ...],
+    per_sample_bytes: float,
+    fixed_bytes: float,
+    settings: TrainingSettings,
+) -> ModelMemory:
+    """The ``ModelMemory`` of a profile's measured footprint: ``per_sample_bytes`` of
+    activations per sample, and of its ``fixed_bytes`` what one ddp rank alone holds
+    beyond its training state (parameters, gradients, optimizer states)."""
+    bare = ModelMemory(unit_parameters, 0.0, 0.0)
+    state = rank_memory(bare, settings, Layout("ddp", 1), 0).total
+    return ModelMemory(unit_parameters, max(0.0, per_sample_bytes), max(0.0, fixed_bytes - state))
