@@ -1,7 +1,9 @@
 """The README's commands end to end on a fresh data folder: `srifty demo` (the main job),
 then the Airflow walk-through ("Jobs through Airflow": `srifty ui`, then the what-if and
 plan-and-train DAGs triggered with `srifty airflow`, watched to the end, the job in
-MLflow), run from the README's own text."""
+MLflow), run from the README's own text. The walk-through's UI is also checked as a user
+relies on it: on loopback only, its admin password in a file only its owner reads, and
+nothing left running when SIGTERM stops it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,7 +28,9 @@ from srifty_core import paths
 from srifty_core.lifetime import free_port
 from srifty_core.planner.whatif_report import report_path
 from srifty_core.runtime.planning import _safe
+from srifty_core.ui import PASSWORD_FILE
 from tests.conftest import subprocess_env
+from tests.test_ui import LOOPBACK, alive, listeners, tree
 
 BIN = Path(sys.executable).parent
 WALKTHROUGH = "**Jobs through Airflow.**"
@@ -113,7 +118,8 @@ def test_the_readme_airflow_walkthrough_runs_as_written(demo: tuple[Path, str]) 
     env = subprocess_env({paths.ENV_VAR: str(root), "MLFLOW_TRACKING_URI": ""})
     a_port, m_port = free_port(), free_port()  # the README's 8080 and 5001 may be taken here
     ui = subprocess.Popen(
-        [str(BIN / "srifty"), "ui", "--airflow-port", str(a_port), "--mlflow-port", str(m_port)],
+        [str(BIN / "srifty"), "ui", "--airflow-port", str(a_port), "--mlflow-port", str(m_port),
+         "--password", "pw-test"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,
     )  # fmt: skip
@@ -125,6 +131,16 @@ def test_the_readme_airflow_walkthrough_runs_as_written(demo: tuple[Path, str]) 
             if "Ctrl-C stops both" in line:
                 break
         assert ui.poll() is None, "".join(said)
+        # Airflow creates every DAG paused: the UI unpauses those one triggers (a triggered
+        # run of a paused DAG would wait without a word), not those on a clock.
+        (dags,) = [ln for ln in said if ln.startswith("DAGs you trigger, unpaused:")]
+        unpaused, paused = dags.split(";", 1)
+        for dag_id in ("srifty_plan_and_train", "srifty_what_if", "srifty_profile_model"):
+            assert dag_id in unpaused, dags
+        assert "srifty_probe_sweep" in paused and "srifty_catalog_refresh" in paused, dags
+        pw = paths.airflow_home(root) / PASSWORD_FILE
+        assert json.loads(pw.read_text()) == {"admin": "pw-test"}
+        assert stat.S_IMODE(pw.stat().st_mode) == 0o600, oct(pw.stat().st_mode)
         before = {d: _runs(env, d) for d in ("srifty_what_if", "srifty_plan_and_train")}
         for command in commands:  # as written, from the repository root
             argv = shlex.split(command)
@@ -186,6 +202,16 @@ def test_the_readme_airflow_walkthrough_runs_as_written(demo: tuple[Path, str]) 
         with urllib.request.urlopen(req, timeout=30) as resp:
             found = json.loads(resp.read()).get("runs", [])
         assert found, f"no MLflow run tagged with the DAG run {job_run}"
+        # Every server on loopback only (a log server starts beside its component's first
+        # heartbeat: long since, by now); then SIGTERM to `srifty ui` alone stops them all.
+        running = tree(ui.pid)
+        listening = listeners(running)
+        assert {port for _, _, port in listening} >= {a_port, m_port}, listening
+        assert not [x for x in listening if x[1] not in LOOPBACK], listening
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(timeout=90)
+        assert ui.returncode == 0
+        assert not alive(running, grace_s=10), "processes left after SIGTERM"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ui.pid, signal.SIGTERM)

@@ -1,30 +1,25 @@
-"""`srifty ui` starts the Airflow and MLflow UIs for real, answers health checks with a
-known admin password kept in a file only its owner reads, listens on loopback only, and
-leaves nothing running when SIGTERM stops it."""
+"""`srifty ui`: the admin's password file, and the helpers that look at what a running UI
+left listening or running. The UI itself starts for real in the README walk-through test
+(`tests/test_demo.py`), which checks its listeners, its password file and SIGTERM there:
+one start of Airflow and MLflow instead of two."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
+import os
 import stat
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
-import pytest
 
-from srifty_core.lifetime import free_port
-
-pytestmark = pytest.mark.airflow
+from srifty_core.ui import ADMIN_USER, PASSWORD_FILE, write_password_file
 
 LOOPBACK = {"127.0.0.1", "::1"}
 
 
-def _tree(pid: int) -> list[psutil.Process]:
+def tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
         return [root, *root.children(recursive=True)]
@@ -32,7 +27,7 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _listeners(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
+def listeners(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
     """(process name, address, port) of every listening socket of ``procs``."""
     out = set()
     for p in procs:
@@ -45,7 +40,7 @@ def _listeners(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
     return out
 
 
-def _alive(procs: list[psutil.Process], grace_s: float) -> list[int]:
+def alive(procs: list[psutil.Process], grace_s: float) -> list[int]:
     """The pids of ``procs`` still running (zombies aside) after at most ``grace_s``."""
     deadline = time.monotonic() + grace_s
     while True:
@@ -59,77 +54,26 @@ def _alive(procs: list[psutil.Process], grace_s: float) -> list[int]:
         time.sleep(0.5)
 
 
-def _healthy(port: int) -> bool:
-    """The API server says the scheduler and the triggerer heartbeat: both have started
-    whatever they start (a log server, once, before their first heartbeat)."""
-    url = f"http://127.0.0.1:{port}/api/v2/monitor/health"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            health = json.loads(resp.read())
-    except OSError:
-        return False
-    return all((health.get(k) or {}).get("status") == "healthy" for k in ("scheduler", "triggerer"))
+def test_the_password_file_is_the_owners_alone_and_replaced_whole(tmp_path: Path) -> None:
+    home = tmp_path / "airflow"
+    home.mkdir()
+    old = home / PASSWORD_FILE
+    old.write_text("{}")
+    old.chmod(0o644)
+    path = write_password_file(home, "pw-test")
+    assert path == old
+    assert json.loads(path.read_text()) == {ADMIN_USER: "pw-test"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in home.iterdir()] == [PASSWORD_FILE]  # no temporary left
 
 
-@pytest.mark.alone
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_ui_listens_on_loopback_keeps_its_password_private_and_stops_on_sigterm(
-    data_dir: Path,
-) -> None:
-    a_port, m_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "srifty_core.cli", "ui", "--airflow-port", str(a_port),
-           "--mlflow-port", str(m_port), "--password", "pw-test"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    problems: list[str] = []
-    tree: list[psutil.Process] = []
-    try:
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("MLflow:"):
-                break
-        assert any(ln.startswith("Airflow:") for ln in lines), "".join(lines)
-        # Airflow creates every DAG paused: the UI unpauses those one triggers (a triggered
-        # run of a paused DAG would wait without a word), not those on a clock.
-        (dags,) = [ln for ln in lines if ln.startswith("DAGs you trigger, unpaused:")]
-        unpaused, paused = dags.split(";", 1)
-        for dag_id in ("srifty_plan_and_train", "srifty_what_if", "srifty_profile_model"):
-            assert dag_id in unpaused, dags
-        assert "srifty_probe_sweep" in paused and "srifty_catalog_refresh" in paused, dags
-        deadline = time.monotonic() + 120
-        while not _healthy(a_port) and time.monotonic() < deadline:
-            time.sleep(2)
-        assert _healthy(a_port), "the scheduler and triggerer never reported healthy"
-        pw = data_dir / "airflow" / "simple_auth_manager_passwords.json.generated"
-        assert json.loads(pw.read_text()) == {"admin": "pw-test"}
-        if stat.S_IMODE(pw.stat().st_mode) != 0o600:
-            problems.append(f"password file mode {oct(stat.S_IMODE(pw.stat().st_mode))}")
-        # A log server starts beside its component's first heartbeat: look a few times.
-        listening: set[tuple[str, str, int]] = set()
-        for _ in range(5):
-            listening |= _listeners(_tree(proc.pid))
-            time.sleep(1)
-        assert {port for _, _, port in listening} >= {a_port, m_port}
-        wide = sorted(x for x in listening if x[1] not in LOOPBACK)
-        if wide:
-            problems.append(f"listening beyond loopback: {wide}")
-        tree = _tree(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            problems.append("`srifty ui` still runs 90 s after SIGTERM")
-        left = _alive(tree, grace_s=10)
-        if left:
-            problems.append(f"processes left after SIGTERM: {left}")
-        assert not problems, problems
-        assert proc.returncode == 0
-    finally:
-        survivors = [*tree, *_tree(proc.pid)]  # whatever a failed run left
-        proc.kill()
-        proc.communicate()
-        for p in survivors:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
+def test_a_listener_set_names_the_process_and_the_address() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        found = listeners(tree(os.getpid()))
+    assert any(addr == "127.0.0.1" and p == port for _, addr, p in found), found
+    assert alive([psutil.Process(os.getpid())], grace_s=0) == [os.getpid()]
