@@ -2446,7 +2446,10 @@ fault(
     "servers are off, the API server and MLflow listen on 127.0.0.1; the password file is "
     "written 0600",
     cases=("ui-sigterm-listeners-password",),
-    tests=("test_ui_listens_on_loopback_keeps_its_password_private_and_stops_on_sigterm",),
+    tests=(
+        "test_the_readme_airflow_walkthrough_runs_as_written",
+        "test_the_password_file_is_the_owners_alone_and_replaced_whole",
+    ),
 )
 fault(
     "a trigger conf's `resume.checkpoint` pointing anywhere",
