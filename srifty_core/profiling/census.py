@@ -24,6 +24,7 @@ torch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,20 @@ _MATMUL = {
     "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_cudnn_attention_backward",
 }
+_AUTOCAST_LOW = _CONV | _MATMUL | {"linear", "matmul", "addbmm", "addmv", "mv", "prelu"}
+"""Operators autocast runs in bf16/fp16 (``torch.autocast``'s lower-precision list on CUDA,
+as ATen names them): their outputs, and what follows from those alone, are 2-byte tensors
+in a mixed-precision step."""
+_AUTOCAST_FP32 = {
+    *("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p"),
+    *("reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm"),
+    *("native_layer_norm", "group_norm", "native_group_norm", "norm", "linalg_vector_norm"),
+    *("cosine_similarity", "nll_loss", "nll_loss_forward", "nll_loss2d_forward", "kl_div"),
+    *("l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "binary_cross_entropy_with_logits"),
+    *("dist", "cdist", "renorm", "logsumexp", "prod", "cumprod", "cumsum", "sum"),
+    *("softmax", "_softmax", "log_softmax", "_log_softmax"),
+}
+"""Operators autocast runs in float32 whatever their inputs (its float32 list on CUDA)."""
 _NO_KERNEL = {
     "detach",
     "empty",
@@ -120,6 +135,12 @@ class OpCensus:
     """Where it was counted: ``meta`` or ``cpu``."""
     torch_version: str
     created_at: str
+    saved_low_bytes0: float = -1.0
+    saved_low_bytes1: float = -1.0
+    """The same tensors as autocast keeps them in a bf16 or fp16 step (2-byte outputs of its
+    lower-precision operators and what follows from them alone; its float32 operators'
+    outputs at 4): fixed and per sample. -1 in a census counted before the fields (not
+    known: ``saved_bytes`` for every precision)."""
     unit_parameters: tuple[int, ...] = ()
     """Trainable parameters of the root's own, then of each unit FSDP shards as one
     (``sharding.units.unit_parameters``): what the planner's sharded strategies hold and
@@ -137,6 +158,14 @@ class OpCensus:
     @property
     def key(self) -> str:
         return f"{self.model}/{self.size}{self.settings.suffix}"
+
+    def saved_bytes(self, precision: str) -> tuple[float, float]:
+        """(fixed, per sample) bytes the forward pass saves for the backward pass in a step
+        at ``precision``: autocast's widths for ``bf16``/``fp16`` where the census counted
+        them, else the float32 tensors'."""
+        if precision in ("bf16", "fp16") and self.saved_low_bytes1 >= 0:
+            return self.saved_low_bytes0, self.saved_low_bytes1
+        return self.saved_bytes0, self.saved_bytes1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +188,8 @@ class OpCensus:
             "first_bucket_cap_bytes": self.first_bucket_cap_bytes,
             "saved_bytes0": self.saved_bytes0,
             "saved_bytes1": self.saved_bytes1,
+            "saved_low_bytes0": self.saved_low_bytes0,
+            "saved_low_bytes1": self.saved_low_bytes1,
             "device": self.device,
             "torch_version": self.torch_version,
             "created_at": self.created_at,
@@ -194,6 +225,8 @@ class OpCensus:
                 first_bucket_cap_bytes=int(d["first_bucket_cap_bytes"]),
                 saved_bytes0=float(d["saved_bytes0"]),
                 saved_bytes1=float(d["saved_bytes1"]),
+                saved_low_bytes0=float(d.get("saved_low_bytes0", -1.0)),
+                saved_low_bytes1=float(d.get("saved_low_bytes1", -1.0)),
                 device=str(d["device"]),
                 torch_version=str(d["torch_version"]),
                 created_at=str(d["created_at"]),
@@ -245,6 +278,7 @@ def take_census(
     flops0 = [max(0.0, x[2] - s * BATCHES[0]) for x, s in zip(a.ops, flops1, strict=True)]
     bytes0 = [max(0.0, x[3] - s * BATCHES[0]) for x, s in zip(a.ops, bytes1, strict=True)]
     saved1 = max(0.0, (b.saved - a.saved) / span)
+    low1 = max(0.0, (b.saved_low - a.saved_low) / span)
     return OpCensus(
         model=model,
         size=size,
@@ -264,6 +298,8 @@ def take_census(
         first_bucket_cap_bytes=a.first_bucket_cap_bytes,
         saved_bytes0=max(0.0, a.saved - saved1 * BATCHES[0]),
         saved_bytes1=saved1,
+        saved_low_bytes0=max(0.0, a.saved_low - low1 * BATCHES[0]),
+        saved_low_bytes1=low1,
         device=device,
         torch_version=str(torch.__version__),
         unit_parameters=a.unit_parameters,
@@ -275,6 +311,7 @@ def take_census(
 class _Counted:
     ops: list[tuple[int, int, float, float]]
     saved: float
+    saved_low: float
     n_parameters: int
     gradient_bytes: int
     bucket_sizes: tuple[int, ...]
@@ -304,13 +341,21 @@ def _count(
     batch = tuple(t.to(dev) for t in workload.make_batch(batch_size, torch.device("cpu"), seed))
     params = trainable(workload.module)
     own = {p.untyped_storage()._cdata for p in params}
+    # weights and buffers (batch norm's running statistics): autocast leaves them float32,
+    # an operator's width follows its activations
+    weights = {t.untyped_storage()._cdata for t in workload.module.parameters()}
+    weights |= {t.untyped_storage()._cdata for t in workload.module.buffers()}
     own |= {t.untyped_storage()._cdata for t in batch}
-    saved: dict[int, int] = {}
+    saved: dict[int, tuple[int, int]] = {}  # storage: (bytes, bytes of an element)
+    # Under autocast (bf16/fp16): the storages that would hold 2-byte tensors. The weights'
+    # 2-byte copies are not counted: FSDP2's mixed precision frees them after each unit,
+    # and on the H200 the float32 count of the fixed part was already over DDP's peak.
+    low: set[int] = set()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
         if st._cdata not in own:
-            saved[st._cdata] = st.nbytes()
+            saved[st._cdata] = (st.nbytes(), t.element_size())
         return t
 
     class Census(TorchDispatchMode):
@@ -331,6 +376,8 @@ def _count(
             tensors = [
                 t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)
             ]
+            if self.phase == 0:
+                self.widths(name, args, kwargs, out)
             flops = 0.0
             counter: Callable[..., Any] | None = flop_registry.get(func._overloadpacket)
             if counter is not None:
@@ -339,6 +386,33 @@ def _count(
             self.ops.append((self.phase, op_class_of(name), flops, nbytes))
             self.backward_ops += self.phase == 1
             return out
+
+        @staticmethod
+        def widths(name: str, args: Any, kwargs: Any, out: Any) -> None:
+            """What autocast would make of this forward operator's outputs: 2-byte for
+            its lower-precision list, 4-byte for its float32 list, else 2-byte when every
+            floating activation it reads is (weights follow their input, as batch norm's
+            do)."""
+            ins = [
+                t
+                for t in tree_flatten((args, kwargs))[0]
+                if isinstance(t, torch.Tensor) and t.is_floating_point()
+            ]
+            acts = [t.untyped_storage()._cdata for t in ins]
+            acts = [c for c in acts if c not in weights]
+            if name in _AUTOCAST_LOW:
+                is_low = True
+            elif name in _AUTOCAST_FP32:
+                is_low = False
+            else:
+                is_low = bool(acts) and all(c in low for c in acts)
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    c = t.untyped_storage()._cdata
+                    if is_low:
+                        low.add(c)
+                    else:
+                        low.discard(c)
 
     ready: dict[int, int] = {}
     census = Census()
@@ -381,7 +455,10 @@ def _count(
     size_of = [p.numel() * p.element_size() for p in params]
     return _Counted(
         ops=census.ops,
-        saved=float(sum(saved.values())),
+        saved=float(sum(n for n, _ in saved.values())),
+        saved_low=float(
+            sum(n * 2 // w if c in low and w > 2 else n for c, (n, w) in saved.items())
+        ),
         n_parameters=sum(p.numel() for p in params),
         gradient_bytes=sum(size_of),
         bucket_sizes=tuple(sum(size_of[i] for i in m) for m in members),
@@ -424,11 +501,19 @@ def load_census(
     ):
         if path.is_file():
             try:
-                return OpCensus.from_json(path.read_text(encoding="utf-8"))
+                found = OpCensus.from_json(path.read_text(encoding="utf-8"))
             except (ValueError, KeyError, TypeError) as exc:  # a schema ConfigError too
                 raise ConfigError(
                     f"{path}: not an operator census ({exc}); delete it to count it again"
                 ) from exc
+            # one counted before autocast's widths: counted again where torch is here
+            if (
+                found.saved_low_bytes1 >= 0
+                or not count
+                or importlib.util.find_spec("torch") is None
+            ):
+                return found
+            break
     command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
     if settings.optimizer != "sgd":
         command += f" --optimizer {settings.optimizer}"

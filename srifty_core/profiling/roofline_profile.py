@@ -60,13 +60,14 @@ def profile_observations(
 
 # ----------------------------------------------------------------------------- profiles
 def batch_limit(
-    census: OpCensus, device: DeviceSpec, optimizer_states: int
+    census: OpCensus, device: DeviceSpec, optimizer_states: int, precision: str = "fp32"
 ) -> tuple[int, float, float]:
     """(B_max, fixed bytes, bytes per sample) on ``device``: the tensors saved for the
-    backward pass (the census's), plus the weights, their gradients and the optimizer's
-    state; a batch may fill ``MEMORY_HEADROOM`` of the GPU."""
-    fixed = census.saved_bytes0 + (2 + optimizer_states) * census.gradient_bytes
-    per_sample = max(census.saved_bytes1, 1.0)
+    backward pass (the census's, at ``precision``'s widths), plus the weights, their
+    gradients and the optimizer's state; a batch may fill ``MEMORY_HEADROOM`` of the GPU."""
+    saved0, saved1 = census.saved_bytes(precision)
+    fixed = saved0 + (2 + optimizer_states) * census.gradient_bytes
+    per_sample = max(saved1, 1.0)
     room = device.memory_gib * 2**30 * MEMORY_HEADROOM - fixed
     return max(0, min(MAX_BATCH, int(room // per_sample))), fixed, per_sample
 
@@ -90,17 +91,18 @@ def estimate_profile(
     mode = mode_of(settings.precision)
     eff = roofline.efficiencies
     states = 2 if settings.optimizer == "adamw" else 1
-    b_max, fixed, per_sample = batch_limit(census, device, states)
+    b_max, fixed, per_sample = batch_limit(census, device, states, settings.precision)
+    saved0 = census.saved_bytes(settings.precision)[0]
     span = b_max
     if b_max < 1:  # no replica fits: timed up to what a rank holds with its state sharded away
-        room = device.memory_gib * 2**30 * MEMORY_HEADROOM - census.saved_bytes0
+        room = device.memory_gib * 2**30 * MEMORY_HEADROOM - saved0
         span = max(0, min(MAX_BATCH, int(room // per_sample)))
         if span < 1:
             raise ConfigError(
                 f"{census.model}/{census.size} does not fit one {device.name} "
                 f"({device.memory_gib:g} GiB): one sample needs about "
                 f"{(fixed + per_sample) / 2**30:.1f} GiB, its activations alone "
-                f"{(census.saved_bytes0 + per_sample) / 2**30:.1f} GiB"
+                f"{(saved0 + per_sample) / 2**30:.1f} GiB"
             )
 
     def times(b: int) -> tuple[float, float, float]:

@@ -73,6 +73,50 @@ def test_census_counts_a_known_network_exactly() -> None:
     )
 
 
+def test_the_census_keeps_what_autocast_saves_at_its_widths() -> None:
+    """The same MLP under bf16/fp16 autocast: the ReLU's output (after a lower-precision
+    matrix product) is saved at 2 bytes, cross entropy's log-softmax at 4 (autocast's
+    float32 list)."""
+    c = take_census(MLP, "full")
+    assert c.saved_bytes1 == 64 * 4 + 3 * 4
+    assert c.saved_low_bytes1 == 64 * 2 + 3 * 4
+    assert c.saved_low_bytes0 == c.saved_bytes0
+    for precision in ("bf16", "fp16"):
+        assert c.saved_bytes(precision) == (c.saved_low_bytes0, c.saved_low_bytes1)
+    assert c.saved_bytes("fp32") == (c.saved_bytes0, c.saved_bytes1)
+    old = {k: v for k, v in c.to_dict().items() if not k.startswith("saved_low")}
+    before = OpCensus.from_dict(old)  # a census counted before the fields: float32 widths
+    assert before.saved_bytes("bf16") == (c.saved_bytes0, c.saved_bytes1)
+
+
+def test_a_stored_census_without_the_widths_is_counted_again(tmp_path: Path) -> None:
+    from srifty_core.profiling.census import census_path
+
+    first = load_census(MLP, "small", root=tmp_path)
+    path = census_path(tmp_path, MLP, "small", DEFAULT_SETTINGS)
+    old = {k: v for k, v in first.to_dict().items() if not k.startswith("saved_low")}
+    path.write_text(json.dumps(old))
+    assert load_census(MLP, "small", root=tmp_path, count=False).saved_low_bytes1 == -1
+    again = load_census(MLP, "small", root=tmp_path)
+    assert again.saved_low_bytes1 == first.saved_low_bytes1 > 0
+    assert json.loads(path.read_text())["saved_low_bytes1"] == first.saved_low_bytes1
+
+
+def test_an_estimate_in_bf16_holds_the_activations_at_two_bytes(
+    specs: dict[str, rl.DeviceSpec],
+) -> None:
+    """ResNet-50's shipped census: about half the float32 bytes a sample in bf16 (the H200
+    measured 42.6 against 82.6 MiB, `benchmarks/results/gpu_check_h200_2026-12-04`, kept
+    out of every fit), so a bf16 estimate fits about twice the batch."""
+    c = load_census("resnet50", "full", root=Path("/nonexistent-store"), count=False)
+    assert 0.45 < c.saved_low_bytes1 / c.saved_bytes1 < 0.55
+    gpu = specs["A10G"] if "A10G" in specs else next(iter(specs.values()))
+    b32, _, per32 = rp.batch_limit(c, gpu, 1, "fp32")
+    b16, _, per16 = rp.batch_limit(c, gpu, 1, "bf16")
+    assert per16 == c.saved_low_bytes1 and per32 == c.saved_bytes1
+    assert 1.7 < b16 / b32 < 2.1
+
+
 def test_the_shipped_census_is_what_counting_gives_now(resnet18: OpCensus) -> None:
     fresh = take_census("resnet18", "full")
     strip = {"created_at": "", "torch_version": ""}
