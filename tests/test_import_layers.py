@@ -285,8 +285,8 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.predictors.refresh.promote", "srifty_core.predictors.registry"): "heavy: pyarrow",
     ("srifty_core.predictors.refresh.register", "srifty_core.predictors.registry"):
         "heavy: pyarrow",
-    ("srifty_core.profiling.census", "srifty_core.profiling.buckets"): "heavy: torch",
-    ("srifty_core.profiling.census", "srifty_core.sharding.units"): "heavy: torch",
+    ("srifty_core.profiling.census_count", "srifty_core.profiling.buckets"): "heavy: torch",
+    ("srifty_core.profiling.census_count", "srifty_core.sharding.units"): "heavy: torch",
     ("srifty_core.runtime.child_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.emulated_job", "srifty_core.runtime.checkpoint"): "heavy: torch",
     ("srifty_core.runtime.job_run", "srifty_core.runtime.checkpoint"): "heavy: torch",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,70 +35,17 @@ from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env, die_with_caller
-from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
+from srifty_core.profiling.census_count import CLASSES as CLASSES
+from srifty_core.profiling.census_count import count
 from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 from srifty_core.worker_env import scrubbed
-from srifty_core.workloads import ModelRefError, build, make_optimizer, model_key, parse_model
+from srifty_core.workloads import ModelRefError, model_key, parse_model
 
 SCHEMA_VERSION = 1
 BATCHES = (2, 8)
 """The two batch sizes the census steps at (batch norm needs more than one sample)."""
 PHASES = ("fw", "bw", "opt")
-CLASSES = ("conv", "matmul", "other")
-"""Operator classes: convolutions and matrix products run on tensor cores where the
-precision lets them (convolutions also in TF32 under PyTorch's defaults, matrix products
-not), the rest on the vector units."""
-
-_CONV = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution"}
-_MATMUL = {
-    "mm",
-    "addmm",
-    "bmm",
-    "baddbmm",
-    "_scaled_mm",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_flash_attention_forward",
-    "_flash_attention_backward",
-    "_efficient_attention_forward",
-    "_efficient_attention_backward",
-    "_scaled_dot_product_flash_attention_backward",
-    "_scaled_dot_product_flash_attention_for_cpu_backward",
-    "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_cudnn_attention_backward",
-}
-_AUTOCAST_LOW = _CONV | _MATMUL | {"linear", "matmul", "addbmm", "addmv", "mv", "prelu"}
-"""Operators autocast runs in bf16/fp16 (``torch.autocast``'s lower-precision list on CUDA,
-as ATen names them): their outputs, and what follows from those alone, are 2-byte tensors
-in a mixed-precision step."""
-_AUTOCAST_FP32 = {
-    *("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p"),
-    *("reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm"),
-    *("native_layer_norm", "group_norm", "native_group_norm", "norm", "linalg_vector_norm"),
-    *("cosine_similarity", "nll_loss", "nll_loss_forward", "nll_loss2d_forward", "kl_div"),
-    *("l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "binary_cross_entropy_with_logits"),
-    *("dist", "cdist", "renorm", "logsumexp", "prod", "cumprod", "cumsum", "sum"),
-    *("softmax", "_softmax", "log_softmax", "_log_softmax"),
-}
-"""Operators autocast runs in float32 whatever their inputs (its float32 list on CUDA)."""
-_NO_KERNEL = {
-    "detach",
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "lift_fresh",
-    "_reshape_alias",
-    "sym_size",
-    "sym_stride",
-    "sym_numel",
-    "is_same_size",
-    "_local_scalar_dense",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,15 +186,6 @@ class OpCensus:
         return cls.from_dict(json.loads(text))
 
 
-def op_class_of(name: str) -> int:
-    """The ``CLASSES`` index of the ATen operator ``name`` (its overload packet's name)."""
-    if name in _CONV:
-        return CLASSES.index("conv")
-    if name in _MATMUL:
-        return CLASSES.index("matmul")
-    return CLASSES.index("other")
-
-
 # ----------------------------------------------------------------------------- counting
 def take_census(
     model: str,
@@ -263,10 +200,10 @@ def take_census(
 
     device = "meta"
     try:
-        a, b = (_count(model, size, settings, n, seed, device) for n in BATCHES)
+        a, b = (count(model, size, settings, n, seed, device) for n in BATCHES)
     except (NotImplementedError, RuntimeError):  # the step reads a value: count it for real
         device = "cpu"
-        a, b = (_count(model, size, settings, n, seed, device) for n in BATCHES)
+        a, b = (count(model, size, settings, n, seed, device) for n in BATCHES)
     if [(o[0], o[1]) for o in a.ops] != [(o[0], o[1]) for o in b.ops]:
         raise ConfigError(
             f"census of {model}/{size}: the step launches different operators at batch "
@@ -304,169 +241,6 @@ def take_census(
         torch_version=str(torch.__version__),
         unit_parameters=a.unit_parameters,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-
-
-@dataclass
-class _Counted:
-    ops: list[tuple[int, int, float, float]]
-    saved: float
-    saved_low: float
-    n_parameters: int
-    gradient_bytes: int
-    bucket_sizes: tuple[int, ...]
-    bucket_params: tuple[int, ...]
-    bucket_ready_op: tuple[int, ...]
-    bucket_cap_bytes: int
-    first_bucket_cap_bytes: int
-    unit_parameters: tuple[int, ...]
-
-
-def _count(
-    model: str, size: str, settings: TrainingSettings, batch_size: int, seed: int, device: str
-) -> _Counted:
-    import torch
-    from torch import distributed as dist
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-    from torch.utils.flop_counter import flop_registry
-
-    from srifty_core.profiling.buckets import trainable
-    from srifty_core.sharding.units import unit_parameters
-
-    workload = build(model, size, seed=seed)
-    dev = torch.device(device)
-    workload.module.to(dev)
-    workload.module.train()
-    batch = tuple(t.to(dev) for t in workload.make_batch(batch_size, torch.device("cpu"), seed))
-    params = trainable(workload.module)
-    own = {p.untyped_storage()._cdata for p in params}
-    # weights and buffers (batch norm's running statistics): autocast leaves them float32,
-    # an operator's width follows its activations
-    weights = {t.untyped_storage()._cdata for t in workload.module.parameters()}
-    weights |= {t.untyped_storage()._cdata for t in workload.module.buffers()}
-    own |= {t.untyped_storage()._cdata for t in batch}
-    saved: dict[int, tuple[int, int]] = {}  # storage: (bytes, bytes of an element)
-    # Under autocast (bf16/fp16): the storages that would hold 2-byte tensors. The weights'
-    # 2-byte copies are not counted: FSDP2's mixed precision frees them after each unit,
-    # and on the H200 the float32 count of the fixed part was already over DDP's peak.
-    low: set[int] = set()
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st._cdata not in own:
-            saved[st._cdata] = (st.nbytes(), t.element_size())
-        return t
-
-    class Census(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.phase = 0
-            self.backward_ops = 0
-            self.ops: list[tuple[int, int, float, float]] = []
-
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            name = func._overloadpacket.__name__
-            if func.is_view or name in _NO_KERNEL:
-                return out
-            tensors = [
-                t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)
-            ]
-            if self.phase == 0:
-                self.widths(name, args, kwargs, out)
-            flops = 0.0
-            counter: Callable[..., Any] | None = flop_registry.get(func._overloadpacket)
-            if counter is not None:
-                flops = float(counter(*args, **kwargs, out_val=out))
-            nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
-            self.ops.append((self.phase, op_class_of(name), flops, nbytes))
-            self.backward_ops += self.phase == 1
-            return out
-
-        @staticmethod
-        def widths(name: str, args: Any, kwargs: Any, out: Any) -> None:
-            """What autocast would make of this forward operator's outputs: 2-byte for
-            its lower-precision list, 4-byte for its float32 list, else 2-byte when every
-            floating activation it reads is (weights follow their input, as batch norm's
-            do)."""
-            ins = [
-                t
-                for t in tree_flatten((args, kwargs))[0]
-                if isinstance(t, torch.Tensor) and t.is_floating_point()
-            ]
-            acts = [t.untyped_storage()._cdata for t in ins]
-            acts = [c for c in acts if c not in weights]
-            if name in _AUTOCAST_LOW:
-                is_low = True
-            elif name in _AUTOCAST_FP32:
-                is_low = False
-            else:
-                is_low = bool(acts) and all(c in low for c in acts)
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.is_floating_point():
-                    c = t.untyped_storage()._cdata
-                    if is_low:
-                        low.add(c)
-                    else:
-                        low.discard(c)
-
-    ready: dict[int, int] = {}
-    census = Census()
-
-    def hook_for(i: int) -> Callable[[torch.Tensor], None]:
-        def hook(_: torch.Tensor) -> None:
-            if i not in ready:
-                ready[i] = max(0, census.backward_ops - 1)
-
-        return hook
-
-    handles = [p.register_post_accumulate_grad_hook(hook_for(i)) for i, p in enumerate(params)]
-    optimizer = make_optimizer(settings, params, lr=0.01)
-    for group in optimizer.param_groups:  # as on CUDA: one multi-tensor kernel per update
-        group["foreach"] = True
-    try:
-        with census:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = workload.loss(batch)
-            census.phase = 1
-            loss.backward()
-        optimizer.step()  # the first step makes the optimizer's state; the census times the next
-        with census:
-            census.phase = 2
-            optimizer.step()
-    finally:
-        for h in handles:
-            h.remove()
-    for i in range(len(params)):  # a hook that did not fire (a tied weight on meta): last
-        ready.setdefault(i, max(0, census.backward_ops - 1))
-    # DDP's buckets as the profiler forms them (``buckets.form_buckets``), from the order
-    # the gradients were ready in
-    order = [i for i in sorted(ready, key=lambda i: (ready[i], i))]
-    members, _ = dist._compute_bucket_assignment_by_size(  # type: ignore[attr-defined]
-        [params[i] for i in order],
-        [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES],
-        [False] * len(order),
-        order,
-    )
-    size_of = [p.numel() * p.element_size() for p in params]
-    return _Counted(
-        ops=census.ops,
-        saved=float(sum(n for n, _ in saved.values())),
-        saved_low=float(
-            sum(n * 2 // w if c in low and w > 2 else n for c, (n, w) in saved.items())
-        ),
-        n_parameters=sum(p.numel() for p in params),
-        gradient_bytes=sum(size_of),
-        bucket_sizes=tuple(sum(size_of[i] for i in m) for m in members),
-        bucket_params=tuple(len(m) for m in members),
-        bucket_ready_op=tuple(max(ready[i] for i in m) for m in members),
-        bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
-        first_bucket_cap_bytes=DEFAULT_FIRST_BUCKET_BYTES,
-        unit_parameters=unit_parameters(workload.module),
     )
 
 
