@@ -269,6 +269,7 @@ def load_census(
     one, else (``count``) taken now and kept in the store. Without torch (a planner-only
     install) a model with neither is a ``ConfigError`` saying how to make it."""
     root = root or paths.profiles_dir()
+    stale: OpCensus | None = None  # one counted before autocast's widths
     for path in (
         census_path(root, model, size, settings),
         shipped_census_path(model, size, settings),
@@ -280,26 +281,22 @@ def load_census(
                 raise ConfigError(
                     f"{path}: not an operator census ({exc}); delete it to count it again"
                 ) from exc
-            # one counted before autocast's widths: counted again where torch is here
-            if (
-                found.saved_low_bytes1 >= 0
-                or not count
-                or importlib.util.find_spec("torch") is None
-            ):
+            if found.saved_low_bytes1 >= 0:
                 return found
-            break
+            stale = stale or found
+    torch_here = importlib.util.find_spec("torch") is not None
+    if stale is not None and not (count and torch_here):
+        return stale  # float32 widths for every precision until it is counted again
     command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
     if settings.optimizer != "sgd":
         command += f" --optimizer {settings.optimizer}"
     if not count:
         raise ConfigError(f"no operator census of {model}/{size}; run `{command}`")
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
+    if not torch_here:
         raise ConfigError(
             f"no operator census of {model}/{size} and no torch here to count it: run "
             f"`{command}` where the worker extra is installed, with the same data folder"
-        ) from exc
+        )
     census = (
         count_in_child(model, size, settings)
         if is_user_code(model)

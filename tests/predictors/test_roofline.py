@@ -100,6 +100,14 @@ def test_a_stored_census_without_the_widths_is_counted_again(tmp_path: Path) -> 
     again = load_census(MLP, "small", root=tmp_path)
     assert again.saved_low_bytes1 == first.saved_low_bytes1 > 0
     assert json.loads(path.read_text())["saved_low_bytes1"] == first.saved_low_bytes1
+    # a stale store census beside a shipped one that has the widths: the shipped one, no count
+    shipped = load_census("resnet18", "full", root=Path("/nonexistent-store"), count=False)
+    stale = census_path(tmp_path, "resnet18", "full", DEFAULT_SETTINGS)
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    old_resnet = {k: v for k, v in shipped.to_dict().items() if not k.startswith("saved_low")}
+    stale.write_text(json.dumps(old_resnet))
+    assert load_census("resnet18", "full", root=tmp_path) == shipped
+    assert "saved_low_bytes1" not in json.loads(stale.read_text())
 
 
 def test_an_estimate_in_bf16_holds_the_activations_at_two_bytes(
