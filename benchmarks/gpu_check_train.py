@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core.lifetime import free_port
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import checkpoint_iteration
-from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.runtime.user import EXIT_STOPPED
 
 REPO = Path(__file__).resolve().parent.parent

@@ -38,8 +38,8 @@ def measure(
     model: str, size: str, strategy: str, a: int, b: int, iterations: int, warmup: int, root: Path
 ) -> list[float]:
     """Each step's seconds after ``warmup`` of a real 2-rank run through the worker."""
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runs.progress import read_progress
-    from srifty_core.runtime.train_plan import TrainPlan
     from srifty_core.runtime.worker import run_spawned
 
     run_dir = Path(tempfile.mkdtemp(prefix=f"{strategy}-{a}-{b}-", dir=root))

@@ -21,7 +21,7 @@ from srifty_core.cli import main
 from srifty_core.cli.training import read_train_plan
 from srifty_core.errors import ConfigError
 from srifty_core.outputs import output
-from srifty_core.runtime.train_plan import TrainPlan
+from srifty_core.planner.schema.train_plan import TrainPlan
 from tests.planner.test_cli_plan import write_planning_data
 
 
@@ -187,10 +187,14 @@ def test_a_full_disk_under_any_atomic_write_names_the_file(
     assert err.value.filename == str(tmp_path / "x.json") and err.value.errno == errno.ENOSPC
 
 
+_PLAN: dict[str, Any] = {"model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 2,
+                         "local_batches": (2, 2), "run_dir": "runs/r"}  # fmt: skip
+
+
 @pytest.mark.parametrize("config_id", ["../../outside", "a/b", "..", ".hidden", "", "x" * 65])
 def test_a_config_id_that_is_no_file_name_is_refused(config_id: str) -> None:
     """A plan's ``config_id`` with ``../`` wrote ``plan-<id>.json`` outside the run folder
     before the run crashed."""
     with pytest.raises(ConfigError, match="config_id: must be letters"):
-        TrainPlan("dlrm", "tiny", 4, 2, (2, 2), "runs/r", config_id=config_id)
-    assert TrainPlan("dlrm", "tiny", 4, 2, (2, 2), "runs/r", config_id="c1.b-2_x").config_id
+        TrainPlan(**_PLAN, config_id=config_id)
+    assert TrainPlan(**_PLAN, config_id="c1.b-2_x").config_id

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from srifty_core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runs.progress import ProgressRecord
     from srifty_core.runtime.outcome import Outcome
-    from srifty_core.runtime.train_plan import TrainPlan
 
 
 MAX_PLAN_BYTES = 1 << 20
@@ -30,13 +30,11 @@ CLI_POLL_S = 1.0
 
 def read_train_plan(path: Path) -> TrainPlan:
     """The train plan in ``path``; anything that is not one is a ``ConfigError`` naming the
-    file, or the field (``TrainPlan`` checks the values; this checks the file, the keys
-    and the names a worker would only trip on later)."""
-    import dataclasses
+    file (unreadable, not JSON, not an object) or the field (``TrainPlan.parse``), before
+    any worker starts."""
     import json
 
-    from srifty_core.runtime.train_plan import TrainPlan
-    from srifty_core.workloads import SIZES, parse_model
+    from srifty_core.planner.schema.train_plan import TrainPlan
 
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -58,23 +56,7 @@ def read_train_plan(path: Path) -> TrainPlan:
         raise ConfigError(f"{path}: nested too deeply; not a train plan") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: a train plan is a JSON object, got {type(d).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(TrainPlan)}
-    for key in d:
-        if key not in fields:
-            raise ConfigError(f"{key}: unknown train plan field; valid: {', '.join(fields)}")
-    for name, f in fields.items():
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in d:
-            raise ConfigError(f"{name}: missing from the train plan {path}")
-    for name in ("model", "size", "run_dir", "config_id", "dtype", "device", "precision"):
-        if name in d and (not isinstance(d[name], str) or not d[name].strip()):
-            raise ConfigError(f"{name}: must be a non-empty string, got {d[name]!r}")
-    parse_model(d["model"])
-    if d["size"] not in SIZES:
-        raise ConfigError(f"size: must be one of {', '.join(SIZES)}, got {d['size']!r}")
-    if "extra" in d and not isinstance(d["extra"], dict):
-        raise ConfigError(f"extra: must be a mapping, got {d['extra']!r}")
-    return TrainPlan.from_dict(d)
+    return TrainPlan.parse(d)
 
 
 def _train_job(args: argparse.Namespace) -> int:
@@ -158,9 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     plan = read_train_plan(Path(args.plan))
     command = list(getattr(args, "command", []))
     if command:
-        import dataclasses
-
-        plan = dataclasses.replace(plan, entrypoint=tuple(command))
+        plan = plan.replace(entrypoint=tuple(command))
     if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
         read_progress_checked(plan.progress_path)
     from srifty_core.runtime.preflight import PlanDoesNotFit, check_plan_fits

@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from srifty_core.errors import ConfigError
+from srifty_core.planner.schema.train_plan import CHECKPOINT_FILE
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import read_progress, rewind
-from srifty_core.runtime.train_plan import CHECKPOINT_FILE
 
 __all__ = [
     "CHECKPOINT_FILE",

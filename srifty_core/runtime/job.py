@@ -20,9 +20,9 @@ from srifty_core.errors import SriftyError
 from srifty_core.planner.request import offer_key
 from srifty_core.planner.schema.job_conf import JobConf, ResumeSpec, ShellJobConf
 from srifty_core.planner.schema.request_spec import RequestSpec
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, STATE_FILE
-from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.trigger_models import registered_model
 

@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime.placement import plan_rank
-from srifty_core.runtime.train_plan import TrainPlan, loss_scale
+from srifty_core.runtime.train_plan import loss_scale
 
 PLAN_ENV = "SRIFTY_PLAN"
 """The plan file's path (or URI)."""

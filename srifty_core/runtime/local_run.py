@@ -27,7 +27,6 @@ killed run left launched (``RUN_ALLOCATIONS``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import math
@@ -45,6 +44,7 @@ from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, Pro
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import caller_env
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
 from srifty_core.runtime import job_log, outcome
 from srifty_core.runtime.checkpoint import check_resumable, checkpoint_iteration
@@ -56,7 +56,7 @@ from srifty_core.runtime.monitor_loop import MonitorTimeout, watch
 from srifty_core.runtime.monitor_step import JobStalled, Monitor, ReportRefused
 from srifty_core.runtime.outcome import Outcome, rank_logs
 from srifty_core.runtime.replanner import Replanner
-from srifty_core.runtime.train_plan import TrainPlan, micro_batches_for
+from srifty_core.runtime.train_plan import micro_batches_for
 
 
 class TrainingError(SriftyError):
@@ -327,8 +327,7 @@ def _train_local(
             (alloc,), _ = Replanner.apply(provider, [alloc], {(LOCAL_CPU, Market.ON_DEMAND): alive})
             record_allocations(run_dir, provider, [alloc.id])
             survivors = Replanner.survivors(config.global_batch, alive)
-            config = dataclasses.replace(
-                config,
+            config = config.replace(
                 local_batches=survivors,
                 # each rank's micro-batch as planned: more of them on the larger batches
                 micro_batches=micro_batches_for(

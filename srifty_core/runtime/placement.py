@@ -11,14 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from srifty_core.errors import ConfigError
+from srifty_core.planner.schema.train_plan import DEVICES
 from srifty_core.runtime.rendezvous import RANK_OFFSET_ENV
 
 if TYPE_CHECKING:
     import torch
-
-DEVICES = ("auto", "cpu", "cuda")
-"""A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
-``cpu``, or ``cuda`` (an error without one GPU per rank)."""
 
 
 @dataclass(frozen=True)

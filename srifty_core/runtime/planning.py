@@ -18,6 +18,7 @@ from srifty_core.cloud import provider_class
 from srifty_core.errors import ConfigError
 from srifty_core.planner import job as planner_job
 from srifty_core.planner.request import Overheads
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import PROGRESS_FILE, rewind
@@ -30,7 +31,6 @@ from srifty_core.runtime.job import (
     Resume,
 )
 from srifty_core.runtime.replanner import Progress, Replanner, without_depleted
-from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
 
 if TYPE_CHECKING:

@@ -28,12 +28,12 @@ from pathlib import Path
 from srifty_core.catalog import Catalog
 from srifty_core.cloud.local import LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.profiling.store import (
     ProfileStore,
     load_reference_profile,
     reference_profile_paths,
 )
-from srifty_core.runtime.train_plan import TrainPlan
 
 MAX_THREADS_PER_CORE = 2
 """CPU ranks times their threads beyond this many per core are refused (they would

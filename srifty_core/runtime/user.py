@@ -82,6 +82,7 @@ import torch.distributed as dist
 
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import (
     STATE_FILE,
@@ -96,7 +97,7 @@ from srifty_core.runtime.checkpoint import load_checkpoint as _load
 from srifty_core.runtime.checkpoint import save_checkpoint as _save
 from srifty_core.runtime.launch import PLAN_ENV
 from srifty_core.runtime.sharded_checkpoint import load_latest, save_sharded
-from srifty_core.runtime.train_plan import TrainPlan, micro_split
+from srifty_core.runtime.train_plan import micro_split
 from srifty_core.sharding.wrap import gradient_sync as gradient_sync
 from srifty_core.sharding.wrap import wrap as shard
 

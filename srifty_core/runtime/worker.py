@@ -71,6 +71,7 @@ from torch import Tensor, nn
 from srifty_core import host_allocator
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller, free_port
+from srifty_core.planner.schema.train_plan import DEVICES, TrainPlan
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import (
     STATE_FILE,
@@ -84,15 +85,9 @@ from srifty_core.runtime.checkpoint import latest, load_checkpoint, save_checkpo
 from srifty_core.runtime.exchange_timer import ExchangeTimer, step_timings
 from srifty_core.runtime.placement import Placement, choose_device, plan_rank
 from srifty_core.runtime.sharded_checkpoint import load_latest, save_sharded
-from srifty_core.runtime.train_plan import (
-    DEVICES,
-    PRECISIONS,
-    TrainPlan,
-    loss_scale,
-    micro_split,
-    split_batch,
-)
+from srifty_core.runtime.train_plan import loss_scale, micro_split, split_batch
 from srifty_core.sharding.wrap import gradient_sync, wrap
+from srifty_core.training_settings import PRECISIONS
 from srifty_core.workloads import build, choose_precision, make_optimizer, prepare
 
 __all__ = [

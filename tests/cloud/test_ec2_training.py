@@ -316,10 +316,10 @@ def test_the_monitor_fails_an_ec2_run_on_a_non_zero_exit_marker(tmp_path: Path) 
     sensor's timeout. The marker is the one the start script's CLI writes."""
     import time
 
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.job import JobPlan, JobSpec, TrainingFailed
     from srifty_core.runtime.monitor_step import Monitor
     from srifty_core.runtime.rendezvous import main as rendezvous_main
-    from srifty_core.runtime.worker import TrainPlan
 
     run_dir = tmp_path / "run"
     plan = TrainPlan(

@@ -179,7 +179,7 @@ def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strat
     import re
 
     from srifty_core import paths
-    from srifty_core.runtime.train_plan import TrainPlan
+    from srifty_core.planner.schema.train_plan import TrainPlan
 
     readme = (paths.REPO_ROOT / "README.md").read_text()
     section = readme[readme.index("**A model larger than one GPU.**") :]
@@ -207,7 +207,7 @@ def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
     import re
 
     from srifty_core import paths
-    from srifty_core.runtime.train_plan import TrainPlan
+    from srifty_core.planner.schema.train_plan import TrainPlan
 
     readme = (paths.REPO_ROOT / "README.md").read_text()
     section = readme[readme.index("**A model larger than one GPU.**") :]

@@ -152,7 +152,7 @@ def test_entrypoint_null_in_a_train_plan_is_named(tmp_path: Path) -> None:
         '{"model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 2, '
         '"local_batches": [2, 2], "run_dir": "runs/r", "entrypoint": null}'
     )
-    with pytest.raises(ConfigError, match="entrypoint: a list of strings"):
+    with pytest.raises(ConfigError, match="entrypoint: must be a list of strings"):
         read_train_plan(plan)
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cli import main
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import ProgressLog, ProgressRecord
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.worker import TrainPlan
 
 
 def test_monitor_reads_a_log_and_decides(

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from srifty_core.errors import ConfigError
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.train_plan import TrainPlan, micro_split
+from srifty_core.runtime.train_plan import micro_split
 from srifty_core.runtime.worker import run_spawned, train_single
 
 from .test_sharded_training import max_diff, plan, sharded_params

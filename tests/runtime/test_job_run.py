@@ -205,10 +205,10 @@ def test_a_rerun_plans_afresh_where_nothing_was_done_and_finishes_a_run_done_to_
     job is planned as asked (a first plan must meet the limits: no ``resume``), in the same
     folder; with a checkpoint of every iteration (the driver died before the outcome) the
     run is finished, not trained again."""
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.job_run import _record_request, resume_conf
     from srifty_core.runtime.local_run import plan_file_job
     from srifty_core.runtime.monitor import Limits
-    from srifty_core.runtime.train_plan import TrainPlan
 
     monkeypatch.chdir(tmp_path)
     params = {**PARAMS, "iterations": 10}

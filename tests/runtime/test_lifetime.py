@@ -4,7 +4,6 @@ ends (SIGKILL, SIGTERM), and a rerun on the run folder stops what a killed job l
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -18,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime.local_run import TrainingError, train_local
-from srifty_core.runtime.train_plan import TrainPlan
 
 PARENT = textwrap.dedent(
     """
@@ -199,7 +198,7 @@ def test_a_rerun_on_the_run_folder_stops_what_a_killed_job_left(
     time.sleep(1.0)
     assert all(pid_alive(p) for p in pids)  # orphans: what the rerun has to deal with
     assert "running" in _instance_states(data_dir)
-    rerun = dataclasses.replace(plan, entrypoint=(sys.executable, "-c", "pass"))
+    rerun = plan.replace(entrypoint=(sys.executable, "-c", "pass"))
     with pytest.raises(TrainingError, match="workers exited with 0 at iteration"):  # no report
         train_local(rerun, LocalProvider(data_dir / "cloud" / "local"), poll_s=0.2)
     assert not any(pid_alive(p) for p in pids)

@@ -17,12 +17,13 @@ import torch
 
 from srifty_core.cloud.base import Allocation
 from srifty_core.cloud.local import LocalProvider, pid_alive
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime import local_run, monitor_loop
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.local_run import TrainingError, train_local
 from srifty_core.runtime.monitor import Stall
-from srifty_core.runtime.worker import TrainPlan, train_single
+from srifty_core.runtime.worker import train_single
 
 N = 40
 

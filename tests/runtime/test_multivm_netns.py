@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from srifty_core import lifetime
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.rendezvous import (
@@ -42,7 +43,7 @@ from srifty_core.runtime.rendezvous import (
     start_script,
 )
 from srifty_core.runtime.replanner import Replanner
-from srifty_core.runtime.worker import TrainPlan, train_single
+from srifty_core.runtime.worker import train_single
 
 SUBNET = "10.213.77"
 VMS = 3

@@ -91,7 +91,7 @@ def test_no_mlflow_tracks_nothing_and_an_unreachable_store_fails_nothing(
 def test_a_plan_file_prints_its_folder_and_rank_0s_output_and_is_tracked(
     ready_to_plan: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from srifty_core.runtime.worker import TrainPlan
+    from srifty_core.planner.schema.train_plan import TrainPlan
 
     run_dir = ready_to_plan / "runs" / "plan"
     plan = TrainPlan(model="dlrm", size="tiny", global_batch=6, iterations=12,
@@ -134,9 +134,9 @@ def test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested(
 
     from srifty_core.cloud.base import Allocation
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runs.progress import read_progress
     from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.worker import TrainPlan
 
     plan = TrainPlan(model="dlrm", size="tiny", global_batch=12, iterations=30,
                      local_batches=(4, 8), run_dir=str(tmp_path / "run"), checkpoint_every=5,

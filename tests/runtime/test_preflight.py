@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cli import main
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime.preflight import (
     GIB,
     Host,
@@ -18,7 +19,6 @@ from srifty_core.runtime.preflight import (
     plan_problems,
     rank_memory,
 )
-from srifty_core.runtime.train_plan import TrainPlan
 
 GPU_VMS = {
     "launches": [

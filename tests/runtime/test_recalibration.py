@@ -84,7 +84,8 @@ def records(
 
 # --------------------------------------------------------------------------- the worker
 def test_worker_records_per_rank_compute_and_exchange(tmp_path: Path) -> None:
-    from srifty_core.runtime.worker import TrainPlan, run_spawned
+    from srifty_core.planner.schema.train_plan import TrainPlan
+    from srifty_core.runtime.worker import run_spawned
 
     # Each rank sleeps after its backward pass (work outside forward + backward, as a data
     # loader's): its compute must leave the sleep out. A record's step is rank 0's period;
@@ -322,9 +323,9 @@ def test_a_plan_file_priced_at_nothing_recalibrates(ready_to_plan: Path) -> None
     """``srifty train PLAN.json`` prices its workers at the limits' rate, 0 unless given;
     its recalibration was off for that ("offers[local.cpu/on-demand].usd_per_hour: must
     be a positive number ($/hour), got 0.0") and left no calibration.json."""
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.local_run import plan_file_job
     from srifty_core.runtime.monitor import Limits
-    from srifty_core.runtime.train_plan import TrainPlan
 
     run = ready_to_plan / "runs" / "free"
     run.mkdir(parents=True)
@@ -357,9 +358,9 @@ def _profile_tiny_dlrm() -> None:
 def _plan_file_run(run: Path) -> tuple[Any, Any]:
     """A plan file of tiny DLRM on two ranks in the new run folder ``run``, as ``srifty
     train PLAN.json`` starts it: (its JobSpec, its saved JobPlan)."""
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.local_run import plan_file_job
     from srifty_core.runtime.monitor import Limits
-    from srifty_core.runtime.train_plan import TrainPlan
 
     run.mkdir(parents=True)
     plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=40,
@@ -437,8 +438,8 @@ def test_srifty_train_of_a_plan_file_on_a_fresh_install_writes_calibration_json(
     import logging
 
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.train_plan import TrainPlan
 
     _profile_tiny_dlrm()
     run = data_dir / "runs" / "fresh"

@@ -22,6 +22,7 @@ from srifty_core import paths
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
 from srifty_core.runs.progress import (
     ProgressLog,
@@ -40,7 +41,7 @@ from srifty_core.runtime.checkpoint import (
 )
 from srifty_core.runtime.job import JobPlan, JobSpec
 from srifty_core.runtime.monitor_step import Monitor, read_decisions
-from srifty_core.runtime.worker import TrainPlan, run_rank, train_single
+from srifty_core.runtime.worker import run_rank, train_single
 
 BUCKET = "srifty-runs"
 FAKE_ENV = {

@@ -349,8 +349,8 @@ def test_a_damaged_checkpoint_moved_aside_takes_its_summary_along(tmp_path: Path
 
 def test_local_workers_refuse_a_run_folder_on_run_storage() -> None:
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.worker import TrainPlan
 
     plan = TrainPlan(
         model="dlrm", size="tiny", global_batch=8, iterations=2, local_batches=(8,),

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.local_run import TrainingError, train_local
-from srifty_core.runtime.train_plan import TrainPlan
 
 N = 6
 SCRIPT = """\

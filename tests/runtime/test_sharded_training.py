@@ -21,6 +21,7 @@ import torch
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
 from srifty_core.runtime.checkpoint import (
     checkpoint_iteration,
@@ -29,7 +30,6 @@ from srifty_core.runtime.checkpoint import (
     sharded_paths,
     sharded_summary,
 )
-from srifty_core.runtime.train_plan import TrainPlan
 from srifty_core.runtime.worker import EXIT_STOPPED, run_spawned, train_single
 
 

@@ -17,11 +17,11 @@ import torch
 
 from srifty_core.cloud.base import Allocation
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress, read_state
 from srifty_core.runtime import launch
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.local_run import train_local
-from srifty_core.runtime.train_plan import TrainPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = [sys.executable, str(ROOT / "examples" / "digits" / "train.py"), "--dtype", "float64"]

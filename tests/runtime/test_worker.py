@@ -11,15 +11,9 @@ import torch
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime.checkpoint import load_checkpoint
-from srifty_core.runtime.worker import (
-    TrainPlan,
-    loss_scale,
-    run_rank,
-    run_spawned,
-    split_batch,
-    train_single,
-)
+from srifty_core.runtime.worker import loss_scale, run_rank, run_spawned, split_batch, train_single
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:

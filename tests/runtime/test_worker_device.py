@@ -14,10 +14,10 @@ import torch
 
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
+from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runtime import worker
 from srifty_core.runtime.checkpoint import load_checkpoint
 from srifty_core.runtime.worker import (
-    TrainPlan,
     choose_device,
     choose_precision,
     local_batch,

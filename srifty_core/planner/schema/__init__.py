@@ -2,7 +2,8 @@
 
 ``request_spec.RequestSpec`` is a ``srifty plan`` request file; ``job_conf.JobConf`` is the
 conf of the ``srifty_plan_and_train`` DAG (the same planning fields plus the run's
-settings). Both are strict pydantic models (``strict.Strict``): numbers are numbers (no
+settings); ``train_plan.TrainPlan`` is the PLAN.json every worker of a configuration
+runs. All three are strict pydantic models (``strict.Strict``): numbers are numbers (no
 booleans, no strings, no NaN or infinity), whole numbers are whole, every value is in its
 range (``fields``), and an unknown key is an error that names it and the closest known one.
 ``parse`` turns every problem into a ``FieldError`` (a ``ConfigError``, ``field_errors``)
