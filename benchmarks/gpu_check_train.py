@@ -1,7 +1,7 @@
 """GPU check, training (issue 53 item 1): 1-GPU plans run as every launcher runs a rank
-(``python -m srifty_core.runtime.launch PLAN.json`` with torchrun's variables), through the
+(``python -m srifty_core.worker.launch PLAN.json`` with torchrun's variables), through the
 built-in worker and through the digits example's own script (``examples/digits/train.py``,
-``runtime.user``), each in fp32 and bf16, each stopped by SIGTERM part-way (a preemption)
+``worker.user``), each in fp32 and bf16, each stopped by SIGTERM part-way (a preemption)
 and started again from its checkpoint.
 
 Checked per run: the stopped attempt exits with ``EXIT_STOPPED`` after its checkpoint; the
@@ -31,8 +31,8 @@ from typing import Any
 from srifty_core.lifetime import free_port
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
-from srifty_core.runtime.checkpoint import checkpoint_iteration
-from srifty_core.runtime.user import EXIT_STOPPED
+from srifty_core.worker.checkpoint import checkpoint_iteration
+from srifty_core.worker.user import EXIT_STOPPED
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = "examples/digits/model.py:build"
@@ -63,7 +63,7 @@ def _attempt(
     plan_path: Path, plan: TrainPlan, stop_at: int | None, timeout_s: float
 ) -> dict[str, Any]:
     """One launch of the plan; with ``stop_at``, SIGTERM once the log holds that many."""
-    cmd = [sys.executable, "-m", "srifty_core.runtime.launch", str(plan_path)]
+    cmd = [sys.executable, "-m", "srifty_core.worker.launch", str(plan_path)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -50,11 +50,11 @@ def run(limit_s: float) -> None:
     from srifty_core.catalog.types import Market
     from srifty_core.cloud.base import LaunchRequest
     from srifty_core.cloud.emulated.provider import EmulatedProvider
+    from srifty_core.jobs.replanner import Progress, Replanner
     from srifty_core.planner.request import Objective, Overheads, PlanRequest, offers_from_catalog
     from srifty_core.planner.search import plan
     from srifty_core.predictors.table import ProbeTableBandwidth
     from srifty_core.profiling.store import load_reference_profile
-    from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import Workload
 

@@ -213,9 +213,9 @@ def case(
 def run_arm(arm: str, w: World, bandwidth: Any) -> ArmResult:
     """One arm on its own world (see the module's doc)."""
     from srifty_core import case_studies as cs
+    from srifty_core.jobs.replanner import Progress, Replanner
     from srifty_core.planner.request import Overheads
     from srifty_core.profiling.store import load_reference_profile
-    from srifty_core.runtime.replanner import Progress, Replanner
     from srifty_core.simulator import calibration as calib
     from srifty_core.simulator.estimator import Simulator
     from srifty_core.simulator.types import ClusterConfig, Group

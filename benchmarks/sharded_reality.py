@@ -40,7 +40,7 @@ def measure(
     """Each step's seconds after ``warmup`` of a real 2-rank run through the worker."""
     from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runs.progress import read_progress
-    from srifty_core.runtime.worker import run_spawned
+    from srifty_core.worker.worker import run_spawned
 
     run_dir = Path(tempfile.mkdtemp(prefix=f"{strategy}-{a}-{b}-", dir=root))
     plan = TrainPlan(

@@ -35,7 +35,7 @@ run a ``dagrun_timeout``; the monitor's deferral times out after the job's
 run's queue time) tags the job's MLflow runs if the run is still going then. MLflow
 shows the configuration's window metrics live.
 
-All logic lives in ``srifty_core.runtime`` (``orchestrate`` names the steps); the tasks
+All logic lives in ``srifty_core.jobs`` (``orchestrate`` names the steps); the tasks
 pass paths and ids.
 """
 
@@ -72,7 +72,7 @@ def job_failed(context: Any) -> None:
     try:
         job_path = ti.xcom_pull(task_ids="plan")
         if job_path:
-            from srifty_core.runtime.orchestrate import job_failed as record
+            from srifty_core.jobs.orchestrate import job_failed as record
 
             record(job_path, f"{ti.task_id} failed: {context.get('exception')}")
     except Exception:  # a callback must not hide the task's own error
@@ -133,7 +133,7 @@ def job_params() -> dict[str, Param]:
 def srifty_plan_and_train() -> None:
     @task
     def plan() -> str:
-        from srifty_core.runtime.orchestrate import JobSpec, handed_over, plan_job, release
+        from srifty_core.jobs.orchestrate import JobSpec, handed_over, plan_job, release
 
         ctx = get_current_context()
         spec = None
@@ -150,8 +150,8 @@ def srifty_plan_and_train() -> None:
 
     @task
     def provision(job_path: str) -> list[str]:
-        from srifty_core.runtime.orchestrate import JobSpec, handed_over
-        from srifty_core.runtime.orchestrate import provision as launch
+        from srifty_core.jobs.orchestrate import JobSpec, handed_over
+        from srifty_core.jobs.orchestrate import provision as launch
 
         keep = handed_over(JobSpec.from_params(get_current_context()["params"]))
         try:
@@ -161,7 +161,7 @@ def srifty_plan_and_train() -> None:
 
     @task
     def start_training(job_path: str, allocation_ids: list[str]) -> float:
-        from srifty_core.runtime.orchestrate import start_training as start
+        from srifty_core.jobs.orchestrate import start_training as start
 
         try:
             return start(job_path, allocation_ids)
@@ -174,13 +174,13 @@ def srifty_plan_and_train() -> None:
 
     @task(multiple_outputs=True)
     def finished(job_path: str, result: dict[str, Any]) -> dict[str, Any]:
-        from srifty_core.runtime.orchestrate import finish
+        from srifty_core.jobs.orchestrate import finish
 
         return finish(job_path, result)
 
     @task
     def child_conf(job_path: str, allocation_ids: list[str], result: dict[str, Any]) -> Any:
-        from srifty_core.runtime.orchestrate import continue_or_finish
+        from srifty_core.jobs.orchestrate import continue_or_finish
 
         ctx = get_current_context()
         try:
@@ -195,7 +195,7 @@ def srifty_plan_and_train() -> None:
 
     @task
     def release(job_path: str, allocation_ids: list[str]) -> None:
-        from srifty_core.runtime.orchestrate import release as give_back
+        from srifty_core.jobs.orchestrate import release as give_back
 
         # What the re-plan handed over to the child run stays up (the child releases it).
         conf = get_current_context()["ti"].xcom_pull(task_ids="child_conf")

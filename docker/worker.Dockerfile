@@ -8,7 +8,7 @@
 #   docker build -f docker/worker.Dockerfile --build-arg TORCH_INDEX_URL=... -t srifty-worker .
 
 # Stage 1: the wheel of this checkout (`pip wheel --no-deps .`, the same file
-# srifty_core/runtime/artifact.py builds for the VMs); only what goes into the wheel is copied.
+# srifty_core/jobs/artifact.py builds for the VMs); only what goes into the wheel is copied.
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -37,7 +37,7 @@ RUN apt-get update \
  && chown srifty:0 /opt/srifty/run
 
 # The venv is /opt/srifty, as on a VM the user data set up: the start script
-# (srifty_core/runtime/rendezvous.py) runs /opt/srifty/bin/torchrun in either.
+# (srifty_core/worker/rendezvous.py) runs /opt/srifty/bin/torchrun in either.
 COPY requirements.lock /tmp/requirements.lock
 COPY --from=wheel /wheels/ /tmp/wheels/
 RUN pip install --no-cache-dir --upgrade 'pip>=25' \
@@ -54,6 +54,6 @@ RUN pip install --no-cache-dir --upgrade 'pip>=25' \
 WORKDIR /opt/srifty/run
 USER srifty
 
-# One rank: python -m srifty_core.runtime.worker PLAN.json with torchrun's variables set;
+# One rank: python -m srifty_core.worker.worker PLAN.json with torchrun's variables set;
 # a multi-VM group: --entrypoint /opt/srifty/bin/torchrun (docs/deploy.md).
-ENTRYPOINT ["python", "-m", "srifty_core.runtime.worker"]
+ENTRYPOINT ["python", "-m", "srifty_core.worker.worker"]

@@ -83,7 +83,7 @@ async def job_over_time_limit(context: dict[str, Any], **kwargs: Any) -> None:
     run_id = str(dag_run.get("run_id", ""))
     deadline = (context.get("deadline") or {}).get("deadline_time")
     log.warning("job %s is past its time limit (deadline %s)", run_id, deadline)
-    from srifty_core.runtime.orchestrate import deadline_missed
+    from srifty_core.jobs.orchestrate import deadline_missed
 
     await asyncio.to_thread(deadline_missed, run_id, dag_run.get("conf") or {}, str(deadline))
 

@@ -1,7 +1,7 @@
 """The training-progress monitor as a deferrable sensor and its trigger.
 
-Thin adapters over ``srifty_core.runtime.monitor_step.Monitor`` (the monitor's step, the
-one ``srifty train`` steps too: ``runtime.monitor_loop``), with the same retry rules
+Thin adapters over ``srifty_core.jobs.monitor_step.Monitor`` (the monitor's step, the
+one ``srifty train`` steps too: ``jobs.monitor_loop``), with the same retry rules
 (``monitor_loop.Retry``), its waits awaited in the triggerer's event loop. The
 trigger makes one ``Monitor`` for the configuration (the provider and its client, the
 allocations and the progress log's read position are kept between steps) and steps it
@@ -40,10 +40,10 @@ def make_monitor(
 ) -> tuple[Any, Any]:
     """The configuration's ``Monitor`` (logging live metrics to its MLflow run) and the
     ``AsyncObserver`` that reads its allocations' cloud state in the event loop."""
-    from srifty_core.runtime import job_log
-    from srifty_core.runtime.cloud_watch import AsyncObserver
-    from srifty_core.runtime.job import JobPlan, JobSpec
-    from srifty_core.runtime.monitor_step import Monitor
+    from srifty_core.jobs import job_log
+    from srifty_core.jobs.cloud_watch import AsyncObserver
+    from srifty_core.jobs.job import JobPlan, JobSpec
+    from srifty_core.jobs.monitor_step import Monitor
 
     live = job_log.live_metrics(JobPlan.load(job_path))
     spec = JobSpec.from_params(params)
@@ -53,7 +53,7 @@ def make_monitor(
 
 def is_deterministic(exc: BaseException) -> bool:
     """Errors a retry would meet again (``monitor_loop.is_deterministic``)."""
-    from srifty_core.runtime.monitor_loop import is_deterministic as deterministic
+    from srifty_core.jobs.monitor_loop import is_deterministic as deterministic
 
     return deterministic(exc)
 
@@ -89,7 +89,7 @@ class TrainingProgressTrigger(BaseTrigger):
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from srifty_core.runtime.monitor_loop import Retry
+        from srifty_core.jobs.monitor_loop import Retry
 
         monitor: Any = None
         observe: Any = None

@@ -33,11 +33,11 @@ from srifty_core.case_studies import format_case_plans, plan_case_studies
 from srifty_core.cloud.base import InstanceState
 from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.errors import SriftyError
+from srifty_core.jobs.job import JobPlan
+from srifty_core.jobs.monitor_step import read_decisions
 from srifty_core.profiling.report import summary_text
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.runs.progress import PROGRESS_FILE, median_step_s, read_progress
-from srifty_core.runtime.job import JobPlan
-from srifty_core.runtime.monitor_step import read_decisions
 from srifty_core.simulator.apm import ApmEstimator
 from srifty_core.simulator.types import ClusterConfig, Group, SimInstance, Workload
 
@@ -191,7 +191,7 @@ def _print_job(run_dir: Path) -> None:
         print(f"  plan {job.config_id}: " + job.explanation[0])
         for line in job.explanation[1:3]:
             print(f"    {line}")
-        # a re-plan plans with what the job measured of itself (runtime.recalibration)
+        # a re-plan plans with what the job measured of itself (jobs.recalibration)
         for line in job.explanation:
             if line.startswith("calibrated"):
                 print(f"    {line}")

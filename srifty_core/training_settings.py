@@ -20,8 +20,8 @@ from srifty_core.errors import ConfigError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 """``fp32``; ``fp16`` (autocast and a gradient scaler); ``bf16`` (autocast) on GPUs. CPU
-workers compute in the plan's dtype whatever the precision (``runtime.placement``). The
-one list: a plan's (``runtime.train_plan``) and a profile's."""
+workers compute in the plan's dtype whatever the precision (``worker.placement``). The
+one list: a plan's (``worker.batches``) and a profile's."""
 OPTIMIZERS = ("sgd", "adamw")
 """``sgd`` (with the plan's momentum) or ``adamw`` (torch's, weight decay 0.01)."""
 

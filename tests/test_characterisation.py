@@ -69,10 +69,10 @@ def _differences(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
 def _both(request: Mapping[str, Any], profiles: Path) -> tuple[Any, Any]:
     """``request`` built by ``srifty plan`` (``planner.job.load_request``: ``RequestSpec``)
     and by the plan-and-train DAG (``JobSpec.from_params``: the DAG's ``JobConf``, then
-    ``runtime.planning.job_request``); both through ``planner.request.build_request``."""
+    ``jobs.planning.job_request``); both through ``planner.request.build_request``."""
+    from srifty_core.jobs.job import JobSpec
+    from srifty_core.jobs.planning import job_request
     from srifty_core.planner.job import load_request
-    from srifty_core.runtime.job import JobSpec
-    from srifty_core.runtime.planning import job_request
 
     plan = load_request(dict(request), profiles)
     job = job_request(JobSpec.from_params({**request, **JOB_ONLY}), profiles)
@@ -144,8 +144,8 @@ def _planned_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _job_plan(params: Mapping[str, Any], key: str, *, shell: bool) -> Any:
     """What ``srifty train --job`` (``job_run``: ``shell``) and the plan-and-train DAG's
     plan task do to plan: ``JobSpec.from_params``, then ``orchestrate.plan_job``."""
-    from srifty_core.runtime.job import JobPlan, JobSpec
-    from srifty_core.runtime.orchestrate import plan_job
+    from srifty_core.jobs.job import JobPlan, JobSpec
+    from srifty_core.jobs.orchestrate import plan_job
 
     return JobPlan.load(plan_job(JobSpec.from_params(params, shell=shell), key, track=False))
 

@@ -463,7 +463,7 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
 
     import yaml
 
-    from srifty_core.runtime.job_run import unfinished_run
+    from srifty_core.jobs.job_run import unfinished_run
 
     monkeypatch.chdir(tmp_path)  # the job's identity holds the folder it is run from
     job = tmp_path / "job.yaml"

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from srifty_core import paths
+from srifty_core.jobs.planning import _safe
 from srifty_core.lifetime import free_port
 from srifty_core.planner.whatif_report import report_path
-from srifty_core.runtime.planning import _safe
 from srifty_core.ui import PASSWORD_FILE
 from tests.conftest import subprocess_env
 from tests.test_ui import LOOPBACK, alive, listeners, tree

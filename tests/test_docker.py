@@ -189,8 +189,8 @@ def test_the_worker_image_is_cuda_and_runs_as_a_user() -> None:
     users = [x.split()[1] for x in final if x.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
     entry = next(x for x in final if x.startswith("ENTRYPOINT "))
-    assert "srifty_core.runtime.worker" in entry or "torchrun" in entry
-    # the venv where the start script (srifty_core/runtime/rendezvous.py) looks for torchrun
+    assert "srifty_core.worker.worker" in entry or "torchrun" in entry
+    # the venv where the start script (srifty_core/worker/rendezvous.py) looks for torchrun
     assert any("-m venv /opt/srifty" in x for x in final)
 
 

@@ -114,9 +114,9 @@ def test_a_missing_gpu_profile_hints_a_command_that_parses(
 
 def test_the_other_hints_parse() -> None:
     """Hints of errors that need a cloud or a model store to reach: each command parses."""
+    from srifty_core.jobs import provisioning
     from srifty_core.planner import job as planner_job
     from srifty_core.predictors import registry
-    from srifty_core.runtime import provisioning
 
     sources = [Path(m.__file__ or "").read_text() for m in (registry, provisioning, planner_job)]
     commands = [argv for text in sources for argv in hinted(text)]

@@ -1,5 +1,6 @@
 """The import contract of ``srifty_core``: no import cycles between its modules, the
-runtime's layers (and the runtime, cloud and profiling packages) import downwards only, the
+control plane's layers (and the jobs, worker, cloud and profiling packages) import
+downwards only, the
 packages import downwards in the redesign's layer order (no allow-list left) and form no
 import cycle between them; there are no provider-name switches above the cloud
 package, and only the tracking package imports MLflow.
@@ -22,20 +23,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "srifty_core"
 
-# The runtime's layers, bottom first: a module may import modules of its own layer or
-# below (the cycle check keeps a layer acyclic), never above.
+# The control plane's layers (srifty_core.jobs), bottom first: a module may import modules
+# of its own layer or below (the cycle check keeps a layer acyclic), never above.
 _LAYERS = (
-    # the run folder's files and their formats; what the ranks run
-    ("run folder", "train_plan checkpoint sharded_checkpoint rendezvous placement exchange_timer"),
-    ("job model", "job decisions outcome"),
+    ("job model", "job decisions outcome cloud_request profile_summary"),
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
-    ("effects", "job_log cloud_watch provisioning artifact launch worker user emulated_job"),
-    ("composition", "monitor_step monitor_loop local_run orchestrate job_run child_run"),
+    ("effects", "job_log cloud_watch provisioning artifact emulated_job vm_script"
+     " emulation_reference profiler_vm"),
+    ("composition", "monitor_step monitor_loop local_run orchestrate job_run child_run"
+     " profile_vms"),
 )  # fmt: skip
-RUNTIME_LAYERS = tuple((name, frozenset(ms.split())) for name, ms in _LAYERS)
-RUN_FOLDER = {f"srifty_core.runtime.{m}" for m in RUNTIME_LAYERS[0][1]}
+JOBS_LAYERS = tuple((name, frozenset(ms.split())) for name, ms in _LAYERS)
+WORKER = "srifty_core.worker"
+"""What runs on a training VM (torch): below the control plane, above no cloud or profiling."""
 PROFILE_STORE = "srifty_core.profiling.store"
+_PROFILING = ("profile_vms", "cloud_request", "profiler_vm", "vm_script", "emulation_reference",
+              "profile_summary")  # fmt: skip
+PROFILING_JOBS = {f"srifty_core.jobs.{m}" for m in _PROFILING}
+"""The job that profiles on cloud VMs: it drives the profiler, which training jobs never do
+(they read the profile store only)."""
 KNOWN_CYCLES: tuple[list[str], ...] = ()
 """Cycles tolerated for now (none: a new one fails the test)."""
 
@@ -160,50 +167,52 @@ def test_no_import_cycles() -> None:
     assert not found, "import cycles:\n" + "\n".join(_show(graph, c) for c in found)
 
 
-def _runtime_layer(module: str) -> int | None:
-    prefix = "srifty_core.runtime."
+def _jobs_layer(module: str) -> int | None:
+    prefix = "srifty_core.jobs."
     if not module.startswith(prefix):
         return None
     name = module[len(prefix) :]
-    return next((k for k, (_, ms) in enumerate(RUNTIME_LAYERS) if name in ms), None)
+    return next((k for k, (_, ms) in enumerate(JOBS_LAYERS) if name in ms), None)
 
 
-def test_every_runtime_module_has_a_layer() -> None:
-    runtime = [m for m in modules() if m.startswith("srifty_core.runtime.")]
-    assert [m for m in runtime if _runtime_layer(m) is None] == []
+def test_every_jobs_module_has_a_layer() -> None:
+    jobs = [m for m in modules() if m.startswith("srifty_core.jobs.")]
+    assert [m for m in jobs if _jobs_layer(m) is None] == []
 
 
-def test_runtime_layers_import_downwards() -> None:
+def test_jobs_layers_import_downwards() -> None:
     wrong = []
     for a, edges in import_graph().items():
-        la = _runtime_layer(a)
+        la = _jobs_layer(a)
         for b, line in edges.items():
-            lb = _runtime_layer(b)
+            lb = _jobs_layer(b)
             if la is not None and lb is not None and lb > la:
                 wrong.append(
-                    f"{a} ({RUNTIME_LAYERS[la][0]}) imports {b} ({RUNTIME_LAYERS[lb][0]}), "
-                    f"line {line}"
+                    f"{a} ({JOBS_LAYERS[la][0]}) imports {b} ({JOBS_LAYERS[lb][0]}), line {line}"
                 )
     assert wrong == []
 
 
-def test_runtime_cloud_and_profiling_import_downwards() -> None:
-    """The run-folder layer is below the cloud providers, which are below the rest of the
-    runtime; the runtime reads the profile store only, which imports no runtime module."""
+def test_jobs_worker_cloud_and_profiling_import_downwards() -> None:
+    """The worker (what runs on a VM) imports no cloud or profiling module, and the cloud
+    providers import no worker or jobs module; a training job reads the profile store only,
+    which imports no jobs or worker module."""
     wrong = []
     for a, edges in import_graph().items():
         for b, line in edges.items():
             where = f"{a} imports {b} (line {line})"
-            runtime_b = b.startswith("srifty_core.runtime.")
-            if a.startswith("srifty_core.cloud") and runtime_b and b not in RUN_FOLDER:
-                wrong.append(f"{where}: the cloud may use the run-folder layer only")
-            if a in RUN_FOLDER and b.startswith(("srifty_core.cloud", "srifty_core.profiling")):
-                wrong.append(f"{where}: the run-folder layer is below the cloud and profiling")
+            jobs_b = b.startswith(("srifty_core.jobs.", WORKER + "."))
+            if a.startswith("srifty_core.cloud") and jobs_b:
+                wrong.append(f"{where}: the cloud imports no worker or jobs module")
+            worker_a = a.startswith(WORKER + ".")
+            if worker_a and b.startswith(("srifty_core.cloud", "srifty_core.profiling")):
+                wrong.append(f"{where}: the worker imports no cloud or profiling module")
             profiling_b = b.startswith("srifty_core.profiling")
-            if a.startswith("srifty_core.runtime.") and profiling_b and b != PROFILE_STORE:
-                wrong.append(f"{where}: the runtime reads the profile store only")
-            if a == PROFILE_STORE and b.startswith("srifty_core.runtime"):
-                wrong.append(f"{where}: the profile store is below the runtime")
+            training_a = a.startswith("srifty_core.jobs.") and a not in PROFILING_JOBS
+            if training_a and profiling_b and b != PROFILE_STORE:
+                wrong.append(f"{where}: a training job reads the profile store only")
+            if a == PROFILE_STORE and b.startswith(("srifty_core.jobs", WORKER)):
+                wrong.append(f"{where}: the profile store is below the jobs and the worker")
     assert wrong == []
 
 
@@ -229,12 +238,12 @@ def test_the_check_finds_a_function_level_cycle(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("module", ["srifty_core.runtime.monitor_step", "srifty_core.demo"])
+@pytest.mark.parametrize("module", ["srifty_core.jobs.monitor_step", "srifty_core.demo"])
 def test_the_graph_sees_function_level_imports(module: str) -> None:
     # monitor_step imports provisioning inside Monitor.__init__; the demo imports the
-    # runtime inside its functions only.
+    # jobs inside its functions only.
     graph = import_graph()
-    assert any(b.startswith("srifty_core.runtime.") for b in graph[module])
+    assert any(b.startswith("srifty_core.jobs.") for b in graph[module])
 
 
 # ---------------------------------------------------------------- function-level imports
@@ -287,20 +296,20 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
         "heavy: pyarrow",
     ("srifty_core.profiling.census_count", "srifty_core.profiling.buckets"): "heavy: torch",
     ("srifty_core.profiling.census_count", "srifty_core.sharding.units"): "heavy: torch",
-    ("srifty_core.runtime.child_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.emulated_job", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.job_run", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.job_run", "srifty_core.runtime.local_run"): "heavy: torch",
-    ("srifty_core.runtime.orchestrate", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.planning", "srifty_core.planner.search"): "heavy: scipy",
-    ("srifty_core.runtime.planning", "srifty_core.predictors.registry"): "heavy: pyarrow",
-    ("srifty_core.runtime.planning", "srifty_core.runtime.checkpoint"): "heavy: torch",
-    ("srifty_core.runtime.planning", "srifty_core.simulator.calibration"): "heavy: scipy",
-    ("srifty_core.runtime.planning", "srifty_core.simulator.estimator"): "heavy: scipy",
-    ("srifty_core.runtime.recalibration", "srifty_core.simulator.calibration"): "heavy: scipy",
-    ("srifty_core.runtime.recalibration", "srifty_core.simulator.estimator"): "heavy: scipy",
-    ("srifty_core.runtime.replanner", "srifty_core.planner.search"): "heavy: scipy",
-    ("srifty_core.runtime.user", "srifty_core.runtime.worker"): "heavy: torch",
+    ("srifty_core.jobs.child_run", "srifty_core.worker.checkpoint"): "heavy: torch",
+    ("srifty_core.jobs.emulated_job", "srifty_core.worker.checkpoint"): "heavy: torch",
+    ("srifty_core.jobs.job_run", "srifty_core.worker.checkpoint"): "heavy: torch",
+    ("srifty_core.jobs.job_run", "srifty_core.jobs.local_run"): "heavy: torch",
+    ("srifty_core.jobs.orchestrate", "srifty_core.worker.checkpoint"): "heavy: torch",
+    ("srifty_core.jobs.planning", "srifty_core.planner.search"): "heavy: scipy",
+    ("srifty_core.jobs.planning", "srifty_core.predictors.registry"): "heavy: pyarrow",
+    ("srifty_core.jobs.planning", "srifty_core.worker.checkpoint"): "heavy: torch",
+    ("srifty_core.jobs.planning", "srifty_core.simulator.calibration"): "heavy: scipy",
+    ("srifty_core.jobs.planning", "srifty_core.simulator.estimator"): "heavy: scipy",
+    ("srifty_core.jobs.recalibration", "srifty_core.simulator.calibration"): "heavy: scipy",
+    ("srifty_core.jobs.recalibration", "srifty_core.simulator.estimator"): "heavy: scipy",
+    ("srifty_core.jobs.replanner", "srifty_core.planner.search"): "heavy: scipy",
+    ("srifty_core.worker.user", "srifty_core.worker.worker"): "heavy: torch",
     ("srifty_core.simulator.calibration", "srifty_core.simulator.estimator"): "heavy: scipy",
     ("srifty_core.simulator.types", "srifty_core.predictors.network"): "heavy: pyarrow",
     ("srifty_core.workloads.references", "srifty_core.workloads.zoo"): "heavy: torch",
@@ -374,7 +383,7 @@ def test_every_cli_module_is_a_lazy_importer() -> None:
 
 
 # ---------------------------------------------------------------- package layers
-# The redesign's target layers (L0 lowest; L6 has measure, not yet worker)
+# The redesign's target layers (L0 lowest)
 # applied to today's names: each unit is a package of srifty_core or a module at its root,
 # placed where most of it goes. A unit may import units of its own layer or below; an
 # import of a higher layer must be in ALLOWED_UPWARD. Units of one layer may import each
@@ -394,7 +403,9 @@ _PACKAGE_LAYERS = (
     ("L4 simulator", "simulator"),
     ("L5 planner and cloud", "planner cloud"),
     ("L6 measure", "measure"),
-    ("L8 jobs", "runtime jobs"),
+    # what runs on a training VM (torch)
+    ("L7 worker", "worker"),
+    ("L8 jobs", "jobs"),
     ("L9 apps", "demo case_studies ui airflow_env"),
     # what the root exports lies below it; the CLI reads its version
     ("facade", "srifty_core"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.job import JobSpec
+from srifty_core.jobs.job import JobSpec
 from srifty_core.trigger_models import ENV_VAR, registered_model
 
 CONF = {

@@ -265,10 +265,10 @@ def test_the_built_in_worker_trains_a_factory_and_an_hf_model(
     """Two local ranks with unequal batches end with the parameters of one process on the
     whole global batch, for a model that is not in the zoo."""
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.jobs.local_run import train_local
     from srifty_core.planner.schema.train_plan import TrainPlan
-    from srifty_core.runtime.checkpoint import load_checkpoint
-    from srifty_core.runtime.local_run import train_local
-    from srifty_core.runtime.worker import train_single
+    from srifty_core.worker.checkpoint import load_checkpoint
+    from srifty_core.worker.worker import train_single
 
     for i, ref in enumerate((DIGITS, tiny_hf)):
         plan = TrainPlan(

@@ -2,7 +2,7 @@
 
     srifty train plan.json -- python examples/digits/train.py --lr 0.1
 
-Every rank runs this file. ``srifty_core.runtime.user`` gives it its share of the plan
+Every rank runs this file. ``srifty_core.worker.user`` gives it its share of the plan
 (local batch, loss scale, which samples), reports each step to the monitor and
 checkpoints, so a preempted job resumes here, on other VMs, where it stopped. At the end
 rank 0 prints the accuracy on the whole data set and writes it to the run folder
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # model.py beside this
 
 from model import DigitNet, digits, loss
 
-from srifty_core.runtime import user as srifty
+from srifty_core.worker import user as srifty
 
 
 def main() -> None:

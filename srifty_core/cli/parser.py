@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run PLAN (JSON: model, size, global_batch, iterations, local_batches, "
         "run_dir, ...) with one DDP worker per local batch; resumes from run_dir's checkpoint. "
         "After '--', your own training script runs on every rank instead of the built-in "
-        "worker (e.g. '-- python train.py --lr 0.1'; it uses srifty_core.runtime.user); "
+        "worker (e.g. '-- python train.py --lr 0.1'; it uses srifty_core.worker.user); "
         "default: the plan's entrypoint, else the built-in worker.",
     )
     tr.add_argument("plan", nargs="?", help="plan file (.json)")

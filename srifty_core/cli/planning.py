@@ -147,8 +147,8 @@ def write_train_plan(
     import dataclasses
     import json
 
+    from srifty_core.jobs.planning import launches_for, train_plan_for
     from srifty_core.planner.schema.request_spec import RequestSpec
-    from srifty_core.runtime.planning import launches_for, train_plan_for
     from srifty_core.training_settings import TrainingSettings
     from srifty_core.workloads import model_key
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from srifty_core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from srifty_core.jobs.outcome import Outcome
     from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.runs.progress import ProgressRecord
-    from srifty_core.runtime.outcome import Outcome
 
 
 MAX_PLAN_BYTES = 1 << 20
@@ -61,14 +61,14 @@ def read_train_plan(path: Path) -> TrainPlan:
 
 def _train_job(args: argparse.Namespace) -> int:
     """``srifty train --job JOB.yaml``: the whole job with the DAG's steps
-    (``runtime.job_run``). The same job run again after its driver died (killed, Ctrl-C,
+    (``jobs.job_run``). The same job run again after its driver died (killed, Ctrl-C,
     an error) resumes its unfinished run in the same folder; ``--restart`` starts a new
     one (``job_run.run_job(resume_unfinished=...)``)."""
     from pathlib import Path
 
     from srifty_core.console import StageProgress
-    from srifty_core.runtime.job_run import read_job_file, run_job
-    from srifty_core.runtime.outcome import Outcome
+    from srifty_core.jobs.job_run import read_job_file, run_job
+    from srifty_core.jobs.outcome import Outcome
 
     conf = read_job_file(Path(args.job))
     if args.command:
@@ -83,7 +83,7 @@ def _train_job(args: argparse.Namespace) -> int:
     if args.preempt and not emulated:
         raise ConfigError("--preempt: only on the emulated EC2 (--provider ec2-emulated)")
     if emulated:
-        from srifty_core.runtime import emulated_job
+        from srifty_core.jobs import emulated_job
 
         provider = emulated_job.make_provider(conf, args.preempt)
     with StageProgress(f"job {Path(args.job).name}", disable=args.no_progress) as show:
@@ -120,9 +120,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srifty_core.cloud.local import LocalProvider
+    from srifty_core.jobs.local_run import train_local
     from srifty_core.runs import store as run_store
     from srifty_core.runs.progress import read_progress
-    from srifty_core.runtime.local_run import train_local
 
     if (args.plan is None) == (args.job is None):
         raise ConfigError("train: give a plan file or --job JOB.yaml (one of them)")
@@ -143,7 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         plan = plan.replace(entrypoint=tuple(command))
     if not run_store.is_remote(plan.run_dir):  # a damaged local log is named before a start
         read_progress_checked(plan.progress_path)
-    from srifty_core.runtime.preflight import PlanDoesNotFit, check_plan_fits
+    from srifty_core.jobs.preflight import PlanDoesNotFit, check_plan_fits
 
     try:  # a plan made for other machines (GPU VMs, more cores or memory) is refused
         check_plan_fits(plan, args.plan)
@@ -155,7 +155,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     from srifty_core.console import StageProgress
-    from srifty_core.runtime.outcome import rank_logs
+    from srifty_core.jobs.outcome import rank_logs
 
     logs = rank_logs(plan.run_dir, plan.config_id)
     where = f"; the ranks' output: {logs}/rank-*.log" if logs else ""
@@ -184,7 +184,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if report.outcome is not None:
         _print_outcome(report.outcome)
-    from srifty_core.runtime.checkpoint import latest, sharded_paths
+    from srifty_core.worker.checkpoint import latest, sharded_paths
 
     found = latest(plan.checkpoint_path)  # a sharded plan's: the summary naming its shards
     sharded = found is not None and found[0] == "sharded"
@@ -223,8 +223,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from srifty_core.jobs.monitor import Limits, decide
     from srifty_core.runs.progress import PROGRESS_FILE
-    from srifty_core.runtime.monitor import Limits, decide
 
     if args.iterations < 1:
         raise ConfigError(f"--iterations: must be at least 1, got {args.iterations}")

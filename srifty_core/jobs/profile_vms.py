@@ -9,7 +9,7 @@ them in one process for ``srifty profile --provider``):
    ones on a typo), the market and the EC2 settings, before anything is launched.
 2. ``profiler_vm.provision_profiler_vm`` (setup): launch one VM of the type (on-demand
    unless ``market`` says spot). On ``ec2`` the VM installs the worker wheel the training
-   path installs (``runtime.artifact.worker_wheel``: the deployment's, else this source's,
+   path installs (``jobs.artifact.worker_wheel``: the deployment's, else this source's,
    uploaded to the run storage) and runs ``vm_script.vm_script``: ``srifty profile --model
    M --size S --device cuda --no-mlflow`` with the training settings and the probe budget,
    then ``python -m srifty_core.jobs.vm_script finish``, which writes ``profile.json`` (on

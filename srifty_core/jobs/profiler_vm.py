@@ -32,10 +32,10 @@ from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, Provider
 from srifty_core.cloud.ec2 import EC2Provider
 from srifty_core.cloud.emulated.provider import EmulatedProvider
 from srifty_core.errors import ConfigError
+from srifty_core.jobs.artifact import worker_wheel
 from srifty_core.jobs.cloud_request import CloudProfileRequest, check_cloud_request, ec2_settings
 from srifty_core.jobs.vm_script import vm_script
 from srifty_core.runs import store as run_store
-from srifty_core.runtime.artifact import worker_wheel
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

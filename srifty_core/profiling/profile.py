@@ -209,7 +209,7 @@ class ComputeProfile:
         DDP divides each gradient by the world size while it copies it into its bucket
         (PyTorch's ``Reducer::copy_grad_to_bucket``: one ``mul_out``, "to save one scan
         over all the input parameters"), and Srifty's worker folds the division into the
-        loss (``runtime.exchange_timer``): no pass of its own. Measured
+        loss (``worker.exchange_timer``): no pass of its own. Measured
         (``ddp_overhead``, a no-op hook whose plain copy into the buckets costs what the
         dividing copy does): the copy back out of the buckets is the part after the
         exchange (one copy pass, at most the whole overhead), the rest ran on the backward

@@ -62,7 +62,7 @@ class ProgressRecord:
     the simulator predicts (``train_s``); ``None`` where not measured (older logs)."""
     loss: float | None = None
     """The global batch's mean loss at this step, where the writer knows it (a training
-    script's ``runtime.user.report``; the built-in worker logs rank 0's share)."""
+    script's ``worker.user.report``; the built-in worker logs rank 0's share)."""
 
     @property
     def train_s(self) -> float:
@@ -337,7 +337,7 @@ def read_state(path: Path | str) -> TrainState | None:
 
 REFUSED_PREFIX = "refused-"
 """``refused-<config>.txt``: why the runtime refused what a training script reported
-(``runtime.user``: an iteration out of order, a non-finite loss, the last iteration never
+(``worker.user``: an iteration out of order, a non-finite loss, the last iteration never
 reached or never checkpointed), written by rank 0 before its rank stops; the monitor fails
 the job with it (``refused_report``)."""
 

@@ -26,7 +26,7 @@ from srifty_core.cloud.ec2.user_data import (
     training_user_data,
 )
 from srifty_core.errors import ConfigError
-from srifty_core.runtime.rendezvous import Rendezvous, TrainingStart, node_groups, start_script
+from srifty_core.worker.rendezvous import Rendezvous, TrainingStart, node_groups, start_script
 from tests.cloud.moto_aws import AMI, SECRET, live_instances
 
 WHEEL = WorkerWheel("s3://deploy-bucket/wheels/srifty-0.1.0-py3-none-any.whl", "cd" * 32)
@@ -127,8 +127,8 @@ def test_provision_of_an_ec2_job_starts_torchrun_on_every_vm(
     aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """What the DAG's provision task does for an EC2 configuration."""
-    from srifty_core.runtime.job import JobPlan, Launch
-    from srifty_core.runtime.provisioning import provision, release
+    from srifty_core.jobs.job import JobPlan, Launch
+    from srifty_core.jobs.provisioning import provision, release
 
     monkeypatch.setenv(WHEEL_URI_ENV, WHEEL.uri)
     monkeypatch.setenv(WHEEL_SHA256_ENV, WHEEL.sha256)
@@ -316,10 +316,10 @@ def test_the_monitor_fails_an_ec2_run_on_a_non_zero_exit_marker(tmp_path: Path) 
     sensor's timeout. The marker is the one the start script's CLI writes."""
     import time
 
+    from srifty_core.jobs.job import JobPlan, JobSpec, TrainingFailed
+    from srifty_core.jobs.monitor_step import Monitor
     from srifty_core.planner.schema.train_plan import TrainPlan
-    from srifty_core.runtime.job import JobPlan, JobSpec, TrainingFailed
-    from srifty_core.runtime.monitor_step import Monitor
-    from srifty_core.runtime.rendezvous import main as rendezvous_main
+    from srifty_core.worker.rendezvous import main as rendezvous_main
 
     run_dir = tmp_path / "run"
     plan = TrainPlan(

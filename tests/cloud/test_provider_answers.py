@@ -7,8 +7,8 @@ import pytest
 
 from srifty_core.cloud import PROVIDERS, provider_class
 from srifty_core.errors import UnknownNameError
-from srifty_core.runtime.job import JobSpec
-from srifty_core.runtime.planning import job_request
+from srifty_core.jobs.job import JobSpec
+from srifty_core.jobs.planning import job_request
 
 
 @pytest.mark.parametrize("name", PROVIDERS)

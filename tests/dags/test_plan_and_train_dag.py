@@ -34,7 +34,7 @@ CONF: dict[str, Any] = {
 def _job_runs() -> list[Any]:
     import mlflow
 
-    from srifty_core.runtime.job_log import EXPERIMENT
+    from srifty_core.jobs.job_log import EXPERIMENT
     from srifty_core.tracking.store import setup_experiment
 
     return list(mlflow.search_runs([setup_experiment(EXPERIMENT)], output_format="list"))

@@ -127,8 +127,8 @@ def test_ec2_plan_provision_preempt_replan_and_release(
     assert conf["resume"]["cost_spent_usd"] > 0
 
     # What the first run launched: the planner's choice, tagged and on the right market.
+    from srifty_core.jobs.orchestrate import JobPlan
     from srifty_core.runs import store as run_store
-    from srifty_core.runtime.orchestrate import JobPlan
 
     fs, root = run_store.filesystem(f"{run_storage}/runs")
     (job_file,) = fs.glob(f"{root}/*/job-c0.json")  # on the run storage, not on this disk

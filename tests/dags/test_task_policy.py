@@ -129,8 +129,8 @@ def test_the_deadline_callback_tags_the_jobs_mlflow_runs(
 
     import mlflow
 
-    from srifty_core.runtime import orchestrate as orc
-    from srifty_core.runtime.job_log import EXPERIMENT
+    from srifty_core.jobs import orchestrate as orc
+    from srifty_core.jobs.job_log import EXPERIMENT
     from srifty_core.tracking.store import setup_experiment
 
     monkeypatch.syspath_prepend(str(paths.PLUGINS_DIR))

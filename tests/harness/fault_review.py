@@ -713,7 +713,7 @@ def _exact_log(n: int) -> Callable[[Ctx, Run], None]:
             raise CheckFailed(WRONG, f"no 'done: {n} iterations' in {run.out[-120:]!r}")
         _once_each(ctx.data / "runs" / "r1" / "progress.jsonl", n)
         code = (
-            "import sys; from srifty_core.runtime.checkpoint import load_checkpoint as l; "
+            "import sys; from srifty_core.worker.checkpoint import load_checkpoint as l; "
             "print(l(sys.argv[1]).iteration)"
         )
         ck = subprocess.run(
@@ -1621,7 +1621,7 @@ case("dag-conf-model-file", "dag trigger", "a trigger conf whose model is a file
 
 
 # --------------------------------------------------------- issue 48: your training script
-# A training script (``runtime.user``) that misbehaves as its first argument says; "ok"
+# A training script (``worker.user``) that misbehaves as its first argument says; "ok"
 # trains properly, "env" also notes which planted secrets it can read.
 SCRIPT = """\
 import json, os, signal, sys, time
@@ -1629,7 +1629,7 @@ from pathlib import Path
 
 import torch
 
-from srifty_core.runtime import user as srifty
+from srifty_core.worker import user as srifty
 
 SECRET_NAMES = @SECRETS@
 mode = sys.argv[1]
@@ -1750,7 +1750,7 @@ case("probe-secrets-reach-workers", "secrets",
 SHRUNK_CAP_S = 5.0
 SHRINK_CAP = (
     "import math, sys\n"
-    "from srifty_core.runtime import local_run\n"
+    "from srifty_core.jobs import local_run\n"
     "kw = local_run.train_local.__kwdefaults__ or {}\n"
     "if isinstance(kw.get('timeout_s'), (int, float)) and math.isfinite(kw['timeout_s']):\n"
     f"    kw['timeout_s'] = {SHRUNK_CAP_S}\n"
@@ -2082,7 +2082,7 @@ for _id, _what, _tests in (
     ("pytest-killed-guard-rerun", "a rerun after a killed train and its guard",
      ("test_a_rerun_on_the_run_folder_stops_what_a_killed_job_left",)),
     ("pytest-preflight", "a plan for GPU VMs on this machine",
-     ("tests/runtime/test_preflight.py",)),
+     ("tests/jobs/test_preflight.py",)),
     ("pytest-twelve-types", "a request with 12 offered types",
      ("test_any_number_of_types_and_the_first_slots_keep_their_draws",)),
     ("pytest-sustained-probe", "the sustained probe's ranks stop together",
@@ -2195,7 +2195,7 @@ fault(
     " for, ranks x threads over 2 per core, the memory estimate (compute profile) over what is "
     "available; `--force` runs it anyway with a warning",
     cases=("pytest-preflight",),
-    tests=("tests/runtime/test_preflight.py",),
+    tests=("tests/jobs/test_preflight.py",),
 )
 fault(
     "a 1,400-iteration `srifty train PLAN.json` (issue 48)",
@@ -2223,7 +2223,7 @@ fault(
     "silently restarted at 0",
     "error naming both files; `srifty train --restart` moves them aside",
     cases=("train-deleted-checkpoint", "train-deleted-checkpoint-restart"),
-    tests=("tests/runtime/test_resume.py",),
+    tests=("tests/worker/test_resume.py",),
 )
 fault(
     "a corrupt checkpoint",
@@ -2465,7 +2465,7 @@ fault(
     "one live job per run folder: an OS file lock released when its holder exits however it "
     "exits (no stale lock); the second fails at once naming the holder's pid and start time",
     cases=("train-second-on-live-run",),
-    tests=("tests/runtime/test_run_lock.py",),
+    tests=("tests/jobs/test_run_lock.py",),
 )
 fault(
     "EC2 throttling (`RequestLimitExceeded`) during launch or cleanup",
@@ -2705,7 +2705,7 @@ fault(
     "a training script that reports wrongly under `srifty train` (issue 48): exit 0 without a "
     "report, no checkpoint, iterations tripled, zero, decreasing or twice, a NaN loss",
     '"finished", exit 0 (0 iterations, or NaN weights)',
-    "`runtime.user` checks each report (the last iteration plus one, from the checkpoint; a "
+    "`worker.user` checks each report (the last iteration plus one, from the checkpoint; a "
     "finite loss, not checkpointed otherwise) and `finish()` (the last iteration reported and "
     "checkpointed); the ranks stop with `ReportError` and the job fails with its reason; "
     "workers that exit 0 before a checkpoint holds the last iteration, or a state file claiming"
@@ -2719,7 +2719,7 @@ fault(
         "script-iteration-twice",
         "script-nan-loss",
     ),
-    tests=("tests/runtime/test_script_reports.py",),
+    tests=("tests/worker/test_script_reports.py",),
 )
 
 

@@ -140,8 +140,8 @@ def test_a_global_batch_the_quotas_hold_only_in_micro_batches_gets_them() -> Non
 
 
 def test_the_planned_micro_batches_reach_the_training_plan() -> None:
-    from srifty_core.runtime.job import Launch
-    from srifty_core.runtime.planning import train_plan_for
+    from srifty_core.jobs.job import Launch
+    from srifty_core.jobs.planning import train_plan_for
 
     kw = {"model": "dlrm", "size": "tiny", "global_batch": 32, "iterations": 5, "run_dir": "r"}
     four = Launch("g5.12xlarge", "on-demand", 2, 4, 4)

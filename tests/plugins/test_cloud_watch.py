@@ -14,7 +14,7 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.cloud.ec2 import EC2Provider
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.runtime.cloud_watch import AsyncObserver, CloudView, observe
+from srifty_core.jobs.cloud_watch import AsyncObserver, CloudView, observe
 from tests.cloud.moto_aws import AMI
 
 pytestmark = pytest.mark.airflow

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from srifty_core import paths
-from srifty_core.runtime import orchestrate as orc
+from srifty_core.jobs import orchestrate as orc
 
 pytestmark = pytest.mark.airflow
 
@@ -180,7 +180,7 @@ def test_plugin_module_imports_no_srifty_runtime_at_parse() -> None:
 
     code = (
         f"import sys; sys.path.insert(0, {str(paths.PLUGINS_DIR)!r}); import srifty_monitor; "
-        "print('srifty_core.runtime.orchestrate' in sys.modules, 'torch' in sys.modules)"
+        "print('srifty_core.jobs.orchestrate' in sys.modules, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
@@ -195,10 +195,10 @@ def test_the_trigger_and_its_monitor_step_never_import_torch(tmp_path: Path) -> 
 import json, sys, time
 sys.path.insert(0, {str(paths.PLUGINS_DIR)!r})
 import srifty_monitor
-from srifty_core.runtime import job_log, monitor_step, orchestrate
+from srifty_core.jobs import job_log, monitor_step, orchestrate
 from srifty_core.cloud.base import LaunchRequest
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.runtime.job import JobPlan, JobSpec, Launch
+from srifty_core.jobs.job import JobPlan, JobSpec, Launch
 from srifty_core.runs.progress import ProgressLog, ProgressRecord, TrainState, write_state
 run = {str(tmp_path)!r}
 json.dump({{"iterations": 3, "global_batch": 4, "run_dir": run, "config_id": "c0"}},
@@ -217,7 +217,7 @@ spec = JobSpec.from_params({PARAMS!r})
 seen = []
 m = monitor_step.Monitor(run + "/job-c0.json", [alloc.id], spec, t0, provider=provider,
                          live=lambda metrics, step, at: seen.append(metrics))
-from srifty_core.runtime.cloud_watch import AsyncObserver
+from srifty_core.jobs.cloud_watch import AsyncObserver
 view = __import__("asyncio").run(AsyncObserver(provider)(m.allocations))
 r = m.step(cloud=view)
 print(r.status, r.iterations_done, sorted(seen[0]) if seen else None, "torch" in sys.modules)

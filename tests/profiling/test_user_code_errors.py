@@ -157,7 +157,7 @@ def test_entrypoint_null_in_a_train_plan_is_named(tmp_path: Path) -> None:
 
 
 def test_a_seed_that_is_no_number_in_an_emulated_job_is_named() -> None:
-    from srifty_core.runtime.emulated_job import make_provider
+    from srifty_core.jobs.emulated_job import make_provider
 
     with pytest.raises(ConfigError, match="seed: must be a whole number"):
         make_provider({"region": "us-east-1", "seed": "abc"})

@@ -21,7 +21,7 @@ provider's launch, release and observation of VMs.
   then at once the others with that VM's private address (from ``run_instances``' answer)
   as the rendezvous endpoint, all in one cluster placement group when asked, and waits for
   all of them together; each VM's user data writes and runs the start script the caller
-  gives (``runtime.rendezvous``: torchrun with c10d over the configuration's VMs), which writes an
+  gives (``worker.rendezvous``: torchrun with c10d over the configuration's VMs), which writes an
   exit marker into the run folder when torchrun ends and shuts the VM down: VMs launch with
   ``InstanceInitiatedShutdownBehavior=terminate``, and an instance that shut itself down
   is ``terminated``, not taken back. The run folder must be on run storage

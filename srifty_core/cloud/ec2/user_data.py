@@ -7,7 +7,7 @@ s3:// URI, and ``SRIFTY_WORKER_WHEEL_SHA256``), checks its sha256, installs it w
 arguments. Never ``pip install srifty`` from a package index (anyone can publish that
 name there), and never a wheel a trigger conf names. A training VM's user data
 (``training_user_data``) installs the wheel the same way, then writes and runs the start
-script its caller gives (a ``TrainingStart``'s: ``runtime.rendezvous``). The user data
+script its caller gives (a ``TrainingStart``'s: ``worker.rendezvous``). The user data
 holds no secret: it is readable from inside the VM.
 """
 
@@ -171,7 +171,7 @@ class TrainingUserData:
 
 class TrainingStart(Protocol):
     """What the VMs of one training configuration run, built by the caller
-    (``runtime.rendezvous.TrainingStart``: the workers' plan and its rendezvous).
+    (``worker.rendezvous.TrainingStart``: the workers' plan and its rendezvous).
     ``EC2Provider(training=...)`` launches the configuration's VMs in the plan's order
     through ``launch_many``."""
 

@@ -107,7 +107,7 @@ class ResumeSpec(Strict):
 
 class JobConf(RequestSpec):
     """The conf of the ``srifty_plan_and_train`` DAG: a planning request (``RequestSpec``:
-    its fields, defaults and rules) plus the run's settings (``runtime.job.JobSpec``). A
+    its fields, defaults and rules) plus the run's settings (``jobs.job.JobSpec``). A
     job trains its model, so ``model`` is a reference (not only a stored profile's name),
     each offer states its ``quota``, and the DAG runs on ``local`` or ``ec2``."""
 
@@ -130,7 +130,7 @@ class JobConf(RequestSpec):
         [],
         description=(
             "Your training script's command, run on every rank torchrun-style "
-            "(srifty_core.runtime.user), e.g. ['python', 'train.py', '--lr', '0.1']; "
+            "(srifty_core.worker.user), e.g. ['python', 'train.py', '--lr', '0.1']; "
             "empty: the built-in worker."
         ),
     )
@@ -148,6 +148,6 @@ class JobConf(RequestSpec):
 class ShellJobConf(JobConf):
     """A job file of ``srifty train --job``: the DAG's conf, whose ``provider`` may also be
     the emulated EC2 (``ec2-emulated``, alias ``emulated``), which lives in one process and
-    so runs only from the shell (``runtime.emulated_job``), never as the DAG's tasks."""
+    so runs only from the shell (``jobs.emulated_job``), never as the DAG's tasks."""
 
     provider: ShellJobProvider | None = _request_field("provider")  # type: ignore[assignment]

@@ -2,7 +2,7 @@
 strict pydantic document (``strict.Strict``) like the request and the job conf: a bad field
 is one ``FieldError`` naming it, from a file (``TrainPlan.parse``, ``load``) or from code
 (``TrainPlan(...)``). No torch: the DAG, the monitor and the planner read and write plans;
-``runtime.worker`` and ``runtime.user`` run them."""
+``worker.worker`` and ``worker.user`` run them."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ DTYPES = ("float32", "float64")
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
 DEVICES = ("auto", "cpu", "cuda")
 """A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
-``cpu``, or ``cuda`` (an error without one GPU per rank): ``runtime.placement``."""
+``cpu``, or ``cuda`` (an error without one GPU per rank): ``worker.placement``."""
 CHECKPOINT_FILE = "checkpoint.pt"
-"""The checkpoint's name in a run folder (``runtime.checkpoint``)."""
+"""The checkpoint's name in a run folder (``worker.checkpoint``)."""
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 """A ``config_id``: safe in a file name (``plan-<config_id>.json`` in the run folder)."""
 
@@ -130,7 +130,7 @@ class TrainPlan(Strict):
     timeout_s: PositiveSeconds = 60.0
     """Collective timeout: how long a rank waits for a dead peer before failing."""
     device: Annotated[Literal["auto", "cpu", "cuda"], Rule("'auto', 'cpu' or 'cuda'")] = "auto"
-    """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``runtime.placement.choose_device``)."""
+    """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``worker.placement.choose_device``)."""
     precision: PrecisionName = "fp32"
     """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
     optimizer: OptimizerName = "sgd"
@@ -141,8 +141,8 @@ class TrainPlan(Strict):
     channels_last: Flag = False
     """Module and 4-D inputs in channels-last memory format."""
     entrypoint: Command = ()
-    """Your training script's command, run on every rank (``runtime.launch``; the script
-    uses ``runtime.user``); empty: the built-in worker trains the plan's model."""
+    """Your training script's command, run on every rank (``worker.launch``; the script
+    uses ``worker.user``); empty: the built-in worker trains the plan's model."""
     strategy: PlanStrategy = "ddp"
     """How the ranks hold the model (``sharding.memory.Strategy``): ``ddp`` replicas,
     ``fsdp`` sharded over every rank, ``hsdp`` sharded over the ranks of one VM and
@@ -152,7 +152,7 @@ class TrainPlan(Strict):
     world size must be a multiple of it."""
     micro_batches: Count = 1
     """Gradient accumulation: each rank's local batch runs as this many micro-batches (as
-    equal as possible, ``runtime.train_plan.micro_split``), the gradients exchanged once,
+    equal as possible, ``worker.batches.micro_split``), the gradients exchanged once,
     after the last, then one optimizer step: the same step as on the whole local batch, in
     less memory. At most the smallest local batch; a plan file without it is 1."""
     extra: Annotated[dict[str, Any], Rule("a mapping")] = Field(default_factory=dict)

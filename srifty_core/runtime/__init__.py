@@ -1,2 +1,0 @@
-"""Training runtime: runs plans with DDP on real worker processes. Import submodules
-(``runtime.worker``) directly; they load torch."""
