@@ -64,7 +64,7 @@ def registered_model(text: Any, env: Mapping[str, str] | None = None) -> str:
     if ref.kind == "file":
         raise ModelRefError(f"{ref.text!r} is a file path: {_HOW} (install it as a module)")
     listed = allowed(env)
-    if ref.text in listed:
+    if ref.base in listed:  # registered at any sequence length
         return ref.text
     if ref.kind == "module" and (ref.target in REGISTERED_MODULES or f"{ref.target}:*" in listed):
         return ref.text

@@ -50,6 +50,10 @@ def test_modules_and_hf_paths_pass_only_when_the_deployment_lists_them() -> None
     assert registered_model("mypkg.models:build", env=env) == "mypkg.models:build"
     assert registered_model("hf:/etc/configs/x.json", env=env) == "hf:/etc/configs/x.json"
     assert registered_model("other.pkg:anything", env=env) == "other.pkg:anything"
+    # a listed model at a sequence length of its own (the list is comma-separated)
+    at = registered_model("mypkg.models:build,seq=2048", env=env)
+    assert at == "mypkg.models:build,seq=2048"
+    assert registered_model("hf:gpt2,seq=512", env={}) == "hf:gpt2,seq=512"
     with pytest.raises(ConfigError, match="not registered"):
         registered_model("mypkg.models:other", env=env)
     with pytest.raises(ConfigError, match="not registered"):

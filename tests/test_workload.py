@@ -16,6 +16,7 @@ from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import (
     ModelRefError,
     build,
+    describe,
     model_key,
     parse_model,
     shipped_hf_configs,
@@ -124,6 +125,66 @@ def test_factories_in_every_shape_build_with_seeded_weights(in_repo: Path) -> No
     x, y = digits.make_batch(16, torch.device("cpu"))
     assert x.shape == (16, 64) and float(x.min()) >= 0 and float(x.max()) <= 1
     assert y.dtype == torch.long and set(y.tolist()) <= set(range(10))
+
+
+def test_a_sequence_length_is_part_of_the_reference_and_its_key() -> None:
+    ref = parse_model("hf:gpt2 , seq = 512")
+    assert (ref.text, ref.seq, ref.base) == ("hf:gpt2,seq=512", 512, "hf:gpt2")
+    keys = {model_key(r) for r in ("hf:gpt2", "hf:gpt2,seq=512", "hf:gpt2,seq=1024")}
+    assert len(keys) == 3 and model_key("hf:gpt2,seq=512").startswith("hf-gpt2-seq512-")
+    factory = parse_model(f"./{DIGITS},seq=8")
+    assert factory.text == f"{DIGITS},seq=8" and factory.kind == "file" and factory.seq == 8
+    assert parse_model("pkg.mod:make,seq=16").factory == "make"
+    assert "16 tokens per sample" in describe("pkg.mod:make,seq=16")
+    # the same reference through a request, a job conf and a train plan
+    from srifty_core.planner.schema.train_plan import TrainPlan
+
+    plan = TrainPlan(model="hf:gpt2,seq=64", size="tiny", global_batch=2, iterations=1,
+                     local_batches=(1, 1), run_dir="runs/r")  # fmt: skip
+    assert TrainPlan.parse(plan.to_dict()).model == "hf:gpt2,seq=64"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("hf:gpt2,seq=0", "seq must be a whole number from 1 to"),
+        ("hf:gpt2,seq=2k", "seq must be a whole number from 1 to"),
+        ("hf:gpt2,seq=", "seq must be a whole number from 1 to"),
+        ("hf:gpt2,sqe=64", "unknown option 'sqe' after ','"),
+        ("bert_base,seq=512", "seq applies to hf: and factory models"),
+        ("hf:gpt2,seq=4096", "seq 4096 is over the config's position limit 1024"),
+        ("tests.workload_fixtures.factories:sized,seq=8", "takes no 'seq' parameter"),
+    ],
+)
+def test_a_bad_sequence_length_is_one_line_naming_it(in_repo: Path, ref: str, message: str) -> None:
+    with pytest.raises(ModelRefError) as exc:
+        build(ref, "tiny")
+    text = str(exc.value)
+    assert text.startswith("model: ") and message in text and "\n" not in text, text
+
+
+def test_a_sequence_length_reaches_the_batches_of_hf_and_factory_models(in_repo: Path) -> None:
+    cpu = torch.device("cpu")
+    long = build("hf:opt-125m,seq=2048", "tiny")  # a shipped decoder with 2048 positions
+    ids, labels = long.make_batch(2, cpu)
+    assert ids.shape == labels.shape == (2, 2048) and long.knobs["seq"] == 2048
+    assert torch.isfinite(long.loss((ids, labels)))
+    assert build("hf:opt-125m", "tiny").make_batch(2, cpu)[0].shape == (2, 16)  # HF_SEQUENCE
+    made = build("tests.workload_fixtures.factories:sequence,seq=24", "tiny")
+    assert made.make_batch(3, cpu)[0].shape == (3, 24)
+    assert build("tests.workload_fixtures.factories:sequence", "tiny").make_batch(3, cpu)[
+        0
+    ].shape == (3, 8)  # the factory's own default
+
+
+def test_the_census_counts_the_length_asked_for() -> None:
+    from srifty_core.profiling.census_count import count
+
+    short, long = (
+        count(f"hf:opt-125m,seq={n}", "tiny", TrainingSettings(), 2, 0, "meta") for n in (64, 128)
+    )
+    ratio = sum(op[2] for op in long.ops) / sum(op[2] for op in short.ops)
+    assert 1.9 < ratio < 2.5, ratio  # linear in tokens, plus attention's quadratic part
 
 
 def test_hf_models_build_from_a_local_or_a_shipped_config(tiny_hf: str) -> None:

@@ -14,9 +14,17 @@ A model reference (``--model``, a request's ``model``, a plan's ``model``) is on
   down as the zoo's BERT sizes (``HF_SIZE_LIMITS``: layers, width, heads, vocabulary) and
   shorten the samples (``HF_SEQUENCE``).
 
+Any of these but a zoo name may end with ``,seq=N``: the tokens per sample, part of the
+workload as the size is (``hf:gpt2,seq=1024``, ``models.py:decoder,seq=2048``). An ``hf:``
+model builds its batches at N tokens (at most the config's position limit; without it,
+``HF_SEQUENCE`` per size); a factory gets ``seq=N`` and must take a ``seq`` parameter.
+Profiles, plans and censuses of the same model at two lengths are two workloads: the
+length is in the normalised reference and so in its profile key.
+
 The factory protocol (what ``factory()`` returns, or ``factory(size=...)`` when it takes a
-``size`` parameter): a ``Parts`` (or any object with these three attributes, a mapping
-with these keys, or the 3-tuple in this order):
+``size`` parameter, with ``seq=N`` too when the reference gives one): a ``Parts`` (or any
+object with these three attributes, a mapping with these keys, or the 3-tuple in this
+order):
 
 - ``module``: the ``torch.nn.Module`` to train;
 - ``make_batch(batch_size, generator)``: a tuple of CPU tensors whose first dimension is
@@ -92,6 +100,9 @@ _HF_TOKEN_IDS = (
     "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id",
     "mask_token_id", "decoder_start_token_id",
 )  # fmt: skip
+MAX_SEQ = 1 << 20
+"""The longest sequence a reference may ask for (tokens per sample)."""
+_OPTION = re.compile(r"^(?P<base>.*),\s*(?P<name>[A-Za-z_]+)\s*=\s*(?P<value>[^,]*)$", re.S)
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -124,6 +135,14 @@ class ModelRef:
     target: str
     """The zoo name, the module's dotted name, the file's path, or the hf name or path."""
     factory: str = ""
+    seq: int | None = None
+    """Tokens per sample (``,seq=N``); ``None``: the kind's own (``HF_SEQUENCE``, or what the
+    factory does without it)."""
+
+    @property
+    def base(self) -> str:
+        """The reference without its ``,seq=N``: the model, whatever its length."""
+        return self.text if self.seq is None else self.text.rsplit(",", 1)[0]
 
     @property
     def key(self) -> str:
@@ -139,6 +158,8 @@ class ModelRef:
         if self.kind == "hf" and Path(self.target).name == "config.json":
             stem = Path(self.target).parent.name or "config"
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "model"
+        if self.seq is not None:
+            stem += f"-seq{self.seq}"
         digest = hashlib.sha256(self.text.encode()).hexdigest()[:10]
         return f"{self.kind}-{stem}-{digest}"
 
@@ -160,6 +181,31 @@ def parse_model(text: Any) -> ModelRef:
     if not isinstance(text, str) or not text.strip():
         raise ModelRefError(f"must be {_forms()}, got {text!r}")
     text = text.strip()
+    option = _OPTION.match(text)
+    if option is None:
+        return _parse_base(text)
+    base, name, value = option["base"].strip(), option["name"], option["value"].strip()
+    if name != "seq":
+        raise ModelRefError(
+            f"{text!r}: unknown option {name!r} after ','; the one option is seq=N "
+            "(tokens per sample)"
+        )
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SEQ:
+        raise ModelRefError(
+            f"{text!r}: seq must be a whole number from 1 to {MAX_SEQ} (tokens per sample), "
+            f"got {value!r}"
+        )
+    ref = _parse_base(base)
+    if ref.kind == "zoo":
+        raise ModelRefError(
+            f"{text!r}: seq applies to hf: and factory models; a zoo model's length is its "
+            "size preset's"
+        )
+    seq = int(value)
+    return ModelRef(f"{ref.text},seq={seq}", ref.kind, ref.target, ref.factory, seq)
+
+
+def _parse_base(text: str) -> ModelRef:
     if text in MODEL_NAMES:
         return ModelRef(text, "zoo", text)
     if text.startswith("hf:"):
@@ -208,11 +254,12 @@ def describe(text: str) -> str:
         from srifty_core.workloads.zoo import DESCRIPTIONS
 
         return DESCRIPTIONS[ref.target]
-    return {
+    what = {
         "module": f"factory {ref.factory} in module {ref.target}",
         "file": f"factory {ref.factory} in {ref.target}",
         "hf": f"Hugging Face architecture from the config {ref.target} (random weights)",
     }[ref.kind]
+    return what if ref.seq is None else f"{what}, {ref.seq} tokens per sample"
 
 
 # ---------------------------------------------------------------------------- build
@@ -233,11 +280,19 @@ def build(text: str, size: str = "small", seed: int = 0) -> Workload:
         return _hf(ref, size)
     factory = _factory(ref)
     try:
-        takes_size = "size" in inspect.signature(factory).parameters
+        params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        takes_size = False
+        params = {}  # type: ignore[assignment]
+    kwargs: dict[str, Any] = {"size": size} if "size" in params else {}
+    if ref.seq is not None:
+        if "seq" not in params:
+            raise ModelRefError(
+                f"{ref.text}: factory {ref.factory} takes no 'seq' parameter; add one "
+                "(tokens per sample), or leave ',seq=' out"
+            )
+        kwargs["seq"] = ref.seq
     try:
-        made = factory(size=size) if takes_size else factory()
+        made = factory(**kwargs)
     except (Exception, SystemExit) as exc:  # the user's code: theirs to read, in one line
         raise ModelRefError(
             f"factory {ref.text} raised {type(exc).__name__}: {_first_line(exc)}"
@@ -403,8 +458,17 @@ def _hf(ref: ModelRef, size: str) -> Workload:
             f"{ref.text}: building {getattr(cls, '__name__', cls)} from {path} failed "
             f"({type(exc).__name__}: {_first_line(exc)})"
         ) from exc
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 512)
-    seq = min(HF_SEQUENCE[size], int(limit or 512))
+    limit = int(
+        getattr(config, "max_position_embeddings", None)
+        or getattr(config, "n_positions", None)
+        or 512
+    )
+    if ref.seq is not None and ref.seq > limit:
+        raise ModelRefError(
+            f"{ref.text}: seq {ref.seq} is over the config's position limit {limit} "
+            "(max_position_embeddings or n_positions)"
+        )
+    seq = ref.seq if ref.seq is not None else min(HF_SEQUENCE[size], limit)
     vocab = int(config.vocab_size)
     labels_n = int(getattr(config, "num_labels", 2))
 

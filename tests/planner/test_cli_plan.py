@@ -221,3 +221,30 @@ def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
     assert k is not None and int(k[1]) > 1 and "Gradient accumulation" in said, said
     plan = TrainPlan.load(str(out))
     assert plan.micro_batches == int(k[1]) and plan.global_batch == 2048
+
+
+@pytest.mark.slow
+def test_the_readme_long_sequence_request_plans_at_its_length(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's request with `model: hf:opt-125m,seq=2048`: planned from the census
+    counted at 2048 tokens (small local batches), and the written plan keeps the length."""
+    import re
+
+    from srifty_core import paths
+    from srifty_core.planner.schema.train_plan import TrainPlan
+
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    said_there = readme[readme.index("**Long sequences.**") :].split("\n\n")[0]
+    section = readme[readme.index("**A model larger than one GPU.**") :]
+    text = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0]
+    text = re.sub(r"model: \S+", "model: hf:opt-125m,seq=2048", text)
+    assert "model: hf:opt-125m,seq=2048" in text and "hf:opt-125m,seq=2048" in said_there
+    request = tmp_path / "opt.yaml"
+    request.write_text(text)
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "--model hf:opt-125m,seq=2048" in said  # the profiling hint keeps the length
+    plan = TrainPlan.load(str(out))
+    assert plan.model == "hf:opt-125m,seq=2048" and max(plan.local_batches) <= 4, said

@@ -76,3 +76,15 @@ def small_cnn(size: str = "small") -> dict[str, object]:
         "make_batch": batch,
         "loss": _loss,
     }
+
+
+def sequence(size: str = "small", seq: int = 8) -> Parts:
+    """A tiny token model whose samples are ``seq`` tokens long (``,seq=N`` reaches it)."""
+    module = nn.Sequential(nn.Embedding(32, 4), nn.Flatten(), nn.Linear(4 * seq, 3))
+
+    def make_batch(b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randint(0, 32, (b, seq), generator=gen), torch.randint(
+            0, 3, (b,), generator=gen
+        )
+
+    return Parts(module, make_batch, _loss)

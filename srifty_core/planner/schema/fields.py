@@ -195,14 +195,16 @@ ModelName = Annotated[
     WithJsonSchema(
         {
             "type": "string",
-            "pattern": (f"^(({'|'.join(MODEL_NAMES)})|hf:.+|[^:]+:[A-Za-z_][A-Za-z0-9_]*)$"),
+            "pattern": (
+                f"^(({'|'.join(MODEL_NAMES)})|hf:.+|[^:]+:[A-Za-z_][A-Za-z0-9_]*(,seq=[0-9]+)?)$"
+            ),
             # a trigger form offers what a trigger may name (no file paths: trigger_models)
-            "examples": [*MODEL_NAMES, "hf:gpt2"],
+            "examples": [*MODEL_NAMES, "hf:gpt2", "hf:opt-125m,seq=2048"],
         }
     ),
     Rule(
         f"a zoo model ({', '.join(MODEL_NAMES)}), 'package.module:factory', "
-        "'path/to/file.py:factory' or 'hf:NAME'"
+        "'path/to/file.py:factory' or 'hf:NAME' (the last three may end ',seq=N')"
     ),
 ]
 """A model reference (``srifty_core.workload``), normalised."""
