@@ -78,6 +78,7 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
         "optimizer": Param(DEFAULT_SETTINGS.optimizer, type="string", enum=list(OPTIMIZERS)),
         "compile": Param(False, type="boolean"),
         "channels_last": Param(False, type="boolean"),
+        "tf32": Param(False, type="boolean"),
         "device_types": Param(
             [DEFAULT_DEVICE],
             type="array",

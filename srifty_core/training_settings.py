@@ -1,5 +1,5 @@
 """How a model trains, as far as its step time depends on it: precision, optimizer,
-``torch.compile`` and the channels-last memory format.
+``torch.compile``, the channels-last memory format and TF32 matrix products.
 
 A profile is taken with one setting (``srifty profile --precision bf16 --optimizer adamw``)
 and records it; a request and a training plan name the setting they train with, and the
@@ -37,6 +37,11 @@ class TrainingSettings:
     """``torch.compile`` the module before training (and before profiling)."""
     channels_last: bool = False
     """Module and 4-D inputs in ``torch.channels_last`` memory format (vision models)."""
+    tf32: bool = False
+    """Matrix products and convolutions in TF32 on the tensor cores of GPUs that have them
+    (Ampere and later: ``torch.backends.cuda.matmul.allow_tf32`` and
+    ``torch.backends.cudnn.allow_tf32``), as NVIDIA's containers run; off, PyTorch's
+    defaults: convolutions in TF32, matrix products in FP32 on the vector units."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -47,7 +52,7 @@ class TrainingSettings:
             raise ConfigError(
                 f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
             )
-        for name in ("compile", "channels_last"):
+        for name in ("compile", "channels_last", "tf32"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: must be true or false, got {getattr(self, name)!r}")
 
@@ -68,11 +73,13 @@ class TrainingSettings:
             parts.append("compile")
         if self.channels_last:
             parts.append("channels_last")
+        if self.tf32:
+            parts.append("tf32")
         return "@" + "+".join(parts) if parts else ""
 
     def label(self) -> str:
         """For people: ``fp32, sgd`` and what else is on."""
-        extra = [n for n in ("compile", "channels_last") if getattr(self, n)]
+        extra = [n for n in ("compile", "channels_last", "tf32") if getattr(self, n)]
         return ", ".join([self.precision, self.optimizer, *extra])
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,7 +87,7 @@ class TrainingSettings:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> TrainingSettings:
-        """From a mapping with any of the four keys (others are ignored: a request or a
+        """From a mapping with any of the five keys (others are ignored: a request or a
         plan holds these among its fields); missing keys take the defaults."""
         if not d:
             return DEFAULT_SETTINGS
@@ -89,6 +96,7 @@ class TrainingSettings:
             optimizer=d.get("optimizer", "sgd"),
             compile=d.get("compile", False),
             channels_last=d.get("channels_last", False),
+            tf32=d.get("tf32", False),
         )
 
 

@@ -348,6 +348,35 @@ def test_the_built_in_worker_trains_a_factory_and_an_hf_model(
 
 
 @pytest.mark.slow
+def test_tf32_travels_from_a_request_and_the_cli_to_the_plan_and_the_profile(
+    tmp_path: Path,
+) -> None:
+    """``tf32`` is a training setting like ``compile``: the profile CLI flag, the profile
+    command a plan hints, a request and the train plan carry it; on the CPU it changes
+    nothing (float32 stays exact)."""
+    from srifty_core.cli.parser import build_parser
+    from srifty_core.errors import ConfigError
+    from srifty_core.planner.schema.request_spec import RequestSpec
+    from srifty_core.planner.schema.train_plan import TrainPlan
+    from srifty_core.profiling.store import profile_flags
+    from srifty_core.workloads import prepare
+
+    args = build_parser().parse_args(["profile", "--model", "hf:gpt2", "--tf32"])
+    assert args.tf32 is True
+    assert profile_flags("hf:gpt2", "full", TrainingSettings(tf32=True)).endswith("--tf32")
+    spec = RequestSpec.parse({"model": "resnet18", "global_batch": 8, "iterations": 1,
+                              "offers": [{"type": "g5.xlarge"}], "tf32": True})  # fmt: skip
+    assert TrainingSettings.from_dict(spec.model_dump()).tf32
+    plan = TrainPlan(model="resnet18", size="tiny", global_batch=2, iterations=1,
+                     local_batches=(2,), run_dir=str(tmp_path), tf32=True)  # fmt: skip
+    assert plan.settings.suffix == "@tf32" and TrainPlan.parse(plan.to_dict()).tf32
+    with pytest.raises(ConfigError, match=r"^tf32: must be true or false"):
+        plan.replace(tf32="on")
+    before = torch.get_float32_matmul_precision()
+    prepare(build("resnet18", "tiny"), TrainingSettings(tf32=True))
+    assert torch.get_float32_matmul_precision() == before  # the CPU: nothing changes
+
+
 def test_compile_and_channels_last_keep_the_loss_and_the_state_dict() -> None:
     from srifty_core.workloads import prepare
 

@@ -61,7 +61,9 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     request = CloudProfileRequest(
         args.model,
         args.size,
-        TrainingSettings(args.precision, args.optimizer, args.compile, args.channels_last),
+        TrainingSettings(
+            args.precision, args.optimizer, args.compile, args.channels_last, args.tf32
+        ),
         probes=args.probes,
         repeats=args.repeats,
         refine=args.refine,
@@ -108,6 +110,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             optimizer=args.optimizer,
             compile=args.compile,
             channels_last=args.channels_last,
+            tf32=args.tf32,
         ),
     )
     from srifty_core.console import StageProgress

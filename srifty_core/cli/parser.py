@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--channels-last", action="store_true", help="channels-last memory format (vision)"
     )
     prof.add_argument(
+        "--tf32", action="store_true", help="matrix products and convolutions in TF32 (GPUs)"
+    )
+    prof.add_argument(
         "--device", default=DEFAULT_DEVICE, help=f"cpu, cuda or cuda:N (default {DEFAULT_DEVICE})"
     )
     add_budget_flags(prof, {"batch_sizes": _int_list, "memory_cap_bytes": parse_bytes})

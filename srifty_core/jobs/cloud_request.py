@@ -91,6 +91,8 @@ class CloudProfileRequest:
             argv.append("--compile")
         if self.settings.channels_last:
             argv.append("--channels-last")
+        if self.settings.tf32:
+            argv.append("--tf32")
         argv += ["--probes", str(self.probes), "--repeats", str(self.repeats)]
         argv += ["--refine", str(self.refine)]
         if self.max_batch is not None:

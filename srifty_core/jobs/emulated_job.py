@@ -148,6 +148,7 @@ def start(job_path: Any, provider: EmulatedProvider, allocs: Sequence[Allocation
         iterations=facts.iterations, offers=(),
         precision=str(plan.get("precision", "fp32")), optimizer=str(plan.get("optimizer", "sgd")),
         compile=bool(plan.get("compile", False)), channels_last=bool(plan.get("channels_last")),
+        tf32=bool(plan.get("tf32")),
     )  # fmt: skip
     gpu = provider.catalog_type(job.launches[0].instance_type).gpu_model
     profile = ProfileStore().load_or_estimate(spec.model, spec.size, gpu, spec.settings)

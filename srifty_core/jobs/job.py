@@ -124,6 +124,7 @@ class JobSpec:
     optimizer: str = _default("optimizer")
     compile: bool = _default("compile")
     channels_last: bool = _default("channels_last")
+    tf32: bool = _default("tf32")
     entrypoint: tuple[str, ...] = ()
     """Your training script's command on every rank (``worker.launch``); empty: the
     built-in worker."""
@@ -132,7 +133,9 @@ class JobSpec:
     @property
     def settings(self) -> TrainingSettings:
         """The training settings the profiles must have been taken with."""
-        return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
+        return TrainingSettings(
+            self.precision, self.optimizer, self.compile, self.channels_last, self.tf32
+        )
 
     @property
     def request(self) -> RequestSpec:
@@ -145,6 +148,7 @@ class JobSpec:
                 "optimizer": self.optimizer,
                 "compile": self.compile,
                 "channels_last": self.channels_last,
+                "tf32": self.tf32,
                 "region": self.region,
                 "provider": self.provider,
                 "global_batch": self.global_batch,
@@ -195,6 +199,7 @@ class JobSpec:
             optimizer=c.optimizer,
             compile=c.compile,
             channels_last=c.channels_last,
+            tf32=c.tf32,
             entrypoint=tuple(c.entrypoint),
             resume=Resume.from_dict(c.resume.model_dump()) if c.resume is not None else None,
         )

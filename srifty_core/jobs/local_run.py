@@ -225,7 +225,7 @@ def plan_file_job(
         time_limit_s=limits.time_limit_s, budget_usd=limits.budget_usd,
         checkpoint_every=plan.checkpoint_every, step_sleep_s=plan.step_sleep_s, seed=plan.seed,
         precision=plan.precision, optimizer=plan.optimizer, compile=plan.compile,
-        channels_last=plan.channels_last, entrypoint=plan.entrypoint,
+        channels_last=plan.channels_last, tf32=plan.tf32, entrypoint=plan.entrypoint,
     )  # fmt: skip
     runs = [(b, len(list(g))) for b, g in itertools.groupby(plan.local_batches)]
     launches = tuple(Launch(LOCAL_CPU, "on-demand", n, 1, b) for b, n in runs)

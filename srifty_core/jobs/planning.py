@@ -107,6 +107,7 @@ def train_plan_for(
         optimizer=settings.optimizer,
         compile=settings.compile,
         channels_last=settings.channels_last,
+        tf32=settings.tf32,
         entrypoint=tuple(entrypoint),
         extra=dict(extra or {}),
         strategy=strategy,

@@ -40,9 +40,12 @@ MAX_BATCH = 4096
 """Largest local batch an estimate offers (the profiler's GPU searches stop near here)."""
 
 
-def mode_of(precision: str) -> str:
-    """The roofline mode of a training setting's precision (``fp32``, ``fp16``, ``bf16``)."""
-    return "amp" if precision in ("fp16", "bf16") else "fp32"
+def mode_of(precision: str, tf32: bool = False) -> str:
+    """The roofline mode of a training setting's precision (``fp32``, ``fp16``, ``bf16``)
+    and its ``tf32`` switch: ``amp`` for the 16-bit ones, else ``tf32`` when it is on."""
+    if precision in ("fp16", "bf16"):
+        return "amp"
+    return "tf32" if tf32 else "fp32"
 
 
 @dataclass(frozen=True, slots=True)

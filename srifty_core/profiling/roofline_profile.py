@@ -48,7 +48,7 @@ def profile_observations(
     profile: ComputeProfile, census: OpCensus, device: DeviceSpec
 ) -> list[Observation]:
     """The forward and backward means of a measured GPU profile, one per probed batch."""
-    mode = mode_of(profile.settings.precision)
+    mode = mode_of(profile.settings.precision, profile.settings.tf32)
     out = []
     for what, stats in (("fw", profile.fw), ("bw", profile.bw)):
         for b, m in zip(stats.batch_sizes, stats.mean_s, strict=True):
@@ -88,7 +88,7 @@ def estimate_profile(
     passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
     ``step_jitter``)."""
     settings = census.settings if source is None else source.settings
-    mode = mode_of(settings.precision)
+    mode = mode_of(settings.precision, settings.tf32)
     eff = roofline.efficiencies
     states = 2 if settings.optimizer == "adamw" else 1
     b_max, fixed, per_sample = batch_limit(census, device, states, settings.precision)

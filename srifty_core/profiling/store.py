@@ -226,6 +226,8 @@ def profile_flags(model: str, size: str, settings: TrainingSettings = DEFAULT_SE
         flags += " --compile"
     if settings.channels_last:
         flags += " --channels-last"
+    if settings.tf32:
+        flags += " --tf32"
     return flags
 
 

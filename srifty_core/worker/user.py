@@ -100,6 +100,7 @@ from srifty_core.worker.checkpoint import load_checkpoint as _load
 from srifty_core.worker.checkpoint import save_checkpoint as _save
 from srifty_core.worker.launch import PLAN_ENV
 from srifty_core.worker.sharded_checkpoint import load_latest, save_sharded
+from srifty_core.workloads.prepare import set_tf32
 
 __all__ = [
     "EXIT_STOPPED",
@@ -227,6 +228,7 @@ def init(timeout_s: float | None = None) -> torch.device:
 
     signal.signal(signal.SIGTERM, on_term)
     _state.device = where.torch_device
+    set_tf32(p.tf32, where.torch_device.type)  # the plan's matmul precision, as the worker's
     _state.precision = agreed_precision(p.precision, where.torch_device)
     _state.log = ProgressLog(p.progress_path) if rank() == 0 else None
     _state.start = checkpoint_iteration(p.checkpoint_path) or 0

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from srifty_core.training_settings import TrainingSettings
     from srifty_core.workloads.zoo import Workload
 
-__all__ = ["choose_precision", "make_optimizer", "prepare"]
+__all__ = ["choose_precision", "make_optimizer", "prepare", "set_tf32"]
 
 
 def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) -> str:
@@ -31,9 +31,19 @@ def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) ->
     return precision
 
 
+def set_tf32(on: bool, device_type: str) -> None:
+    """Matrix products in TF32 (``on``) or FP32 on CUDA, process-wide; convolutions keep
+    cuDNN's default (TF32). Nothing on the CPU, whose float32 stays exact."""
+    import torch
+
+    if device_type == "cuda":
+        torch.set_float32_matmul_precision("high" if on else "highest")
+
+
 def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = False) -> str:
     """Apply ``settings`` to a built workload in place, on the device its module is on, as
-    training runs it: channels-last module and 4-D inputs, ``torch.compile`` of its forward (the
+    training runs it: TF32 matrix products (``set_tf32``), channels-last module and 4-D
+    inputs, ``torch.compile`` of its forward (the
     state dict keeps its keys), and with ``autocast`` (the profiler: the worker's step
     has its own) the loss under ``torch.autocast`` of the precision that runs there.
     Returns that precision (``choose_precision``: fp32 on a CPU)."""
@@ -43,6 +53,7 @@ def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = Fal
     device = params[0].device if params else torch.device("cpu")
     bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     precision = choose_precision(settings.precision, device.type, bf16)
+    set_tf32(settings.tf32, device.type)
     if settings.channels_last:
         workload.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         inner_make = workload._make_batch

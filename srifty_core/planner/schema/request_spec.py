@@ -106,8 +106,9 @@ class RequestSpec(Strict):
     optimizer: OptimizerName = "sgd"
     compile: Flag = False
     channels_last: Flag = False
+    tf32: Flag = False
     """Training settings (``training_settings``): the profiles read are those taken with
-    them."""
+    them; ``tf32``: matrix products and convolutions in TF32 on GPUs that have it."""
     region: Text = Field(
         "us-east-1",
         description="The catalog region of the offers' types and prices (local.cpu has none).",

@@ -140,6 +140,9 @@ class TrainPlan(Strict):
     keys)."""
     channels_last: Flag = False
     """Module and 4-D inputs in channels-last memory format."""
+    tf32: Flag = False
+    """Matrix products and convolutions in TF32 on GPUs that have it
+    (``training_settings.TrainingSettings.tf32``)."""
     entrypoint: Command = ()
     """Your training script's command, run on every rank (``worker.launch``; the script
     uses ``worker.user``); empty: the built-in worker trains the plan's model."""
@@ -203,7 +206,9 @@ class TrainPlan(Strict):
     @property
     def settings(self) -> TrainingSettings:
         """The step-time-relevant settings (what the plan's profiles must match)."""
-        return TrainingSettings(self.precision, self.optimizer, self.compile, self.channels_last)
+        return TrainingSettings(
+            self.precision, self.optimizer, self.compile, self.channels_last, self.tf32
+        )
 
     @property
     def world_size(self) -> int:
