@@ -335,11 +335,19 @@ class PlanResult:
                 "held-out error, and a running job recalibrates it in its first window). "
                 f"To plan on measurements: `{self._profile_command(e.estimated)}`."
             )
-        if e.extrapolated:
+        types = [x for x in e.extrapolated if not x.startswith("the mix ")]
+        mixes = [x.removeprefix("the mix ") for x in e.extrapolated if x.startswith("the mix ")]
+        if types:
             lines.append(
-                f"Bandwidth extrapolated for {', '.join(e.extrapolated)}: never probed at this "
+                f"Bandwidth extrapolated for {', '.join(types)}: never probed at this "
                 "shape (type, VMs, ranks per VM), so the bandwidth model's prior answered and "
                 "the p90 carries its wider held-out error; probe it to narrow the estimate."
+            )
+        if mixes:
+            lines.append(
+                f"Mixed ring {', '.join(mixes)} never probed as one ring: its bandwidth is "
+                "composed from its members' (the slowest, times the mixed-ring factor), and "
+                "the p90 carries how far single mixes stray from that factor."
             )
         exposed = "."
         if e.exposed_comm:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,8 @@ from srifty_core.predictors.network import (
     level_sigmas,
     mean_time_factors,
     mix_mask,
-    mixed_ring_factors,
+    mixed_rings,
+    ring_key,
     sustained_caps,
     sustained_factors,
     sustained_mask,
@@ -140,11 +141,9 @@ class BandwidthModel:
             sigmas=level_sigmas(basis, group=group),
             mean_time=mean_time_factors(basis, group=group),
         )
+        rings = mixed_rings(mixes, basis, self.predict, self.sustained_factor, FEATURE_COLUMNS)
         self.caps_ = dataclasses.replace(
-            self.caps_,
-            mixed=mixed_ring_factors(
-                mixes, basis, self.predict, self.sustained_factor, FEATURE_COLUMNS
-            ),
+            self.caps_, mixed=rings.factors, mixed_probed=rings.probed, mixed_sigma=rings.sigma
         )
         return self
 
@@ -192,6 +191,19 @@ class BandwidthModel:
                 errs.quantile(coverage, in_domain=False),
             )
         return pred, pred * np.exp(-width), pred * np.exp(width), inside
+
+    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
+        """For a ring over several ``instance_types`` that the probes never held as one
+        ring, the spread (sd of log) it adds to the network level: how far the probed
+        mixes stray from the one factor (``MixedRings.sigma``); 0 with fewer than two
+        probed mixes, whose spread nothing measured. ``None`` for one type, a probed mix,
+        or a model saved before the probed mixes were recorded (it cannot say)."""
+        probed = self.caps_.mixed_probed
+        if probed is None or len(set(instance_types)) < 2:
+            return None
+        if ring_key(instance_types) in probed:
+            return None
+        return self.caps_.mixed_sigma or 0.0
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size

@@ -16,7 +16,7 @@ A predictor may also have any of five optional methods, each its own protocol be
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -122,6 +122,16 @@ class MixedRingFactors(Protocol):
         ...
 
 
+@runtime_checkable
+class MixCoverage(Protocol):
+    """A predictor that knows which mixed-type rings its probes held."""
+
+    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
+        """For a ring of these types never probed as one ring, the spread (sd of log) it
+        adds to the network level; ``None`` for one type, a probed mix, or unknown."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class BandwidthExtras:
     """The optional methods of one bandwidth predictor, each bound or ``None`` where it
@@ -133,6 +143,7 @@ class BandwidthExtras:
     level_sigma: Callable[[str], float] | None
     mean_time_factors: Callable[[str, NDArray[np.float64]], NDArray[np.float64]] | None
     mixed_factors: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None
+    unprobed_mix_sigma: Callable[[Sequence[str]], float | None] | None
 
     @classmethod
     def of(cls, predictor: object) -> BandwidthExtras:
@@ -147,5 +158,8 @@ class BandwidthExtras:
             ),
             mixed_factors=(
                 predictor.mixed_factors if isinstance(predictor, MixedRingFactors) else None
+            ),
+            unprobed_mix_sigma=(
+                predictor.unprobed_mix_sigma if isinstance(predictor, MixCoverage) else None
             ),
         )

@@ -55,6 +55,11 @@ class BandwidthCaps:
     """Spread of network levels across allocations, per type."""
     mixed: DecadeFactors = field(default_factory=DecadeFactors)
     """Measured over composed bus bandwidth of mixed-type rings, by buffer size."""
+    mixed_probed: tuple[str, ...] | None = None
+    """The rings the probes hold (``network.ring_key``); ``None``: a model saved before
+    they were recorded, which cannot say."""
+    mixed_sigma: float | None = None
+    """How far one mix strays from the factor (``network.MixedRings.sigma``)."""
     mean_time: Mapping[str, DecadeFactors] = field(default_factory=dict)
     """Typical over mean-time bus bandwidth per type, by buffer size."""
 
@@ -116,6 +121,8 @@ class BandwidthCaps:
             "factors": self.factors.to_dict(),
             "sigmas": dict(self.sigmas),
             "mixed": self.mixed.to_dict(),
+            "mixed_probed": None if self.mixed_probed is None else list(self.mixed_probed),
+            "mixed_sigma": self.mixed_sigma,
             "mean_time": {t: f.to_dict() for t, f in self.mean_time.items()},
         }
 
@@ -132,6 +139,10 @@ class BandwidthCaps:
             factors=WorldTable.from_dict(d.get("factors")),
             sigmas={t: float(v) for t, v in d.get("sigmas", {}).items()},
             mixed=DecadeFactors.from_dict(d.get("mixed")),
+            mixed_probed=(
+                None if d.get("mixed_probed") is None else tuple(map(str, d["mixed_probed"]))
+            ),
+            mixed_sigma=None if d.get("mixed_sigma") is None else float(d["mixed_sigma"]),
             mean_time={t: DecadeFactors.from_dict(f) for t, f in d.get("mean_time", {}).items()},
         )
 

@@ -6,7 +6,7 @@ and ``sustained_factors`` (``WorldTable``: inside one VM and across VMs kept apa
 lookup taking the nearest probed world size on its own side only), ``level_sigmas`` and
 ``pooled_spreads`` (predictive spreads of the network level across allocations),
 ``mean_time_factors`` (per decade of buffer size, within ``MEAN_TIME_RANGE``) and
-``mixed_ring_factors`` (at most ``MIXED_FACTOR_MAX``); ``split_phases`` and ``split_mixes``
+``mixed_rings`` (at most ``MIXED_FACTOR_MAX``); ``split_phases`` and ``split_mixes``
 separate the sustained and mixed-ring rows, which no per-type fit sees.
 
 Imports ``probing.mix`` and ``probing.schema`` (names of the probe rows) and
@@ -17,7 +17,7 @@ How and why (each rule): docs/design/bandwidth.md#network
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -376,26 +376,63 @@ class DecadeFactors:
         return cls({int(k): float(v) for k, v in (d or {}).items()})
 
 
-def mixed_ring_factors(
+def ring_key(instance_types: Iterable[str]) -> str:
+    """A ring's member types, each once, sorted and joined by ``+``: how a mix is known
+    whatever its VM counts (``MixedRings.probed``)."""
+    return "+".join(sorted({str(t) for t in instance_types}))
+
+
+@dataclass(frozen=True)
+class MixedRings:
+    """What the probes of mixed-type rings teach: the factor by buffer decade
+    (``factors``), which rings were probed (``probed``: ``ring_key`` of each mix label),
+    and how far single mixes stray from the one factor (``sigma``: the sd of the log of
+    each probed mix's median measured / (composed x factor), over the mixes; ``None``
+    with fewer than two mixes to compare)."""
+
+    factors: DecadeFactors = field(default_factory=DecadeFactors)
+    probed: tuple[str, ...] = ()
+    sigma: float | None = None
+
+
+def mixed_rings(
     mixes: pd.DataFrame,
     per_type: pd.DataFrame,
     predict: Callable[[pd.DataFrame], NDArray[np.float64]],
     sustained_factor: Callable[[str, int], float],
     features: Sequence[str],
-) -> DecadeFactors:
+) -> MixedRings:
     """The mixed-ring factors (rule: module docstring) of the mix rows ``mixes``, against
-    a predictor fitted on ``per_type`` (its ``predict`` and ``sustained_factor``). Each
-    member type is queried with the ``features`` of its own rows (those of the mix's
-    provider and region where there are some), as the simulator queries it."""
+    a predictor fitted on ``per_type`` (its ``predict`` and ``sustained_factor``), with
+    the mixes probed and their spread around the factors (``MixedRings``). Each member
+    type is queried with the ``features`` of its own rows (those of the mix's provider and
+    region where there are some), as the simulator queries it."""
+    if mixes.empty:
+        return MixedRings()
+    probed = tuple(sorted({ring_key(parse_mix(str(x))) for x in mixes["instance_type"].unique()}))
+    factors, per_mix = _mixed_factors(mixes, per_type, predict, sustained_factor, features)
+    residual = [float(np.median(v)) for v in per_mix.values()]
+    sigma = float(np.std(residual, ddof=1)) if len(residual) >= 2 else None
+    return MixedRings(factors, probed, sigma)
+
+
+def _mixed_factors(
+    mixes: pd.DataFrame,
+    per_type: pd.DataFrame,
+    predict: Callable[[pd.DataFrame], NDArray[np.float64]],
+    sustained_factor: Callable[[str, int], float],
+    features: Sequence[str],
+) -> tuple[DecadeFactors, dict[str, list[float]]]:
+    """(the factors by decade, each mix's log residuals around them)."""
     import pandas as pd
 
     if mixes.empty:
-        return DecadeFactors()
+        return DecadeFactors(), {}
     if "gpus_per_vm" not in per_type.columns:
         raise ConfigError("probe rows of mixed rings need the gpus_per_vm of their member types")
     ok = mixes[mixes["concurrent"] == 1] if "concurrent" in mixes.columns else mixes
     if ok.empty:
-        return DecadeFactors()
+        return DecadeFactors(), {}
     ok = ok.assign(_sustained=sustained_mask(ok))
     where = [c for c in ("provider", "region") if c in ok.columns and c in per_type.columns]
     keys = ["instance_type", *where, "world_size", "buffer_bytes", "_sustained"]
@@ -426,7 +463,7 @@ def mixed_ring_factors(
             rows.append({**feat, "world_size": world, "buffer_bytes": size, "concurrent": 1})
             member_of.append((g, t, world, bool(r["_sustained"])))
     if not rows:
-        return DecadeFactors()
+        return DecadeFactors(), {}
     frame = pd.DataFrame(rows)
     for c in ("world_size", "buffer_bytes", "concurrent"):
         frame[c] = frame[c].astype("int64")
@@ -437,9 +474,17 @@ def mixed_ring_factors(
         composed[g] = min(composed.get(g, np.inf), value)
     sizes = med["buffer_bytes"].to_numpy(dtype=np.float64)
     measured = med["busbw"].to_numpy(dtype=np.float64)
+    labels = med["instance_type"].astype(str).to_numpy()
     ratios: dict[int, list[float]] = {}
     for g, value in composed.items():
         ratios.setdefault(int(decades(sizes[g])), []).append(float(measured[g]) / value)
-    return DecadeFactors(
+    factors = DecadeFactors(
         {d: float(min(np.median(v), MIXED_FACTOR_MAX)) for d, v in sorted(ratios.items())}
     )
+    per_mix: dict[str, list[float]] = {}
+    for g, value in composed.items():
+        f = float(factors.at(sizes[g]))
+        per_mix.setdefault(str(labels[g]), []).append(
+            float(np.log(float(measured[g]) / (value * f)))
+        )
+    return factors, per_mix

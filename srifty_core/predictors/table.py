@@ -3,7 +3,8 @@
 Contract: ``ProbeTableBandwidth().fit(probes)`` (a probe-store frame; a ``ConfigError``
 when it lacks a needed column or holds no successful rows of single instance types)
 implements ``BandwidthPredictor``: ``predict`` (bytes/s per query row), ``bandwidth_cap``,
-``sustained_factor``, ``level_sigma``, ``mean_time_factors`` and ``mixed_factor``. No
+``sustained_factor``, ``level_sigma``, ``mean_time_factors``, ``mixed_factor`` and
+``unprobed_mix_sigma``. No
 learning and no extrapolation to unprobed instance types: a baseline for the XGBoost
 model, and what a simulation of *this* machine needs when only local probes exist.
 
@@ -20,6 +21,7 @@ How and why (interpolation, nearest world size, the cap): docs/design/bandwidth.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,11 +31,13 @@ from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import COLLECTIVE, with_collective
 from srifty_core.predictors.network import (
     DecadeFactors,
+    MixedRings,
     WorldTable,
     level_sigmas,
     mean_time_factors,
-    mixed_ring_factors,
+    mixed_rings,
     one_vm_rows,
+    ring_key,
     split_mixes,
     split_phases,
     sustained_caps,
@@ -61,6 +65,7 @@ class ProbeTableBandwidth:
         self.sigmas_: dict[str, float]
         self.mean_time_: dict[str, DecadeFactors]
         self.mixed_: DecadeFactors
+        self.rings_: MixedRings
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
         need = {"instance_type", "world_size", "concurrent", "buffer_bytes", "busbw"}
@@ -106,9 +111,10 @@ class ProbeTableBandwidth:
             k: (np.log([s for s, _ in v]), np.asarray([b for _, b in v])) for k, v in points.items()
         }
         self.caps_ = {**caps_any, **caps}  # a side without allreduces: the others' caps
-        self.mixed_ = mixed_ring_factors(
+        self.rings_ = mixed_rings(
             mixed, basis, self.predict, self.sustained_factor, ("instance_type",)
         )
+        self.mixed_ = self.rings_.factors
         return self
 
     def _curve(
@@ -160,6 +166,15 @@ class ProbeTableBandwidth:
         factor that turns the table's medians into what the mean transfer gets; 1 for a
         type or size the probes have no repeated samples of."""
         return self.mean_time_.get(instance_type, DecadeFactors()).at(buffer_bytes)
+
+    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
+        """For a ring over several ``instance_types`` the probes never held as one ring,
+        the spread it adds to the network level (``BandwidthModel.unprobed_mix_sigma``):
+        the probed mixes' spread around the factor, 0 with fewer than two; ``None`` for
+        one type or a probed mix."""
+        if len(set(instance_types)) < 2 or ring_key(instance_types) in self.rings_.probed:
+            return None
+        return self.rings_.sigma or 0.0
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size

@@ -239,6 +239,7 @@ class Simulator:
         self._outside: set[tuple[str, int]] = set()
         self._cap_cache: dict[tuple[str, int], float] = {}
         self._sigma_cache: dict[str, float] = {}
+        self._mix_cache: dict[tuple[str, ...], float | None] = {}
         self._spread_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, float]]] = {}
         self._compute_cache: dict[tuple[int, int, int], tuple[ComputeProfile, ComputeTerms]] = {}
         self._z_cache: dict[tuple[int, int], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
@@ -362,15 +363,27 @@ class Simulator:
     ) -> tuple[str, ...]:
         """The types whose bus bandwidth in this ring came from outside what the probes
         covered (the bandwidth model's ``in_domain``; its ``level_sigma`` widens their p90)."""
-        return tuple(
-            sorted(
-                {
-                    inst.name
-                    for inst in instances
-                    if (inst.name, _ring_world(inst, vms, world, len(instances))) in self._outside
-                }
-            )
+        out = sorted(
+            {
+                inst.name
+                for inst in instances
+                if (inst.name, _ring_world(inst, vms, world, len(instances))) in self._outside
+            }
         )
+        if self._unprobed_mix(instances) is not None:
+            out.append("the mix " + "+".join(sorted({i.name for i in instances})))
+        return tuple(out)
+
+    def _unprobed_mix(self, instances: Sequence[SimInstance]) -> float | None:
+        """For a ring of several types the probes never held as one ring, the spread the
+        bandwidth model gives it (``unprobed_mix_sigma``); ``None`` otherwise."""
+        names = tuple(sorted({inst.name for inst in instances}))
+        if len(names) < 2:
+            return None
+        if names not in self._mix_cache:
+            fn = self._bw_extras.unprobed_mix_sigma
+            self._mix_cache[names] = fn(names) if fn is not None else None
+        return self._mix_cache[names]
 
     def _cap(self, instances: Sequence[SimInstance], vms: int, world: int) -> float:
         """The sustained bus bandwidth of the slowest type (what a long job's transfers
@@ -389,7 +402,9 @@ class Simulator:
 
     def _net_sigma(self, instances: Sequence[SimInstance], vms: int, world: int) -> float:
         """Spread (sd of log) of the network level across allocations, the widest of the
-        types in a ring of ``vms`` VMs; 0 where the bandwidth model does not know it."""
+        types in a ring of ``vms`` VMs, widened by an unprobed mix's spread
+        (``_unprobed_mix``, added in quadrature); 0 where the bandwidth model does not know
+        it."""
         out = 0.0
         for inst in instances:
             key = comm_key(inst.name, vms == 1)
@@ -401,7 +416,8 @@ class Simulator:
                     hit = self.calibration.comm_sigma(key, hit)
                 self._sigma_cache[key] = hit
             out = max(out, hit)
-        return out
+        mix = self._unprobed_mix(instances)
+        return out if not mix else float(np.hypot(out, mix))
 
     def _exchange_uncached(
         self,

@@ -133,3 +133,41 @@ def test_training_checks_and_holdouts_leave_mix_rows_out(probes: pd.DataFrame) -
     two = probes[probes.allocation_id.str.endswith("-0")]  # one allocation of each type
     with pytest.raises(BandwidthDataError, match=r"need probes from >= 3 allocations"):
         check_refresh_data(pd.concat([two, mixed], ignore_index=True), 9001)
+
+
+def test_both_predictors_know_which_mixes_they_probed_and_how_far_mixes_stray(
+    probes: pd.DataFrame, tmp_path: Path
+) -> None:
+    """A mix the probes hold adds no spread; one they never held adds how far the probed
+    mixes stray from the one factor (two mixes at 0.5 and 1.0 of their composition: the
+    sd of log(0.5/0.75) and log(1/0.75)), 0 with one probed mix (nothing measured a
+    spread); both predictors agree; a model saved before mixes were recorded cannot say."""
+    table = ProbeTableBandwidth().fit(probes)
+    model = BandwidthModel(small_params=FAST, large_params=FAST).fit(probes)
+    members = ("g4dn.12xlarge", "g4dn.xlarge")
+    never = ("g4dn.xlarge", "p3.2xlarge")
+    one = make_mix_rows(table_busbw(table), 0.5)
+    other = make_mix_rows(table_busbw(table), 1.0, mix={"g4dn.12xlarge": 2, "g4dn.xlarge": 2})
+    t1 = ProbeTableBandwidth().fit(pd.concat([probes, one], ignore_index=True))
+    assert t1.unprobed_mix_sigma(members) is None and t1.unprobed_mix_sigma(members[:1]) is None
+    assert t1.unprobed_mix_sigma(never) == 0.0
+    t2 = ProbeTableBandwidth().fit(pd.concat([probes, one, other], ignore_index=True))
+    spread = float(np.std([np.log(0.5 / 0.75), np.log(1.0 / 0.75)], ddof=1))
+    assert t2.unprobed_mix_sigma(never) == pytest.approx(spread, rel=1e-6)
+
+    busbw = model_busbw(model, probes)
+    both = pd.concat(
+        [probes, make_mix_rows(busbw, 0.5),
+         make_mix_rows(busbw, 1.0, mix={"g4dn.12xlarge": 2, "g4dn.xlarge": 2})],
+        ignore_index=True,
+    )  # fmt: skip
+    m2 = BandwidthModel(small_params=FAST, large_params=FAST).fit(both)
+    assert m2.unprobed_mix_sigma(members) is None
+    assert m2.unprobed_mix_sigma(never) == pytest.approx(spread, rel=1e-3)
+    assert model.unprobed_mix_sigma(members) == 0.0  # no mix probed at all: named, no spread
+    folder = m2.save(tmp_path / "m")
+    assert BandwidthModel.load(folder).unprobed_mix_sigma(never) == pytest.approx(spread, rel=1e-3)
+    meta = json.loads((folder / "model.json").read_text())
+    del meta["caps"]["mixed_probed"]
+    (folder / "model.json").write_text(json.dumps(meta))
+    assert BandwidthModel.load(folder).unprobed_mix_sigma(never) is None

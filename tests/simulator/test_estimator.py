@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -668,11 +669,41 @@ def test_what_an_estimator_and_a_bandwidth_model_offer_is_asked_by_protocol() ->
         table.level_sigma,
         table.mean_time_factors,
         table.mixed_factors,
+        table.unprobed_mix_sigma,
     )
     assert BandwidthExtras.of(ConstantBandwidth(1e9)) == BandwidthExtras(
-        None, None, None, None, None
+        None, None, None, None, None, None
     )
     sustained = SustainedBandwidth(1e9)
     extras = BandwidthExtras.of(sustained)
     assert extras.sustained_factor is not None and extras.sustained_factor("a", 2) == 0.25
     assert extras.level_sigma is None and extras.mixed_factors is None
+
+
+class UnprobedMixes(ConstantBandwidth):
+    """A bandwidth model whose probes held no mixed ring: each adds ``sigma``."""
+
+    def __init__(self, busbw: float, sigma: float) -> None:
+        super().__init__(busbw)
+        self.sigma = sigma
+
+    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
+        return self.sigma if len(set(instance_types)) > 1 else None
+
+
+def test_a_mix_never_probed_is_named_and_widens_the_p90() -> None:
+    """A ring of two types the bandwidth model never held as one ring: the estimate names
+    the mix among what it extrapolated and the network spread grows in quadrature (a
+    one-type ring, and a model that cannot say, are as before)."""
+    w = Workload("m", {"T4": steady(make_profile(), "T4")})
+    a, b = inst("a", "T4"), inst("b", "T4", ranks=4)
+    mixed, homo = config((a, 2, 8), (b, 1, 32)), config((a, 3, 8))
+    plain = Simulator(ConstantBandwidth(1e7)).estimate(w, mixed)  # the exchange binds
+    flagged = Simulator(UnprobedMixes(1e7, 0.3)).estimate(w, mixed)
+    assert "the mix a+b" in flagged.extrapolated and "the mix a+b" not in plain.extrapolated
+    assert flagged.net_sigma == pytest.approx(float(np.hypot(plain.net_sigma, 0.3)))
+    assert flagged.t_iter == plain.t_iter
+    assert flagged.t_iter_p90 is not None and plain.t_iter_p90 is not None
+    assert flagged.t_iter_p90 > plain.t_iter_p90
+    same = Simulator(UnprobedMixes(1e7, 0.3)).estimate(w, homo)
+    assert same == Simulator(ConstantBandwidth(1e7)).estimate(w, homo)
