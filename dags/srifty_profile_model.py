@@ -71,7 +71,8 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
             "resnet18",
             **_MODEL,
             description="A zoo model, package.module:factory, path/to/file.py:factory "
-            "(on the worker) or hf:NAME.",
+            "(on the worker) or hf:NAME; all but a zoo model may end ',seq=N' (tokens per "
+            "sample).",
         ),
         "size": Param(DEFAULT_SIZE, type="string", enum=list(SIZES)),
         "precision": Param(DEFAULT_SETTINGS.precision, type="string", enum=list(PRECISIONS)),
