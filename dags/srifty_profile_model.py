@@ -72,7 +72,7 @@ DEFAULT_ARGS = default_args(retry_delay=timedelta(seconds=30))
             **_MODEL,
             description="A zoo model, package.module:factory, path/to/file.py:factory "
             "(on the worker) or hf:NAME; all but a zoo model may end ',seq=N' (tokens per "
-            "sample).",
+            "sample) and ',vocab=N'.",
         ),
         "size": Param(DEFAULT_SIZE, type="string", enum=list(SIZES)),
         "precision": Param(DEFAULT_SETTINGS.precision, type="string", enum=list(PRECISIONS)),

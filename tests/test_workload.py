@@ -150,7 +150,7 @@ def test_a_sequence_length_is_part_of_the_reference_and_its_key() -> None:
         ("hf:gpt2,seq=0", "seq must be a whole number from 1 to"),
         ("hf:gpt2,seq=2k", "seq must be a whole number from 1 to"),
         ("hf:gpt2,seq=", "seq must be a whole number from 1 to"),
-        ("hf:gpt2,sqe=64", "unknown option 'sqe' after ','"),
+        ("hf:gpt2,sqe=64", "unknown option 'sqe' after ','; the options are seq=N"),
         ("bert_base,seq=512", "seq applies to hf: and factory models"),
         ("hf:gpt2,seq=4096", "seq 4096 is over the config's position limit 1024"),
         ("tests.workload_fixtures.factories:sized,seq=8", "takes no 'seq' parameter"),
@@ -175,6 +175,35 @@ def test_a_sequence_length_reaches_the_batches_of_hf_and_factory_models(in_repo:
     assert build("tests.workload_fixtures.factories:sequence", "tiny").make_batch(3, cpu)[
         0
     ].shape == (3, 8)  # the factory's own default
+
+
+def test_a_vocabulary_is_a_workload_option_too(in_repo: Path) -> None:
+    """``,vocab=N`` beside ``,seq=N``: normalised (seq first) into the reference and its
+    key; an hf: model's embedding takes it whatever the size preset, a factory gets it."""
+    ref = parse_model("hf:gpt2, vocab=32000 ,seq=64")
+    assert (ref.text, ref.seq, ref.vocab, ref.base) == (
+        "hf:gpt2,seq=64,vocab=32000",
+        64,
+        32000,
+        "hf:gpt2",
+    )
+    assert model_key("hf:gpt2,seq=64") != model_key(ref.text)
+    assert "32000 vocabulary entries" in describe("pkg.mod:make,vocab=32000")
+    w = build("hf:gpt2,vocab=1000", "tiny")  # tiny alone would cap it at 512
+    ids, _ = w.make_batch(4, torch.device("cpu"))
+    assert w.knobs["vocab"] == 1000 and int(ids.max()) < 1000
+    emb = w.module.get_input_embeddings()
+    assert emb.num_embeddings == 1000
+    made = build("tests.workload_fixtures.factories:tokens,seq=12,vocab=5", "tiny")
+    ids, _ = made.make_batch(6, torch.device("cpu"))
+    assert ids.shape == (6, 12) and int(ids.max()) < 5
+    for bad, said in (
+        ("hf:gpt2,vocab=0", "vocab must be a whole number from 1 to"),
+        ("hf:gpt2,seq=8,seq=9", "seq given twice"),
+        ("tests.workload_fixtures.factories:sequence,vocab=9", "takes no 'vocab' parameter"),
+    ):
+        with pytest.raises(ModelRefError, match=said):
+            build(bad, "tiny")
 
 
 def test_the_census_counts_the_length_asked_for() -> None:

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a zoo model ({', '.join(MODEL_NAMES)}), package.module:factory, "
         "path/to/file.py:factory, or hf:NAME (a shipped config: "
         f"{', '.join(shipped_hf_configs())}; or a config.json); all but a zoo model may "
-        "end ',seq=N' (tokens per sample)",
+        "end ',seq=N' (tokens per sample) and ',vocab=N'",
     )
     prof.add_argument(
         "--size", default=DEFAULT_SIZE, help=f"one of {', '.join(SIZES)} (default {DEFAULT_SIZE})"

@@ -14,15 +14,19 @@ A model reference (``--model``, a request's ``model``, a plan's ``model``) is on
   down as the zoo's BERT sizes (``HF_SIZE_LIMITS``: layers, width, heads, vocabulary) and
   shorten the samples (``HF_SEQUENCE``).
 
-Any of these but a zoo name may end with ``,seq=N``: the tokens per sample, part of the
-workload as the size is (``hf:gpt2,seq=1024``, ``models.py:decoder,seq=2048``). An ``hf:``
-model builds its batches at N tokens (at most the config's position limit; without it,
-``HF_SEQUENCE`` per size); a factory gets ``seq=N`` and must take a ``seq`` parameter.
-Profiles, plans and censuses of the same model at two lengths are two workloads: the
-length is in the normalised reference and so in its profile key.
+Any of these but a zoo name may end with workload options, part of the workload as the
+size is: ``,seq=N`` (tokens per sample: ``hf:gpt2,seq=1024``,
+``models.py:decoder,seq=2048``) and ``,vocab=N`` (the vocabulary: ``hf:gpt2,vocab=32000``).
+An ``hf:`` model builds its batches at N tokens (at most the config's position limit;
+without it, ``HF_SEQUENCE`` per size) and its embedding and output layers at the
+vocabulary given (whatever the size preset); a factory gets ``seq=N`` / ``vocab=N`` and
+must take parameters of those names. Profiles, plans and censuses of the same model with
+two lengths or vocabularies are two workloads: the options are in the normalised reference
+(``seq`` first) and so in its profile key.
 
 The factory protocol (what ``factory()`` returns, or ``factory(size=...)`` when it takes a
-``size`` parameter, with ``seq=N`` too when the reference gives one): a ``Parts`` (or any
+``size`` parameter, with ``seq=`` and ``vocab=`` too when the reference gives them): a
+``Parts`` (or any
 object with these three attributes, a mapping with these keys, or the 3-tuple in this
 order):
 
@@ -102,6 +106,10 @@ _HF_TOKEN_IDS = (
 )  # fmt: skip
 MAX_SEQ = 1 << 20
 """The longest sequence a reference may ask for (tokens per sample)."""
+MAX_VOCAB = 1 << 24
+"""The largest vocabulary a reference may ask for."""
+OPTIONS = {"seq": ("tokens per sample", MAX_SEQ), "vocab": ("vocabulary entries", MAX_VOCAB)}
+"""The workload options a reference may end with (``,name=N``), in their normal order."""
 _OPTION = re.compile(r"^(?P<base>.*),\s*(?P<name>[A-Za-z_]+)\s*=\s*(?P<value>[^,]*)$", re.S)
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -138,11 +146,21 @@ class ModelRef:
     seq: int | None = None
     """Tokens per sample (``,seq=N``); ``None``: the kind's own (``HF_SEQUENCE``, or what the
     factory does without it)."""
+    vocab: int | None = None
+    """Vocabulary entries (``,vocab=N``); ``None``: the config's or the factory's own."""
 
     @property
     def base(self) -> str:
-        """The reference without its ``,seq=N``: the model, whatever its length."""
-        return self.text if self.seq is None else self.text.rsplit(",", 1)[0]
+        """The reference without its options: the model, whatever its length and
+        vocabulary."""
+        suffix = "".join(f",{k}={v}" for k, v in self.options.items())
+        return self.text.removesuffix(suffix)
+
+    @property
+    def options(self) -> dict[str, int]:
+        """The workload options given (``OPTIONS`` order)."""
+        given = {"seq": self.seq, "vocab": self.vocab}
+        return {k: v for k, v in given.items() if v is not None}
 
     @property
     def key(self) -> str:
@@ -158,8 +176,8 @@ class ModelRef:
         if self.kind == "hf" and Path(self.target).name == "config.json":
             stem = Path(self.target).parent.name or "config"
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "model"
-        if self.seq is not None:
-            stem += f"-seq{self.seq}"
+        for name, value in self.options.items():
+            stem += f"-{name}{value}"
         digest = hashlib.sha256(self.text.encode()).hexdigest()[:10]
         return f"{self.kind}-{stem}-{digest}"
 
@@ -181,28 +199,34 @@ def parse_model(text: Any) -> ModelRef:
     if not isinstance(text, str) or not text.strip():
         raise ModelRefError(f"must be {_forms()}, got {text!r}")
     text = text.strip()
-    option = _OPTION.match(text)
-    if option is None:
-        return _parse_base(text)
-    base, name, value = option["base"].strip(), option["name"], option["value"].strip()
-    if name != "seq":
-        raise ModelRefError(
-            f"{text!r}: unknown option {name!r} after ','; the one option is seq=N "
-            "(tokens per sample)"
-        )
-    if not value.isdigit() or not 1 <= int(value) <= MAX_SEQ:
-        raise ModelRefError(
-            f"{text!r}: seq must be a whole number from 1 to {MAX_SEQ} (tokens per sample), "
-            f"got {value!r}"
-        )
+    base, given = text, {}
+    while (option := _OPTION.match(base)) is not None:
+        base, name, value = option["base"].strip(), option["name"], option["value"].strip()
+        if name not in OPTIONS:
+            raise ModelRefError(
+                f"{text!r}: unknown option {name!r} after ','; the options are "
+                + ", ".join(f"{k}=N ({what})" for k, (what, _) in OPTIONS.items())
+            )
+        what, most = OPTIONS[name]
+        if name in given:
+            raise ModelRefError(f"{text!r}: {name} given twice")
+        if not value.isdigit() or not 1 <= int(value) <= most:
+            raise ModelRefError(
+                f"{text!r}: {name} must be a whole number from 1 to {most} ({what}), got {value!r}"
+            )
+        given[name] = int(value)
     ref = _parse_base(base)
+    if not given:
+        return ref
     if ref.kind == "zoo":
         raise ModelRefError(
-            f"{text!r}: seq applies to hf: and factory models; a zoo model's length is its "
-            "size preset's"
+            f"{text!r}: {', '.join(given)} applies to hf: and factory models; a zoo model's "
+            "length and vocabulary are its size preset's"
         )
-    seq = int(value)
-    return ModelRef(f"{ref.text},seq={seq}", ref.kind, ref.target, ref.factory, seq)
+    suffix = "".join(f",{k}={given[k]}" for k in OPTIONS if k in given)
+    return ModelRef(
+        ref.text + suffix, ref.kind, ref.target, ref.factory, given.get("seq"), given.get("vocab")
+    )
 
 
 def _parse_base(text: str) -> ModelRef:
@@ -259,7 +283,8 @@ def describe(text: str) -> str:
         "file": f"factory {ref.factory} in {ref.target}",
         "hf": f"Hugging Face architecture from the config {ref.target} (random weights)",
     }[ref.kind]
-    return what if ref.seq is None else f"{what}, {ref.seq} tokens per sample"
+    extra = [f"{v} {OPTIONS[k][0]}" for k, v in ref.options.items()]
+    return ", ".join([what, *extra])
 
 
 # ---------------------------------------------------------------------------- build
@@ -284,13 +309,13 @@ def build(text: str, size: str = "small", seed: int = 0) -> Workload:
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     kwargs: dict[str, Any] = {"size": size} if "size" in params else {}
-    if ref.seq is not None:
-        if "seq" not in params:
+    for name, value in ref.options.items():
+        if name not in params:
             raise ModelRefError(
-                f"{ref.text}: factory {ref.factory} takes no 'seq' parameter; add one "
-                "(tokens per sample), or leave ',seq=' out"
+                f"{ref.text}: factory {ref.factory} takes no {name!r} parameter; add one "
+                f"({OPTIONS[name][0]}), or leave ',{name}=' out"
             )
-        kwargs["seq"] = ref.seq
+        kwargs[name] = value
     try:
         made = factory(**kwargs)
     except (Exception, SystemExit) as exc:  # the user's code: theirs to read, in one line
@@ -438,6 +463,8 @@ def _hf(ref: ModelRef, size: str) -> Workload:
             f"{_first_line(exc)})"
         ) from exc
     shrink_hf_config(config, size, f"{ref.text} ({path})")
+    if ref.vocab is not None:  # what the reference asks for, whatever the size preset
+        _set_vocab(config, ref.vocab)
     archs = getattr(config, "architectures", None) or []
     cls = getattr(transformers, archs[0], None) if archs else None
     classify = cls is not None and cls.__name__.endswith("ForSequenceClassification")
@@ -485,6 +512,15 @@ def _hf(ref: ModelRef, size: str) -> Workload:
 
     knobs = {"ref": ref.text, "config": str(path), "seq": seq, "vocab": vocab}
     return Workload(ref.text, size, module, knobs, make, loss)
+
+
+def _set_vocab(config: Any, vocab: int) -> None:
+    """The config's vocabulary set to ``vocab``, its special tokens kept inside it."""
+    config.vocab_size = vocab
+    for name in _HF_TOKEN_IDS:
+        v = getattr(config, name, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= vocab:
+            setattr(config, name, vocab - 1)
 
 
 def shrink_hf_config(config: Any, size: str, where: str) -> None:

@@ -88,3 +88,14 @@ def sequence(size: str = "small", seq: int = 8) -> Parts:
         )
 
     return Parts(module, make_batch, _loss)
+
+
+def tokens(size: str = "small", seq: int = 8, vocab: int = 32) -> Parts:
+    """A tiny token model of ``vocab`` entries over ``seq`` tokens (both options reach it)."""
+    module = nn.Sequential(nn.Embedding(vocab, 4), nn.Flatten(), nn.Linear(4 * seq, 3))
+
+    def make_batch(b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.randint(0, vocab, (b, seq), generator=gen)
+        return ids, torch.randint(0, 3, (b,), generator=gen)
+
+    return Parts(module, make_batch, _loss)

@@ -196,7 +196,8 @@ ModelName = Annotated[
         {
             "type": "string",
             "pattern": (
-                f"^(({'|'.join(MODEL_NAMES)})|hf:.+|[^:]+:[A-Za-z_][A-Za-z0-9_]*(,seq=[0-9]+)?)$"
+                f"^(({'|'.join(MODEL_NAMES)})|hf:.+"
+                "|[^:]+:[A-Za-z_][A-Za-z0-9_]*(,(seq|vocab)=[0-9]+){0,2})$"
             ),
             # a trigger form offers what a trigger may name (no file paths: trigger_models)
             "examples": [*MODEL_NAMES, "hf:gpt2", "hf:opt-125m,seq=2048"],
@@ -204,7 +205,7 @@ ModelName = Annotated[
     ),
     Rule(
         f"a zoo model ({', '.join(MODEL_NAMES)}), 'package.module:factory', "
-        "'path/to/file.py:factory' or 'hf:NAME' (the last three may end ',seq=N')"
+        "'path/to/file.py:factory' or 'hf:NAME' (the last three may end ',seq=N', ',vocab=N')"
     ),
 ]
 """A model reference (``srifty_core.workload``), normalised."""
