@@ -36,11 +36,11 @@ from srifty_core.predictors.features import (
 )
 from srifty_core.predictors.network import (
     DecadeFactors,
+    MixedRings,
     level_sigmas,
     mean_time_factors,
     mix_mask,
     mixed_rings,
-    ring_key,
     sustained_caps,
     sustained_factors,
     sustained_mask,
@@ -198,12 +198,11 @@ class BandwidthModel:
         mixes stray from the one factor (``MixedRings.sigma``); 0 with fewer than two
         probed mixes, whose spread nothing measured. ``None`` for one type, a probed mix,
         or a model saved before the probed mixes were recorded (it cannot say)."""
-        probed = self.caps_.mixed_probed
-        if probed is None or len(set(instance_types)) < 2:
+        caps = self.caps_
+        if caps.mixed_probed is None:
             return None
-        if ring_key(instance_types) in probed:
-            return None
-        return self.caps_.mixed_sigma or 0.0
+        rings = MixedRings(caps.mixed, caps.mixed_probed, caps.mixed_sigma)
+        return rings.unprobed_sigma(instance_types)
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size

@@ -394,6 +394,15 @@ class MixedRings:
     probed: tuple[str, ...] = ()
     sigma: float | None = None
 
+    def unprobed_sigma(self, instance_types: Sequence[str]) -> float | None:
+        """For a ring over several ``instance_types`` the probes never held as one ring,
+        the spread (sd of log) it adds to the network level: ``sigma``, 0 with fewer than
+        two probed mixes (nothing measured a spread); ``None`` for one type or a probed
+        mix."""
+        if len(set(instance_types)) < 2 or ring_key(instance_types) in self.probed:
+            return None
+        return self.sigma or 0.0
+
 
 def mixed_rings(
     mixes: pd.DataFrame,

@@ -37,7 +37,6 @@ from srifty_core.predictors.network import (
     mean_time_factors,
     mixed_rings,
     one_vm_rows,
-    ring_key,
     split_mixes,
     split_phases,
     sustained_caps,
@@ -64,7 +63,6 @@ class ProbeTableBandwidth:
         self.factors_: WorldTable
         self.sigmas_: dict[str, float]
         self.mean_time_: dict[str, DecadeFactors]
-        self.mixed_: DecadeFactors
         self.rings_: MixedRings
 
     def fit(self, probes: pd.DataFrame) -> ProbeTableBandwidth:
@@ -114,7 +112,6 @@ class ProbeTableBandwidth:
         self.rings_ = mixed_rings(
             mixed, basis, self.predict, self.sustained_factor, ("instance_type",)
         )
-        self.mixed_ = self.rings_.factors
         return self
 
     def _curve(
@@ -172,18 +169,16 @@ class ProbeTableBandwidth:
         the spread it adds to the network level (``BandwidthModel.unprobed_mix_sigma``):
         the probed mixes' spread around the factor, 0 with fewer than two; ``None`` for
         one type or a probed mix."""
-        if len(set(instance_types)) < 2 or ring_key(instance_types) in self.rings_.probed:
-            return None
-        return self.rings_.sigma or 0.0
+        return self.rings_.unprobed_sigma(instance_types)
 
     def mixed_factor(self, buffer_bytes: float) -> float:
         """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
         (``predictors.network``); 1 where no mix was probed."""
-        return float(self.mixed_.at(buffer_bytes))
+        return float(self.rings_.factors.at(buffer_bytes))
 
     def mixed_factors(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
         """``mixed_factor`` at each size."""
-        return self.mixed_.at(buffer_bytes)
+        return self.rings_.factors.at(buffer_bytes)
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
         inside = one_vm(instance_type, world_size)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
@@ -35,9 +35,11 @@ from srifty_core.sharding.memory import Layout, Strategy, parse_strategy
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import ModelRefError, parse_model
 
-DTYPES = ("float32", "float64")
+DtypeName = Literal["float32", "float64"]
+DTYPES: tuple[str, ...] = get_args(DtypeName)
 """A plan's ``dtype``: the parameters' (and, on the CPU, the computation's) dtype."""
-DEVICES = ("auto", "cpu", "cuda")
+DeviceName = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[str, ...] = get_args(DeviceName)
 """A plan's ``device``: ``auto`` (GPUs when this host has one per rank, else the CPU),
 ``cpu``, or ``cuda`` (an error without one GPU per rank): ``worker.placement``."""
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -119,7 +121,7 @@ class TrainPlan(Strict):
     seed: Seed = 0
     lr: LearningRate = 0.01
     momentum: Momentum = 0.9
-    dtype: Annotated[Literal["float32", "float64"], Rule("'float32' or 'float64'")] = "float32"
+    dtype: Annotated[DtypeName, Rule("'float32' or 'float64'")] = "float32"
     checkpoint_every: Count = 10
     reweight: Flag = True
     """Scale each rank's loss so that every sample counts equally (turn off only to show
@@ -129,7 +131,7 @@ class TrainPlan(Strict):
     """Extra seconds per step (to slow a test job down so that it can be interrupted)."""
     timeout_s: PositiveSeconds = 60.0
     """Collective timeout: how long a rank waits for a dead peer before failing."""
-    device: Annotated[Literal["auto", "cpu", "cuda"], Rule("'auto', 'cpu' or 'cuda'")] = "auto"
+    device: Annotated[DeviceName, Rule("'auto', 'cpu' or 'cuda'")] = "auto"
     """``auto``, ``cpu`` or ``cuda`` (``DEVICES``; see ``worker.placement.choose_device``)."""
     precision: PrecisionName = "fp32"
     """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
