@@ -172,6 +172,8 @@ GOOD_PLAN = {
         (json.dumps(GOOD_PLAN | {"run_dir": 5}).encode(), "run_dir: must be a non-empty string"),
         (json.dumps(GOOD_PLAN | {"extra": [1]}).encode(), "extra: must be a mapping"),
         (json.dumps(GOOD_PLAN | {"lr": float("nan")}).encode(), "lr: must be a finite number"),
+        (json.dumps(GOOD_PLAN | {"model": "hf:gpt2,seq=99999"}).encode(),
+         "seq 99999 is over the config's position limit 1024"),
     ],
 )  # fmt: skip
 def test_a_train_plan_file_that_is_no_plan_is_one_line(

@@ -35,6 +35,7 @@ def read_train_plan(path: Path) -> TrainPlan:
     import json
 
     from srifty_core.planner.schema.train_plan import TrainPlan
+    from srifty_core.workloads.references import check_sequence
 
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -56,7 +57,9 @@ def read_train_plan(path: Path) -> TrainPlan:
         raise ConfigError(f"{path}: nested too deeply; not a train plan") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: a train plan is a JSON object, got {type(d).__name__}")
-    return TrainPlan.parse(d)
+    plan = TrainPlan.parse(d)
+    check_sequence(plan.model)  # what every rank's build would refuse, before they start
+    return plan
 
 
 def _train_job(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import sys
@@ -447,14 +448,11 @@ def _hf(ref: ModelRef, size: str) -> Workload:
     from srifty_core.workloads.zoo import Workload
 
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    path = HF_CONFIGS / f"{ref.target}.json" if ref.target in shipped_hf_configs() else None
-    if path is None:
-        given = Path(ref.target)
-        path = given / "config.json" if given.is_dir() else given
-        if not path.is_file():
-            raise ModelRefError(
-                f"{ref.text}: no config at {path}; shipped: {', '.join(shipped_hf_configs())}"
-            )
+    path = _hf_config_path(ref)
+    if not path.is_file():
+        raise ModelRefError(
+            f"{ref.text}: no config at {path}; shipped: {', '.join(shipped_hf_configs())}"
+        )
     try:
         config = transformers.AutoConfig.from_pretrained(str(path))
     except Exception as exc:
@@ -485,16 +483,10 @@ def _hf(ref: ModelRef, size: str) -> Workload:
             f"{ref.text}: building {getattr(cls, '__name__', cls)} from {path} failed "
             f"({type(exc).__name__}: {_first_line(exc)})"
         ) from exc
-    limit = int(
-        getattr(config, "max_position_embeddings", None)
-        or getattr(config, "n_positions", None)
-        or 512
+    limit = _position_limit(
+        getattr(config, "max_position_embeddings", None), getattr(config, "n_positions", None)
     )
-    if ref.seq is not None and ref.seq > limit:
-        raise ModelRefError(
-            f"{ref.text}: seq {ref.seq} is over the config's position limit {limit} "
-            "(max_position_embeddings or n_positions)"
-        )
+    _check_seq(ref, limit)
     seq = ref.seq if ref.seq is not None else min(HF_SEQUENCE[size], limit)
     vocab = int(config.vocab_size)
     labels_n = int(getattr(config, "num_labels", 2))
@@ -521,6 +513,43 @@ def _set_vocab(config: Any, vocab: int) -> None:
         v = getattr(config, name, None)
         if isinstance(v, int) and not isinstance(v, bool) and v >= vocab:
             setattr(config, name, vocab - 1)
+
+
+def _hf_config_path(ref: ModelRef) -> Path:
+    """Where an ``hf:`` reference's config is (it may not exist)."""
+    if ref.target in shipped_hf_configs():
+        return HF_CONFIGS / f"{ref.target}.json"
+    given = Path(ref.target)
+    return given / "config.json" if given.is_dir() else given
+
+
+def _position_limit(max_positions: Any, n_positions: Any) -> int:
+    return int(max_positions or n_positions or 512)
+
+
+def _check_seq(ref: ModelRef, limit: int) -> None:
+    if ref.seq is not None and ref.seq > limit:
+        raise ModelRefError(
+            f"{ref.text}: seq {ref.seq} is over the config's position limit {limit} "
+            "(max_position_embeddings or n_positions)"
+        )
+
+
+def check_sequence(text: str) -> None:
+    """An ``hf:`` reference's ``seq`` against its config's position limit, read from the
+    config file alone (no torch, no ``transformers``): the one-line error a rank's build
+    would raise, before any rank starts. Nothing for other references or a config that
+    cannot be read (the build names those)."""
+    ref = parse_model(text)
+    if ref.kind != "hf" or ref.seq is None:
+        return
+    try:
+        config = json.loads(_hf_config_path(ref).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(config, dict):
+        limit = _position_limit(config.get("max_position_embeddings"), config.get("n_positions"))
+        _check_seq(ref, limit)
 
 
 def shrink_hf_config(config: Any, size: str, where: str) -> None:
