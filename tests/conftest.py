@@ -13,7 +13,10 @@ import pytest
 from srifty_core import paths
 from srifty_core.airflow_env import airflow_environment, migrate
 
-pytest_plugins = ["tests.cloud.moto_aws"]  # the moto fixtures (moto_url, aws)
+pytest_plugins = [
+    "tests.cloud.moto_aws",  # the moto fixtures (moto_url, aws)
+    "tests.netns",  # network namespaces as VMs (net)
+]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

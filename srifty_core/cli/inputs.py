@@ -150,6 +150,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from datetime import date
 
     from srifty_core.cloud import get_provider
+    from srifty_core.measure.mix_sweep import probe_mix_sweep
     from srifty_core.measure.sweep import probe_sweep
     from srifty_core.probing.config import (
         SWEEP_TIMEOUT_S,
@@ -158,12 +159,22 @@ def cmd_probe(args: argparse.Namespace) -> int:
         parse_int_list,
         parse_sizes,
     )
+    from srifty_core.probing.mix import mix_label, parse_mix_spec
     from srifty_core.probing.store import read_partition_table
     from srifty_core.probing.summary import format_summary, noisy_points, summarize
 
+    mix = parse_mix_spec(args.mix) if args.mix is not None else None
+    if mix is not None:
+        for flag, value in (("--world-sizes", args.world_sizes), ("--instances", args.instances)):
+            if value is not None:
+                raise ConfigError(
+                    f"{flag}: a mix is probed at its ring's full world size on the VMs "
+                    "--mix names; leave it out"
+                )
+    instance_type = args.instance_type or "local.cpu"
     config = SweepConfig(
         sizes=parse_sizes(args.sizes, points_per_decade=args.points_per_decade, steps=args.steps),
-        world_sizes=parse_int_list(args.world_sizes, "world_sizes"),
+        world_sizes=parse_int_list(args.world_sizes or "2", "world_sizes"),
         concurrency=parse_int_list(args.concurrency, "concurrency"),
         repeats=args.repeats,
         warmup=args.warmup,
@@ -182,22 +193,28 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ConfigError(f"--day: {args.day!r} is not a date YYYY-MM-DD ({exc})") from None
     from srifty_core.console import StageProgress
 
-    bar = StageProgress(f"probe {args.instance_type}", disable=args.no_progress)
+    label = instance_type if mix is None else mix_label(mix, field="--mix")
+    bar = StageProgress(f"probe {label}", disable=args.no_progress)
 
     def progress(done: int, total: int) -> None:
         bar("allreduce sweep: points", done, total)
 
     ok = False  # "done" only when every point was measured (an error or a failed point: no)
     try:
-        result = probe_sweep(
-            config,
-            instance_type=args.instance_type,
-            provider=provider,
-            day=day,
-            instances=args.instances,
-            fresh=args.fresh,
-            on_progress=progress,
-        )
+        if mix is None:
+            result = probe_sweep(
+                config,
+                instance_type=instance_type,
+                provider=provider,
+                day=day,
+                instances=args.instances,
+                fresh=args.fresh,
+                on_progress=progress,
+            )
+        else:
+            result = probe_mix_sweep(
+                config, mix, provider=provider, day=day, fresh=args.fresh, on_progress=progress
+            )
         ok = result.ok
     finally:
         bar.close(ok=ok)

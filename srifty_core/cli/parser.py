@@ -151,15 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
         "partition of DATA/probes/. A rerun on the same day measures only missing points.",
     )
     probe.add_argument("--provider", default="local", help="where to run (default: local)")
-    probe.add_argument(
-        "--instance-type", default="local.cpu", help="local.cpu, or a catalog type as a label"
+    what = probe.add_mutually_exclusive_group()
+    what.add_argument("--instance-type", help="local.cpu (default), or a catalog type as a label")
+    what.add_argument(
+        "--mix",
+        help="a mixed-type ring, TYPE:VMS,TYPE:VMS (e.g. g4dn.12xlarge:1,g4dn.xlarge:3): one "
+        "allocation per type, probed as one process group at its full world size and stored "
+        "under the mix's label",
     )
     probe.add_argument(
         "--instances",
         type=int,
         help="instances per allocation (default: enough for the largest world size)",
     )
-    probe.add_argument("--world-sizes", default="2", help="comma list, e.g. 2,4 (default 2)")
+    probe.add_argument("--world-sizes", help="comma list, e.g. 2,4 (default 2)")
     probe.add_argument(
         "--sizes", default="4B:64MB", help="LO:HI geometric range or a comma list (4B..512MB)"
     )

@@ -38,7 +38,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,17 @@ pipe, once it released the allocation itself."""
 _GUARDS: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
 """This process's guards, by (state folder, allocation id): module-wide, as several
 ``LocalProvider`` objects of one process may launch and release the same allocation."""
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    """Where a local instance's workers run: the address its peers reach it at, what
+    precedes each worker's command (e.g. ``ip netns exec NS``) and what its environment
+    adds (e.g. ``GLOO_SOCKET_IFNAME``)."""
+
+    address: str = LOOPBACK
+    prefix: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -249,6 +260,7 @@ class LocalProvider(Provider):
             if any(pid_alive(p["pid"], p["start_ticks"]) for p in state["processes"]):
                 raise ProviderError(f"allocation {a.id} still runs workers; wait or release")
         port = free_port()
+        master = self.host(allocations[0], 0).address
         world = sum(a.ranks for a in allocations)
         # the caller's environment without its secrets (worker_env), plus what it passes
         base_env = {**scrubbed(), **(env or {})}
@@ -265,12 +277,14 @@ class LocalProvider(Provider):
             try:
                 for local in range(a.ranks):
                     rank = first + local
+                    host = self.host(a, local // per)
                     rank_env = {
                         **base_env,
+                        **host.env,
                         "RANK": str(rank),
                         "LOCAL_RANK": str(local % per),
                         "WORLD_SIZE": str(world),
-                        "MASTER_ADDR": LOOPBACK,
+                        "MASTER_ADDR": master,
                         "MASTER_PORT": str(port),
                         "SRIFTY_INSTANCE_ID": a.instance_ids[local // per],
                         "SRIFTY_ALLOCATION_ID": a.id,
@@ -278,7 +292,7 @@ class LocalProvider(Provider):
                     }
                     with open(logs / f"rank-{rank}.log", "ab") as log:
                         p = subprocess.Popen(
-                            list(argv),
+                            [*host.prefix, *argv],
                             env=rank_env,
                             stdin=subprocess.DEVNULL,
                             stdout=log,
@@ -302,6 +316,13 @@ class LocalProvider(Provider):
                 state["log_dir"] = str(logs)
                 self._save(a.id, state)
             first += a.ranks
+
+    def host(self, allocation: Allocation, instance: int) -> LocalHost:
+        """Where the workers of ``allocation``'s ``instance``-th instance run: this machine,
+        on loopback. A subclass may put instances elsewhere on this machine (the tests put
+        each in a network namespace of its own, standing in for VMs); the first instance's
+        address is the process group's ``MASTER_ADDR``."""
+        return LocalHost()
 
     def exit_codes(self, allocation: Allocation) -> dict[int, int | None]:
         procs = self._procs.get(allocation.id)

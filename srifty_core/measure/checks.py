@@ -26,15 +26,14 @@ def check_fits(config: SweepConfig, ranks: int, what: str) -> None:
 
 
 def check_single_type(instance_type: str, provider: Provider) -> None:
-    """``ConfigError`` naming ``instance_type`` when it names a mixed-type ring, which this
-    sweep cannot run (``measure.sweep``'s docstring)."""
+    """``ConfigError`` naming ``instance_type`` when it names a mixed-type ring, which a
+    single type's sweep does not launch (``measure.mix_sweep`` does)."""
     if is_mix(instance_type):
         raise ConfigError(
-            f"instance_type: {instance_type!r} is a ring over several instance types; the "
-            f"probe sweep on the {provider.name} provider runs one process group per "
-            "allocation and cannot yet join allocations into one ring (multi-VM rendezvous, "
-            "issue 19). Probe mixes on the emulated EC2: "
-            "cloud.emulated.measurements.emulated_probe_sweep(..., mixes=[{type: VMs, ...}])"
+            f"instance_type: {instance_type!r} is a ring over several instance types; probe "
+            f"it as a mix (srifty probe --mix TYPE:VMS,TYPE:VMS, or "
+            f"measure.mix_sweep.probe_mix_sweep), which launches one allocation per type on "
+            f"the {provider.name} provider"
         )
 
 

@@ -1,5 +1,7 @@
-"""Run a probe sweep's points on one allocation: start the probe worker on every rank
-(``provider.run``), wait for them (the sweep's timeout; after one rank fails the others
+"""Run a probe sweep's points on one allocation, or on a mixed ring of several (one per
+instance type, ``probing.mix``): start the probe worker on every rank (``provider.run``;
+a ring's ranks as one process group over its allocations, ``provider.start_workers``),
+wait for them (the sweep's timeout; after one rank fails the others
 get ``FAILURE_GRACE_S`` to report), and read back what rank 0 wrote to the allocation's
 partial file. A point still missing gets one failed row saying why the run stopped (the
 ranks' exit codes, a timeout, rank 0's last log line); the partial file stays until the
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -19,7 +21,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from srifty_core.cloud.base import Allocation, Provider
+from srifty_core.cloud.base import Allocation, Provider, Workers
+from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env
 from srifty_core.measure.checks import check_fits
 from srifty_core.measure.partials import (
@@ -32,6 +35,7 @@ from srifty_core.measure.partials import (
     writer_lock,
 )
 from srifty_core.probing.config import Point, SweepConfig, format_size
+from srifty_core.probing.mix import ring_columns
 from srifty_core.probing.schema import STATUS_FAILED
 
 FAILURE_GRACE_S = 10.0
@@ -64,6 +68,36 @@ def labels(allocation: Allocation, day: date) -> dict[str, Any]:
     }
 
 
+def ring_labels(allocations: Sequence[Allocation], day: date) -> dict[str, Any]:
+    """The features every row of a mixed ring carries (``probing.mix``'s rule): one
+    allocation per member type, in the ring's rank order."""
+    first = allocations[0]
+    counts = {a.spec.name: a.count for a in allocations}
+    if len(counts) != len(allocations):
+        raise ConfigError(
+            f"allocations: one per instance type in a mix, got {[a.spec.name for a in allocations]}"
+        )
+    return {
+        **labels(first, day),
+        **ring_columns(counts, [a.spec for a in allocations], [a.zone for a in allocations]),
+        "placement_group": all(a.placement_group for a in allocations),
+        "allocation_id": ring_id(allocations),
+    }
+
+
+def ring_id(allocations: Sequence[Allocation]) -> str:
+    """One name for the allocations that probe together: their ids joined by ``+``."""
+    return "+".join(a.id for a in allocations)
+
+
+def ring_ranks(allocations: Sequence[Allocation]) -> int:
+    return sum(a.ranks for a in allocations)
+
+
+def _what(allocations: Sequence[Allocation]) -> str:
+    return " + ".join(f"{a.count} x {a.spec.name}" for a in allocations)
+
+
 def _exit_summary(codes: dict[int, int | None], timed_out: bool, timeout_s: float) -> str:
     parts = []
     for rank, code in sorted(codes.items()):
@@ -79,8 +113,7 @@ def _exit_summary(codes: dict[int, int | None], timed_out: bool, timeout_s: floa
 
 
 def _log_tail(provider: Provider, allocation: Allocation, rank: int) -> str:
-    log_dir = getattr(provider, "log_dir", None)
-    folder = log_dir(allocation) if callable(log_dir) else None
+    folder = provider.log_dir(allocation)
     if folder is None:
         return ""
     path = Path(folder) / f"rank-{rank}.log"
@@ -92,7 +125,7 @@ def _log_tail(provider: Provider, allocation: Allocation, rank: int) -> str:
 
 def run_points(
     provider: Provider,
-    allocation: Allocation,
+    allocation: Allocation | Sequence[Allocation],
     config: SweepConfig,
     points: list[Point],
     *,
@@ -101,35 +134,48 @@ def run_points(
     on_point: Callable[[], None] | None = None,
     sustained_slot: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[FailedPoint]]:
-    """Measure ``points`` on ``allocation`` (and, with ``sustained_slot``, the
-    sustained-transfer probe for that slot at the largest world size); return the rows
-    rank 0 wrote (ok and failed) and the points that failed. The partial file stays until
-    the caller commits it."""
-    check_fits(config, allocation.ranks, f"{allocation.count} x {allocation.spec.name}")
-    folder = partial_dir(day, allocation.provider, allocation.spec.name, root)
+    """Measure ``points`` on ``allocation`` (or on the mixed ring of several: one per
+    member type, in rank order) and, with ``sustained_slot``, the sustained-transfer probe
+    for that slot at the largest world size; return the rows rank 0 wrote (ok and failed)
+    and the points that failed. The partial file stays until the caller commits it."""
+    ring = (allocation,) if isinstance(allocation, Allocation) else tuple(allocation)
+    check_fits(config, ring_ranks(ring), _what(ring))
+    if len(ring) > 1 and provider.starts_workers_at_launch:
+        raise ConfigError(
+            f"mix: the {provider.name} provider starts workers from its VMs' launch, and "
+            "a probe ring over several of its allocations is not built yet; probe mixes "
+            "with the local provider (or the emulated EC2)"
+        )
+    row_labels = labels(ring[0], day) if len(ring) == 1 else ring_labels(ring, day)
+    name = str(row_labels["instance_type"])
+    folder = partial_dir(day, ring[0].provider, name, root)
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{allocation.id}.jsonl"
-    plan_path = folder / f".{allocation.id}.plan.json"
+    out = folder / f"{ring_id(ring)}.jsonl"
+    plan_path = folder / f".{ring_id(ring)}.plan.json"
     plan = {
         "config": config.to_dict(),
         "points": [list(p.key) for p in points],
         "sustained": None if sustained_slot is None else [sustained_slot, config.max_world_size],
-        "labels": labels(allocation, day),
+        "labels": row_labels,
         "out": str(out),
     }
     plan_path.write_text(json.dumps(plan))
+    argv = [sys.executable, "-m", "srifty_core.measure.probe_worker", str(plan_path)]
+
+    def exit_codes() -> dict[int, int | None]:
+        return {r: c for a in ring for r, c in provider.exit_codes(a).items()}
+
     with FileLock(writer_lock(out)):  # this run owns the partial file while it measures
-        provider.run(  # this call waits for them: they end with it
-            allocation,
-            [sys.executable, "-m", "srifty_core.measure.probe_worker", str(plan_path)],
-            caller_env(),
-        )
+        if len(ring) == 1:  # these calls wait for them: they end with it
+            provider.run(ring[0], argv, caller_env())
+        else:
+            provider.start_workers(ring, Workers(argv, caller_env()))
         deadline = time.monotonic() + config.sweep_timeout_s
         first_failure: float | None = None
         timed_out = False
         seen = 0
         while True:
-            codes = provider.exit_codes(allocation)
+            codes = exit_codes()
             if on_point is not None and out.exists():
                 done = len(complete_points(read_partial(out), config.repeats))
                 for _ in range(done - seen):
@@ -145,10 +191,11 @@ def run_points(
                 timed_out = True
                 break
             time.sleep(POLL_S)
-        codes = provider.exit_codes(allocation)
+        codes = exit_codes()
         if any(c is None for c in codes.values()):
-            provider.stop(allocation)
-            codes = provider.exit_codes(allocation)
+            for a in ring:
+                provider.stop(a)
+            codes = exit_codes()
         plan_path.unlink(missing_ok=True)
         rows = read_partial(out) if out.exists() else []
     failed_ok = all(c == 0 for c in codes.values()) and not timed_out
@@ -166,8 +213,8 @@ def run_points(
         if first.key in reported:
             reported[first.key]["error"] = f"{reported[first.key]['error']} ({summary})"
         else:
-            tail = _log_tail(provider, allocation, 0)
-            row = {**labels(allocation, day), "allocation_slot": first.allocation_slot}
+            tail = _log_tail(provider, ring[0], 0)
+            row = {**row_labels, "allocation_slot": first.allocation_slot}
             row.update(
                 world_size=first.world_size,
                 buffer_bytes=first.buffer_bytes,

@@ -20,10 +20,7 @@ only then deletes the partial files. So a dead worker loses nothing measured, a 
 driver's partial files are committed by the next run, and a rerun measures only the
 points still missing (a point is complete once it holds ``repeats`` ok rows).
 
-Mixed-type rings (``probing.mix``) are not swept here: the worker runs one process group
-per allocation, and a ring over the VMs of several allocations needs a rendezvous across
-them (issue 19). Asking for a mix label raises ``ConfigError``; the emulated EC2 probes
-mixes (``cloud.emulated.measurements.emulated_probe_sweep(mixes=...)``).
+Mixed-type rings (``probing.mix``) are swept by ``measure.mix_sweep``, with these pieces.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -39,7 +36,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
+from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
 from srifty_core.measure.checks import check_backend, check_fits, checked_size
@@ -156,14 +153,6 @@ class SweepResult:
         return self
 
 
-@contextlib.contextmanager
-def _released(provider: Provider, allocation: Allocation) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        provider.release(allocation)
-
-
 def sweep_on_allocation(
     config: SweepConfig,
     provider: Provider,
@@ -177,11 +166,31 @@ def sweep_on_allocation(
 ) -> SweepResult:
     """Measure what the partition still misses of ``slot`` on an allocation the caller
     launched (and will release), then commit."""
-    t0 = time.perf_counter()
-    day = day or datetime.now(UTC).date()
     check_fits(config, allocation.ranks, f"{allocation.count} x {allocation.spec.name}")
     check_backend(config, allocation.ranks)
-    part = Partition(day, allocation.provider, allocation.spec.name, root, fresh)
+    return sweep_slot(
+        config, provider, (allocation,), allocation.spec.name,
+        day=day, root=root, slot=slot, fresh=fresh, on_progress=on_progress,
+    )  # fmt: skip
+
+
+def sweep_slot(
+    config: SweepConfig,
+    provider: Provider,
+    ring: Sequence[Allocation],
+    label: str,
+    *,
+    day: date | None = None,
+    root: Path | None = None,
+    slot: int = 0,
+    fresh: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> SweepResult:
+    """``sweep_on_allocation`` on one allocation or a mixed ring (``measure.mix_sweep``),
+    whose partition is ``label``'s; ``config`` already checked against them."""
+    t0 = time.perf_counter()
+    day = day or datetime.now(UTC).date()
+    part = Partition(day, provider.name, label, root, fresh)
     records = part.all_records()
     done = complete_points(records, config.repeats)
     todo = [p for p in config.points(slot) if p.key not in done]
@@ -191,7 +200,7 @@ def sweep_on_allocation(
         progress = _Progress(len(todo), on_progress)
         _, failures = run_points(
             provider,
-            allocation,
+            ring,
             config,
             todo,
             day=day,
@@ -206,7 +215,7 @@ def sweep_on_allocation(
         measured=len(todo) - len(failures),
         skipped=len(config.points(slot)) - len(todo),
         failed=tuple(failures),
-        allocation_ids=(allocation.id,) if todo or sustained is not None else (),
+        allocation_ids=tuple(a.id for a in ring) if todo or sustained is not None else (),
         wall_s=time.perf_counter() - t0,
     )
 
@@ -257,12 +266,32 @@ def probe_sweep(
     is released before this returns, whatever happens. Failed points do not raise: look
     at ``result.failed`` or call ``result.raise_for_failures()``.
     """
-    t0 = time.perf_counter()
-    if provider is None:
-        provider = LocalProvider()
+    provider = provider or LocalProvider()
     spec, count = checked_size(config, provider, instance_type, instances)
+    request = LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
+    return sweep_slots(
+        config, provider, spec.name, lambda: (provider.launch(request),),
+        day=day, root=root, fresh=fresh, on_progress=on_progress,
+    )  # fmt: skip
+
+
+def sweep_slots(
+    config: SweepConfig,
+    provider: Provider,
+    label: str,
+    launch: Callable[[], Sequence[Allocation]],
+    *,
+    day: date | None = None,
+    root: Path | None = None,
+    fresh: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> SweepResult:
+    """``probe_sweep``'s loop for one allocation or a mixed ring (``measure.mix_sweep``):
+    the partition of ``label``, each slot that misses points on what ``launch`` starts
+    (released, whatever happens, before the next); ``config`` already checked."""
+    t0 = time.perf_counter()
     day = day or datetime.now(UTC).date()
-    part = Partition(day, provider.name, spec.name, root, fresh)
+    part = Partition(day, provider.name, label, root, fresh)
     records = part.all_records()
     done = complete_points(records, config.repeats)
     todo = [p for p in config.all_points() if p.key not in done]
@@ -275,17 +304,17 @@ def probe_sweep(
     release_orphans(part.partials, provider)  # what a killed sweep left running
     path, merged = part.commit(config.repeats)  # commits partials a crashed run left
     for slot in sorted({p.allocation_slot for p in todo} | sustained):
-        points = [p for p in todo if p.allocation_slot == slot]
-        alloc = provider.launch(
-            LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
-        )
-        alloc_ids.append(alloc.id)
-        with owning(part.partials, alloc.id), _released(provider, alloc):
+        ring = launch()
+        alloc_ids.extend(a.id for a in ring)
+        with contextlib.ExitStack() as stack:
+            for a in ring:
+                stack.enter_context(owning(part.partials, a.id))
+            stack.callback(release_all, provider, ring)  # first: before the owner locks go
             _, failed = run_points(
                 provider,
-                alloc,
+                ring,
                 config,
-                points,
+                [p for p in todo if p.allocation_slot == slot],
                 day=day,
                 root=root,
                 on_point=progress.tick,

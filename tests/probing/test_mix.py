@@ -9,10 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import ConfigError
-from srifty_core.measure.sweep import launch_for_sweep, probe_sweep
-from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.mix import is_mix, mix_label, parse_mix, parse_mix_spec
 from srifty_core.probing.schema import ProbeSchemaError, conform
 from srifty_core.probing.store import partition_dir, read_probes, write_partition
@@ -70,12 +67,3 @@ def test_store_keeps_mix_rows_and_refuses_a_bad_label(data_dir: Path) -> None:
     with pytest.raises(ProbeSchemaError, match=r"instance_type: .*not canonical"):
         conform(pd.DataFrame(bad))
 
-
-def test_the_worker_sweep_refuses_a_mix_before_launching(data_dir: Path) -> None:
-    provider = LocalProvider()
-    config = SweepConfig(sizes=(1024,), world_sizes=(2,), concurrency=(1,), repeats=1)
-    with pytest.raises(ConfigError, match=r"^instance_type: .*issue 19.*mixes="):
-        probe_sweep(config, instance_type=LABEL, provider=provider)
-    with pytest.raises(ConfigError, match=r"^instance_type: .*cannot yet join allocations"):
-        launch_for_sweep(config, provider, LABEL)
-    assert not list(data_dir.rglob("*.jsonl"))

@@ -16,17 +16,13 @@ is removed in a finalizer, also when the test fails.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -44,81 +40,7 @@ from srifty_core.worker.rendezvous import (
     start_script,
 )
 from srifty_core.worker.worker import train_single
-
-SUBNET = "10.213.77"
-VMS = 3
-HOSTS = (9, 10, 11)
-"""The VMs' last address bytes: c10d orders the VMs by address as a string, which puts the
-plan's first VM (``.9``) last, so torchrun's ``RANK`` differs from the plan's rank on every
-VM and only the rank offset (``placement.plan_rank``) gives each VM its own local batches."""
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
-
-
-def _netns_usable() -> str | None:
-    """Why the test cannot run here, or ``None``."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        return "needs root on Linux (network namespaces)"
-    if shutil.which("ip") is None:
-        return "needs the ip command (iproute2)"
-    probe = f"srifty-probe-{os.getpid()}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode != 0:
-        return f"ip netns add failed: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
-    return None
-
-
-@dataclass(frozen=True)
-class Net:
-    names: tuple[str, ...]
-    addresses: tuple[str, ...]
-    hub: str
-
-
-def _kill_namespace(ns: str) -> None:
-    """Kill every process in ``ns`` (a VM that dies takes all its processes with it)."""
-    pids = _ip("netns", "pids", ns, check=False).stdout.split()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
-
-
-@pytest.fixture
-def net() -> Iterator[Net]:
-    why = _netns_usable()
-    if why:
-        pytest.skip(why)
-    tag = f"{os.getpid() % 100000}"
-    hub = f"srifty-hub-{tag}"
-    names = tuple(f"srifty-vm{k}-{tag}" for k in range(VMS))
-    addresses = tuple(f"{SUBNET}.{h}" for h in HOSTS)
-    made: list[str] = []
-    try:
-        for ns in (hub, *names):
-            _ip("netns", "add", ns)
-            made.append(ns)
-            _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", hub, "link", "add", "br0", "type", "bridge")
-        _ip("-n", hub, "link", "set", "br0", "up")
-        for k, (ns, addr) in enumerate(zip(names, addresses, strict=True)):
-            port = f"p{k}"
-            _ip("-n", hub, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("-n", hub, "link", "set", port, "master", "br0")
-            _ip("-n", hub, "link", "set", port, "up")
-            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-        yield Net(names, addresses, hub)
-    finally:
-        for ns in reversed(made):
-            _kill_namespace(ns)
-        time.sleep(0.2)
-        for ns in reversed(made):
-            _ip("netns", "del", ns, check=False)
-        left = set(_ip("netns", "list", check=False).stdout.split())
-        assert not left & set(made), f"namespaces left behind: {left & set(made)}"
+from tests.netns import Net, kill_namespace
 
 
 def test_namespaces_reach_each_other_and_only_they_hold_the_addresses(net: Net) -> None:
@@ -175,12 +97,12 @@ class VM:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_namespace(self.ns)
+            kill_namespace(self.ns)
             self.proc.wait(timeout=10)
             raise AssertionError(f"{self.ns} did not finish:\n{self.text()[-3000:]}") from None
 
     def kill(self) -> None:
-        _kill_namespace(self.ns)
+        kill_namespace(self.ns)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
