@@ -66,4 +66,3 @@ def test_store_keeps_mix_rows_and_refuses_a_bad_label(data_dir: Path) -> None:
     bad = make_rows(2, instance_type="mix_3xg4dn.xlarge_1xg4dn.12xlarge")
     with pytest.raises(ProbeSchemaError, match=r"instance_type: .*not canonical"):
         conform(pd.DataFrame(bad))
-
