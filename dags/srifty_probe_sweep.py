@@ -1,4 +1,5 @@
-"""Nightly allreduce probe sweep: one mapped task group per instance type and allocation.
+"""Nightly allreduce probe sweep: one mapped task group per instance type (or mixed-type
+ring) and allocation.
 
 For each instance type in ``instance_types`` and each of its ``allocations`` (fresh ones,
 to capture placement variance; slot 0, 1, ...), one instance of the mapped task group
@@ -6,7 +7,11 @@ to capture placement variance; slot 0, 1, ...), one instance of the mapped task 
 size (setup), sweep buffer sizes x world sizes x concurrency with ``repeats`` samples and
 write that type's partition of the probe store
 (``<data dir>/probes/date=<run day>/provider=<p>/instance_type=<t>/``), then release the
-allocation (teardown: it runs even when the sweep fails). The local provider's sweeps take
+allocation (teardown: it runs even when the sweep fails). Mixed-type rings
+(``probing.mix``) go the same way, one allocation per member type swept as one ring: those
+``mixes`` lists, then up to ``mix_budget`` more that ``probing.mix_choice`` picks (mixes
+recent plans used, then a small design over the instance types) and the store does not
+hold from the last 30 days. The local provider's sweeps take
 the one slot of the ``srifty_local_host`` pool. A retry of the sweep task measures only
 the points its partition still misses. When every sweep succeeded, ``publish`` updates
 the Asset ``srifty_probe_store`` so the bandwidth model refresh runs on fresh data.
@@ -16,7 +21,7 @@ XCom carries allocation ids and partition paths, never measurements.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task, task_group
@@ -28,6 +33,8 @@ from srifty_core.probing.config import MIN_ALLOCATIONS
 
 DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2))
 SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
+MEMBER = r"[A-Za-z0-9][A-Za-z0-9.-]*:[1-9][0-9]*"
+MIX_DAYS = 30
 
 
 @dag(
@@ -48,6 +55,29 @@ SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
             uniqueItems=True,
             items={"type": "string", "pattern": "^[a-z0-9][a-z0-9.-]*$"},
             description="One mapped sweep per type (local.cpu, or catalog types as labels).",
+        ),
+        "mixes": Param(
+            [],
+            type="array",
+            uniqueItems=True,
+            items={"type": "string", "pattern": f"^{MEMBER}(,{MEMBER})+$"},
+            description=(
+                "Mixed-type rings to probe, each TYPE:VMS,TYPE:VMS (e.g. "
+                "g4dn.12xlarge:1,g4dn.xlarge:3): one allocation per type, one ring, at its "
+                "full world size."
+            ),
+        ),
+        "mix_budget": Param(
+            2,
+            type="integer",
+            minimum=0,
+            maximum=20,
+            description=(
+                "Further mixes the sweep chooses (probing.mix_choice): those recent plans "
+                "used, then a small design over the instance types' GPUs per VM, rated "
+                "links and VM counts; mixes the store holds from the last 30 days are "
+                "skipped. 0: only the mixes listed."
+            ),
         ),
         "world_sizes": Param(
             [2],
@@ -112,23 +142,43 @@ def srifty_probe_sweep() -> None:
     def plan() -> list[dict[str, Any]]:
         """Check the whole config before anything is launched; one entry per allocation."""
         from srifty_core.cloud import get_provider
+        from srifty_core.jobs.job_log import recent_configurations
+        from srifty_core.measure.mix_sweep import ring_config
         from srifty_core.probing.config import config_from_params
+        from srifty_core.probing.mix import mix_label, parse_mix_spec
+        from srifty_core.probing.mix_choice import choose_mixes, stored_mixes
 
-        params = get_current_context()["params"]
+        ctx = get_current_context()
+        params = ctx["params"]
         config = config_from_params(params)
         provider = get_provider(params["provider"])
-        types = [provider.instance_type(t).name for t in params["instance_types"]]
-        return [{"instance_type": t, "slot": k} for t in types for k in range(config.allocations)]
+        specs = [provider.instance_type(t) for t in params["instance_types"]]
+        mixes = [parse_mix_spec(m, field=f"mixes[{i}]") for i, m in enumerate(params["mixes"])]
+        today = ctx["logical_date"].date() if ctx.get("logical_date") else date.today()
+        stored = stored_mixes(provider.name, today - timedelta(days=MIX_DAYS))
+        stored |= {mix_label(m) for m in mixes}
+        mixes += choose_mixes(recent_configurations(MIX_DAYS), specs, stored, params["mix_budget"])
+        for m in mixes:
+            ring_config(config, m, provider)  # unknown types, a backend not here: fail now
+        labels = [s.name for s in specs] + [mix_label(m) for m in mixes]
+        keys = ["instance_type"] * len(specs) + ["mix"] * len(mixes)
+        return [{key: t, "slot": k} for key, t in zip(keys, labels, strict=True)
+                for k in range(config.allocations)]  # fmt: skip
 
     @task
     @fails_fast
     def allocate(item: dict[str, Any]) -> str:
         from srifty_core.cloud import get_provider
+        from srifty_core.measure.mix_sweep import launch_ring
+        from srifty_core.measure.runner import ring_id
         from srifty_core.measure.sweep import launch_for_sweep
         from srifty_core.probing.config import config_from_params
+        from srifty_core.probing.mix import parse_mix
 
         params = get_current_context()["params"]
         provider = get_provider(params["provider"])
+        if "mix" in item:  # one allocation per member type, their ids joined by "+"
+            return ring_id(launch_ring(provider, parse_mix(item["mix"])))
         return launch_for_sweep(config_from_params(params), provider, item["instance_type"]).id
 
     # The local provider's workers share this host: one sweep at a time on it (the pool),
@@ -137,6 +187,7 @@ def srifty_probe_sweep() -> None:
     @fails_fast
     def sweep(item: dict[str, Any], allocation_id: str) -> str:
         from srifty_core.cloud import get_provider
+        from srifty_core.measure.mix_sweep import sweep_on_ring
         from srifty_core.measure.sweep import sweep_on_allocation
         from srifty_core.probing.config import config_from_params
 
@@ -144,9 +195,12 @@ def srifty_probe_sweep() -> None:
         params = ctx["params"]
         provider = get_provider(params["provider"])
         day = ctx["logical_date"].date() if ctx.get("logical_date") else None
-        alloc = provider.get_allocation(allocation_id)
-        config = config_from_params(params)
-        result = sweep_on_allocation(config, provider, alloc, day=day, slot=int(item["slot"]))
+        ring = [provider.get_allocation(a) for a in allocation_id.split("+")]
+        config, slot = config_from_params(params), int(item["slot"])
+        if "mix" in item:
+            result = sweep_on_ring(config, provider, ring, day=day, slot=slot)
+        else:
+            result = sweep_on_allocation(config, provider, ring[0], day=day, slot=slot)
         print(
             f"{result.measured} points measured, {result.skipped} already stored, "
             f"{len(result.failed)} failed; {result.rows} rows in {result.partition}"
@@ -157,8 +211,10 @@ def srifty_probe_sweep() -> None:
     @fails_fast
     def release(allocation_id: str) -> None:
         from srifty_core.cloud import get_provider
+        from srifty_core.cloud.base import release_all
 
-        get_provider(get_current_context()["params"]["provider"]).release(allocation_id)
+        provider = get_provider(get_current_context()["params"]["provider"])
+        release_all(provider, allocation_id.split("+"))
 
     @task_group
     def on_allocation(item: dict[str, Any]) -> Any:

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,7 @@ from srifty_core.jobs.outcome import OUTCOME_FILE, Outcome
 from srifty_core.runs.progress import median_step_s, read_progress
 from srifty_core.runs.timeline import plot_timeline
 from srifty_core.tracking.runs import PARENT_RUN_TAG, MetricPoint, RunLog, srifty_tags
+from srifty_core.tracking.store import reader
 
 if TYPE_CHECKING:
     from srifty_core.jobs.job import JobPlan, JobSpec
@@ -290,3 +292,22 @@ class ShellTracker:
 
     def failed(self, job: JobPlan, reason: str) -> None:
         self.attempt("record the failure", log_failure, job, reason)
+
+
+def recent_configurations(days: float = 30.0, limit: int = 1000) -> list[str]:
+    """Configuration labels (``srifty.configuration``) of the plans and re-plans recorded in
+    the last ``days``, newest first (what users ran: ``probing.mix_choice``); empty when
+    the store has no job experiment yet."""
+    client, _ = reader()
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return []
+    since_ms = int((time.time() - days * 86400.0) * 1000)
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"attributes.start_time > {since_ms}",
+        max_results=limit,
+        order_by=["attributes.start_time DESC"],
+    )
+    (tag,) = srifty_tags(configuration="")
+    return [str(r.data.tags[tag]) for r in runs if r.data.tags.get(tag)]

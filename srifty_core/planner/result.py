@@ -344,10 +344,16 @@ class PlanResult:
                 "the p90 carries its wider held-out error; probe it to narrow the estimate."
             )
         if mixes:
+            counts: dict[str, int] = {}
+            for i, n, _ in b.choice:
+                name = r.offers[i].instance.name
+                counts[name] = counts.get(name, 0) + n
+            spec = ",".join(f"{t}:{n}" for t, n in sorted(counts.items()))
             lines.append(
                 f"Mixed ring {', '.join(mixes)} never probed as one ring: its bandwidth is "
                 "composed from its members' (the slowest, times the mixed-ring factor), and "
-                "the p90 carries how far single mixes stray from that factor."
+                "the p90 carries how far single mixes stray from that factor; to measure "
+                f"it: `srifty probe --mix {spec}` (or the sweep DAG's mixes)."
             )
         exposed = "."
         if e.exposed_comm:

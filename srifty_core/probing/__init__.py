@@ -9,6 +9,7 @@ need.
 - ``probing.store``: ``write_partition``, ``read_probes``, ``age_weights``
 - ``probing.schema``: ``PROBE_SCHEMA`` (the one schema), ``conform``
 - ``probing.mix``: ``mix_label``, ``parse_mix``, ``is_mix`` (mixed-type rings in the store)
+- ``probing.mix_choice``: ``choose_mixes`` (which mixes a sweep probes, within a budget)
 """
 
 from srifty_core.probing.config import (

@@ -101,3 +101,28 @@ def test_bad_conf_names_the_field(dagbag: Any) -> None:
     dag = dagbag.get_dag("srifty_probe_sweep")
     with pytest.raises(ParamValidationError, match="world_sizes"):
         dag.test(run_conf={**TINY, "world_sizes": [1]})
+
+
+def test_the_sweep_probes_the_mixes_it_is_given_and_chooses_more(
+    dagbag: Any, data_dir: Path
+) -> None:
+    """Two types as labels on local processes, one mix listed and one chosen by the design
+    (``mix_budget``): three mapped groups, the mixes swept as one ring each, every member
+    released by the teardown."""
+    dag = dagbag.get_dag("srifty_probe_sweep")
+    conf = {**TINY, "instance_types": ["g4dn.xlarge", "g5.xlarge"], "sizes": "4B:4KB"}
+    conf.update(mixes=["g4dn.xlarge:1,g5.xlarge:2"], mix_budget=1)
+    run = dag.test(run_conf=conf)
+    assert run.state == "success"
+    releases = [ti for ti in run.get_task_instances() if ti.task_id == "on_allocation.release"]
+    assert len(releases) == 4 and all(ti.state == "success" for ti in releases)
+    df = read_probes()
+    ranks = df.groupby("instance_type")["world_size"].unique().map(list).to_dict()
+    assert ranks == {
+        "g4dn.xlarge": [2],
+        "g5.xlarge": [2],
+        "mix_1xg4dn.xlarge_2xg5.xlarge": [3],
+        "mix_1xg4dn.xlarge_1xg5.xlarge": [2],
+    }
+    for f in (data_dir / "cloud" / "local").glob("local-*.json"):
+        assert set(json.loads(f.read_text())["instances"].values()) == {"terminated"}

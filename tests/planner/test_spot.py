@@ -170,3 +170,22 @@ def test_the_explanation_says_which_types_bandwidth_was_extrapolated(
     assert best.to_dict(request)["bandwidth_extrapolated"] == list(best.estimate.extrapolated)
     for c in result.candidates:  # one VM of one GPU: no ring, nothing extrapolated
         assert bool(c.estimate.extrapolated) == (c.estimate.world_size > 1)
+
+
+def test_a_mixed_ring_never_probed_names_the_command_that_probes_it(
+    planning_data: Path,  # noqa: F811
+) -> None:
+    """Each type probed alone, their mix never: a plan that rings them together says so
+    and gives the ``srifty probe --mix`` that would measure that ring."""
+    req = yaml.safe_load(planning_data.read_text())
+    for o in req["offers"]:
+        o["quota"] = 1  # one VM of each: a job needs both, so the ring is mixed
+    req.update(strategy="ddp", objective="time")
+    request = request_from_dict(req, catalog=Catalog.load(), load_profile=ProfileStore().load)
+    result = plan(request, Simulator(ProbeTableBandwidth().fit(read_probes())))
+    best = result.best
+    assert best is not None and best.vms == 2, render(result)
+    assert "the mix g3.4xlarge+g4dn.xlarge" in best.estimate.extrapolated
+    text = render(result)
+    assert "Mixed ring g3.4xlarge+g4dn.xlarge never probed as one ring" in text
+    assert "`srifty probe --mix g3.4xlarge:1,g4dn.xlarge:1`" in text
