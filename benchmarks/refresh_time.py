@@ -6,10 +6,13 @@ code of this tree against a baseline commit's, in the same run.
 
     .venv/bin/python benchmarks/refresh_time.py                  # about 30 minutes
     .venv/bin/python benchmarks/refresh_time.py --types 2 --baseline-trials 30
+    .venv/bin/python benchmarks/refresh_time.py --types 24 --mixes 12 --no-baseline
 
 Data: one emulated probe sweep (``cloud.emulated.measurements.emulated_probe_sweep``, seeded: 3
 allocations, 3 repeats, sustained probes) of the first ``--types`` counts of ``TYPES``
-(8,532, 38,394 and 102,384 rows). Each refresh runs in a process of its own on a fresh data
+(8,532, 38,394 and 102,384 rows), and with ``--mixes N`` N mixed-type rings of those types
+(``probing.mix_choice``'s design; a store keeps the mixes whose members it holds). Each
+refresh runs in a process of its own on a fresh data
 folder (probe store and MLflow store), with ``since`` and ``half_life`` off and the
 default 30 trials per size class. The baseline (``--baseline``, a commit; default the one
 before the refresh was sped up) runs from its ``srifty_core`` exported by ``git archive``
@@ -79,6 +82,15 @@ def one_refresh(probes: Path, n_trials: int) -> dict[str, Any]:
     }
 
 
+def _mixes(types: tuple[str, ...], n: int) -> list[dict[str, int]]:
+    """``n`` mixes of ``types`` as the sweep DAG's design picks them (no recent plans)."""
+    from srifty_core.cloud.emulated.provider import EmulatedProvider
+    from srifty_core.probing.mix_choice import choose_mixes
+
+    provider = EmulatedProvider(seed=0)
+    return choose_mixes([], [provider.instance_type(t) for t in types], [], n) if n else []
+
+
 def run(code: Path, probes: Path, n_trials: int) -> dict[str, Any]:
     """``one_refresh`` in a child process importing ``srifty_core`` from ``code``."""
     with tempfile.TemporaryDirectory(prefix="srifty-refresh-time-") as data:
@@ -111,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true", help="only this tree's code")
     ap.add_argument("--baseline-trials", type=int, default=3)
     ap.add_argument("--baseline-full-rows", type=int, default=20_000)
+    ap.add_argument(
+        "--mixes",
+        type=int,
+        default=0,
+        help="mixed-type rings swept too (probing.mix_choice's design over the types; 0)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child's part
     args = ap.parse_args(argv)
@@ -124,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
     from srifty_core.cloud.emulated.measurements import emulated_probe_sweep
+    from srifty_core.probing.mix import mix_label
 
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="srifty-refresh-bench-") as tmp:
@@ -136,12 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        mixes = _mixes(TYPES[: max(args.types)], args.mixes)
         sweep = emulated_probe_sweep(
-            list(TYPES[: max(args.types)]), allocations=3, repeats=3, seed=0
+            list(TYPES[: max(args.types)]), allocations=3, repeats=3, seed=0, mixes=mixes
         )
         for n in sorted(args.types):
             probes = Path(tmp) / f"probes-{n}.parquet"
-            part = sweep.filter(pc.is_in(sweep["instance_type"], value_set=pa.array(TYPES[:n])))
+            held = [*TYPES[:n], *(mix_label(m) for m in mixes if set(m) <= set(TYPES[:n]))]
+            part = sweep.filter(pc.is_in(sweep["instance_type"], value_set=pa.array(held)))
             pq.write_table(part, probes)
             runs = [("new", ROOT, args.trials)]
             if not args.no_baseline:
@@ -151,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                 if not full:
                     runs.append(("new", ROOT, trials))
             for label, code, trials in runs:
-                r = {"code": label, "types": n, **run(code, probes, trials)}
+                r = {"code": label, "types": n, "mixes": len(held) - n, **run(code, probes, trials)}
                 results.append(r)
                 print(
-                    f"{r['rows']:>7} rows, {label:<8} {trials:>2} trials, "
+                    f"{r['rows']:>7} rows ({r['mixes']} mixes), {label:<8} {trials:>2} trials, "
                     f"{r['xgboost_threads']} thread(s): {r['seconds']:7.1f} s "
                     f"wall, {r['cpu_seconds']:7.1f} s CPU (tuning {r['tuning_s']:6.1f} s wall); "
                     "CV MAPE <=MTU "

@@ -8,7 +8,8 @@ the multi-GPU VM gains inside itself), whether their rated links differ, and how
 VMs it holds. Each candidate pair of offered types is described by those levels; the
 design takes pairs that add a level combination not yet covered (first pairs whose
 GPUs per VM differ, then whose links differ), each at one VM a type, then at two VMs of
-the smaller type where the budget allows. Same inputs, same choice.
+the smaller type, then pairs that bring a type no chosen mix holds yet, while the budget
+allows. Same inputs, same choice.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def choose_mixes(
             other = b if small is a else a
             if take({small.name: 2, other.name: 1}):
                 covered.discard(_levels(a, b))  # once per combination
+    seen = {t for m in chosen for t in m}
+    for a, b in ordered:  # then pairs that bring a type no chosen mix holds
+        if (a.name not in seen or b.name not in seen) and take({a.name: 1, b.name: 1}):
+            seen |= {a.name, b.name}
     return chosen
 
 

@@ -61,3 +61,10 @@ def test_stored_mixes_reads_folder_names_within_the_window(data_dir: Path) -> No
     assert stored_mixes("local", date(2026, 3, 10)) == {label}
     assert stored_mixes("local", date(2026, 3, 21)) == set()
     assert stored_mixes("ec2", date(2026, 1, 1)) == set()
+
+
+def test_after_the_design_every_offered_type_joins_a_mix() -> None:
+    many = [_spec(f"t{k}.1", 1, 10.0) for k in range(5)]  # one level combination only
+    got = choose_mixes([], many, [], budget=10)
+    assert got[:2] == [{"t0.1": 1, "t1.1": 1}, {"t0.1": 2, "t1.1": 1}]
+    assert {t for m in got for t in m} == {s.name for s in many} and len(got) == 5
