@@ -642,18 +642,28 @@ def main() -> None:
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(configs)} configurations", flush=True)
 
+    probed = {_ring_key(m) for m in mixes}
+
+    def in_split(r: Mapping[str, Any], shape: str) -> bool:
+        if shape in ("probed mix", "mix never probed"):
+            held = _ring_key(_types(r["config"])) in probed
+            return r["shape"] == "heterogeneous" and held == (shape == "probed mix")
+        return (
+            shape == "all" or r["shape"] == shape or (shape == "9+ VMs" and _vms(r["config"]) >= 9)
+        )
+
     def split(key: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for shape in ("all", *SHAPES, "9+ VMs"):
-            sel = [
-                r
-                for r in rows
-                if shape == "all"
-                or r["shape"] == shape
-                or (shape == "9+ VMs" and _vms(r["config"]) >= 9)
-            ]
+        extra = ("probed mix", "mix never probed") if mixes else ()
+        for shape in ("all", *SHAPES, "9+ VMs", *extra):
+            sel = [r for r in rows if in_split(r, shape)]
             if sel:
                 out[shape] = errors([r[key] for r in sel], [r["measured_s"] for r in sel])
+                if key == "srifty_s":
+                    out[shape]["p90_coverage"] = round(
+                        100 * statistics.fmean(r["measured_s"] <= r["srifty_p90_s"] for r in sel),
+                        1,
+                    )
         return out
 
     plans: dict[str, Any] = {}
@@ -730,22 +740,34 @@ def _vms(label: str) -> int:
     return sum(int(part.split("x", 1)[0]) for part in label.split("+"))
 
 
+def _ring_key(types: Any) -> str:
+    """A ring's member types, sorted and joined by ``+`` (``mixed_rings.ring_key``, written
+    here too so that this script also runs an older tree's code)."""
+    return "+".join(sorted(set(types)))
+
+
+def _types(label: str) -> list[str]:
+    """The instance types of a configuration label (``2xg4dn.xlarge@16+1xp3.2xlarge@8``)."""
+    return [part.split("x", 1)[1].split("@", 1)[0] for part in label.split("+")]
+
+
 def format_report(r: Mapping[str, Any]) -> str:
     lines = [
         f"{r['configs']} configurations, bandwidth model {r['bandwidth']}, "
         f"{r['iterations']} iterations after {r['warm_s']:g} s, {r['seconds']} s; VM spreads "
         f"pooled with {r.get('vm_evidence', 'none')}, {r.get('allocations', 8)} truth "
         "allocations per planned configuration",
-        f"{'split':<14} {'estimator':<12} {'n':>4} {'MAPE%':>7} {'median%':>8} "
-        f"{'too fast%':>9} {'worst%':>7} {'signed%':>8}",
+        f"{'split':<18} {'estimator':<12} {'n':>4} {'MAPE%':>7} {'median%':>8} "
+        f"{'too fast%':>9} {'worst%':>7} {'signed%':>8} {'p90 covers%':>11}",
     ]
     for shape in r["srifty"]:
         for name in ("srifty", "apm", "noise_floor"):
             e = r[name].get(shape)
             if e:
                 lines.append(
-                    f"{shape:<14} {name:<12} {e['n']:>4} {e['mape']:>7} {e['median_abs']:>8} "
-                    f"{e['too_fast']:>9} {e['worst_under']:>7} {e.get('signed_mean', ''):>8}"
+                    f"{shape:<18} {name:<12} {e['n']:>4} {e['mape']:>7} {e['median_abs']:>8} "
+                    f"{e['too_fast']:>9} {e['worst_under']:>7} {e.get('signed_mean', ''):>8} "
+                    f"{e.get('p90_coverage', ''):>11}"
                 )
     lines.append(f"measured above Srifty's p90: {r['over_p90']}% of configurations")
     if r.get("breakdown"):

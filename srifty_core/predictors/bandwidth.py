@@ -34,13 +34,11 @@ from srifty_core.predictors.features import (
     null_numeric_as_nan,
     size_masks,
 )
+from srifty_core.predictors.mixed_rings import MixedRings, mix_mask, mixed_rings
 from srifty_core.predictors.network import (
     DecadeFactors,
-    MixedRings,
     level_sigmas,
     mean_time_factors,
-    mix_mask,
-    mixed_rings,
     sustained_caps,
     sustained_factors,
     sustained_mask,
@@ -143,7 +141,11 @@ class BandwidthModel:
         )
         rings = mixed_rings(mixes, basis, self.predict, self.sustained_factor, FEATURE_COLUMNS)
         self.caps_ = dataclasses.replace(
-            self.caps_, mixed=rings.factors, mixed_probed=rings.probed, mixed_sigma=rings.sigma
+            self.caps_,
+            mixed=rings.factors,
+            mixed_probed=rings.probed,
+            mixed_sigma=rings.sigma,
+            mixed_slopes=dict(rings.slopes),
         )
         return self
 
@@ -201,17 +203,29 @@ class BandwidthModel:
         caps = self.caps_
         if caps.mixed_probed is None:
             return None
-        rings = MixedRings(caps.mixed, caps.mixed_probed, caps.mixed_sigma)
-        return rings.unprobed_sigma(instance_types)
+        return self.rings.unprobed_sigma(instance_types)
+
+    @property
+    def rings(self) -> MixedRings:
+        """What the fit learned of mixed-type rings (``predictors.mixed_rings``)."""
+        caps = self.caps_
+        return MixedRings(caps.mixed, caps.mixed_probed or (), caps.mixed_sigma, caps.mixed_slopes)
 
     def mixed_factor(self, buffer_bytes: float) -> float:
-        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
-        (``predictors.network``); 1 where the fit saw no mix."""
-        return float(self.caps_.mixed.at(buffer_bytes))
+        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size,
+        at the level alone (``predictors.mixed_rings``); 1 where the fit saw no mix."""
+        return float(self.rings.at(buffer_bytes))
 
-    def mixed_factors(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
-        """``mixed_factor`` at each size."""
-        return self.caps_.mixed.at(buffer_bytes)
+    def mixed_factors(
+        self, buffer_bytes: ArrayLike, features: NDArray[np.float64] | None = None
+    ) -> NDArray[np.float64]:
+        """The factor at each size for a ring with these ``ring_features`` (none: the
+        level alone)."""
+        return self.rings.at(buffer_bytes, features)
+
+    def mixed_bound(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """At least the factor of any ring at each size (``MixedRings.bound``)."""
+        return self.rings.bound(buffer_bytes)
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""

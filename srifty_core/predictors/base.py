@@ -117,8 +117,15 @@ class MeanTimeFactors(Protocol):
 class MixedRingFactors(Protocol):
     """A predictor that knows what rings of several instance types measured."""
 
-    def mixed_factors(self, buffer_bytes: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Per buffer size, measured over composed bus bandwidth of a mixed-type ring."""
+    def mixed_factors(
+        self, buffer_bytes: NDArray[np.float64], features: NDArray[np.float64] | None = None
+    ) -> NDArray[np.float64]:
+        """Per buffer size, measured over composed bus bandwidth of a mixed-type ring with
+        these ``mixed_rings.ring_features`` (none: any ring, the level alone)."""
+        ...
+
+    def mixed_bound(self, buffer_bytes: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per buffer size, at least ``mixed_factors`` of any ring."""
         ...
 
 
@@ -142,7 +149,10 @@ class BandwidthExtras:
     sustained_factor: Callable[[str, int], float] | None
     level_sigma: Callable[[str], float] | None
     mean_time_factors: Callable[[str, NDArray[np.float64]], NDArray[np.float64]] | None
-    mixed_factors: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None
+    mixed_factors: (
+        Callable[[NDArray[np.float64], NDArray[np.float64] | None], NDArray[np.float64]] | None
+    )
+    mixed_bound: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None
     unprobed_mix_sigma: Callable[[Sequence[str]], float | None] | None
 
     @classmethod
@@ -158,6 +168,9 @@ class BandwidthExtras:
             ),
             mixed_factors=(
                 predictor.mixed_factors if isinstance(predictor, MixedRingFactors) else None
+            ),
+            mixed_bound=(
+                predictor.mixed_bound if isinstance(predictor, MixedRingFactors) else None
             ),
             unprobed_mix_sigma=(
                 predictor.unprobed_mix_sigma if isinstance(predictor, MixCoverage) else None

@@ -56,10 +56,13 @@ class BandwidthCaps:
     mixed: DecadeFactors = field(default_factory=DecadeFactors)
     """Measured over composed bus bandwidth of mixed-type rings, by buffer size."""
     mixed_probed: tuple[str, ...] | None = None
-    """The rings the probes hold (``network.ring_key``); ``None``: a model saved before
+    """The rings the probes hold (``mixed_rings.ring_key``); ``None``: a model saved before
     they were recorded, which cannot say."""
     mixed_sigma: float | None = None
-    """How far one mix strays from the factor (``network.MixedRings.sigma``)."""
+    """How far one mix strays from the factor (``mixed_rings.MixedRings.sigma``)."""
+    mixed_slopes: Mapping[str, float] = field(default_factory=dict)
+    """The mixed-ring factor's slopes on ring features (``mixed_rings.RING_FEATURES``);
+    none in a model saved before them: one level for every ring."""
     mean_time: Mapping[str, DecadeFactors] = field(default_factory=dict)
     """Typical over mean-time bus bandwidth per type, by buffer size."""
 
@@ -123,6 +126,7 @@ class BandwidthCaps:
             "mixed": self.mixed.to_dict(),
             "mixed_probed": None if self.mixed_probed is None else list(self.mixed_probed),
             "mixed_sigma": self.mixed_sigma,
+            "mixed_slopes": dict(self.mixed_slopes),
             "mean_time": {t: f.to_dict() for t, f in self.mean_time.items()},
         }
 
@@ -143,6 +147,7 @@ class BandwidthCaps:
                 None if d.get("mixed_probed") is None else tuple(map(str, d["mixed_probed"]))
             ),
             mixed_sigma=None if d.get("mixed_sigma") is None else float(d["mixed_sigma"]),
+            mixed_slopes={k: float(v) for k, v in (d.get("mixed_slopes") or {}).items()},
             mean_time={t: DecadeFactors.from_dict(f) for t, f in d.get("mean_time", {}).items()},
         )
 

@@ -17,9 +17,7 @@ from numpy.typing import NDArray
 
 from srifty_core.errors import SriftyError
 from srifty_core.predictors.base import COLLECTIVE, FEATURE_COLUMNS, with_collective
-from srifty_core.predictors.network import (
-    mix_mask,
-)
+from srifty_core.predictors.mixed_rings import mix_mask
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -5,19 +5,19 @@ Contract: from probe-store frames, per instance type (and world size), ``sustain
 and ``sustained_factors`` (``WorldTable``: inside one VM and across VMs kept apart, a
 lookup taking the nearest probed world size on its own side only), ``level_sigmas`` and
 ``pooled_spreads`` (predictive spreads of the network level across allocations),
-``mean_time_factors`` (per decade of buffer size, within ``MEAN_TIME_RANGE``) and
-``mixed_rings`` (at most ``MIXED_FACTOR_MAX``); ``split_phases`` and ``split_mixes``
-separate the sustained and mixed-ring rows, which no per-type fit sees.
+``mean_time_factors`` (per decade of buffer size, within ``MEAN_TIME_RANGE``, as
+``DecadeFactors``); ``split_phases`` separates the sustained rows, which no per-type fit
+sees. Mixed-type rings: ``predictors.mixed_rings``.
 
-Imports ``probing.mix`` and ``probing.schema`` (names of the probe rows) and
-``predictors.prior`` (at call time); pandas only inside functions.
+Imports ``probing.schema`` (names of the probe rows) and ``predictors.prior``; pandas only
+inside functions.
 
 How and why (each rule): docs/design/bandwidth.md#network
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -25,9 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from srifty_core.errors import ConfigError
 from srifty_core.predictors.prior import one_vm, vms_of
-from srifty_core.probing.mix import MIX_PREFIX, parse_mix
 from srifty_core.probing.schema import PHASE_SUSTAINED
 
 if TYPE_CHECKING:
@@ -39,8 +37,6 @@ MEAN_TIME_MIN_SAMPLES = 3
 MEAN_TIME_RANGE = (0.2, 1.5)
 """A mean-time factor stays within these: a decade of a few wild samples makes a transfer
 predicted at most 5x slower than its median, and a left-skewed one at most 1.5x faster."""
-MIXED_FACTOR_MAX = 1.5
-"""A mixed ring is never predicted more than 1.5x faster than its members compose to."""
 
 
 def sustained_mask(probes: pd.DataFrame) -> NDArray[np.bool_]:
@@ -320,23 +316,7 @@ def nearest_world(table: Mapping[int, float], world_size: int) -> float:
     return float(table[min(sizes, key=lambda s: (abs(s - world_size), -s))])
 
 
-# --------------------------------------------------------------------------- mixed rings
-
-
-def mix_mask(probes: pd.DataFrame) -> NDArray[np.bool_]:
-    """Which rows were probed over a mixed-type ring (``instance_type`` a mix label)."""
-    if "instance_type" not in probes.columns or probes.empty:
-        return np.zeros(len(probes), dtype=bool)
-    labels = probes["instance_type"].astype(str)
-    return labels.str.startswith(MIX_PREFIX).to_numpy(dtype=bool)
-
-
-def split_mixes(probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rows of single instance types, rows of mixed rings)."""
-    mixed = mix_mask(probes)
-    if not mixed.any():
-        return probes, probes.iloc[:0]
-    return probes[~mixed], probes[mixed]
+# --------------------------------------------------------------------------- factors by size
 
 
 def decades(buffer_bytes: ArrayLike) -> NDArray[np.int64]:
@@ -350,7 +330,7 @@ def decades(buffer_bytes: ArrayLike) -> NDArray[np.int64]:
 class DecadeFactors:
     """A factor on bus bandwidth by decade of buffer size (``floor(log10 bytes)``; a size
     between the decades held takes the nearest one's, ties the larger): the mixed-ring
-    factor and the mean-time factor (rules: module docstring); 1 everywhere when empty."""
+    factor's level and the mean-time factor (rules: module docstring); 1 everywhere when empty."""
 
     by_decade: Mapping[int, float] = field(default_factory=dict)
 
@@ -374,126 +354,3 @@ class DecadeFactors:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> DecadeFactors:
         return cls({int(k): float(v) for k, v in (d or {}).items()})
-
-
-def ring_key(instance_types: Iterable[str]) -> str:
-    """A ring's member types, each once, sorted and joined by ``+``: how a mix is known
-    whatever its VM counts (``MixedRings.probed``)."""
-    return "+".join(sorted({str(t) for t in instance_types}))
-
-
-@dataclass(frozen=True)
-class MixedRings:
-    """What the probes of mixed-type rings teach: the factor by buffer decade
-    (``factors``), which rings were probed (``probed``: ``ring_key`` of each mix label),
-    and how far single mixes stray from the one factor (``sigma``: the sd of the log of
-    each probed mix's median measured / (composed x factor), over the mixes; ``None``
-    with fewer than two mixes to compare)."""
-
-    factors: DecadeFactors = field(default_factory=DecadeFactors)
-    probed: tuple[str, ...] = ()
-    sigma: float | None = None
-
-    def unprobed_sigma(self, instance_types: Sequence[str]) -> float | None:
-        """For a ring over several ``instance_types`` the probes never held as one ring,
-        the spread (sd of log) it adds to the network level: ``sigma``, 0 with fewer than
-        two probed mixes (nothing measured a spread); ``None`` for one type or a probed
-        mix."""
-        if len(set(instance_types)) < 2 or ring_key(instance_types) in self.probed:
-            return None
-        return self.sigma or 0.0
-
-
-def mixed_rings(
-    mixes: pd.DataFrame,
-    per_type: pd.DataFrame,
-    predict: Callable[[pd.DataFrame], NDArray[np.float64]],
-    sustained_factor: Callable[[str, int], float],
-    features: Sequence[str],
-) -> MixedRings:
-    """The mixed-ring factors (rule: module docstring) of the mix rows ``mixes``, against
-    a predictor fitted on ``per_type`` (its ``predict`` and ``sustained_factor``), with
-    the mixes probed and their spread around the factors (``MixedRings``). Each member
-    type is queried with the ``features`` of its own rows (those of the mix's provider and
-    region where there are some), as the simulator queries it."""
-    if mixes.empty:
-        return MixedRings()
-    probed = tuple(sorted({ring_key(parse_mix(str(x))) for x in mixes["instance_type"].unique()}))
-    factors, per_mix = _mixed_factors(mixes, per_type, predict, sustained_factor, features)
-    residual = [float(np.median(v)) for v in per_mix.values()]
-    sigma = float(np.std(residual, ddof=1)) if len(residual) >= 2 else None
-    return MixedRings(factors, probed, sigma)
-
-
-def _mixed_factors(
-    mixes: pd.DataFrame,
-    per_type: pd.DataFrame,
-    predict: Callable[[pd.DataFrame], NDArray[np.float64]],
-    sustained_factor: Callable[[str, int], float],
-    features: Sequence[str],
-) -> tuple[DecadeFactors, dict[str, list[float]]]:
-    """(the factors by decade, each mix's log residuals around them)."""
-    import pandas as pd
-
-    if mixes.empty:
-        return DecadeFactors(), {}
-    if "gpus_per_vm" not in per_type.columns:
-        raise ConfigError("probe rows of mixed rings need the gpus_per_vm of their member types")
-    ok = mixes[mixes["concurrent"] == 1] if "concurrent" in mixes.columns else mixes
-    if ok.empty:
-        return DecadeFactors(), {}
-    ok = ok.assign(_sustained=sustained_mask(ok))
-    where = [c for c in ("provider", "region") if c in ok.columns and c in per_type.columns]
-    keys = ["instance_type", *where, "world_size", "buffer_bytes", "_sustained"]
-    med = ok.groupby(keys)["busbw"].median().reset_index()
-    cols = [c for c in features if c in per_type.columns]
-    own = per_type.drop_duplicates(["instance_type", *where])
-    rows: list[dict[str, Any]] = []
-    member_of: list[tuple[int, str, int, bool]] = []  # (group, type, world, sustained)
-    for g, r in enumerate(med.to_dict("records")):
-        counts = parse_mix(str(r["instance_type"]))
-        vms = sum(counts.values())
-        found = []
-        for t in counts:
-            mine = own[own["instance_type"] == t]
-            near = mine
-            for c in where:
-                near = near[near[c] == r[c]]
-            row = (near if len(near) else mine).head(1)
-            if row.empty:
-                break
-            ranks = max(1, int(row["gpus_per_vm"].iloc[0]))  # the simulator's ranks per VM
-            feat = {str(k): v for k, v in row[cols].iloc[0].items()}
-            found.append((t, max(2, vms * ranks), feat))
-        if len(found) < len(counts):  # a member never probed alone: nothing to compose
-            continue
-        for t, world, feat in found:
-            size = r["buffer_bytes"]
-            rows.append({**feat, "world_size": world, "buffer_bytes": size, "concurrent": 1})
-            member_of.append((g, t, world, bool(r["_sustained"])))
-    if not rows:
-        return DecadeFactors(), {}
-    frame = pd.DataFrame(rows)
-    for c in ("world_size", "buffer_bytes", "concurrent"):
-        frame[c] = frame[c].astype("int64")
-    pred = np.asarray(predict(frame), dtype=np.float64)
-    composed: dict[int, float] = {}
-    for (g, t, world, held), b in zip(member_of, pred, strict=True):
-        value = float(b) * (sustained_factor(t, world) if held else 1.0)
-        composed[g] = min(composed.get(g, np.inf), value)
-    sizes = med["buffer_bytes"].to_numpy(dtype=np.float64)
-    measured = med["busbw"].to_numpy(dtype=np.float64)
-    labels = med["instance_type"].astype(str).to_numpy()
-    ratios: dict[int, list[float]] = {}
-    for g, value in composed.items():
-        ratios.setdefault(int(decades(sizes[g])), []).append(float(measured[g]) / value)
-    factors = DecadeFactors(
-        {d: float(min(np.median(v), MIXED_FACTOR_MAX)) for d, v in sorted(ratios.items())}
-    )
-    per_mix: dict[str, list[float]] = {}
-    for g, value in composed.items():
-        f = float(factors.at(sizes[g]))
-        per_mix.setdefault(str(labels[g]), []).append(
-            float(np.log(float(measured[g]) / (value * f)))
-        )
-    return factors, per_mix

@@ -3,7 +3,7 @@
 Contract: ``ProbeTableBandwidth().fit(probes)`` (a probe-store frame; a ``ConfigError``
 when it lacks a needed column or holds no successful rows of single instance types)
 implements ``BandwidthPredictor``: ``predict`` (bytes/s per query row), ``bandwidth_cap``,
-``sustained_factor``, ``level_sigma``, ``mean_time_factors``, ``mixed_factor`` and
+``sustained_factor``, ``level_sigma``, ``mean_time_factors``, ``mixed_factors``, ``mixed_bound`` and
 ``unprobed_mix_sigma``. No
 learning and no extrapolation to unprobed instance types: a baseline for the XGBoost
 model, and what a simulation of *this* machine needs when only local probes exist.
@@ -13,8 +13,8 @@ Collectives: one curve per ``collective`` probed; a query for a collective the p
 busbw being defined so that the ring algorithms share it. The caps and network statistics
 are the allreduce rows' where there are any.
 
-Imports ``predictors.network`` (sustained bandwidth, factors, spreads, mixed rings,
-``WorldTable``) and ``predictors.prior.one_vm``.
+Imports ``predictors.network`` (sustained bandwidth, factors, spreads, ``WorldTable``),
+``predictors.mixed_rings`` and ``predictors.prior.one_vm``.
 
 How and why (interpolation, nearest world size, the cap): docs/design/bandwidth.md#table
 """
@@ -29,15 +29,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import COLLECTIVE, with_collective
+from srifty_core.predictors.mixed_rings import MixedRings, mixed_rings, split_mixes
 from srifty_core.predictors.network import (
     DecadeFactors,
-    MixedRings,
     WorldTable,
     level_sigmas,
     mean_time_factors,
-    mixed_rings,
     one_vm_rows,
-    split_mixes,
     split_phases,
     sustained_caps,
     sustained_factors,
@@ -172,13 +170,20 @@ class ProbeTableBandwidth:
         return self.rings_.unprobed_sigma(instance_types)
 
     def mixed_factor(self, buffer_bytes: float) -> float:
-        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size
-        (``predictors.network``); 1 where no mix was probed."""
-        return float(self.rings_.factors.at(buffer_bytes))
+        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size,
+        at the level alone (``predictors.mixed_rings``); 1 where no mix was probed."""
+        return float(self.rings_.at(buffer_bytes))
 
-    def mixed_factors(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
-        """``mixed_factor`` at each size."""
-        return self.rings_.factors.at(buffer_bytes)
+    def mixed_factors(
+        self, buffer_bytes: ArrayLike, features: NDArray[np.float64] | None = None
+    ) -> NDArray[np.float64]:
+        """The factor at each size for a ring with these ``ring_features`` (none: the
+        level alone)."""
+        return self.rings_.at(buffer_bytes, features)
+
+    def mixed_bound(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """At least the factor of any ring at each size (``MixedRings.bound``)."""
+        return self.rings_.bound(buffer_bytes)
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
         inside = one_vm(instance_type, world_size)

@@ -24,6 +24,7 @@ from scipy.special import ndtri
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import BandwidthExtras, BandwidthPredictor
+from srifty_core.predictors.mixed_rings import ring_features
 from srifty_core.simulator.compute import expected_max, shared_host_factors
 from srifty_core.simulator.exchange import bus_bytes, serial_exchange, simulate_exchange
 from srifty_core.simulator.types import (
@@ -274,7 +275,7 @@ class Simulator:
         pred = np.stack(self._curves(list(zip(instances, worlds, strict=True)), sizes, collective))
         out: NDArray[np.float64] = pred.min(axis=0)
         if len({inst.name for inst in instances}) > 1:
-            out = out * _mixed_factors(self._bw_extras, sizes)
+            out = out * _mixed_factors(self._bw_extras, sizes, _ring(instances, world))
         self._busbw_cache[key] = out
         return out
 
@@ -691,7 +692,7 @@ class Simulator:
             if not sizes:
                 out[sizes] = np.full((len(worlds), 0), np.inf)
                 continue
-            boost = np.maximum(_mixed_factors(self._bw_extras, sizes), 1.0)
+            boost = np.maximum(_mixed_bound(self._bw_extras, sizes), 1.0)
             curves = self._curves([(instance, w) for w in worlds], sizes)
             rows = []
             for w, curve in zip(worlds, curves, strict=True):
@@ -945,14 +946,33 @@ def _mean_time_factors(
     return _checked_factors(factors, "mean_time_factors", sizes)
 
 
-def _mixed_factors(extras: BandwidthExtras, sizes: tuple[int, ...]) -> NDArray[np.float64]:
+def _mixed_factors(
+    extras: BandwidthExtras, sizes: tuple[int, ...], ring: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """What the probes of mixed-type rings say of the composition ``_busbw`` makes of
-    several types (``predictors.network``: measured over composed bus bandwidth, by buffer
-    size); 1 where the bandwidth model learned none."""
+    several types (``predictors.mixed_rings``: measured over composed bus bandwidth, by
+    buffer size and the ring's features); 1 where the bandwidth model learned none."""
     fn = extras.mixed_factors
     if fn is None:
         return np.ones(len(sizes))
-    return _checked_factors(fn(np.asarray(sizes, dtype=np.float64)), "mixed_factors", sizes)
+    return _checked_factors(fn(np.asarray(sizes, dtype=np.float64), ring), "mixed_factors", sizes)
+
+
+def _mixed_bound(extras: BandwidthExtras, sizes: tuple[int, ...]) -> NDArray[np.float64]:
+    """At least ``_mixed_factors`` of any ring (the pruning bound's); 1 where the model
+    learned none."""
+    fn = extras.mixed_bound
+    if fn is None:
+        return np.ones(len(sizes))
+    return _checked_factors(fn(np.asarray(sizes, dtype=np.float64)), "mixed_bound", sizes)
+
+
+def _ring(instances: Sequence[SimInstance], world: int) -> NDArray[np.float64]:
+    """The ``ring_features`` of a ring over these types (their GPUs per VM and rated
+    links, from the features the bandwidth model is asked with) and ``world`` ranks."""
+    gpus = [float(i.features.get("gpus_per_vm") or i.ranks_per_vm) for i in instances]
+    rated = [i.features.get("network_gbps") for i in instances]
+    return ring_features(gpus, [None if r is None else float(r) for r in rated], world)
 
 
 def _checked_factors(

@@ -116,9 +116,12 @@ class WorldBandwidth:
     def sustained_factor(self, instance_type: str, world_size: int) -> float:
         return 0.9 if instance_type.endswith(".1") else 1.0
 
-    def mixed_factors(self, buffer_bytes: Any) -> np.ndarray:
+    def mixed_factors(self, buffer_bytes: Any, features: Any = None) -> np.ndarray:
         b = np.asarray(buffer_bytes, dtype=np.float64)
         return np.where(b > 50_000, 0.85, 1.1)
+
+    def mixed_bound(self, buffer_bytes: Any) -> np.ndarray:
+        return self.mixed_factors(buffer_bytes)
 
     def level_sigma(self, instance_type: str) -> float:
         return 0.15

@@ -534,8 +534,11 @@ def test_host_slowdown_interpolates_and_extends() -> None:
 class MixedBandwidth(SpreadBandwidth):
     """Probes of mixed rings measured them at half what their types compose to."""
 
-    def mixed_factors(self, buffer_bytes: np.ndarray) -> np.ndarray:
+    def mixed_factors(self, buffer_bytes: np.ndarray, features: object = None) -> np.ndarray:
         return np.full(np.shape(buffer_bytes), 0.5)
+
+    def mixed_bound(self, buffer_bytes: np.ndarray) -> np.ndarray:
+        return self.mixed_factors(buffer_bytes)
 
 
 def test_a_mixed_ring_is_scaled_by_its_mixed_factor() -> None:
@@ -669,10 +672,11 @@ def test_what_an_estimator_and_a_bandwidth_model_offer_is_asked_by_protocol() ->
         table.level_sigma,
         table.mean_time_factors,
         table.mixed_factors,
+        table.mixed_bound,
         table.unprobed_mix_sigma,
     )
     assert BandwidthExtras.of(ConstantBandwidth(1e9)) == BandwidthExtras(
-        None, None, None, None, None, None
+        None, None, None, None, None, None, None
     )
     sustained = SustainedBandwidth(1e9)
     extras = BandwidthExtras.of(sustained)
@@ -707,3 +711,41 @@ def test_a_mix_never_probed_is_named_and_widens_the_p90() -> None:
     assert flagged.t_iter_p90 > plain.t_iter_p90
     same = Simulator(UnprobedMixes(1e7, 0.3)).estimate(w, homo)
     assert same == Simulator(ConstantBandwidth(1e7)).estimate(w, homo)
+
+
+class StructuredBandwidth(SpreadBandwidth):
+    """Probes of mixed rings taught that a ring whose members differ in GPUs per VM runs at
+    half its composition, one of alike members at all of it."""
+
+    def __init__(self, busbw: float) -> None:
+        super().__init__(busbw)
+        self.asked: list[np.ndarray] = []
+
+    def mixed_factors(self, buffer_bytes: np.ndarray, features: object = None) -> np.ndarray:
+        assert isinstance(features, np.ndarray)
+        self.asked.append(features)
+        return np.full(np.shape(buffer_bytes), 0.5 if features[0] > 0 else 1.0)
+
+    def mixed_bound(self, buffer_bytes: np.ndarray) -> np.ndarray:
+        return np.ones(np.shape(buffer_bytes))
+
+
+def test_a_mixed_ring_is_asked_with_its_own_features() -> None:
+    """The simulator gives the bandwidth model the ring's features (GPUs per VM and rated
+    links of its members, its world size): a ring of a 4-GPU VM and 1-GPU VMs gets the
+    factor of such rings, one of two 1-GPU types that of alike members."""
+    from srifty_core.predictors.mixed_rings import ring_features
+
+    feats = {"gpu_model": "T4", "network_gbps": 50.0}
+    quad = SimInstance("quad", "T4", 4, {"instance_type": "quad", "gpus_per_vm": 4, **feats})
+    one = SimInstance("one", "T4", 1, {"instance_type": "one", "gpus_per_vm": 1, **feats})
+    other = SimInstance("other", "T4", 1, {"instance_type": "other", "gpus_per_vm": 1, **feats})
+    w = Workload("m", {"T4": steady(make_profile(), device="T4")})
+    plain = Simulator(SpreadBandwidth(1e6), overlap=0.0)
+    model = StructuredBandwidth(1e6)
+    aware = Simulator(model, overlap=0.0)
+    spread, alike = config((quad, 1, 32), (one, 3, 8)), config((one, 2, 8), (other, 2, 8))
+    a, b = plain.estimate(w, spread), aware.estimate(w, spread)
+    assert b.t_pe - b.t_bw == pytest.approx(2 * (a.t_pe - a.t_bw))
+    assert aware.estimate(w, alike).t_iter == pytest.approx(plain.estimate(w, alike).t_iter)
+    np.testing.assert_allclose(model.asked[0], ring_features([4, 1], [50.0, 50.0], 7))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from srifty_core.predictors.features import GROUP, BandwidthDataError, check_training_data
-from srifty_core.predictors.network import split_mixes
+from srifty_core.predictors.mixed_rings import split_mixes
 from srifty_core.predictors.refresh.config import RefreshConfig
 from srifty_core.predictors.refresh.staging import SNAPSHOT
 from srifty_core.probing.config import MIN_ALLOCATIONS

@@ -32,7 +32,7 @@ from srifty_core.predictors.features import (
     size_masks,
 )
 from srifty_core.predictors.metrics import mape, noise_floor_predictions
-from srifty_core.predictors.network import mix_mask
+from srifty_core.predictors.mixed_rings import mix_mask
 from srifty_core.predictors.refresh.data import data_version, holdout_allocations, row_hashes
 from srifty_core.predictors.refresh.staging import FIT_FILE, MODEL_DIR, json_default, read_snapshot
 from srifty_core.probing.config import MIN_ALLOCATIONS

@@ -17,7 +17,7 @@ from srifty_core.plotting import pyplot, save_figure
 from srifty_core.predictors.bandwidth import BandwidthModel
 from srifty_core.predictors.base import FEATURE_COLUMNS, with_collective
 from srifty_core.predictors.features import GROUP, LABEL, LARGE, SMALL, feature_frame
-from srifty_core.predictors.network import split_mixes
+from srifty_core.predictors.mixed_rings import split_mixes
 from srifty_core.predictors.refresh.staging import (
     EVAL_FILE,
     FIT_FILE,
