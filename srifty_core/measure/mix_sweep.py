@@ -23,6 +23,7 @@ from pathlib import Path
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import LocalProvider
+from srifty_core.errors import ConfigError
 from srifty_core.measure.checks import check_backend
 from srifty_core.measure.sweep import ProgressFn, SweepResult, sweep_slot, sweep_slots
 from srifty_core.probing.config import SweepConfig
@@ -33,9 +34,15 @@ def ring_config(
     config: SweepConfig, counts: Mapping[str, int], provider: Provider
 ) -> tuple[SweepConfig, str]:
     """``config`` at the ring's full world size, and the mix's label, after checking the
-    mix (two or more known types, the backend runs here): bad input fails before
-    anything is launched."""
+    mix (two or more known types, a provider that can start a ring, the backend runs
+    here): bad input fails before anything is launched."""
     label = mix_label(counts)
+    if provider.starts_workers_at_launch:
+        raise ConfigError(
+            f"mix: the {provider.name} provider starts workers from its VMs' launch, and "
+            "a probe ring over several of its allocations is not built yet; probe mixes "
+            "with the local provider (or the emulated EC2's sweep)"
+        )
     ranks = sum(provider.instance_type(t).ranks_per_instance * n for t, n in counts.items())
     check_backend(config, ranks)
     return dataclasses.replace(config, world_sizes=(ranks,)), label

@@ -140,12 +140,6 @@ def run_points(
     and the points that failed. The partial file stays until the caller commits it."""
     ring = (allocation,) if isinstance(allocation, Allocation) else tuple(allocation)
     check_fits(config, ring_ranks(ring), _what(ring))
-    if len(ring) > 1 and provider.starts_workers_at_launch:
-        raise ConfigError(
-            f"mix: the {provider.name} provider starts workers from its VMs' launch, and "
-            "a probe ring over several of its allocations is not built yet; probe mixes "
-            "with the local provider (or the emulated EC2)"
-        )
     row_labels = labels(ring[0], day) if len(ring) == 1 else ring_labels(ring, day)
     name = str(row_labels["instance_type"])
     folder = partial_dir(day, ring[0].provider, name, root)

@@ -280,3 +280,42 @@ def test_throttling_is_retried_with_backoff(aws: Any) -> None:
     client.meta.events.register("before-send.ec2.DescribeAvailabilityZones", throttle)
     zones = p.zone_ids()
     assert len(calls) == 3 and zones and all(z.startswith("use1-") for z in zones.values())
+
+
+def test_a_mixed_ring_launches_one_allocation_per_type_and_releases_them_all(
+    aws: Any, groups: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mix sweep's launch on EC2 (moto): one tagged allocation per member type, one
+    placement group each; a failed second launch leaves none running; the ring cannot be
+    probed there yet (its VMs start their workers from their user data, and no probe ring
+    joins them), which says so before anything runs, and the release ends every VM."""
+    from srifty_core.measure.mix_sweep import launch_ring, sweep_on_ring
+    from srifty_core.probing.config import SweepConfig
+
+    p = provider()
+    ring = launch_ring(p, {"g4dn.xlarge": 2, "g4dn.12xlarge": 1}, placement_group=True)
+    assert [(a.spec.name, a.count) for a in ring] == [("g4dn.12xlarge", 1), ("g4dn.xlarge", 2)]
+    raw = aws.describe_instances()["Reservations"]
+    tags = {t["Value"] for r in raw for i in r["Instances"] for t in i["Tags"]
+            if t["Key"] == TAG_ALLOCATION}  # fmt: skip
+    assert tags == {a.id for a in ring} and len(live_instances(aws)) == 3
+    config = SweepConfig(sizes=(1024,), world_sizes=(2,), concurrency=(1,), repeats=1)
+    with pytest.raises(ConfigError, match=r"^mix: the ec2 provider starts workers"):
+        sweep_on_ring(config, p, ring)
+    from srifty_core.cloud.base import release_all
+
+    release_all(p, ring)
+    assert live_instances(aws) == []
+    assert sorted(groups["created"]) == sorted(groups["deleted"]) == sorted(a.id for a in ring)
+
+    real_launch = EC2Provider.launch
+
+    def second_fails(self: EC2Provider, request: LaunchRequest) -> Any:
+        if request.instance_type == "g4dn.xlarge":
+            raise ProviderError("InsufficientInstanceCapacity (simulated)")
+        return real_launch(self, request)
+
+    monkeypatch.setattr(EC2Provider, "launch", second_fails)
+    with pytest.raises(ProviderError, match="InsufficientInstanceCapacity"):
+        launch_ring(p, {"g4dn.xlarge": 1, "g4dn.12xlarge": 1})
+    assert live_instances(aws) == []
