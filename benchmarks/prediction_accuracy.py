@@ -700,6 +700,8 @@ def main() -> None:
         "mixed_factor_by_decade": {
             k: round(float(bandwidth.mixed_factor(10**k)), 3) for k in range(9)
         },
+        "mixed_slopes": _mixed_slopes(bandwidth),
+        "mixed_sigma": _mixed_sigma(bandwidth),
         "seconds": round(time.perf_counter() - t_start, 1),
         "srifty": split("srifty_s"),
         "apm": split("apm_s"),
@@ -738,6 +740,24 @@ def format_plans(p: Mapping[str, Any]) -> str:
 
 def _vms(label: str) -> int:
     return sum(int(part.split("x", 1)[0]) for part in label.split("+"))
+
+
+def _rings(bandwidth: Any) -> Any:
+    """The bandwidth model's ``MixedRings`` (``None`` in an older tree's code)."""
+    return getattr(bandwidth, "rings_", None) or getattr(bandwidth, "rings", None)
+
+
+def _mixed_slopes(bandwidth: Any) -> dict[str, float]:
+    rings = _rings(bandwidth)
+    slopes = getattr(rings, "slopes", None) or {}
+    return {k: round(float(v), 4) for k, v in slopes.items()}
+
+
+def _mixed_sigma(bandwidth: Any) -> float | None:
+    sigma = getattr(_rings(bandwidth), "sigma", None)
+    if sigma is None and hasattr(bandwidth, "caps_"):
+        sigma = getattr(bandwidth.caps_, "mixed_sigma", None)
+    return None if sigma is None else round(float(sigma), 4)
 
 
 def _ring_key(types: Any) -> str:
@@ -786,6 +806,8 @@ def format_report(r: Mapping[str, Any]) -> str:
         lines.append(
             f"{len(r['mixed_probes'])} mixes probed; mixed-ring factor at 1 B, 10 B ... 100 MB: "
             + " ".join(str(v) for v in r["mixed_factor_by_decade"].values())
+            + f"; slopes {r.get('mixed_slopes') or 'none'}, held-out mix sd "
+            f"{r.get('mixed_sigma')}"
         )
     if r.get("plans"):
         lines.append(format_plans(r["plans"]))
