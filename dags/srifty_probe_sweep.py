@@ -34,7 +34,6 @@ from srifty_core.probing.config import MIN_ALLOCATIONS
 DEFAULT_ARGS = default_args(retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2))
 SIZE = r"[0-9]+(\.[0-9]+)?[A-Za-z]*"
 MEMBER = r"[A-Za-z0-9][A-Za-z0-9.-]*:[1-9][0-9]*"
-MIX_DAYS = 30
 
 
 @dag(
@@ -145,19 +144,19 @@ def srifty_probe_sweep() -> None:
         from srifty_core.jobs.job_log import recent_configurations
         from srifty_core.measure.mix_sweep import ring_config
         from srifty_core.probing.config import config_from_params
-        from srifty_core.probing.mix import mix_label, parse_mix_spec
-        from srifty_core.probing.mix_choice import choose_mixes, stored_mixes
+        from srifty_core.probing.mix import mix_label
+        from srifty_core.probing.mix_choice import MIX_DAYS, mixes_to_probe
 
         ctx = get_current_context()
         params = ctx["params"]
         config = config_from_params(params)
         provider = get_provider(params["provider"])
         specs = [provider.instance_type(t) for t in params["instance_types"]]
-        mixes = [parse_mix_spec(m, field=f"mixes[{i}]") for i, m in enumerate(params["mixes"])]
         today = ctx["logical_date"].date() if ctx.get("logical_date") else date.today()
-        stored = stored_mixes(provider.name, today - timedelta(days=MIX_DAYS))
-        stored |= {mix_label(m) for m in mixes}
-        mixes += choose_mixes(recent_configurations(MIX_DAYS), specs, stored, params["mix_budget"])
+        mixes = mixes_to_probe(
+            params["mixes"], specs, provider.name, today, params["mix_budget"],
+            lambda: recent_configurations(MIX_DAYS),
+        )  # fmt: skip
         for m in mixes:
             ring_config(config, m, provider)  # unknown types, a backend not here: fail now
         labels = [s.name for s in specs] + [mix_label(m) for m in mixes]

@@ -6,25 +6,28 @@ the budget lasts, a small design over what makes one mix differ from another as 
 whether its members' GPUs per VM differ (a 1-GPU VM beside a multi-GPU one loses what
 the multi-GPU VM gains inside itself), whether their rated links differ, and how many
 VMs it holds. Each candidate pair of offered types is described by those levels; the
-design takes pairs that add a level combination not yet covered (first pairs whose
-GPUs per VM differ, then whose links differ), each at one VM a type, then at two VMs of
-the smaller type, then pairs that bring a type no chosen mix holds yet, while the budget
-allows. Same inputs, same choice.
+design takes pairs that add a level combination no chosen or stored mix covers yet (first
+pairs whose GPUs per VM differ, then whose links differ), each at one VM a type, then at
+two VMs of the smaller type, then pairs that bring a type no chosen mix holds yet, while
+the budget allows. Same inputs, same choice. ``mixes_to_probe`` is what the sweep DAG
+calls: the listed mixes, then the chosen ones.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import date
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, timedelta
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from srifty_core.probing.mix import is_mix, mix_label
+from srifty_core.probing.mix import is_mix, mix_label, parse_mix_spec
 from srifty_core.probing.store import partition_files
 
 GROUP_SEP = "+"
+MIX_DAYS = 30
+"""A mix the store holds from the last this many days is not chosen again."""
 
 
 def configuration_mix(label: str) -> dict[str, int] | None:
@@ -78,9 +81,9 @@ def choose_mixes(
     covered: set[tuple[bool, bool]] = set()
     ordered = sorted(pairs, key=lambda p: (not _levels(*p)[0], not _levels(*p)[1]))
     for a, b in ordered:  # one pair per level combination, each at one VM a type
-        cell = _levels(a, b)
-        if cell not in covered and take({a.name: 1, b.name: 1}):
-            covered.add(cell)
+        cell, pair = _levels(a, b), {a.name: 1, b.name: 1}
+        if cell not in covered and (take(pair) or mix_label(pair) in done):
+            covered.add(cell)  # chosen now, or the store (or the list) holds it
     for a, b in ordered:  # then member count: two VMs of the type with fewer GPUs
         small = a if (a.gpus_per_vm, a.name) <= (b.gpus_per_vm, b.name) else b
         if _levels(a, b) in covered:
@@ -104,3 +107,29 @@ def stored_mixes(provider: str, since: date, root: Path | None = None) -> set[st
         if is_mix(label) and date.fromisoformat(day) >= since:
             out.add(label)
     return out
+
+
+def mixes_to_probe(
+    listed: Sequence[str],
+    offered: Sequence[Any],
+    provider: str,
+    today: date,
+    budget: int,
+    recent: Callable[[], list[str]],
+    root: Path | None = None,
+) -> list[dict[str, int]]:
+    """What a sweep probes as mixes: the ``listed`` ones (``TYPE:VMS,TYPE:VMS`` each, a
+    ``ConfigError`` naming ``mixes[i]`` for a bad one), then up to ``budget`` that
+    ``choose_mixes`` picks from the configurations ``recent()`` gives (what users ran;
+    unreadable: the design alone, said on stdout) and the ``offered`` types, leaving out
+    what the store holds for ``provider`` from the last ``MIX_DAYS`` days."""
+    mixes = [parse_mix_spec(m, field=f"mixes[{i}]") for i, m in enumerate(listed)]
+    stored = stored_mixes(provider, today - timedelta(days=MIX_DAYS), root)
+    stored |= {mix_label(m) for m in mixes}
+    plans: list[str] = []
+    if budget:
+        try:
+            plans = recent()
+        except Exception as exc:  # the nightly sweep goes on without them
+            print(f"mix choice: recent plans unreadable ({exc}); the design alone picks")
+    return mixes + choose_mixes(plans, offered, stored, budget)

@@ -7,9 +7,16 @@ from datetime import date
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from srifty_core.cloud.base import InstanceSpec
-from srifty_core.probing.mix_choice import choose_mixes, configuration_mix, stored_mixes
+from srifty_core.errors import ConfigError
+from srifty_core.probing.mix_choice import (
+    choose_mixes,
+    configuration_mix,
+    mixes_to_probe,
+    stored_mixes,
+)
 from srifty_core.probing.store import write_partition
 from tests.probing.rows import make_rows
 
@@ -68,3 +75,20 @@ def test_after_the_design_every_offered_type_joins_a_mix() -> None:
     got = choose_mixes([], many, [], budget=10)
     assert got[:2] == [{"t0.1": 1, "t1.1": 1}, {"t0.1": 2, "t1.1": 1}]
     assert {t for m in got for t in m} == {s.name for s in many} and len(got) == 5
+
+
+def test_a_sweep_probes_the_listed_mixes_then_chosen_ones_even_without_recent_plans(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreadable() -> list[str]:
+        raise RuntimeError("MLflow is down")
+
+    got = mixes_to_probe(["b.4:1,a.1:1"], [SMALL, BIG], "local", date(2026, 3, 1), 1, unreadable)
+    assert got == [{"a.1": 1, "b.4": 1}, {"a.1": 2, "b.4": 1}]  # the listed one is not chosen again
+    assert "recent plans unreadable (MLflow is down)" in capsys.readouterr().out
+    recent = ["1xa.1@8+1xd.4@8"]
+    assert mixes_to_probe([], [SMALL, BIG], "local", date(2026, 3, 1), 1, lambda: recent) == [
+        {"a.1": 1, "d.4": 1}
+    ]
+    with pytest.raises(ConfigError, match=r"^mixes\[1\]: "):
+        mixes_to_probe(["a.1:1,b.4:1", "a.1:1"], [], "local", date(2026, 3, 1), 0, list)
