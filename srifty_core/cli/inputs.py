@@ -11,10 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from srifty_core.cloud.base import Provider
+    from srifty_core.probing.config import SweepConfig
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -147,8 +153,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from datetime import date
-
     from srifty_core.cloud import get_provider
     from srifty_core.measure.mix_sweep import probe_mix_sweep
     from srifty_core.measure.sweep import probe_sweep
@@ -194,6 +198,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from srifty_core.console import StageProgress
 
     label = instance_type if mix is None else mix_label(mix, field="--mix")
+    if provider.simulated:  # no workers to run: the emulator's own sweep makes the rows
+        return _emulated_probe(config, provider, instance_type, mix, day)
     bar = StageProgress(f"probe {label}", disable=args.no_progress)
 
     def progress(done: int, total: int) -> None:
@@ -233,6 +239,44 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if result.failed:
         print("rerun the same command to measure only the missing points", file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def _emulated_probe(
+    config: SweepConfig,
+    provider: Provider,
+    instance_type: str,
+    mix: dict[str, int] | None,
+    day: date | None,
+) -> int:
+    """``srifty probe`` on the emulated EC2: its sweep (``emulated_probe_sweep``, seeded by
+    the day, on the config's grid) instead of probe workers, whose rows replace the day's
+    partition of the type or the mix."""
+    from datetime import UTC, datetime
+
+    from srifty_core.cloud.emulated.measurements import emulated_probe_sweep, write_emulated_probes
+    from srifty_core.probing.store import read_partition_table
+    from srifty_core.probing.summary import format_summary, summarize
+
+    day = day or datetime.now(UTC).date()
+    types = [provider.instance_type(instance_type).name] if mix is None else []
+    table = emulated_probe_sweep(
+        types,
+        sizes=config.sizes,
+        world_sizes=config.world_sizes,
+        concurrency=config.concurrency,
+        allocations=config.allocations,
+        repeats=config.repeats,
+        seed=day.toordinal(),
+        day=day,
+        sustained=config.sustained_s > 0,
+        mixes=[mix] if mix is not None else (),
+        collectives=config.collectives,
+    )
+    for path in write_emulated_probes(table):
+        stored = read_partition_table(path).to_pandas()
+        print(f"{len(stored)} emulated rows in {path}")
+        print(format_summary(summarize(stored)))
+    return 0
 
 
 def cmd_fit_bandwidth(args: argparse.Namespace) -> int:

@@ -153,3 +153,25 @@ def test_a_provider_that_starts_workers_at_launch_is_refused_before_launching(
     with pytest.raises(ConfigError, match=r"^mix: the local provider starts workers"):
         probe_mix_sweep(config, {"g4dn.xlarge": 1, "g5.xlarge": 1})
     assert not _states(data_dir / "cloud" / "local")
+
+
+def test_on_the_emulated_ec2_a_probe_is_the_emulators_sweep_mixes_included(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The emulated EC2 has no probe workers: ``srifty probe`` there runs its sweep on the
+    same grid and stores the rows, for a type and for a mix (seeded by the day: again,
+    the same rows)."""
+    emulated = ["--provider", "ec2-emulated", *TINY]
+    assert main(["probe", "--mix", MIX, "--no-progress", *emulated]) == 0
+    assert main(["probe", "--instance-type", "g5.xlarge", "--no-progress", *emulated]) == 0
+    out = capsys.readouterr().out
+    assert "emulated rows in" in out and "busbw p50" in out
+    df = read_probes(providers=["ec2-emulated"])
+    mixed = df[df["instance_type"] == LABEL]
+    assert set(mixed["world_size"]) == {3} and set(mixed["gpu_model"]) == {MIXED_GPU}
+    assert set(df[df["instance_type"] == "g5.xlarge"]["world_size"]) == {2}
+    assert sorted(df["buffer_bytes"].unique()) == [4, 4096]
+    first = mixed.sort_values(["buffer_bytes", "repeat"])["busbw"].tolist()
+    assert main(["probe", "--mix", MIX, "--no-progress", *emulated]) == 0
+    again = read_probes(providers=["ec2-emulated"], instance_types=[LABEL])
+    assert again.sort_values(["buffer_bytes", "repeat"])["busbw"].tolist() == first
