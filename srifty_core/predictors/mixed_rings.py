@@ -12,7 +12,7 @@ predictions, so they agree on the same rows.
 Imports ``probing.mix`` (mix labels) and ``predictors.network`` (``DecadeFactors``,
 sustained rows); pandas only inside functions.
 
-How and why (each rule): docs/design/bandwidth.md#mixed-rings
+How and why (each rule): docs/design/bandwidth.md#mixed_rings
 """
 
 from __future__ import annotations
