@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,12 @@ from srifty_core.predictors.features import (
     null_numeric_as_nan,
     size_masks,
 )
-from srifty_core.predictors.mixed_rings import MixedRings, mix_mask, mixed_rings
+from srifty_core.predictors.mixed_rings import (
+    MixedRingQueries,
+    MixedRings,
+    mix_mask,
+    mixed_rings,
+)
 from srifty_core.predictors.network import (
     DecadeFactors,
     level_sigmas,
@@ -60,7 +65,7 @@ if TYPE_CHECKING:
 MODEL_FORMAT = 1
 
 
-class BandwidthModel:
+class BandwidthModel(MixedRingQueries):
     """The bus-bandwidth predictor (``predictors.base.BandwidthPredictor``): a regressor for
     buffers ``<= mtu`` (``small_``), one for larger buffers (``large_``), and the caps
     (``caps_``). scikit-learn style: ``fit`` returns ``self``; fitted attributes end in ``_``.
@@ -194,38 +199,11 @@ class BandwidthModel:
             )
         return pred, pred * np.exp(-width), pred * np.exp(width), inside
 
-    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
-        """For a ring over several ``instance_types`` that the probes never held as one
-        ring, the spread (sd of log) it adds to the network level: how far the probed
-        mixes stray from the one factor (``MixedRings.sigma``); 0 with fewer than two
-        probed mixes, whose spread nothing measured. ``None`` for one type, a probed mix,
-        or a model saved before the probed mixes were recorded (it cannot say)."""
-        caps = self.caps_
-        if caps.mixed_probed is None:
-            return None
-        return self.rings.unprobed_sigma(instance_types)
-
     @property
     def rings(self) -> MixedRings:
         """What the fit learned of mixed-type rings (``predictors.mixed_rings``)."""
         caps = self.caps_
-        return MixedRings(caps.mixed, caps.mixed_probed or (), caps.mixed_sigma, caps.mixed_slopes)
-
-    def mixed_factor(self, buffer_bytes: float) -> float:
-        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size,
-        at the level alone (``predictors.mixed_rings``); 1 where the fit saw no mix."""
-        return float(self.rings.at(buffer_bytes))
-
-    def mixed_factors(
-        self, buffer_bytes: ArrayLike, features: NDArray[np.float64] | None = None
-    ) -> NDArray[np.float64]:
-        """The factor at each size for a ring with these ``ring_features`` (none: the
-        level alone)."""
-        return self.rings.at(buffer_bytes, features)
-
-    def mixed_bound(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
-        """At least the factor of any ring at each size (``MixedRings.bound``)."""
-        return self.rings.bound(buffer_bytes)
+        return MixedRings(caps.mixed, caps.mixed_probed, caps.mixed_sigma, caps.mixed_slopes)
 
     def predict(self, features: pd.DataFrame) -> NDArray[np.float64]:
         """Bus bandwidth, bytes/s (>= ``BUSBW_FLOOR``), for each row of ``features``."""

@@ -98,10 +98,11 @@ class MixedRings:
     features (``slopes``, by ``RING_FEATURES`` name; none: one level for every ring),
     which rings were probed (``probed``: ``ring_key`` of each mix label), and how far a
     ring left out of the fit strays from it (``sigma``, sd of log; ``None`` with fewer
-    than two mixes)."""
+    than two mixes). ``probed`` is ``None`` in a model saved before the probed rings were
+    recorded: it cannot say which were."""
 
     factors: DecadeFactors = field(default_factory=DecadeFactors)
-    probed: tuple[str, ...] = ()
+    probed: tuple[str, ...] | None = ()
     sigma: float | None = None
     slopes: Mapping[str, float] = field(default_factory=dict)
 
@@ -134,11 +135,46 @@ class MixedRings:
     def unprobed_sigma(self, instance_types: Sequence[str]) -> float | None:
         """For a ring over several ``instance_types`` the probes never held as one ring,
         the spread (sd of log) it adds to the network level: ``sigma``, 0 with fewer than
-        two probed mixes (nothing measured a spread); ``None`` for one type or a probed
-        mix."""
-        if len(set(instance_types)) < 2 or ring_key(instance_types) in self.probed:
+        two probed mixes (nothing measured a spread); ``None`` for one type, a probed
+        mix, or rings whose probed mixes were not recorded."""
+        if self.probed is None or len(set(instance_types)) < 2:
+            return None
+        if ring_key(instance_types) in self.probed:
             return None
         return self.sigma or 0.0
+
+
+class MixedRingQueries:
+    """What a bandwidth predictor answers about mixed-type rings, read from the
+    ``MixedRings`` it learned (its ``rings``): the probe table and the XGBoost model alike."""
+
+    @property
+    def rings(self) -> MixedRings:
+        raise NotImplementedError
+
+    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
+        """For a ring over several ``instance_types`` that the probes never held as one
+        ring, the spread (sd of log) it adds to the network level: how far a probed mix
+        left out of the fit strays (``MixedRings.sigma``); 0 with fewer than two probed
+        mixes, whose spread nothing measured. ``None`` for one type, a probed mix, or a
+        model saved before the probed mixes were recorded (it cannot say)."""
+        return self.rings.unprobed_sigma(instance_types)
+
+    def mixed_factor(self, buffer_bytes: float) -> float:
+        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size,
+        at the level alone; 1 where the fit saw no mix."""
+        return float(self.rings.at(buffer_bytes))
+
+    def mixed_factors(
+        self, buffer_bytes: ArrayLike, features: NDArray[np.float64] | None = None
+    ) -> NDArray[np.float64]:
+        """The factor at each size for a ring with these ``ring_features`` (none: the
+        level alone)."""
+        return self.rings.at(buffer_bytes, features)
+
+    def mixed_bound(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
+        """At least the factor of any ring at each size (``MixedRings.bound``)."""
+        return self.rings.bound(buffer_bytes)
 
 
 def mixed_rings(

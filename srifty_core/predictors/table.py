@@ -21,7 +21,6 @@ How and why (interpolation, nearest world size, the cap): docs/design/bandwidth.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +28,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.base import COLLECTIVE, with_collective
-from srifty_core.predictors.mixed_rings import MixedRings, mixed_rings, split_mixes
+from srifty_core.predictors.mixed_rings import (
+    MixedRingQueries,
+    MixedRings,
+    mixed_rings,
+    split_mixes,
+)
 from srifty_core.predictors.network import (
     DecadeFactors,
     WorldTable,
@@ -47,7 +51,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-class ProbeTableBandwidth:
+class ProbeTableBandwidth(MixedRingQueries):
     """Implements ``BandwidthPredictor`` from probe rows (fit on a probe-store frame)."""
 
     def __init__(self) -> None:
@@ -162,28 +166,10 @@ class ProbeTableBandwidth:
         type or size the probes have no repeated samples of."""
         return self.mean_time_.get(instance_type, DecadeFactors()).at(buffer_bytes)
 
-    def unprobed_mix_sigma(self, instance_types: Sequence[str]) -> float | None:
-        """For a ring over several ``instance_types`` the probes never held as one ring,
-        the spread it adds to the network level (``BandwidthModel.unprobed_mix_sigma``):
-        the probed mixes' spread around the factor, 0 with fewer than two; ``None`` for
-        one type or a probed mix."""
-        return self.rings_.unprobed_sigma(instance_types)
-
-    def mixed_factor(self, buffer_bytes: float) -> float:
-        """Measured over composed bus bandwidth of a mixed-type ring at this buffer size,
-        at the level alone (``predictors.mixed_rings``); 1 where no mix was probed."""
-        return float(self.rings_.at(buffer_bytes))
-
-    def mixed_factors(
-        self, buffer_bytes: ArrayLike, features: NDArray[np.float64] | None = None
-    ) -> NDArray[np.float64]:
-        """The factor at each size for a ring with these ``ring_features`` (none: the
-        level alone)."""
-        return self.rings_.at(buffer_bytes, features)
-
-    def mixed_bound(self, buffer_bytes: ArrayLike) -> NDArray[np.float64]:
-        """At least the factor of any ring at each size (``MixedRings.bound``)."""
-        return self.rings_.bound(buffer_bytes)
+    @property
+    def rings(self) -> MixedRings:
+        """What the fit learned of mixed-type rings (``predictors.mixed_rings``)."""
+        return self.rings_
 
     def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
         inside = one_vm(instance_type, world_size)
