@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from srifty_core.errors import ConfigError
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import (
@@ -298,6 +299,37 @@ def test_adamw_steps_cost_more_than_sgd_and_the_profile_says_which() -> None:
     assert times["adamw"] > 1.2 * times["sgd"], times
 
 
+def test_adamw_fused_trains_as_adamw_does_from_a_plan_and_a_request() -> None:
+    """``adamw_fused`` is torch's fused AdamW (on the CPU too): the same parameters as
+    AdamW's multi-tensor steps; a train plan and a request take it, a typo is one line."""
+    from srifty_core.planner.schema.request_spec import RequestSpec
+    from srifty_core.planner.schema.train_plan import TrainPlan
+    from srifty_core.workloads.prepare import make_optimizer
+
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(8, 4) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [
+        make_optimizer(TrainingSettings(optimizer=o), m.parameters(), lr=0.01)
+        for o, m in zip(("adamw", "adamw_fused"), models, strict=True)
+    ]
+    assert opts[1].param_groups[0]["fused"] and not opts[0].param_groups[0]["fused"]
+    x = torch.randn(16, 8)
+    for _ in range(3):
+        for m, o in zip(models, opts, strict=True):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    plan = TrainPlan(model="dlrm", size="tiny", global_batch=4, iterations=1, local_batches=(4,),
+                     run_dir="run", optimizer="adamw_fused")  # fmt: skip
+    assert plan.settings.optimizer == "adamw_fused"
+    with pytest.raises(ConfigError, match="optimizer: must be 'sgd', 'adamw' or 'adamw_fused'"):
+        RequestSpec.parse({"model": "dlrm", "global_batch": 8, "iterations": 1,
+                           "offers": [{"type": "g4dn.xlarge"}], "optimizer": "fused"})  # fmt: skip
+
+
 def test_srifty_plan_plans_a_factory_model_from_its_profile_alone(
     in_repo: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -384,7 +416,6 @@ def test_tf32_travels_from_a_request_and_the_cli_to_the_plan_and_the_profile(
     command a plan hints, a request and the train plan carry it; on the CPU it changes
     nothing (float32 stays exact)."""
     from srifty_core.cli.parser import build_parser
-    from srifty_core.errors import ConfigError
     from srifty_core.planner.schema.request_spec import RequestSpec
     from srifty_core.planner.schema.train_plan import TrainPlan
     from srifty_core.profiling.store import profile_flags

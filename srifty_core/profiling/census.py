@@ -38,7 +38,7 @@ from srifty_core.lifetime import caller_env, die_with_caller
 from srifty_core.profiling.census_count import CLASSES as CLASSES
 from srifty_core.profiling.census_count import count
 from srifty_core.profiling.layout import model_folder
-from srifty_core.training_settings import DEFAULT_SETTINGS, TrainingSettings
+from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, TrainingSettings
 from srifty_core.worker_env import scrubbed
 from srifty_core.workloads import ModelRefError, model_key, parse_model
 
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model", help="a model reference (zoo name, module:factory, file.py:factory, hf:NAME)"
     )
     ap.add_argument("--size", default="full", help="size preset (default: full)")
-    ap.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"), help="default: sgd")
+    ap.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS, help="default: sgd")
     ap.add_argument("--ship", action="store_true", help="retake the package's shipped censuses")
     ap.add_argument(
         "--out", type=Path, help="write the census to this file instead of the profile store"

@@ -35,6 +35,7 @@ from srifty_core.predictors.roofline import (
     scale,
 )
 from srifty_core.profiling.profile import NO_REPLICA, ComputeProfile, GradientBucket, PassStats
+from srifty_core.training_settings import OPTIMIZER_STATES
 
 if TYPE_CHECKING:
     from srifty_core.profiling.census import OpCensus
@@ -90,7 +91,7 @@ def estimate_profile(
     settings = census.settings if source is None else source.settings
     mode = mode_of(settings.precision, settings.tf32)
     eff = roofline.efficiencies
-    states = 2 if settings.optimizer == "adamw" else 1
+    states = OPTIMIZER_STATES[settings.optimizer]
     b_max, fixed, per_sample = batch_limit(census, device, states, settings.precision)
     saved0 = census.saved_bytes(settings.precision)[0]
     span = b_max

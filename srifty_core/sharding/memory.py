@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from srifty_core.errors import ConfigError
-from srifty_core.training_settings import TrainingSettings
+from srifty_core.training_settings import OPTIMIZER_STATES, TrainingSettings
 
 Strategy = Literal["ddp", "fsdp", "hsdp"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
@@ -27,8 +27,6 @@ VMs."""
 FP32 = 4
 """Bytes of a float32: parameters, gradients and optimizer states are float32 whatever the
 precision (autocast computes in bf16/fp16, the parameters stay float32)."""
-OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}
-"""Float32 states per parameter: SGD's momentum buffer; AdamW's two moments."""
 USABLE = 0.9
 """The share of a device's memory a step may fill (the rest: the framework's own
 allocations and fragmentation)."""

@@ -226,5 +226,7 @@ StoredModel = Annotated[
 ]
 """A request's model: a reference (normalised) or a stored name."""
 PrecisionName = Annotated[Literal["fp32", "fp16", "bf16"], Rule("'fp32', 'fp16' or 'bf16'")]
-OptimizerName = Annotated[Literal["sgd", "adamw"], Rule("'sgd' or 'adamw'")]
+OptimizerName = Annotated[
+    Literal["sgd", "adamw", "adamw_fused"], Rule("'sgd', 'adamw' or 'adamw_fused'")
+]
 Flag = Annotated[bool, Field(strict=True), Rule("true or false")]

@@ -136,7 +136,8 @@ class TrainPlan(Strict):
     precision: PrecisionName = "fp32"
     """``fp32``, ``fp16`` (autocast and a GradScaler) or ``bf16`` (autocast) on GPUs."""
     optimizer: OptimizerName = "sgd"
-    """``sgd`` (with ``momentum``) or ``adamw`` (``training_settings.OPTIMIZERS``)."""
+    """``sgd`` (with ``momentum``), ``adamw`` or ``adamw_fused``
+    (``training_settings.OPTIMIZERS``)."""
     compile: Flag = False
     """``torch.compile`` the module's forward (``workloads.prepare``: checkpoints keep their
     keys)."""
