@@ -62,7 +62,8 @@ def counted_and_estimated(catalog: Catalog) -> dict[str, Any]:
             spec = estimate.device_spec(catalog, gpu)
             if spec is None:
                 continue
-            t = {o: rp.estimate_profile(c, spec, fitted).optimizer_step_s for o, c in census.items()}
+            t = {o: rp.estimate_profile(c, spec, fitted).optimizer_step_s
+                 for o, c in census.items()}  # fmt: skip
             row[gpu] = {**{f"{o}_ms": 1e3 * v for o, v in t.items()},
                         "ratio": t["adamw"] / t["adamw_fused"]}  # fmt: skip
         out[model] = row
