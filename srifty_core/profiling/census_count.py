@@ -176,6 +176,14 @@ def count(
             if counter is not None:
                 flops = float(counter(*args, **kwargs, out_val=out))
             nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
+            if not func._schema.returns:  # updates in place and returns nothing (foreach,
+                # fused optimizers): what it writes crosses memory too
+                nbytes += float(sum(
+                    t.numel() * t.element_size()
+                    for a, v in zip(func._schema.arguments, args, strict=False)
+                    if a.alias_info is not None and a.alias_info.is_write
+                    for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor)
+                ))  # fmt: skip
             self.ops.append((self.phase, op_class_of(name), flops, nbytes))
             self.backward_ops += self.phase == 1
             return out
