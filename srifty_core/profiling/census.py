@@ -91,6 +91,10 @@ class OpCensus:
     """Trainable parameters of the root's own, then of each unit FSDP shards as one
     (``sharding.units.unit_parameters``): what the planner's sharded strategies hold and
     gather. Empty in a census counted before the field (not known)."""
+    writes_counted: bool = False
+    """Whether an operator that updates tensors in place and returns nothing (the
+    optimizers' multi-tensor passes) counts what it writes; ``False`` in a census counted
+    before the field (its optimizer step's bytes are what it reads alone)."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -140,6 +144,7 @@ class OpCensus:
             "torch_version": self.torch_version,
             "created_at": self.created_at,
             "unit_parameters": list(self.unit_parameters),
+            "writes_counted": self.writes_counted,
         }
 
     def to_json(self) -> str:
@@ -177,6 +182,7 @@ class OpCensus:
                 torch_version=str(d["torch_version"]),
                 created_at=str(d["created_at"]),
                 unit_parameters=tuple(int(x) for x in d.get("unit_parameters", ())),
+                writes_counted=bool(d.get("writes_counted", False)),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -241,6 +247,7 @@ def take_census(
         torch_version=str(torch.__version__),
         unit_parameters=a.unit_parameters,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        writes_counted=True,
     )
 
 
@@ -269,7 +276,7 @@ def load_census(
     one, else (``count``) taken now and kept in the store. Without torch (a planner-only
     install) a model with neither is a ``ConfigError`` saying how to make it."""
     root = root or paths.profiles_dir()
-    stale: OpCensus | None = None  # one counted before autocast's widths
+    stale: OpCensus | None = None  # counted before autocast's widths or in-place writes
     for path in (
         census_path(root, model, size, settings),
         shipped_census_path(model, size, settings),
@@ -281,12 +288,12 @@ def load_census(
                 raise ConfigError(
                     f"{path}: not an operator census ({exc}); delete it to count it again"
                 ) from exc
-            if found.saved_low_bytes1 >= 0:
+            if found.saved_low_bytes1 >= 0 and found.writes_counted:
                 return found
             stale = stale or found
     torch_here = importlib.util.find_spec("torch") is not None
     if stale is not None and not (count and torch_here):
-        return stale  # float32 widths for every precision until it is counted again
+        return stale  # as it was counted until it is counted again
     command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
     if settings.optimizer != "sgd":
         command += f" --optimizer {settings.optimizer}"

@@ -110,6 +110,32 @@ def test_a_stored_census_without_the_widths_is_counted_again(tmp_path: Path) -> 
     assert "saved_low_bytes1" not in json.loads(stale.read_text())
 
 
+def test_a_stored_census_counted_before_in_place_writes_is_counted_again(
+    tmp_path: Path,
+) -> None:
+    """A census from before in-place writes were counted (no ``writes_counted``) prices the
+    optimizer step on what it reads alone: the store's is counted again where torch is, and
+    where it cannot be it is still served as it is. Every shipped census has the writes."""
+    from srifty_core.profiling.census import SHIPPED_DIR, census_path
+
+    first = load_census(MLP, "small", TrainingSettings(optimizer="adamw"), root=tmp_path)
+    assert first.writes_counted
+    path = census_path(tmp_path, MLP, "small", TrainingSettings(optimizer="adamw"))
+    step = np.asarray(first.phase) == 2
+    old = first.to_dict()
+    del old["writes_counted"]
+    old["bytes0"] = [b * 2 / 3 if s else b for b, s in zip(first.bytes0, step, strict=True)]
+    path.write_text(json.dumps(old))
+    settings = TrainingSettings(optimizer="adamw")
+    served = load_census(MLP, "small", settings, root=tmp_path, count=False)
+    assert not served.writes_counted and served.bytes0 != first.bytes0
+    again = load_census(MLP, "small", settings, root=tmp_path)
+    assert again.writes_counted and again.bytes0 == first.bytes0
+    assert json.loads(path.read_text())["writes_counted"] is True
+    for shipped in SHIPPED_DIR.glob("*.json"):
+        assert json.loads(shipped.read_text())["writes_counted"] is True, shipped.name
+
+
 def test_an_estimate_in_bf16_holds_the_activations_at_two_bytes(
     specs: dict[str, rl.DeviceSpec],
 ) -> None:
