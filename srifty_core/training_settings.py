@@ -22,12 +22,13 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 """``fp32``; ``fp16`` (autocast and a gradient scaler); ``bf16`` (autocast) on GPUs. CPU
 workers compute in the plan's dtype whatever the precision (``worker.placement``). The
 one list: a plan's (``worker.batches``) and a profile's."""
-OPTIMIZERS = ("sgd", "adamw", "adamw_fused")
+OPTIMIZER_STATES = {"sgd": 1, "adamw": 2, "adamw_fused": 2}
+"""Per optimizer, its float32 states per parameter: SGD's momentum buffer; AdamW's two
+moments."""
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
 """``sgd`` (with the plan's momentum); ``adamw`` (torch's, weight decay 0.01, its default
 multi-tensor kernels on GPUs); ``adamw_fused`` (the same update with ``fused=True``: one
 kernel per step for all parameters, as Hugging Face's ``adamw_torch_fused`` runs it)."""
-OPTIMIZER_STATES = {"sgd": 1, "adamw": 2, "adamw_fused": 2}
-"""Float32 states per parameter: SGD's momentum buffer; AdamW's two moments."""
 
 
 @dataclass(frozen=True, slots=True)

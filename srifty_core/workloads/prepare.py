@@ -87,8 +87,7 @@ def make_optimizer(
 ) -> Any:
     """The optimizer ``settings`` name over ``params``: SGD with ``momentum``, or AdamW
     (betas 0.9/0.999, weight decay 0.01; ``adamw_fused``: torch's fused kernel, on the CPU
-    too). The worker trains with it and the profiler
-    times its step."""
+    too). The worker trains with it and the profiler times its step."""
     import torch
 
     if settings.optimizer in ("adamw", "adamw_fused"):
