@@ -117,8 +117,8 @@ def offers_for(
     spec, notes = [], []
     for name, q in case.quotas.items():
         t = catalog.get(name, REGION)
-        if t.gpu_model not in workload_gpus:
-            notes.append(f"{name} dropped: {case.model} does not fit one {t.gpu_model}")
+        if t.device_type not in workload_gpus:
+            notes.append(f"{name} dropped: {case.model} does not fit one {t.device_type}")
             continue
         try:
             catalog.cheapest_spot(name, REGION)
@@ -178,7 +178,7 @@ def case_profiles(
     seed: int = PROFILE_SEED,
     cache: CaseCache | None = None,
 ) -> dict[str, ComputeProfile]:
-    """``{gpu_model: profile}``: what the profiler would measure on the GPU of each of the
+    """``{device_type: profile}``: what the profiler would measure on the GPU of each of the
     case's types, in quota order on one emulated provider; GPUs the network does not fit
     (one sample over the GPU's memory) are left out."""
     fits = tuple(

@@ -12,7 +12,8 @@ catalog must stay light). The rules, one place each:
 - **Rated network**: Karpenter's baseline Gbps where present, else the number in AWS's rating
   text; "up to" ratings also keep their burst figure.
 - **GPU memory per GPU**: AWS's usable GiB where present, else Vantage's total / GPU count.
-- **GPU spec**: joined by instance family (``gpu_specs.csv``'s ``aws_families``).
+- **GPU spec**: joined by instance family (``gpu_specs.csv``'s ``aws_families``); its device
+  type names the variant where the catalog has several of one model (``device_type_name``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
+from srifty_core.catalog.devices import GPU_FILE, device_type_name
 from srifty_core.catalog.types import GpuSpec, InstanceType, Price, RegionalSpot
 from srifty_core.errors import ConfigError
 
 CATALOG_FILE = "ec2_gpu_catalog.csv"
 SPOT_FILE = "ec2_spot_prices.csv"
-GPU_FILE = "gpu_specs.csv"
 SOURCES_FILE = "price_sources.csv"
 
 # Which price_sources.csv key each row of the spot CSV comes from (by its `source` prefix).
@@ -66,7 +67,11 @@ def load_price_sources(catalog_dir: Path) -> dict[str, date]:
 def load_gpu_specs(catalog_dir: Path) -> dict[str, GpuSpec]:
     """Instance family -> GPU spec."""
     by_family: dict[str, GpuSpec] = {}
-    for r in _rows(catalog_dir / GPU_FILE):
+    rows = list(_rows(catalog_dir / GPU_FILE))
+    variants: dict[str, int] = {}
+    for r in rows:
+        variants[r["gpu_model"]] = variants.get(r["gpu_model"], 0) + 1
+    for r in rows:
         families = [f.strip() for f in r["aws_families"].split(";")]
         fp16 = _opt_float(r["fp16_tensor_dense_tflops"]) or _opt_float(r["fp16_nontensor_tflops"])
         spec = GpuSpec(
@@ -81,6 +86,9 @@ def load_gpu_specs(catalog_dir: Path) -> dict[str, GpuSpec]:
             nvlink_bw_gbs=_opt_float(r["nvlink_bw_gbs_per_gpu_total"]),
             host_interface=r["host_interface"],
             tf32_tflops=_opt_float(r["tf32_tensor_dense_tflops"]),
+            device_type=device_type_name(
+                r["gpu_model"], float(r["memory_gb"]), variants[r["gpu_model"]]
+            ),
         )
         for fam in families:
             if re.fullmatch(r"[a-z0-9]+", fam):

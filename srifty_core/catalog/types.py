@@ -88,6 +88,10 @@ class GpuSpec:
     host_interface: str
     tf32_tflops: float | None = None
     """TF32 dense tensor-core throughput (Ampere and later), where published."""
+    device_type: str = ""
+    """The device type profiles, estimates and plans key this GPU by (``catalog.devices``):
+    the model, or the model and memory where EC2 sells several variants of it
+    (``A100-80GB``). Empty: the model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,12 @@ class InstanceType:
     @property
     def spot_by_zone(self) -> dict[str, Price]:
         return dict(self.spot_zones)
+
+    @property
+    def device_type(self) -> str:
+        """The exact GPU variant this type carries, as profiles and plans name devices
+        (``GpuSpec.device_type``); the GPU model where the catalog joins no spec."""
+        return (self.gpu.device_type or self.gpu_model) if self.gpu is not None else self.gpu_model
 
     @property
     def total_gpu_memory_gib(self) -> float:

@@ -150,7 +150,7 @@ def start(job_path: Any, provider: EmulatedProvider, allocs: Sequence[Allocation
         compile=bool(plan.get("compile", False)), channels_last=bool(plan.get("channels_last")),
         tf32=bool(plan.get("tf32")),
     )  # fmt: skip
-    gpu = provider.catalog_type(job.launches[0].instance_type).gpu_model
+    gpu = provider.catalog_type(job.launches[0].instance_type).device_type
     profile = ProfileStore().load_or_estimate(spec.model, spec.size, gpu, spec.settings)
     left = facts.iterations - done
     if left < 1:

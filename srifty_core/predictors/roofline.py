@@ -60,13 +60,22 @@ class DeviceSpec:
     fp16_flops: float | None = None
     """FP16/BF16 dense tensor-core peak, else the vector units' FP16 peak."""
     variant: str = ""
+    model: str = ""
+    """The GPU model (``A100``) where ``name`` is a variant's device type (``A100-80GB``)."""
+
+    @property
+    def chip(self) -> str:
+        """The GPU model: what a held-out split leaves out whole (two variants of one
+        chip are one GPU to it)."""
+        return self.model or self.name
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, memory_gib: float) -> DeviceSpec:
         if gpu.memory_bw_gbs is None:
             raise ConfigError(f"{gpu.model}: the catalog has no memory bandwidth for it")
         return cls(
-            name=gpu.model,
+            name=gpu.device_type or gpu.model,
+            model=gpu.model,
             fp32_flops=gpu.fp32_tflops * 1e12,
             memory_bytes_per_s=gpu.memory_bw_gbs * 1e9,
             memory_gib=memory_gib,

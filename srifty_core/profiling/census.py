@@ -393,6 +393,8 @@ SHIPPED_MODELS = (
     ("xlm", "adamw"),
     ("dlrm", "sgd"),
     ("srifty_core.profiling.reference_models:bert_base_squad", "adamw"),
+    ("srifty_core.profiling.reference_models:bert_large_squad", "adamw"),
+    ("srifty_core.profiling.reference_models:resnext101_32x4d", "sgd"),
     ("hf:gpt2-xl", "adamw"),
 )
 """The censuses the package ships (``full`` size): the zoo's, with the optimizer each is

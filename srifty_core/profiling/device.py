@@ -10,10 +10,8 @@ from collections.abc import Callable
 
 import torch
 
+from srifty_core.catalog.devices import device_type_of_name
 from srifty_core.errors import ConfigError
-
-GPU_MODELS = ("H100", "H200", "A100", "A10G", "L4", "T4", "V100", "M60", "K80")
-"""GPU names as the catalog writes them; a CUDA device name is matched against these."""
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -37,14 +35,13 @@ def resolve_device(spec: str) -> torch.device:
 
 
 def device_type_of(device: torch.device) -> tuple[str, str]:
-    """(device type as the catalog names GPUs, full device name)."""
+    """(device type as the catalog names GPU variants, full device name): an
+    ``A100-SXM4-80GB`` is ``A100-80GB`` (``catalog.devices``)."""
     if device.type == "cpu":
         return "cpu", platform.processor() or platform.machine() or "cpu"
     name = torch.cuda.get_device_name(device)
-    for model in GPU_MODELS:
-        if model in name.upper().replace("TESLA ", ""):
-            return model, name
-    return name.replace(" ", "_"), name
+    memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return device_type_of_name(name, memory_gib) or name.replace(" ", "_"), name
 
 
 def sync_fn(device: torch.device) -> Callable[[], None]:

@@ -15,6 +15,7 @@ only the first plan after new evidence pays for it (about 2-3 s here).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable
@@ -107,9 +108,14 @@ def device_specs(catalog: Catalog) -> dict[str, DeviceSpec]:
 
 
 def device_spec(catalog: Catalog, device_type: str) -> DeviceSpec | None:
-    """The sheet of GPU model ``device_type`` (``V100``...): of its variants, the one with
-    the least memory (a plan's local batch must fit every VM of that GPU)."""
-    found = [s for s in device_specs(catalog).values() if s.name == device_type]
+    """The sheet of device type ``device_type`` (``A100-80GB``, ``H100``...). A bare model
+    that the catalog sells in several variants (``A100``: a profile taken before variants
+    were told apart) gets the variant with the least memory (its local batch then fits
+    either)."""
+    specs = device_specs(catalog).values()
+    found = [s for s in specs if s.name == device_type] or [
+        s for s in specs if s.model == device_type
+    ]
     return min(found, key=lambda s: s.memory_gib) if found else None
 
 
@@ -146,7 +152,7 @@ def public_observations(
                     b / float(r["throughput_per_s"]),
                     "step",
                     r["source_id"],
-                    spec.name,
+                    spec.chip,
                     r["model"] in FUSED_IMPLEMENTATIONS,
                 )
             )
@@ -246,6 +252,8 @@ def estimate(
         raise ConfigError(
             f"{device_type}: the catalog has no GPU sheet for it, so nothing can be estimated"
         )
+    if spec.name != device_type:  # a bare model (``device_spec``): the profile keeps its key
+        spec = dataclasses.replace(spec, name=device_type)
     root = store.root if store is not None else None
     census = load_census(model, size, census_settings(settings), root=root)
     census = _with(census, settings)

@@ -3,6 +3,11 @@ is the model reference of their stored profiles and shipped operator census (the
 key digests the reference's text), so it stays; the code is
 ``srifty_core.workloads.reference_models``."""
 
-from srifty_core.workloads.reference_models import SQUAD_SEQ, bert_base_squad
+from srifty_core.workloads.reference_models import (
+    SQUAD_SEQ,
+    bert_base_squad,
+    bert_large_squad,
+    resnext101_32x4d,
+)
 
-__all__ = ["SQUAD_SEQ", "bert_base_squad"]
+__all__ = ["SQUAD_SEQ", "bert_base_squad", "bert_large_squad", "resnext101_32x4d"]

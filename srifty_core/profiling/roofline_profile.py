@@ -54,7 +54,7 @@ def profile_observations(
     for what, stats in (("fw", profile.fw), ("bw", profile.bw)):
         for b, m in zip(stats.batch_sizes, stats.mean_s, strict=True):
             out.append(
-                Observation(census, device, mode, int(b), float(m), what, PROFILER, device.name)
+                Observation(census, device, mode, int(b), float(m), what, PROFILER, device.chip)
             )
     return out
 

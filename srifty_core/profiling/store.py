@@ -13,13 +13,14 @@ The shipped reference profiles (``srifty_core/shipped/reference_profiles/``, one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
 from srifty_core.atomic import write_text_atomic
-from srifty_core.catalog import Catalog
+from srifty_core.catalog import Catalog, devices
 from srifty_core.console import still_running
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.profiling import estimate
@@ -71,6 +72,9 @@ class ProfileStore:
     ) -> ComputeProfile:
         path = self.path(model, size, device_type, settings)
         if not path.is_file():
+            before = self._before_variants(model, size, device_type, settings)
+            if before is not None:
+                return before
             have = [f"{p.parent.parent.name}/{p.parent.name}/{p.stem}" for p in self.list_paths()]
             raise ProfileNotFoundError(
                 f"no compute profile for {model}/{size} on {device_type}"
@@ -79,6 +83,31 @@ class ProfileStore:
                 f"{profile_hint(model, size, device_type, settings)}"
             )
         return self.read(path)
+
+    def _before_variants(
+        self, model: str, size: str, device_type: str, settings: TrainingSettings
+    ) -> ComputeProfile | None:
+        """A profile stored before GPU variants were told apart is named by the GPU model
+        alone (``V100.json``): it serves the variant its device name states (``Tesla
+        V100-SXM2-16GB`` is a ``V100-16GB``). One whose name does not say is an error naming
+        the rename that keeps it; ``None`` where there is none, or it is another variant's."""
+        gpu = devices.model_of(device_type)
+        old = self.path(model, size, gpu, settings) if gpu is not None else None
+        if old is None or not old.is_file():
+            return None
+        profile = self.read(old)
+        variant = devices.device_type_of_name(profile.device_name)
+        if variant is None:
+            new = self.path(model, size, device_type, settings)
+            raise ConfigError(
+                f"{old}: a {gpu} profile from before GPU variants were told apart, and its "
+                f"device name {profile.device_name!r} does not say which {gpu} it measured; "
+                f"if a {device_type}, rename it to {new.name} and set its device_type to "
+                f"{device_type!r}"
+            )
+        if variant != device_type:
+            return None
+        return dataclasses.replace(profile, device_type=device_type)
 
     def read(self, path: Path) -> ComputeProfile:
         """The profile in ``path``, checked: its numbers (``ComputeProfile.check``) and that

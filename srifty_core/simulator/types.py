@@ -57,7 +57,7 @@ class SimInstance:
         """From a catalog ``InstanceType``."""
         return cls(
             name=t.name,
-            device_type=t.gpu_model,
+            device_type=t.device_type,
             ranks_per_vm=max(1, int(t.gpus_per_vm)),
             shares_host=shares_host,
             gpu_memory_bytes=float(getattr(t, "gpu_memory_gib", 0.0) or 0.0) * 2**30,

@@ -9,6 +9,14 @@ reference's text), so their operator census can be taken like any model's
 DeepLearningExamples ``run_squad.py`` runs it (the model of Lambda's ``bert_base_squad``
 rows): ``BertForQuestionAnswering`` at sequence length 384, the loss the mean of the start
 and end positions' cross-entropies. Random weights; the batch is random token ids.
+``bert_large_squad`` is the same program with BERT-large (24 x 1024, 16 heads).
+
+``resnext101_32x4d``: NVIDIA's ResNeXt101-32x4d (DeepLearningExamples' ConvNets): the
+zoo's ResNet with bottleneck blocks [3, 4, 23, 3] of 32 groups of width 4
+(``workloads.vision``), on 224 x 224 images of 1,000 classes, cross-entropy loss.
+
+The published rows of the last two are held out of every fit
+(``benchmarks/held_out_public.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +29,25 @@ SQUAD_SEQ = 384
 
 
 def bert_base_squad(size: str = "full") -> Parts:
+    return _bert_squad(size, large=False)
+
+
+def bert_large_squad(size: str = "full") -> Parts:
+    return _bert_squad(size, large=True)
+
+
+def _bert_squad(size: str, *, large: bool) -> Parts:
     import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
     if size == "full":
         cfg = transformers.BertConfig()  # bert-base-uncased: 12 x 768, 30522 tokens
+        if large:  # bert-large-uncased
+            cfg = transformers.BertConfig(
+                hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                intermediate_size=4096,
+            )  # fmt: skip
         seq = SQUAD_SEQ
     else:  # a CPU-sized stand-in with the same structure
         cfg = transformers.BertConfig(
@@ -44,5 +65,27 @@ def bert_base_squad(size: str = "full") -> Parts:
     def loss(m: Any, batch: tuple[Any, ...]) -> Any:
         ids, start, end = batch
         return m(input_ids=ids, start_positions=start, end_positions=end).loss
+
+    return Parts(module, make_batch, loss)
+
+
+IMAGE_CLASSES = 1000
+
+
+def resnext101_32x4d(size: str = "full") -> Parts:
+    import torch
+
+    from srifty_core.workloads.vision import resnext101_32x4d as network
+
+    side = 224 if size == "full" else 32  # "small": a CPU-sized stand-in, same network
+    module = network(IMAGE_CLASSES)
+
+    def make_batch(b: int, gen: Any) -> tuple[Any, ...]:
+        x = torch.randn(b, 3, side, side, generator=gen)
+        return x, torch.randint(0, IMAGE_CLASSES, (b,), generator=gen)
+
+    def loss(m: Any, batch: tuple[Any, ...]) -> Any:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(m(x), y)
 
     return Parts(module, make_batch, loss)

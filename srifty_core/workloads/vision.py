@@ -43,14 +43,17 @@ class _BasicBlock(nn.Module):
 class _Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, planes: int, stride: int) -> None:
+    def __init__(
+        self, cin: int, planes: int, stride: int, groups: int = 1, base_width: int = 64
+    ) -> None:
         super().__init__()
         out_ch = planes * 4
-        self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, out_ch, 1, bias=False)
+        mid = planes * base_width // 64 * groups  # ResNeXt: 32 groups of 4 at planes 64
+        self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3 = nn.Conv2d(mid, out_ch, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(out_ch)
         self.down: nn.Module = nn.Identity()
         if stride != 1 or cin != out_ch:
@@ -67,7 +70,12 @@ class _Bottleneck(nn.Module):
 
 class ResNet(nn.Module):
     def __init__(
-        self, block: type[_BasicBlock | _Bottleneck], layers: list[int], classes: int, width: float
+        self,
+        block: type[_BasicBlock | _Bottleneck],
+        layers: list[int],
+        classes: int,
+        width: float,
+        groups: int = 1,
     ) -> None:
         super().__init__()
         c = _c(64, width)
@@ -83,7 +91,11 @@ class ResNet(nn.Module):
             planes = _c(64 * 2**i, width)
             blocks: list[nn.Module] = []
             for j in range(n):
-                blocks.append(block(cin, planes, 2 if (j == 0 and i > 0) else 1))
+                stride = 2 if (j == 0 and i > 0) else 1
+                if groups > 1:  # ResNeXt's grouped bottleneck, 4 channels a group
+                    blocks.append(_Bottleneck(cin, planes, stride, groups, base_width=4))
+                else:
+                    blocks.append(block(cin, planes, stride))
                 cin = planes * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
@@ -100,6 +112,11 @@ def resnet18(classes: int = 1000, width: float = 1.0) -> nn.Module:
 
 def resnet50(classes: int = 1000, width: float = 1.0) -> nn.Module:
     return ResNet(_Bottleneck, [3, 4, 6, 3], classes, width)
+
+
+def resnext101_32x4d(classes: int = 1000, width: float = 1.0) -> nn.Module:
+    """NVIDIA's ResNeXt101-32x4d (DeepLearningExamples' ConvNets): 32 groups of 4."""
+    return ResNet(_Bottleneck, [3, 4, 23, 3], classes, width, groups=32)
 
 
 # ----------------------------------------------------------------------------- VGG16 / AlexNet

@@ -386,7 +386,7 @@ def test_profiling_on_an_emulated_gpu() -> None:
     p = EmulatedProvider(seed=3)
     t0 = p.now()
     v100 = p.profile("p3.8xlarge", ref, probes=4, repeats=5, seed=1, refine=0)
-    assert v100.device_type == "V100" and v100.probe_mode == "budget:4"
+    assert v100.device_type == "V100-16GB" and v100.probe_mode == "budget:4"
     assert p.now() > t0  # profiling takes simulated time
     # B_max from the GPU's 16 GiB and the network's footprint (the same on any device)
     cat = Catalog.load()
@@ -417,7 +417,7 @@ def test_profiling_on_an_emulated_gpu() -> None:
     with pytest.raises(ConfigError, match="does not fit"):
         p.profile("g3.8xlarge", dataclasses.replace(ref, memory_fixed_bytes=9 * 1024**3))
     both = emulated_profiles(["g4dn.xlarge", "g4dn.8xlarge", "p3.2xlarge"], ref, seed=2)
-    assert sorted(both) == ["T4", "V100"]
+    assert sorted(both) == ["T4", "V100-16GB"]
 
 
 def test_launching_a_configuration_waits_for_the_slowest_not_the_sum() -> None:

@@ -360,18 +360,18 @@ def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(
     tmp_path: Path, catalog: Catalog
 ) -> None:
     store = ProfileStore(tmp_path)
-    got = store.load_or_estimate("resnet50", "full", "V100", catalog=catalog)
+    got = store.load_or_estimate("resnet50", "full", "V100-16GB", catalog=catalog)
     assert got.estimate == "scaled from H200"  # the shipped H200 profile of resnet50
-    assert got.device_type == "V100" and "estimated" in got.device_name
+    assert got.device_type == "V100-16GB" and "estimated" in got.device_name
     kept = json.loads((tmp_path / "roofline.json").read_text())
     assert kept["observations"] > 50 and kept["specs_cv"] > 0 and kept["scaled_cv"] > 0
     mtime = (tmp_path / "roofline.json").stat().st_mtime_ns
-    again = store.load_or_estimate("resnet18", "full", "A100", catalog=catalog)
+    again = store.load_or_estimate("resnet18", "full", "A100-40GB", catalog=catalog)
     assert again.estimate == "specs"  # no measured resnet18 on any GPU
     assert (tmp_path / "roofline.json").stat().st_mtime_ns == mtime  # same evidence
     measured = dataclasses.replace(got, estimate="", estimate_cv=0.0, device_name="V100")
     store.save(measured)
-    assert store.load_or_estimate("resnet50", "full", "V100", catalog=catalog) == measured
+    assert store.load_or_estimate("resnet50", "full", "V100-16GB", catalog=catalog) == measured
     with pytest.raises(ProfileNotFoundError, match="on cpu"):
         store.load_or_estimate("resnet50", "full", "cpu", catalog=catalog)
     adamw = store.load_or_estimate(

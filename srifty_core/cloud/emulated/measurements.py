@@ -48,14 +48,14 @@ def emulated_profiles(
     reference_rate: truth.DeviceRate | None = None,
     vms: int = 3,
 ) -> dict[str, ComputeProfile]:
-    """``EmulatedProvider.profile`` on each type's GPU, once per GPU model (profiles are per
-    device type), in the order given on one provider, each on ``vms`` VMs: ``{gpu_model:
-    profile}``. Same
+    """``EmulatedProvider.profile`` on each type's GPU, once per device type (profiles are
+    per device type: ``A100-40GB`` and ``A100-80GB`` are two), in the order given on one
+    provider, each on ``vms`` VMs: ``{device_type: profile}``. Same
     arguments and seed, same profiles. ``reference_rate``: as for ``profile``."""
     p = EmulatedProvider(seed=seed, region=region, catalog=catalog)
     out: dict[str, ComputeProfile] = {}
     for name in instance_types:
-        gpu = p.catalog_type(name).gpu_model
+        gpu = p.catalog_type(name).device_type
         if gpu not in out:
             out[gpu] = p.profile(
                 name,

@@ -85,7 +85,7 @@ class EmulatedProfiles(EmulatedWorld):
         rng = np.random.default_rng(seed) if seed is not None else self._rng
         rate = truth.device_rate(t)
         rates = {
-            x.gpu_model: truth.device_rate(x)
+            x.device_type: truth.device_rate(x)
             for x in self._catalog.by_region(self.region)
             if x.gpu is not None and x.gpu.memory_bw_gbs is not None
         }
@@ -185,8 +185,8 @@ class EmulatedProfiles(EmulatedWorld):
         self.advance(elapsed)
         return dataclasses.replace(
             reference,
-            device_type=t.gpu_model,
-            device_name=f"{t.gpu_model} ({t.name}, {self.name})",
+            device_type=t.device_type,
+            device_name=f"{t.device_type} ({t.name}, {self.name})",
             fw=fw_stats,
             bw=bw_stats,
             fw_fit=fw_fit,

@@ -159,7 +159,7 @@ class EmulatedTraining(EmulatedWorld):
             raise ConfigError("allocations: none given")
         rng = np.random.default_rng(seed) if seed is not None else self._rng
         rates = {
-            t.gpu_model: truth.device_rate(t)
+            t.device_type: truth.device_rate(t)
             for t in self._catalog.by_region(self.region)
             if t.gpu is not None and t.gpu.memory_bw_gbs is not None
         }

@@ -1,0 +1,154 @@
+"""The compute roofline on published rows no fit has seen: BERT-large and ResNeXt-101.
+
+    .venv/bin/python benchmarks/held_out_public.py  # 2 s; writes results/held_out_public.json
+
+``shipped/reference/public_training_throughput.csv`` carries single-GPU rows of BERT-large
+SQuAD fine-tuning (sequence 384; NVIDIA DeepLearningExamples' READMEs and Lambda's tables:
+A10, A100 40/80 GB, H100, H200, V100; TF32/FP32 and AMP) and of ResNeXt101-32x4d (NVIDIA;
+A100 80 GB, V100 16/32 GB). Their networks have no zoo name, so ``profiling.estimate`` never
+learns from them: they are held out of every fit and every choice. Here their networks are
+counted (``workloads/reference_models.py``; the censuses ship) and each row is predicted
+by the roofline fitted on all the evidence the estimate learns from:
+
+* **specs**: the row's step time from its GPU's sheet (NVIDIA's BERT as the program it is:
+  ``Observation.fused``, the factor learned from the BERT-base rows);
+* **scaled**: from each row of the same program (source, network, precision) on another GPU,
+  through ``roofline.scale`` with the fitted ``carry`` (a user who measured one GPU);
+* **fits**: whether the published batch fits the estimate's ``B_max`` (the eager program's
+  memory, as an estimate plans it).
+
+The error is (predicted - published) / published of the step time (batch over samples/s).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from srifty_core.atomic import write_text_atomic
+from srifty_core.catalog import Catalog
+from srifty_core.predictors import roofline as rl
+from srifty_core.profiling import estimate
+from srifty_core.profiling.census import load_census
+from srifty_core.profiling.roofline_profile import estimate_profile
+from srifty_core.training_settings import TrainingSettings
+
+OUT = Path(__file__).parent / "results" / "held_out_public.json"
+REF = "srifty_core.profiling.reference_models:"
+HELD_OUT = {
+    # published name: (reference, optimizer, family, NVIDIA's fused program)
+    "bert_large_squad": (REF + "bert_large_squad", "adamw", "transformer encoder", True),
+    "resnext101-32x4d": (REF + "resnext101_32x4d", "sgd", "CNN", False),
+}
+SETTINGS = {"fp32": {}, "tf32": {"tf32": True}, "amp": {"precision": "fp16"}}
+
+
+def held_out_rows(specs: dict[str, rl.DeviceSpec]) -> list[tuple[dict[str, str], rl.Observation]]:
+    out = []
+    with estimate.PUBLIC_THROUGHPUT.open(newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            spec = specs.get(r["gpu_variant"])
+            if r["model"] not in HELD_OUT or spec is None or r["gpus"] != "1" or r["zoo_model"]:
+                continue
+            ref, optimizer, _, fused = HELD_OUT[r["model"]]
+            census = load_census(ref, "full", TrainingSettings(optimizer=optimizer), count=False)
+            b = int(r["batch_per_gpu"])
+            seconds = b / float(r["throughput_per_s"])
+            obs = rl.Observation(
+                census, spec, r["precision"], b, seconds, "step", r["source_id"], spec.chip, fused
+            )
+            out.append((r, obs))
+    return out
+
+
+def _median_abs(errs: list[float]) -> float:
+    return statistics.median(abs(e) for e in errs) if errs else float("nan")
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    catalog = Catalog.load()
+    evidence, _ = estimate.evidence(catalog, store=None)
+    fitted = rl.learn(evidence)
+    rows = held_out_rows(estimate.evidence_specs(catalog))
+    assert not {id(o.census) for _, o in rows} & {id(o.census) for o in evidence}
+    pred = {id(o): rl.predict(o, fitted.efficiencies) for _, o in rows}
+    out = []
+    for r, o in rows:
+        scaled = [
+            rl.scale(s.seconds, pred[id(s)], pred[id(o)], fitted.carry) / o.seconds - 1.0
+            for _, s in rows
+            if s.device.chip != o.device.chip and o.same_program(s)
+        ]
+        _, optimizer, family, _ = HELD_OUT[r["model"]]
+        settings = TrainingSettings(optimizer=optimizer, **SETTINGS[r["precision"]])
+        profile = estimate_profile(
+            dataclasses.replace(o.census, settings=settings), o.device, fitted
+        )
+        out.append(
+            {
+                "source": r["source_id"],
+                "model": r["model"],
+                "family": family,
+                "published_variant": r["gpu_variant"],
+                "chip": o.device.chip,
+                "precision": r["precision"],
+                "batch": o.batch,
+                "published_s": o.seconds,
+                "specs_error": pred[id(o)] / o.seconds - 1.0,
+                "scaled_errors": scaled,
+                "b_max": profile.b_max,
+                "fits": o.batch <= profile.b_max,
+            }
+        )
+    groups: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for x in out:
+        for key in (
+            f"{x['model']} on {x['chip']}",
+            f"{x['model']} {x['precision']}",
+            f"{x['family']}",
+            "all",
+        ):
+            groups[key].append(x)
+    summary = {
+        k: {
+            "rows": len(v),
+            "specs": _median_abs([float(x["specs_error"]) for x in v]),  # type: ignore[arg-type]
+            "specs_signed": statistics.median(float(x["specs_error"]) for x in v),  # type: ignore[arg-type]
+            "scaled": _median_abs([e for x in v for e in x["scaled_errors"]]),  # type: ignore[attr-defined]
+            "scaled_pairs": sum(len(x["scaled_errors"]) for x in v),  # type: ignore[arg-type]
+            "fits": sum(bool(x["fits"]) for x in v),
+        }
+        for k, v in sorted(groups.items())
+    }
+    in_sample = [rl.predict(o, fitted.efficiencies) / o.seconds - 1.0 for o in evidence]
+    result = {
+        "rows": out,
+        "summary": summary,
+        "in_sample_median_abs": _median_abs(in_sample),
+        "evidence_observations": len(evidence),
+        "seconds": time.perf_counter() - t0,
+    }
+    write_text_atomic(OUT, json.dumps(result, indent=1))
+    head = ("held out", "rows", "specs", "signed", "scaled", "pairs")
+    print("{:34s} {:>4s} {:>7s} {:>7s} {:>7s} {:>5s} fits".format(*head))
+    for k, s in summary.items():
+        print(
+            f"{k:34s} {s['rows']:4d} {s['specs']:7.1%} {s['specs_signed']:+7.1%} "
+            f"{s['scaled']:7.1%} {s['scaled_pairs']:5d} {s['fits']}/{s['rows']}"
+        )
+    print(
+        f"in-sample (the {len(evidence)} observations fitted on): median |error| "
+        f"{result['in_sample_median_abs']:.1%}; {time.perf_counter() - t0:.0f} s; {OUT}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
