@@ -314,6 +314,8 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.simulator.types", "srifty_core.predictors.network"): "heavy: pyarrow",
     ("srifty_core.workloads.references", "srifty_core.workloads.zoo"): "heavy: torch",
     ("srifty_core.workloads.reference_models", "srifty_core.workloads.vision"): "heavy: torch",
+    ("srifty_core.workloads.reference_models", "srifty_core.workloads.gpt_from_scratch"):
+        "heavy: torch",
 }  # fmt: skip
 
 

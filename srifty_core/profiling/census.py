@@ -395,6 +395,8 @@ SHIPPED_MODELS = (
     ("srifty_core.profiling.reference_models:bert_base_squad", "adamw"),
     ("srifty_core.profiling.reference_models:bert_large_squad", "adamw"),
     ("srifty_core.profiling.reference_models:resnext101_32x4d", "sgd"),
+    ("srifty_core.profiling.reference_models:gpt2_from_scratch", "adamw"),
+    ("srifty_core.profiling.reference_models:gpt2_from_scratch", "adamw_fused"),
     ("hf:gpt2-xl", "adamw"),
 )
 """The censuses the package ships (``full`` size): the zoo's, with the optimizer each is

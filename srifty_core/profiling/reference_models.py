@@ -7,7 +7,14 @@ from srifty_core.workloads.reference_models import (
     SQUAD_SEQ,
     bert_base_squad,
     bert_large_squad,
+    gpt2_from_scratch,
     resnext101_32x4d,
 )
 
-__all__ = ["SQUAD_SEQ", "bert_base_squad", "bert_large_squad", "resnext101_32x4d"]
+__all__ = [
+    "SQUAD_SEQ",
+    "bert_base_squad",
+    "bert_large_squad",
+    "gpt2_from_scratch",
+    "resnext101_32x4d",
+]

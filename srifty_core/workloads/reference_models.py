@@ -15,7 +15,11 @@ and end positions' cross-entropies. Random weights; the batch is random token id
 zoo's ResNet with bottleneck blocks [3, 4, 23, 3] of 32 groups of width 4
 (``workloads.vision``), on 224 x 224 images of 1,000 classes, cross-entropy loss.
 
-The published rows of the last two are held out of every fit
+``gpt2_from_scratch``: the GPT-2-small-shaped decoder of Raschka's *LLMs from scratch*
+training-speed baseline (``workloads.gpt_from_scratch``), next-token cross-entropy over
+1,024 tokens.
+
+The published rows of the last three are held out of every fit
 (``benchmarks/held_out_public.py``).
 """
 
@@ -87,5 +91,28 @@ def resnext101_32x4d(size: str = "full") -> Parts:
     def loss(m: Any, batch: tuple[Any, ...]) -> Any:
         x, y = batch
         return torch.nn.functional.cross_entropy(m(x), y)
+
+    return Parts(module, make_batch, loss)
+
+
+def gpt2_from_scratch(size: str = "full") -> Parts:
+    import torch
+
+    from srifty_core.workloads.gpt_from_scratch import CONTEXT, VOCAB, GPTFromScratch
+
+    if size == "full":
+        vocab, seq = VOCAB, CONTEXT
+        module = GPTFromScratch()
+    else:  # a CPU-sized stand-in with the same structure
+        vocab, seq = 512, 32
+        module = GPTFromScratch(vocab=vocab, context=seq, width=64, heads=2, layers=2)
+
+    def make_batch(b: int, gen: Any) -> tuple[Any, ...]:
+        ids = torch.randint(0, vocab, (b, seq + 1), generator=gen)
+        return ids[:, :-1], ids[:, 1:]
+
+    def loss(m: Any, batch: tuple[Any, ...]) -> Any:
+        ids, targets = batch
+        return torch.nn.functional.cross_entropy(m(ids).flatten(0, 1), targets.flatten())
 
     return Parts(module, make_batch, loss)

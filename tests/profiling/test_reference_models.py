@@ -11,6 +11,7 @@ from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads.reference_models import (
     bert_base_squad,
     bert_large_squad,
+    gpt2_from_scratch,
     resnext101_32x4d,
 )
 
@@ -21,7 +22,9 @@ def test_every_shipped_model_has_its_census() -> None:
         assert path.is_file(), f"{model}: run python -m srifty_core.profiling.census --ship"
 
 
-@pytest.mark.parametrize("factory", [bert_base_squad, bert_large_squad, resnext101_32x4d])
+@pytest.mark.parametrize(
+    "factory", [bert_base_squad, bert_large_squad, resnext101_32x4d, gpt2_from_scratch]
+)
 def test_a_reference_network_trains_a_step(factory: object) -> None:
     parts = factory("small")  # type: ignore[operator]
     batch = parts.make_batch(2, torch.Generator().manual_seed(0))
@@ -54,5 +57,11 @@ def test_the_held_out_published_rows_are_in_no_fit() -> None:
     assert len(held) >= 40 and not any(r["zoo_model"] for r in held)
     observations, _ = estimate.evidence(Catalog.load(), store=None)
     keys = {o.census.key for o in observations}
-    assert not [k for k in keys if "bert_large" in k or "resnext" in k], keys
+    assert not [k for k in keys if "bert_large" in k or "resnext" in k or "gpt2_from" in k], keys
     assert len(observations) == 100  # BENCHMARKS.md's figures were fitted on these
+
+
+def test_the_decoder_is_the_books_124m_configuration() -> None:
+    """163,009,536 parameters (GPT-2 small's shape with an untied head and no qkv bias)."""
+    module = gpt2_from_scratch("full").module
+    assert sum(p.numel() for p in module.parameters()) == 163_009_536
