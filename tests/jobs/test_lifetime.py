@@ -89,7 +89,9 @@ STUCK = textwrap.dedent(
         signal.signal(signal.SIGTERM, lambda *_: None)
     else:  # a script that ignores SIGTERM
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    Path(sys.argv[1], f"rank-{rank}.pid").write_text(str(os.getpid()))
+    tmp = Path(sys.argv[1], f".rank-{rank}.tmp")  # renamed whole: a reader never sees it empty
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(Path(sys.argv[1], f"rank-{rank}.pid"))
     time.sleep(3600)  # one long step
     """
 )
