@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 MODES = ("fp32", "tf32", "amp")
 CLASS_OTHER = 2
 """``census.CLASSES.index("other")``: the operators with no counted FLOPs."""
+CLASS_NORM = 3
+"""``census.CLASSES.index("norm")``: batch normalisation (memory-bound, several passes)."""
 """``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
 in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
 
@@ -119,8 +121,9 @@ class Efficiencies:
     the same unit (it can pass 1: cuDNN's Winograd and FFT algorithms do fewer
     multiplications than the direct count), the share of the memory bandwidth reached, the
     bytes of a 16-bit step relative to a 32-bit one, the cost of one operator in each pass,
-    and the bytes a fused implementation's elementwise operators move relative to eager's
-    (``Observation.fused``; evidence only)."""
+    the bytes a fused implementation's elementwise operators move relative to eager's
+    (``Observation.fused``; evidence only), and the bytes batch normalisation moves
+    relative to what the census counts (its kernels pass over a tensor more than once)."""
 
     simt: float = 0.8
     tf32: float = 0.4
@@ -131,6 +134,7 @@ class Efficiencies:
     launch_fw_s: float = 3e-5
     launch_bw_s: float = 5e-5
     fused: float = 1.0
+    norm: float = 1.0
 
     def as_log(self) -> NDArray[np.float64]:
         return np.log([getattr(self, f) for f in self.__slots__])
@@ -151,8 +155,8 @@ class Efficiencies:
         return float(getattr(self, name))
 
 
-_LOWER = np.log([1e-2, 1e-2, 1e-2, 0.1, 1e-2, 0.25, 1e-7, 1e-7, 0.05])
-_UPPER = np.log([4.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1e-3, 1e-3, 2.0])
+_LOWER = np.log([1e-2, 1e-2, 1e-2, 0.1, 1e-2, 0.25, 1e-7, 1e-7, 0.05, 1.0])
+_UPPER = np.log([4.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1e-3, 1e-3, 2.0, 5.0])
 
 
 class _Ops:
@@ -201,6 +205,7 @@ def op_times(
             conv * eff.unit(conv_unit) * eff.conv,
             mm * eff.unit(mm_unit),
             device.fp32_flops * eff.memory,  # no FLOPs are counted for them
+            device.fp32_flops * eff.memory,
         ]
     )[cls]
     flops = f0 + f1 * batch
@@ -209,6 +214,7 @@ def op_times(
         moved = moved * eff.half_bytes
     if fused and phase < 2:
         moved = np.where(cls == CLASS_OTHER, moved * eff.fused, moved)
+    moved = np.where(cls == CLASS_NORM, moved * eff.norm, moved)
     bandwidth = device.memory_bytes_per_s * eff.memory
     launch = eff.launch_bw_s if phase == 1 else eff.launch_fw_s
     if phase == 2:  # multi-tensor updates: memory-bound, one launch each
@@ -304,12 +310,15 @@ class _Design:
         phases = {"fw": (0,), "bw": (1,), "step": (0, 1, 2)}
         cols: dict[str, list[NDArray[Any]]] = {
             k: []
-            for k in ("obs", "flops", "moved", "peak", "unit", "conv", "half", "fused", "bw", "ph")
+            for k in (
+                *("obs", "flops", "moved", "peak", "unit", "conv", "half", "fused", "norm"),
+                *("bw", "ph"),
+            )
         }
         for i, o in enumerate(observations):
             (conv, conv_unit), (mm, mm_unit) = o.device.units(o.mode)
-            peaks = np.array([conv, mm, o.device.fp32_flops])
-            units = np.array([_UNIT_INDEX[conv_unit], _UNIT_INDEX[mm_unit], _MEMORY])
+            peaks = np.array([conv, mm, o.device.fp32_flops, o.device.fp32_flops])
+            units = np.array([_UNIT_INDEX[conv_unit], _UNIT_INDEX[mm_unit], _MEMORY, _MEMORY])
             for ph in phases[o.what]:
                 cls, f0, f1, m0, m1 = _ops(o.census).parts[ph]
                 n = len(cls)
@@ -321,6 +330,7 @@ class _Design:
                 cols["conv"].append(cls == 0)
                 cols["half"].append(np.full(n, o.mode == "amp" and ph < 2))
                 cols["fused"].append((cls == CLASS_OTHER) & (o.fused and ph < 2))
+                cols["norm"].append(cls == CLASS_NORM)
                 cols["bw"].append(np.full(n, o.device.memory_bytes_per_s))
                 cols["ph"].append(np.full(n, ph))
         flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
@@ -332,17 +342,19 @@ class _Design:
         self.conv = flat["conv"].astype(bool)
         self.half = flat["half"].astype(bool)
         self.fused = flat["fused"].astype(bool)
+        self.norm = flat["norm"].astype(bool)
         self.memory_bound = flat["ph"] == 2
         self.backward = flat["ph"] == 1
 
     def times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """Each observation's predicted seconds (``predict``) under the efficiencies whose
         fields (``Efficiencies.__slots__`` order) are ``v``."""
-        simt, tf32, half, conv, memory, half_bytes, launch_fw, launch_bw, fused = v
+        simt, tf32, half, conv, memory, half_bytes, launch_fw, launch_bw, fused, norm = v
         rate = self.peak * np.array([simt, tf32, half, memory])[self.unit]
         rate = np.where(self.conv, rate * conv, rate)
         moved = np.where(self.half, self.moved * half_bytes, self.moved)
         moved = np.where(self.fused, moved * fused, moved)
+        moved = np.where(self.norm, moved * norm, moved)
         compute = np.where(self.memory_bound, 0.0, self.flops / rate)
         t = np.maximum(compute, moved / (self.bandwidth * memory))
         t = t + np.where(self.backward, launch_bw, launch_fw)

@@ -43,6 +43,9 @@ from srifty_core.worker_env import scrubbed
 from srifty_core.workloads import ModelRefError, model_key, parse_model
 
 SCHEMA_VERSION = 1
+OLD_CLASSES = CLASSES[:3]
+"""The operator classes of a census counted before ``OpCensus.classes`` (batch
+normalisation among ``other``)."""
 BATCHES = (2, 8)
 """The two batch sizes the census steps at (batch norm needs more than one sample)."""
 PHASES = ("fw", "bw", "opt")
@@ -95,6 +98,9 @@ class OpCensus:
     """Whether an operator that updates tensors in place and returns nothing (the
     optimizers' multi-tensor passes) counts what it writes; ``False`` in a census counted
     before the field (its optimizer step's bytes are what it reads alone)."""
+    classes: tuple[str, ...] = OLD_CLASSES
+    """The ``CLASSES`` its ``op_class`` indexes (each one's index is kept when a class is
+    added): what the census was counted with."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -104,6 +110,19 @@ class OpCensus:
             raise ConfigError("census: per-operator columns differ in length")
         if not (len(self.bucket_sizes) == len(self.bucket_params) == len(self.bucket_ready_op)):
             raise ConfigError("census: per-bucket columns differ in length")
+        if self.classes != CLASSES[: len(self.classes)] or max(self.op_class, default=0) >= len(
+            self.classes
+        ):
+            raise ConfigError(
+                f"census: operator classes {list(self.classes)} are not this version's "
+                f"({', '.join(CLASSES)}); count it again"
+            )
+
+    @property
+    def current(self) -> bool:
+        """Whether it was counted as ``take_census`` counts today (else a store counts it
+        again where torch is, and serves it as it is where torch is not)."""
+        return self.saved_low_bytes1 >= 0 and self.writes_counted and self.classes == CLASSES
 
     @property
     def key(self) -> str:
@@ -145,6 +164,7 @@ class OpCensus:
             "created_at": self.created_at,
             "unit_parameters": list(self.unit_parameters),
             "writes_counted": self.writes_counted,
+            "classes": list(self.classes),
         }
 
     def to_json(self) -> str:
@@ -183,6 +203,7 @@ class OpCensus:
                 created_at=str(d["created_at"]),
                 unit_parameters=tuple(int(x) for x in d.get("unit_parameters", ())),
                 writes_counted=bool(d.get("writes_counted", False)),
+                classes=tuple(str(c) for c in d.get("classes", OLD_CLASSES)),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -248,6 +269,7 @@ def take_census(
         unit_parameters=a.unit_parameters,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         writes_counted=True,
+        classes=CLASSES,
     )
 
 
@@ -276,7 +298,8 @@ def load_census(
     one, else (``count``) taken now and kept in the store. Without torch (a planner-only
     install) a model with neither is a ``ConfigError`` saying how to make it."""
     root = root or paths.profiles_dir()
-    stale: OpCensus | None = None  # counted before autocast's widths or in-place writes
+    stale: OpCensus | None = None  # counted before autocast's widths, in-place writes or
+    # today's operator classes
     for path in (
         census_path(root, model, size, settings),
         shipped_census_path(model, size, settings),
@@ -288,7 +311,7 @@ def load_census(
                 raise ConfigError(
                     f"{path}: not an operator census ({exc}); delete it to count it again"
                 ) from exc
-            if found.saved_low_bytes1 >= 0 and found.writes_counted:
+            if found.current:
                 return found
             stale = stale or found
     torch_here = importlib.util.find_spec("torch") is not None

@@ -14,10 +14,14 @@ from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import build, make_optimizer
 
-CLASSES = ("conv", "matmul", "other")
+CLASSES = ("conv", "matmul", "other", "norm")
 """Operator classes: convolutions and matrix products run on tensor cores where the
 precision lets them (convolutions also in TF32 under PyTorch's defaults, matrix products
-not), the rest on the vector units."""
+not), the rest on the vector units; ``norm`` is batch normalisation, which passes over its
+tensors more often than the census counts them (its statistics, then the normalisation; in
+backward, reductions over the input and the gradient, then the input's gradient): the
+roofline learns how many more times (``Efficiencies.norm``). A census counted before the
+class (``OpCensus.classes``) has it in ``other``."""
 
 _CONV = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution"}
 _MATMUL = {
@@ -39,6 +43,14 @@ _MATMUL = {
     "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_cudnn_attention_backward",
 }
+_NORM = {
+    *("native_batch_norm", "native_batch_norm_backward", "batch_norm_backward"),
+    *("_native_batch_norm_legit", "_native_batch_norm_legit_functional"),
+    *("_batch_norm_with_update", "_batch_norm_with_update_functional"),
+    *("cudnn_batch_norm", "cudnn_batch_norm_backward"),
+    *("miopen_batch_norm", "miopen_batch_norm_backward"),
+}
+"""Batch normalisation in training, forward and backward, as ATen names it on any device."""
 _AUTOCAST_LOW = _CONV | _MATMUL | {"linear", "matmul", "addbmm", "addmv", "mv", "prelu"}
 """Operators autocast runs in bf16/fp16 (``torch.autocast``'s lower-precision list on CUDA,
 as ATen names them): their outputs, and what follows from those alone, are 2-byte tensors
@@ -62,6 +74,12 @@ _NO_KERNEL = {
     "new_empty_strided",
     "lift_fresh",
     "_reshape_alias",
+    "_unsafe_view",  # a view ATen does not mark as one (reshape after a copy)
+    "alias",
+    "set_",
+    "resize_",
+    "_record_function_enter_new",  # the profiler's markers: host-side only
+    "_record_function_exit",
     "sym_size",
     "sym_stride",
     "sym_numel",
@@ -76,6 +94,8 @@ def op_class_of(name: str) -> int:
         return CLASSES.index("conv")
     if name in _MATMUL:
         return CLASSES.index("matmul")
+    if name in _NORM:
+        return CLASSES.index("norm")
     return CLASSES.index("other")
 
 
@@ -143,7 +163,9 @@ def count(
     # Under autocast (bf16/fp16): the storages that would hold 2-byte tensors. The weights'
     # 2-byte copies are not counted: FSDP2's mixed precision frees them after each unit,
     # and on the H200 the float32 count of the fixed part was already over DDP's peak.
-    low: set[int] = set()
+    # Keyed by address, so each storage is held here while it is: one freed and its address
+    # taken by a new storage would pass its width on (the count varied run to run).
+    low: dict[int, Any] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
@@ -211,9 +233,9 @@ def count(
                 if isinstance(t, torch.Tensor) and t.is_floating_point():
                     c = t.untyped_storage()._cdata
                     if is_low:
-                        low.add(c)
+                        low[c] = t.untyped_storage()
                     else:
-                        low.discard(c)
+                        low.pop(c, None)
 
     ready: dict[int, int] = {}
     census = Census()

@@ -209,7 +209,8 @@ def _digest(observations: Iterable[Observation]) -> str:
     h = hashlib.sha256()
     for o in observations:
         h.update(
-            f"{o.census.key}|{o.device.variant}|{o.mode}|{o.batch}|{o.seconds!r}|{o.what}\n".encode()
+            f"{o.census.key}|{','.join(o.census.classes)}|{o.device.variant}|{o.mode}|"
+            f"{o.batch}|{o.seconds!r}|{o.what}\n".encode()
         )
     return h.hexdigest()[:16]
 
