@@ -14,7 +14,10 @@ it has measured) in two ways:
 
 Per row: whether the published batch fits the estimate's ``B_max`` (a batch that ran and
 is refused is a false "does not fit": a plan could never choose it), and the step-time error
-(predicted - published) / published at that batch. The rows are evidence the roofline is
+(predicted - published) / published at that batch. The predicted step is the estimate's
+passes and optimizer step plus the benchmark loop's host time a published step holds (the
+roofline's ``host_s`` a sample, learned from the published steps; an estimate itself is of
+the passes srifty's profiler times). The rows are evidence the roofline is
 also fitted on (the in-sample figure; BENCHMARKS.md has the held-out ones): what this
 measures is the variant's sheet, memory and bandwidth, not the fit.
 """
@@ -31,7 +34,13 @@ from pathlib import Path
 
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog import Catalog
-from srifty_core.profiling.estimate import PUBLIC_THROUGHPUT, PUBLIC_VARIANTS, SQUAD, device_specs
+from srifty_core.profiling.estimate import (
+    PUBLIC_THROUGHPUT,
+    PUBLIC_VARIANTS,
+    SQUAD,
+    device_specs,
+    roofline_for,
+)
 from srifty_core.profiling.store import ProfileStore
 from srifty_core.training_settings import TrainingSettings
 
@@ -62,7 +71,8 @@ def ask(store: ProfileStore, catalog: Catalog, r: dict[str, str], device: str) -
         SQUAD if bert else r["zoo_model"], "full", device, settings, catalog=catalog
     )
     b = int(r["batch_per_gpu"])
-    step = float(p.fw_fit.at(b)) + float(p.bw_fit.at(b))
+    host_s = roofline_for(catalog, store)[0].efficiencies.host_s
+    step = float(p.fw_fit.at(b)) + float(p.bw_fit.at(b)) + p.optimizer_step_s + host_s * b
     published = b / float(r["throughput_per_s"])
     return {"b_max": p.b_max, "fits": b <= p.b_max, "error": step / published - 1}
 

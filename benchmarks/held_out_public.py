@@ -17,7 +17,12 @@ by the roofline fitted on all the evidence the estimate learns from:
 * **scaled**: from each row of the same program (source, network, precision) on another GPU,
   through ``roofline.scale`` with the fitted ``carry`` (a user who measured one GPU);
 * **fits**: whether the published batch fits the estimate's ``B_max`` (the eager program's
-  memory, as an estimate plans it).
+  memory, as an estimate plans it);
+* **p90 covers**: whether the published step is at most the p90 a plan checks for it: the
+  specs prediction times ``exp(z90 * sd)``, ``sd`` the estimate's own spread
+  (``estimate_cv``, the roofline's held-out ``specs_cv``) alone, and in quadrature with
+  the simulator's prior floor for a VM's speed (``calibration.PRIOR_FLOOR``: what a plan
+  adds where no VM spread was measured on that GPU).
 
 The error is (predicted - published) / published of the step time (batch over samples/s).
 """
@@ -27,11 +32,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from statistics import NormalDist
 
 from srifty_core.atomic import write_text_atomic
 from srifty_core.catalog import Catalog
@@ -39,6 +46,7 @@ from srifty_core.predictors import roofline as rl
 from srifty_core.profiling import estimate
 from srifty_core.profiling.census import load_census
 from srifty_core.profiling.roofline_profile import estimate_profile
+from srifty_core.simulator.calibration import PRIOR_FLOOR
 from srifty_core.training_settings import TrainingSettings
 
 OUT = Path(__file__).parent / "results" / "held_out_public.json"
@@ -105,6 +113,9 @@ def main() -> int:
         profile = estimate_profile(
             dataclasses.replace(o.census, settings=settings), o.device, fitted
         )
+        z90 = NormalDist().inv_cdf(0.9)
+        sds = (profile.estimate_cv, math.hypot(PRIOR_FLOOR, profile.estimate_cv))
+        covers = [pred[id(o)] * math.exp(z90 * sd) >= o.seconds for sd in sds]
         out.append(
             {
                 "source": r["source_id"],
@@ -120,6 +131,9 @@ def main() -> int:
                 "scaled_errors": scaled,
                 "b_max": profile.b_max,
                 "fits": o.batch <= profile.b_max,
+                "estimate_cv": profile.estimate_cv,
+                "p90_covers": covers[0],
+                "p90_covers_with_prior": covers[1],
             }
         )
     groups: dict[str, list[dict[str, object]]] = defaultdict(list)
@@ -140,6 +154,8 @@ def main() -> int:
             "scaled": _median_abs([e for x in v for e in x["scaled_errors"]]),  # type: ignore[attr-defined]
             "scaled_pairs": sum(len(x["scaled_errors"]) for x in v),  # type: ignore[arg-type]
             "fits": sum(bool(x["fits"]) for x in v),
+            "p90_covers": sum(bool(x["p90_covers"]) for x in v),
+            "p90_covers_with_prior": sum(bool(x["p90_covers_with_prior"]) for x in v),
         }
         for k, v in sorted(groups.items())
     }
@@ -153,12 +169,14 @@ def main() -> int:
     }
     write_text_atomic(OUT, json.dumps(result, indent=1))
     head = ("held out", "rows", "specs", "signed", "scaled", "pairs")
-    print("{:34s} {:>4s} {:>7s} {:>7s} {:>7s} {:>5s} fits".format(*head))
+    print("{:34s} {:>4s} {:>7s} {:>7s} {:>7s} {:>5s} fits  p90 covers (+prior)".format(*head))
     for k, s in summary.items():
         print(
             f"{k:34s} {s['rows']:4d} {s['specs']:7.1%} {s['specs_signed']:+7.1%} "
-            f"{s['scaled']:7.1%} {s['scaled_pairs']:5d} {s['fits']}/{s['rows']}"
+            f"{s['scaled']:7.1%} {s['scaled_pairs']:5d} {s['fits']:2d}/{s['rows']:<2d}  "
+            f"{s['p90_covers']:2d} ({s['p90_covers_with_prior']})"
         )
+    print(f"the estimate's spread (specs_cv, held out by GPU in-sample): {fitted.specs_cv:.3f}")
     print(
         f"in-sample (the {len(evidence)} observations fitted on): median |error| "
         f"{result['in_sample_median_abs']:.1%}; {time.perf_counter() - t0:.0f} s; {OUT}"

@@ -122,8 +122,11 @@ class Efficiencies:
     multiplications than the direct count), the share of the memory bandwidth reached, the
     bytes of a 16-bit step relative to a 32-bit one, the cost of one operator in each pass,
     the bytes a fused implementation's elementwise operators move relative to eager's
-    (``Observation.fused``; evidence only), and the bytes batch normalisation moves
-    relative to what the census counts (its kernels pass over a tensor more than once)."""
+    (``Observation.fused``; evidence only), the bytes batch normalisation moves
+    relative to what the census counts (its kernels pass over a tensor more than once), and
+    the seconds a sample adds to a published step beyond its passes, the same on every GPU
+    (the input pipeline and host work of a benchmark's loop; evidence only: an estimate is
+    of the passes srifty's profiler times, on batches already on the device)."""
 
     simt: float = 0.8
     tf32: float = 0.4
@@ -135,6 +138,7 @@ class Efficiencies:
     launch_bw_s: float = 5e-5
     fused: float = 1.0
     norm: float = 1.0
+    host_s: float = 1e-6
 
     def as_log(self) -> NDArray[np.float64]:
         return np.log([getattr(self, f) for f in self.__slots__])
@@ -155,8 +159,8 @@ class Efficiencies:
         return float(getattr(self, name))
 
 
-_LOWER = np.log([1e-2, 1e-2, 1e-2, 0.1, 1e-2, 0.25, 1e-7, 1e-7, 0.05, 1.0])
-_UPPER = np.log([4.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1e-3, 1e-3, 2.0, 5.0])
+_LOWER = np.log([1e-2, 1e-2, 1e-2, 0.1, 1e-2, 0.25, 1e-7, 1e-7, 0.05, 1.0, 1e-9])
+_UPPER = np.log([4.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1e-3, 1e-3, 2.0, 5.0, 1e-2])
 
 
 class _Ops:
@@ -271,7 +275,8 @@ class Observation:
 
 def predict(obs: Observation, eff: Efficiencies) -> float:
     fw, bw, opt = pass_times(obs.census, obs.device, obs.mode, eff, obs.batch, obs.fused)
-    return {"fw": fw, "bw": bw, "step": fw + bw + opt}[obs.what]
+    step = fw + bw + opt + eff.host_s * obs.batch
+    return {"fw": fw, "bw": bw, "step": step}[obs.what]
 
 
 def fit(observations: Sequence[Observation], start: Efficiencies | None = None) -> Efficiencies:
@@ -335,6 +340,7 @@ class _Design:
                 cols["ph"].append(np.full(n, ph))
         flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
         self.n = len(observations)
+        self.step_batch = np.array([o.batch if o.what == "step" else 0 for o in observations])
         self.obs = flat["obs"].astype(np.int64)
         self.flops, self.moved, self.peak = flat["flops"], flat["moved"], flat["peak"]
         self.bandwidth = flat["bw"]
@@ -349,7 +355,7 @@ class _Design:
     def times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """Each observation's predicted seconds (``predict``) under the efficiencies whose
         fields (``Efficiencies.__slots__`` order) are ``v``."""
-        simt, tf32, half, conv, memory, half_bytes, launch_fw, launch_bw, fused, norm = v
+        simt, tf32, half, conv, memory, half_bytes, launch_fw, launch_bw, fused, norm, host = v
         rate = self.peak * np.array([simt, tf32, half, memory])[self.unit]
         rate = np.where(self.conv, rate * conv, rate)
         moved = np.where(self.half, self.moved * half_bytes, self.moved)
@@ -358,7 +364,7 @@ class _Design:
         compute = np.where(self.memory_bound, 0.0, self.flops / rate)
         t = np.maximum(compute, moved / (self.bandwidth * memory))
         t = t + np.where(self.backward, launch_bw, launch_fw)
-        out = np.bincount(self.obs, weights=t, minlength=self.n)
+        out = np.bincount(self.obs, weights=t, minlength=self.n) + host * self.step_batch
         return np.asarray(out, dtype=np.float64)
 
 

@@ -474,3 +474,36 @@ def test_units_fusion_and_the_carried_share(
     obs += [dataclasses.replace(o, source="y", seconds=o.seconds / 1.3 / 1.2) for o in obs]
     assert rl.carry_share(obs, eff) == pytest.approx(1.0)
     assert rl.scale(2.0, 1.0, 3.0, 0.0) == 3.0 and rl.scale(2.0, 1.0, 3.0, 1.0) == 6.0
+
+
+def test_a_published_step_holds_host_time_a_sample_and_an_estimate_does_not(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """``host_s`` adds the same seconds a sample to a published step on every GPU and
+    nothing to a pass; the fit finds it again from steps made with it on two GPUs, and an
+    estimated profile (the passes srifty's profiler times) is the same whatever it is."""
+    a100, v100 = specs["A100 SXM4 80GB"], specs["Tesla V100 SXM2 16GB"]
+    eff = rl.Efficiencies(host_s=4e-5)
+    bare = dataclasses.replace(eff, host_s=0.0)
+    for dev in (a100, v100):
+        fw, bw, opt = rl.pass_times(resnet18, dev, "fp32", eff, 256)
+        step = rl.Observation(resnet18, dev, "fp32", 256, 1.0, "step")
+        assert rl.predict(step, eff) == pytest.approx(fw + bw + opt + 256 * 4e-5, rel=1e-12)
+        assert rl.predict(step, bare) == pytest.approx(fw + bw + opt, rel=1e-12)
+        fw_obs = dataclasses.replace(step, what="fw")
+        assert rl.predict(fw_obs, eff) == rl.predict(fw_obs, bare) == fw
+    truth = rl.Efficiencies(memory=0.6, host_s=3e-5)
+    obs = [
+        rl.Observation(resnet18, dev, mode, b, 0.0, what, "", dev.name)
+        for dev in (a100, v100, specs["H100 SXM5 80GB"])
+        for mode in ("fp32", "amp")
+        for b in (8, 64, 256, 1024)
+        for what in ("fw", "bw", "step")
+    ]
+    obs = [dataclasses.replace(o, seconds=rl.predict(o, truth)) for o in obs]
+    assert rl.fit(obs).host_s == pytest.approx(3e-5, rel=0.05)
+    roof = rl.Roofline(eff, 10, ("V100", "A100"), 0.3, 0.15)
+    bare_roof = dataclasses.replace(roof, efficiencies=bare)
+    got, want = (rp.estimate_profile(resnet18, a100, r) for r in (roof, bare_roof))
+    assert got.fw_fit.at(128) == want.fw_fit.at(128)
+    assert got.optimizer_step_s == want.optimizer_step_s
