@@ -507,3 +507,36 @@ def test_a_published_step_holds_host_time_a_sample_and_an_estimate_does_not(
     got, want = (rp.estimate_profile(resnet18, a100, r) for r in (roof, bare_roof))
     assert got.fw_fit.at(128) == want.fw_fit.at(128)
     assert got.optimizer_step_s == want.optimizer_step_s
+
+
+def test_the_estimates_spread_is_of_the_step_a_plan_adds_up(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """Leaving a GPU out, a profile's forward and backward at one batch are scored as one
+    step (their errors weighted by their times), a published step as it is; the roofline's
+    ``specs_cv`` is the spread of those."""
+    truth = rl.Efficiencies(memory=0.6, launch_fw_s=2e-5, launch_bw_s=6e-5)
+    devs = [specs[k] for k in ("A100 SXM4 80GB", "Tesla V100 SXM2 16GB", "H100 SXM5 80GB")]
+    obs = [
+        rl.Observation(resnet18, dev, "fp32", b, 0.0, what, "p", dev.name)
+        for dev in devs
+        for b in (1, 8, 256)
+        for what in ("fw", "bw", "step")
+    ]
+    jitter = {"fw": 0.7, "bw": 1.4, "step": 1.1}  # a profile's passes err apart
+    obs = [dataclasses.replace(o, seconds=rl.predict(o, truth) * jitter[o.what]) for o in obs]
+    held = rl.held_out(obs)
+    for g, errs in held.specs.items():
+        left = [o for o in obs if o.group == g]
+        by = {(o.batch, o.what): (e, o.seconds) for o, e in zip(left, errs, strict=True)}
+        want = sorted(
+            [by[b, "step"][0] for b in (1, 8, 256)]
+            + [
+                sum((1 + by[b, w][0]) * by[b, w][1] for w in ("fw", "bw"))
+                / sum(by[b, w][1] for w in ("fw", "bw"))
+                - 1
+                for b in (1, 8, 256)
+            ]
+        )
+        assert sorted(held.specs_steps[g]) == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert rl.learn(obs, held).specs_cv == pytest.approx(held.log_sd("specs_steps"))
