@@ -22,7 +22,8 @@ by the roofline fitted on all the evidence the estimate learns from:
   specs prediction times ``exp(z90 * sd)``, ``sd`` the estimate's own spread
   (``estimate_cv``, the roofline's held-out ``specs_cv``) alone, and in quadrature with
   the simulator's prior floor for a VM's speed (``calibration.PRIOR_FLOOR``: what a plan
-  adds where no VM spread was measured on that GPU).
+  adds where no VM spread was measured on that GPU); for the scaled path, whether each
+  pair's prediction times ``exp(z90 * scaled_cv)`` covers the published step.
 
 The error is (predicted - published) / published of the step time (batch over samples/s).
 """
@@ -116,6 +117,10 @@ def main() -> int:
         z90 = NormalDist().inv_cdf(0.9)
         sds = (profile.estimate_cv, math.hypot(PRIOR_FLOOR, profile.estimate_cv))
         covers = [pred[id(o)] * math.exp(z90 * sd) >= o.seconds for sd in sds]
+        spread = math.exp(z90 * profile.estimate_cv)  # the p10-p90 band holds it?
+        inside = pred[id(o)] / spread <= o.seconds <= pred[id(o)] * spread
+        band = math.exp(z90 * fitted.scaled_cv)  # a scaled estimate's own p90
+        scaled_covers = [(1.0 + e) * band >= 1.0 for e in scaled]
         out.append(
             {
                 "source": r["source_id"],
@@ -134,6 +139,8 @@ def main() -> int:
                 "estimate_cv": profile.estimate_cv,
                 "p90_covers": covers[0],
                 "p90_covers_with_prior": covers[1],
+                "scaled_p90_covers": scaled_covers,
+                "inside_p10_p90": inside,
             }
         )
     groups: dict[str, list[dict[str, object]]] = defaultdict(list)
@@ -156,6 +163,8 @@ def main() -> int:
             "fits": sum(bool(x["fits"]) for x in v),
             "p90_covers": sum(bool(x["p90_covers"]) for x in v),
             "p90_covers_with_prior": sum(bool(x["p90_covers_with_prior"]) for x in v),
+            "scaled_p90_covers": sum(sum(x["scaled_p90_covers"]) for x in v),  # type: ignore[arg-type]
+            "inside_p10_p90": sum(bool(x["inside_p10_p90"]) for x in v),
         }
         for k, v in sorted(groups.items())
     }
@@ -176,7 +185,14 @@ def main() -> int:
             f"{s['scaled']:7.1%} {s['scaled_pairs']:5d} {s['fits']:2d}/{s['rows']:<2d}  "
             f"{s['p90_covers']:2d} ({s['p90_covers_with_prior']})"
         )
-    print(f"the estimate's spread (specs_cv, held out by GPU in-sample): {fitted.specs_cv:.3f}")
+    total = summary["all"]
+    print(
+        f"the estimates' spreads (held out by GPU, in-sample): specs_cv {fitted.specs_cv:.3f}, "
+        f"scaled_cv {fitted.scaled_cv:.3f}; the scaled p90 covers "
+        f"{total['scaled_p90_covers']} of {total['scaled_pairs']} held-out pairs; "
+        f"{total['inside_p10_p90']} of {total['rows']} rows inside the specs' p10-p90 (80% "
+        "if the spread were right and unbiased)"
+    )
     print(
         f"in-sample (the {len(evidence)} observations fitted on): median |error| "
         f"{result['in_sample_median_abs']:.1%}; {time.perf_counter() - t0:.0f} s; {OUT}"
