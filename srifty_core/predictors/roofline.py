@@ -28,12 +28,12 @@ if TYPE_CHECKING:
     from srifty_core.profiling.census import OpCensus
 
 MODES = ("fp32", "tf32", "amp")
+"""``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
+in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
 CLASS_OTHER = 2
 """``census.CLASSES.index("other")``: the operators with no counted FLOPs."""
 CLASS_NORM = 3
 """``census.CLASSES.index("norm")``: batch normalisation (memory-bound, several passes)."""
-"""``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
-in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
 
 MEMORY_HEADROOM = 0.9
 """Share of a GPU's usable memory a batch may fill (the CUDA context, cuDNN's workspaces
