@@ -187,8 +187,9 @@ def main() -> int:
         )
     total = summary["all"]
     print(
-        f"the estimates' spreads (held out by GPU, in-sample): specs_cv {fitted.specs_cv:.3f}, "
-        f"scaled_cv {fitted.scaled_cv:.3f}; the scaled p90 covers "
+        f"the estimates' spreads (held out in-sample): by GPU specs_cv {fitted.specs_cv:.3f}, "
+        f"by network model_cv {fitted.model_cv:.3f} (these networks carry both: "
+        f"{fitted.spec_cv(''):.3f}), scaled_cv {fitted.scaled_cv:.3f}; the scaled p90 covers "
         f"{total['scaled_p90_covers']} of {total['scaled_pairs']} held-out pairs; "
         f"{total['inside_p10_p90']} of {total['rows']} rows inside the specs' p10-p90 (80% "
         "if the spread were right and unbiased)"

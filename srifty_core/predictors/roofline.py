@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -466,8 +466,8 @@ def held_out(observations: Sequence[Observation]) -> HeldOut:
 
 @dataclass(frozen=True)
 class Roofline:
-    """A fitted roofline: the efficiencies, what they were learned from and the spread its
-    estimates carry (held out by GPU)."""
+    """A fitted roofline: the efficiencies, what they were learned from and the spreads its
+    estimates carry (held out by GPU, and by network)."""
 
     efficiencies: Efficiencies
     observations: int
@@ -480,6 +480,19 @@ class Roofline:
     carry: float = 1.0
     """``carry_share``: how much of a measured profile's departure from the roofline a
     scaled estimate keeps."""
+    model_cv: float = 0.0
+    """sd of the log error of a spec estimate's step for a network left out of the fit
+    (each census model in turn, ``HeldOut.specs_steps``): what a network the evidence
+    does not hold adds (``spec_cv``)."""
+    networks: tuple[str, ...] = ()
+    """The census models the evidence holds."""
+
+    def spec_cv(self, model: str) -> float:
+        """The spread of a spec estimate of ``model``: ``specs_cv``, and ``model_cv`` in
+        quadrature where the evidence does not hold the network."""
+        if model in self.networks or not self.networks:
+            return self.specs_cv
+        return math.hypot(self.specs_cv, self.model_cv)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -489,6 +502,8 @@ class Roofline:
             "specs_cv": self.specs_cv,
             "scaled_cv": self.scaled_cv,
             "carry": self.carry,
+            "model_cv": self.model_cv,
+            "networks": list(self.networks),
         }
 
     @classmethod
@@ -500,20 +515,26 @@ class Roofline:
             float(d["specs_cv"]),
             float(d["scaled_cv"]),
             float(d["carry"]),
+            float(d["model_cv"]),
+            tuple(str(m) for m in d["networks"]),
         )
 
 
 def learn(observations: Sequence[Observation], held: HeldOut | None = None) -> Roofline:
     """``fit`` on every observation, with its ``carry_share`` and the spreads
     ``held_out`` measures (``held``, where the caller has it already; 0 where fewer than
-    two GPUs were measured; the scaled path's is the specs' where no pair matched)."""
+    two GPUs were measured; the scaled path's is the specs' where no pair matched), and
+    ``model_cv``, leaving each census model out in turn (0 with fewer than two)."""
     eff = fit(observations)
     gpus = tuple(sorted({o.group for o in observations}))
-    specs_cv = scaled_cv = 0.0
+    networks = tuple(sorted({o.census.model for o in observations}))
+    specs_cv = scaled_cv = model_cv = 0.0
     if len(gpus) > 1:
         held = held or held_out(observations)
         specs_cv = held.log_sd("specs_steps") or held.log_sd("specs")
         scaled_cv = held.log_sd("scaled") or specs_cv
-    return Roofline(
-        eff, len(observations), gpus, specs_cv, scaled_cv, carry_share(observations, eff)
-    )
+    if len(networks) > 1:
+        by_network = [replace(o, group=o.census.model) for o in observations]
+        model_cv = held_out(by_network).log_sd("specs_steps")
+    carry = carry_share(observations, eff)
+    return Roofline(eff, len(observations), gpus, specs_cv, scaled_cv, carry, model_cv, networks)

@@ -85,7 +85,8 @@ def estimate_profile(
     """A ``ComputeProfile`` of ``census``'s model on ``device`` that nobody measured: from
     the specs, or scaled from ``source`` (a measured profile of the same model, size and
     settings on ``source_device``). ``estimate`` says which, ``estimate_cv`` is the
-    roofline's held-out spread for that path; ``relative_std`` the step-to-step jitter the
+    roofline's held-out spread for that path (from specs, wider for a network the evidence
+    does not hold: ``Roofline.spec_cv``); ``relative_std`` the step-to-step jitter the
     passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
     ``step_jitter``)."""
     settings = census.settings if source is None else source.settings
@@ -144,7 +145,7 @@ def estimate_profile(
     )
     opt_s = at[sched_b][2]
     path = "specs" if source is None else f"scaled from {source.device_type}"
-    cv = roofline.specs_cv if source is None else roofline.scaled_cv
+    cv = roofline.spec_cv(census.model) if source is None else roofline.scaled_cv
     return ComputeProfile(
         model=census.model,
         size=census.size,

@@ -5,6 +5,7 @@ GPUs nobody profiled (``profiling.census``, ``predictors.roofline``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import json
 from pathlib import Path
 
@@ -540,3 +541,31 @@ def test_the_estimates_spread_is_of_the_step_a_plan_adds_up(
         )
         assert sorted(held.specs_steps[g]) == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert rl.learn(obs, held).specs_cv == pytest.approx(held.log_sd("specs_steps"))
+
+
+def test_a_network_the_evidence_does_not_hold_carries_the_spread_of_one_left_out(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """``learn`` leaves each census model out in turn (``model_cv``); a spec estimate of a
+    network the evidence holds carries the by-GPU spread, of any other network both in
+    quadrature, and a scaled estimate the scaled spread whatever the network."""
+    bert = load_census("bert_base", "full", root=Path("/nonexistent-store"), count=False)
+    truth = rl.Efficiencies(memory=0.6)
+    devs = [specs[k] for k in ("A100 SXM4 80GB", "Tesla V100 SXM2 16GB", "H100 SXM5 80GB")]
+    obs = []
+    for census, off in ((resnet18, 1.3), (bert, 0.8)):  # each network departs its own way
+        for dev in devs:
+            for b in (8, 64, 256):
+                o = rl.Observation(census, dev, "fp32", b, 0.0, "step", "p", dev.name)
+                obs.append(dataclasses.replace(o, seconds=rl.predict(o, truth) * off))
+    roof = rl.learn(obs)
+    assert roof.networks == tuple(sorted({"resnet18", "bert_base"}))
+    assert roof.model_cv > 0.1  # one network's departure is not the other's
+    assert roof.spec_cv("resnet18") == roof.specs_cv
+    assert roof.spec_cv("my_model") == pytest.approx(math.hypot(roof.specs_cv, roof.model_cv))
+    assert rl.Roofline.from_dict(roof.to_dict()) == roof
+    new = dataclasses.replace(resnet18, model="my_model")
+    est = rp.estimate_profile(new, specs["A100 SXM4 80GB"], roof)
+    assert est.estimate_cv == pytest.approx(roof.spec_cv("my_model"))
+    zoo = rp.estimate_profile(resnet18, specs["A100 SXM4 80GB"], roof)
+    assert zoo.estimate_cv == roof.specs_cv
