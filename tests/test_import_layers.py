@@ -295,6 +295,7 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.predictors.refresh.register", "srifty_core.predictors.registry"):
         "heavy: pyarrow",
     ("srifty_core.profiling.census_count", "srifty_core.profiling.buckets"): "heavy: torch",
+    ("srifty_core.profiling.census_count", "srifty_core.profiling.census_rnn"): "heavy: torch",
     ("srifty_core.profiling.census_count", "srifty_core.sharding.units"): "heavy: torch",
     ("srifty_core.jobs.child_run", "srifty_core.worker.checkpoint"): "heavy: torch",
     ("srifty_core.jobs.emulated_job", "srifty_core.worker.checkpoint"): "heavy: torch",

@@ -42,6 +42,8 @@ _MATMUL = {
     "_scaled_dot_product_flash_attention_for_cpu_backward",
     "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_cudnn_attention_backward",
+    "fused_rnn",  # cuDNN's recurrent layers, as the census counts them (``census_rnn``)
+    "fused_rnn_backward",
 }
 _NORM = {
     *("native_batch_norm", "native_batch_norm_backward", "batch_norm_backward"),
@@ -145,6 +147,7 @@ def count(
     from torch.utils.flop_counter import flop_registry
 
     from srifty_core.profiling.buckets import trainable
+    from srifty_core.profiling.census_rnn import fused_rnns
     from srifty_core.sharding.units import unit_parameters
 
     workload = build(model, size, seed=seed)
@@ -252,8 +255,9 @@ def count(
     if not any(g.get("fused") for g in optimizer.param_groups):
         for group in optimizer.param_groups:  # as on CUDA: one multi-tensor kernel per update
             group["foreach"] = True
+    rnns = fused_rnns() if dev.type == "meta" else contextlib.nullcontext()
     try:
-        with census:
+        with census, rnns:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 loss = workload.loss(batch)
             census.phase = 1

@@ -5,8 +5,8 @@ GPUs nobody profiled (``profiling.census``, ``predictors.roofline``,
 from __future__ import annotations
 
 import dataclasses
-import math
 import json
+import math
 from pathlib import Path
 
 import numpy as np

@@ -99,3 +99,36 @@ def tokens(size: str = "small", seq: int = 8, vocab: int = 32) -> Parts:
         return ids, torch.randint(0, 3, (b,), generator=gen)
 
     return Parts(module, make_batch, _loss)
+
+
+class _LstmLm(nn.Module):
+    """A word-level LSTM language model (embedding, a 2-layer LSTM, a tied-size decoder),
+    the shape of PyTorch's word_language_model example."""
+
+    def __init__(self, vocab: int = 1000, width: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.lstm = nn.LSTM(width, width, num_layers=layers, batch_first=True)
+        self.decode = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(tokens))
+        return self.decode(out)
+
+
+LSTM_STEPS = 35
+
+
+def lstm_lm() -> Parts:
+    """An LSTM language model at 35 tokens a sample."""
+
+    def batch(b: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(0, 1000, (b, LSTM_STEPS + 1), generator=gen)
+        return tokens[:, :-1], tokens[:, 1:]
+
+    def loss(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        logits = m(batch[0])
+        flat = logits.reshape(-1, logits.size(-1))
+        return nn.functional.cross_entropy(flat, batch[1].reshape(-1))
+
+    return Parts(_LstmLm(), batch, loss)
