@@ -85,6 +85,22 @@ def held_out_rows(specs: dict[str, rl.DeviceSpec]) -> list[tuple[dict[str, str],
     return out
 
 
+def generations(catalog: Catalog) -> dict[str, str]:
+    """Per GPU model the catalog sells, its architecture without the die (``Hopper``)."""
+    return {
+        t.gpu.model: t.gpu.architecture.split(" (")[0] for t in catalog.types if t.gpu is not None
+    }
+
+
+def generation(chip: str, known: dict[str, str]) -> str:
+    """A chip's architecture: the catalog's, else that of the catalog model its name starts
+    (``H100 PCIe``: ``H100``) or that starts with it (``A10``: ``A10G``, the same die)."""
+    for model, arch in sorted(known.items(), key=lambda kv: -len(kv[0])):
+        if chip == model or chip.startswith(model + " ") or model.startswith(chip):
+            return arch
+    return chip
+
+
 def _median_abs(errs: list[float]) -> float:
     return statistics.median(abs(e) for e in errs) if errs else float("nan")
 
@@ -96,6 +112,7 @@ def main() -> int:
     fitted = rl.learn(evidence)
     specs = estimate.evidence_specs(catalog)
     rows = held_out_rows(specs)
+    archs = generations(catalog)
     assert not {id(o.census) for _, o in rows} & {id(o.census) for o in evidence}
     pred = {id(o): rl.predict(o, fitted.efficiencies) for _, o in rows}
     out = []
@@ -128,6 +145,7 @@ def main() -> int:
                 "family": family,
                 "published_variant": r["gpu_variant"],
                 "chip": o.device.chip,
+                "generation": generation(o.device.chip, archs),
                 "precision": r["precision"],
                 "batch": o.batch,
                 "published_s": o.seconds,
@@ -149,6 +167,7 @@ def main() -> int:
             f"{x['model']} on {x['chip']}",
             f"{x['model']} {x['precision']}",
             f"{x['family']} {x['precision']}",
+            f"{x['family']} on {x['generation']}",
             f"{x['family']}",
             "all",
         ):
