@@ -153,8 +153,14 @@ class ComputeProfile:
     """Empty for a measured profile; else how it was estimated without measuring this
     device (``predictors.roofline``): ``specs`` or ``scaled from <device>``."""
     estimate_cv: float = 0.0
-    """The estimate's own spread (sd of its log error, held out by GPU): the simulator
-    widens ``t_iter_p90`` by it and the online recalibration's prior starts that wide."""
+    """The estimate's own spread (sd of its log error, held out by GPU, and by network for
+    one the evidence does not hold): the simulator widens ``t_iter_p90`` by it and the
+    online recalibration's prior starts that wide."""
+
+    @property
+    def estimate_note(self) -> str:
+        """What a plan says of an estimated profile: ``device: how (its spread)``."""
+        return f"{self.device_type}: {self.estimate} ({self.estimate_cv:.0%} held-out spread)"
 
     @property
     def store_key(self) -> str:

@@ -356,7 +356,7 @@ class ShardedSimulator:
             t_iter_p90=slow_it,
             net_sigma=comm.sigma,
             extrapolated=comm.extrapolated,
-            estimated=tuple(sorted({f"{p.device_type}: {p.estimate}" for p in estimated})),
+            estimated=tuple(sorted({p.estimate_note for p in estimated})),
             missing=tuple(
                 name
                 for name, lacks in (

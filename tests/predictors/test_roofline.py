@@ -437,7 +437,7 @@ def test_an_estimate_widens_the_p90_and_the_recalibration_prior(
     assert wide.t_iter == pytest.approx(narrow.t_iter)
     assert wide.t_iter_p90 is not None and narrow.t_iter_p90 is not None
     assert wide.t_iter_p90 > narrow.t_iter_p90 * (1 + est.estimate_cv)
-    assert wide.estimated == (f"T4: {est.estimate}",) and narrow.estimated == ()
+    assert wide.estimated == (est.estimate_note,) and narrow.estimated == ()
     p_wide = prior(Workload("resnet50", {"T4": est}), [t4], None)
     p_narrow = prior(Workload("resnet50", {"T4": sure}), [t4], None)
     assert p_wide.compute["T4"].sd > p_narrow.compute["T4"].sd
@@ -567,5 +567,6 @@ def test_a_network_the_evidence_does_not_hold_carries_the_spread_of_one_left_out
     new = dataclasses.replace(resnet18, model="my_model")
     est = rp.estimate_profile(new, specs["A100 SXM4 80GB"], roof)
     assert est.estimate_cv == pytest.approx(roof.spec_cv("my_model"))
+    assert est.estimate_note == f"A100-80GB: specs ({est.estimate_cv:.0%} held-out spread)"
     zoo = rp.estimate_profile(resnet18, specs["A100 SXM4 80GB"], roof)
     assert zoo.estimate_cv == roof.specs_cv
