@@ -279,7 +279,7 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
     ("srifty_core.jobs.emulation_reference", "srifty_core.profiling.job"): "heavy: torch",
     ("srifty_core.measure.sharded_memory", "srifty_core.sharding.wrap"): "heavy: torch",
     ("srifty_core.planner.job", "srifty_core.planner.search"): "heavy: scipy",
-    ("srifty_core.planner.job", "srifty_core.predictors.bandwidth"): "heavy: pyarrow",
+    ("srifty_core.planner.job", "srifty_core.predictors.public_model"): "heavy: pyarrow",
     ("srifty_core.planner.job", "srifty_core.predictors.nccl_tests"): "heavy: pyarrow",
     ("srifty_core.planner.job", "srifty_core.predictors.registry"): "heavy: pyarrow",
     ("srifty_core.planner.job", "srifty_core.predictors.table"): "heavy: pyarrow",

@@ -213,18 +213,19 @@ def load_bandwidth_with_source(
 
 def public_bandwidth() -> tuple[BandwidthPredictor, str]:
     """The bus-bandwidth model fitted on the shipped public nccl-tests tables
-    (``predictors.nccl_tests``; about 2 s): what planning uses before this deployment has
-    probed anything (its held-out error on those tables: BENCHMARKS.md)."""
-    from srifty_core.predictors.bandwidth import BandwidthModel
+    (``predictors.nccl_tests``; about 3 s the first time, then kept in the data folder:
+    ``predictors.public_model``): what planning uses before this deployment has probed
+    anything (its held-out error on those tables: BENCHMARKS.md)."""
     from srifty_core.predictors.nccl_tests import nccl_tests_frame
+    from srifty_core.predictors.public_model import public_model
 
     rows = nccl_tests_frame()
     text = (
-        f"fitted now on the {len(rows)} rows of the shipped public nccl-tests tables, no "
+        f"fitted on the {len(rows)} rows of the shipped public nccl-tests tables, no "
         "probes of yours: run `srifty probe` and `srifty fit-bandwidth` for a model of your "
         "cloud"
     )
-    return BandwidthModel().fit(rows), text
+    return public_model(rows), text
 
 
 def render(result: PlanResult, bandwidth: str | None = None) -> str:
