@@ -53,7 +53,7 @@ def rnn_flops(
     return total
 
 
-@torch.library.custom_op(f"srifty_census::{FORWARD}", mutates_args=())
+@torch.library.custom_op(f"srifty_census::{FORWARD}", mutates_args=(), device_types="meta")
 def fused_rnn(
     x: Tensor,
     hx: list[Tensor],
@@ -64,22 +64,8 @@ def fused_rnn(
     bidirectional: bool,
     batch_first: bool,
 ) -> list[Tensor]:
-    """[output, final states (h, and c for an LSTM), cuDNN's reserve]: counted, never run
-    (the meta kernel below is all there is)."""
-    raise NotImplementedError("srifty_census::fused_rnn is counted on the meta device only")
-
-
-@fused_rnn.register_fake
-def _(
-    x: Tensor,
-    hx: list[Tensor],
-    weights: list[Tensor],
-    mode: str,
-    layers: int,
-    hidden: int,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[Tensor]:
+    """[output, final states (h, and c for an LSTM), cuDNN's reserve]: a meta kernel only
+    (counted, never run)."""
     batch, steps, _, dirs, gates = _dims(x.shape, mode, layers, hidden, bidirectional, batch_first)
     out_shape = (batch, steps, dirs * hidden) if batch_first else (steps, batch, dirs * hidden)
     return [
@@ -89,7 +75,7 @@ def _(
     ]
 
 
-@torch.library.custom_op(f"srifty_census::{BACKWARD}", mutates_args=())
+@torch.library.custom_op(f"srifty_census::{BACKWARD}", mutates_args=(), device_types="meta")
 def fused_rnn_backward(
     grads: list[Tensor | None],
     x: Tensor,
@@ -103,27 +89,8 @@ def fused_rnn_backward(
     bidirectional: bool,
     batch_first: bool,
 ) -> list[Tensor]:
-    """[input's gradient, the initial states', the weights']: counted, never run."""
-    raise NotImplementedError("srifty_census::fused_rnn_backward is counted on meta only")
-
-
-@fused_rnn_backward.register_fake
-def _(
-    grads: list[Tensor | None],
-    x: Tensor,
-    hx: list[Tensor],
-    weights: list[Tensor],
-    output: Tensor,
-    reserve: Tensor,
-    mode: str,
-    layers: int,
-    hidden: int,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[Tensor]:
-    return [x.new_empty(x.shape), *(h.new_empty(h.shape) for h in hx)] + [
-        w.new_empty(w.shape) for w in weights
-    ]
+    """[input's gradient, the initial states', the weights']: a meta kernel only."""
+    return [t.new_empty(t.shape) for t in (x, *hx, *weights)]
 
 
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: list[Tensor]) -> None:
