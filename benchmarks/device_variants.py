@@ -64,14 +64,15 @@ def rows(catalog: Catalog) -> list[dict[str, str]]:
     return out
 
 
-def ask(store: ProfileStore, catalog: Catalog, r: dict[str, str], device: str) -> dict[str, object]:
+def ask(
+    store: ProfileStore, catalog: Catalog, r: dict[str, str], device: str, host_s: float
+) -> dict[str, object]:
     bert = r["zoo_model"] == "bert_base"
     settings = TrainingSettings(optimizer="adamw" if bert else "sgd", **SETTINGS[r["precision"]])
     p = store.load_or_estimate(
         SQUAD if bert else r["zoo_model"], "full", device, settings, catalog=catalog
     )
     b = int(r["batch_per_gpu"])
-    host_s = roofline_for(catalog, store)[0].efficiencies.host_s
     step = float(p.fw_fit.at(b)) + float(p.bw_fit.at(b)) + p.optimizer_step_s + host_s * b
     published = b / float(r["throughput_per_s"])
     return {"b_max": p.b_max, "fits": b <= p.b_max, "error": step / published - 1}
@@ -83,6 +84,7 @@ def main() -> int:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         store = ProfileStore(Path(tmp))
+        host_s = roofline_for(catalog, store)[0].efficiencies.host_s  # fitted once
         for r in rows(catalog):
             out.append(
                 {
@@ -92,8 +94,8 @@ def main() -> int:
                     "precision": r["precision"],
                     "batch": int(r["batch_per_gpu"]),
                     "device_type": r["device_type"],
-                    "variant": ask(store, catalog, r, r["device_type"]),
-                    "model_only": ask(store, catalog, r, r["chip"]),
+                    "variant": ask(store, catalog, r, r["device_type"], host_s),
+                    "model_only": ask(store, catalog, r, r["chip"], host_s),
                 }
             )
     summary = {}

@@ -115,6 +115,7 @@ def main() -> int:
     archs = generations(catalog)
     assert not {id(o.census) for _, o in rows} & {id(o.census) for o in evidence}
     pred = {id(o): rl.predict(o, fitted.efficiencies) for _, o in rows}
+    z90 = NormalDist().inv_cdf(0.9)
     out = []
     for r, o in rows:
         scaled = [
@@ -131,7 +132,6 @@ def main() -> int:
         profile = estimate_profile(
             dataclasses.replace(o.census, settings=settings), o.device, fitted
         )
-        z90 = NormalDist().inv_cdf(0.9)
         sds = (profile.estimate_cv, math.hypot(PRIOR_FLOOR, profile.estimate_cv))
         covers = [pred[id(o)] * math.exp(z90 * sd) >= o.seconds for sd in sds]
         spread = math.exp(z90 * profile.estimate_cv)  # the p10-p90 band holds it?
