@@ -46,7 +46,22 @@ MEMBER = r"[A-Za-z0-9][A-Za-z0-9.-]*:[1-9][0-9]*"
     tags=["srifty", "probing"],
     doc_md=__doc__,
     params={
-        "provider": Param("local", type="string", enum=["local"], description="Where to run."),
+        "provider": Param(
+            "local",
+            type="string",
+            enum=["local", "ec2"],
+            description=(
+                "Where to run. ec2: each slot's VMs start the probe workers from their user "
+                "data as one ring and write their rows to the run storage "
+                "(SRIFTY_RUN_STORAGE); the ec2 settings below."
+            ),
+        ),
+        "region": Param("us-east-1", type="string", description="ec2: the region."),
+        "ec2": Param(
+            {},
+            type="object",
+            description='ec2 launch settings: {"image_id": "ami-...", "subnet_id": ...}.',
+        ),
         "instance_types": Param(
             ["local.cpu"],
             type="array",
@@ -136,11 +151,21 @@ MEMBER = r"[A-Za-z0-9][A-Za-z0-9.-]*:[1-9][0-9]*"
     },
 )
 def srifty_probe_sweep() -> None:
+    def _provider(params: dict[str, Any], *, launching: bool) -> Any:
+        from srifty_core.jobs.probe_vms import probe_provider
+
+        provider, _ = probe_provider(
+            params["provider"], ec2=params["ec2"], region=params["region"], launching=launching
+        )
+        return provider
+
+    def _day(ctx: Any) -> date:
+        return ctx["logical_date"].date() if ctx.get("logical_date") else date.today()
+
     @task
     @fails_fast
     def plan() -> list[dict[str, Any]]:
         """Check the whole config before anything is launched; one entry per allocation."""
-        from srifty_core.cloud import get_provider
         from srifty_core.jobs.job_log import recent_configurations
         from srifty_core.measure.mix_sweep import ring_config
         from srifty_core.probing.config import config_from_params
@@ -150,9 +175,9 @@ def srifty_probe_sweep() -> None:
         ctx = get_current_context()
         params = ctx["params"]
         config = config_from_params(params)
-        provider = get_provider(params["provider"])
+        provider = _provider(params, launching=False)  # the ec2 settings, run storage
         specs = [provider.instance_type(t) for t in params["instance_types"]]
-        today = ctx["logical_date"].date() if ctx.get("logical_date") else date.today()
+        today = _day(ctx)
         mixes = mixes_to_probe(
             params["mixes"], specs, provider.name, today, params["mix_budget"],
             lambda: recent_configurations(MIX_DAYS),
@@ -166,37 +191,47 @@ def srifty_probe_sweep() -> None:
 
     @task
     @fails_fast
-    def allocate(item: dict[str, Any]) -> str:
-        from srifty_core.cloud import get_provider
-        from srifty_core.measure.mix_sweep import launch_ring
+    def allocate(item: dict[str, Any]) -> dict[str, str]:
+        """Launch the slot's ring (on EC2, its VMs start the probe workers themselves)."""
+        from srifty_core.jobs.probe_vms import allocate_slot, probe_provider
         from srifty_core.measure.runner import ring_id
-        from srifty_core.measure.sweep import launch_for_sweep
         from srifty_core.probing.config import config_from_params
-        from srifty_core.probing.mix import parse_mix
 
-        params = get_current_context()["params"]
-        provider = get_provider(params["provider"])
-        if "mix" in item:  # one allocation per member type, their ids joined by "+"
-            return ring_id(launch_ring(provider, parse_mix(item["mix"])))
-        return launch_for_sweep(config_from_params(params), provider, item["instance_type"]).id
+        ctx = get_current_context()
+        params = ctx["params"]
+        provider, runner = probe_provider(
+            params["provider"], ec2=params["ec2"], region=params["region"]
+        )
+        ring, folder, label = allocate_slot(
+            config_from_params(params), provider, runner,
+            instance_type=item.get("instance_type"), mix=item.get("mix"),
+            slot=int(item["slot"]), day=_day(ctx),
+        )  # fmt: skip
+        return {"ring": ring_id(ring), "folder": folder, "label": label}
 
     # The local provider's workers share this host: one sweep at a time on it (the pool),
     # never beside a profile or a local training job that would skew the timings.
     @task(pool=LOCAL_HOST_POOL)
     @fails_fast
-    def sweep(item: dict[str, Any], allocation_id: str) -> str:
-        from srifty_core.cloud import get_provider
+    def sweep(item: dict[str, Any], allocated: dict[str, str]) -> str:
+        from srifty_core.jobs.probe_vms import sweep_launched
         from srifty_core.measure.mix_sweep import sweep_on_ring
         from srifty_core.measure.sweep import sweep_on_allocation
         from srifty_core.probing.config import config_from_params
 
         ctx = get_current_context()
         params = ctx["params"]
-        provider = get_provider(params["provider"])
-        day = ctx["logical_date"].date() if ctx.get("logical_date") else None
-        ring = [provider.get_allocation(a) for a in allocation_id.split("+")]
+        provider = _provider(params, launching=False)
+        day = _day(ctx)
+        ids = [a for a in allocated["ring"].split("+") if a]
+        ring = [provider.get_allocation(a) for a in ids]
         config, slot = config_from_params(params), int(item["slot"])
-        if "mix" in item:
+        if allocated["folder"] or not ring:  # VMs that started their workers at launch
+            result = sweep_launched(
+                config, provider, ring, allocated["folder"], allocated["label"],
+                slot=slot, day=day,
+            )  # fmt: skip
+        elif "mix" in item:
             result = sweep_on_ring(config, provider, ring, day=day, slot=slot)
         else:
             result = sweep_on_allocation(config, provider, ring[0], day=day, slot=slot)
@@ -208,19 +243,18 @@ def srifty_probe_sweep() -> None:
 
     @task
     @fails_fast
-    def release(allocation_id: str) -> None:
-        from srifty_core.cloud import get_provider
+    def release(allocated: dict[str, str]) -> None:
         from srifty_core.cloud.base import release_all
 
-        provider = get_provider(get_current_context()["params"]["provider"])
-        release_all(provider, allocation_id.split("+"))
+        provider = _provider(get_current_context()["params"], launching=False)
+        release_all(provider, [a for a in allocated["ring"].split("+") if a])
 
     @task_group
     def on_allocation(item: dict[str, Any]) -> Any:
         """One allocation: launch it (setup), sweep it, release it (teardown, always)."""
-        allocation_id = allocate(item)
-        partition = sweep(item, allocation_id)
-        partition >> release(allocation_id).as_teardown(setups=allocation_id)
+        allocated = allocate(item)
+        partition = sweep(item, allocated)
+        partition >> release(allocated).as_teardown(setups=allocated)
         return partition
 
     @task(outlets=[PROBE_STORE])

@@ -30,7 +30,7 @@ _LAYERS = (
     ("policy", "monitor replanner planning recalibration preflight"),
     # MLflow, the cloud, the workers' processes and wheels
     ("effects", "job_log cloud_watch provisioning artifact emulated_job vm_script"
-     " emulation_reference profiler_vm"),
+     " emulation_reference profiler_vm probe_vms"),
     ("composition", "monitor_step monitor_loop local_run orchestrate job_run child_run"
      " profile_vms"),
 )  # fmt: skip

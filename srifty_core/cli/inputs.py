@@ -9,11 +9,12 @@ calls are imported inside it, so ``srifty --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from srifty_core import paths
 from srifty_core.errors import ConfigError
@@ -48,7 +49,6 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     """``srifty profile --provider ec2-emulated|ec2 --instance-type T ...``: one VM per type
     (``jobs.profile_vms.profile_in_cloud``, the profiling DAG's steps)."""
-    import json
 
     from srifty_core.jobs.cloud_request import CloudProfileRequest
     from srifty_core.jobs.profile_summary import format_summary
@@ -58,12 +58,7 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     if args.out is not None or args.plot is not None or args.dense or args.batch_sizes:
         raise ConfigError("--provider: profiles go to the profile store (no --out, --plot, "
                           "--dense or --batch-sizes)")  # fmt: skip
-    try:
-        ec2 = json.loads(args.ec2) if args.ec2 else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--ec2: not JSON ({exc})") from None
-    if not isinstance(ec2, dict):
-        raise ConfigError(f'--ec2: a JSON object like {{"image_id": "ami-..."}}, got {args.ec2}')
+    ec2 = _ec2_json(args.ec2)
     request = CloudProfileRequest(
         args.model,
         args.size,
@@ -85,6 +80,17 @@ def _cmd_profile_cloud(args: argparse.Namespace) -> int:
     for name, error in summary["errors"].items():
         print(f"{name}: {error}", file=sys.stderr)
     return 1 if summary["failed"] else 0
+
+
+def _ec2_json(text: str | None) -> dict[str, Any]:
+    """``--ec2``'s JSON object (``{}`` when not given); a one-line error otherwise."""
+    try:
+        ec2 = json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--ec2: not JSON ({exc})") from None
+    if not isinstance(ec2, dict):
+        raise ConfigError(f'--ec2: a JSON object like {{"image_id": "ami-..."}}, got {text}')
+    return ec2
 
 
 def _writable_folder(folder: Path) -> None:
@@ -153,7 +159,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from srifty_core.cloud import get_provider
+    from srifty_core.jobs.probe_vms import probe_provider
     from srifty_core.measure.mix_sweep import probe_mix_sweep
     from srifty_core.measure.sweep import probe_sweep
     from srifty_core.probing.config import (
@@ -190,7 +196,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             c.strip() for c in str(args.collectives).split(",") if c.strip()
         ),
     )
-    provider = get_provider(args.provider)
+    provider, runner = probe_provider(args.provider, ec2=_ec2_json(args.ec2), region=args.region)
     try:
         day = date.fromisoformat(args.day) if args.day else None
     except ValueError as exc:
@@ -216,11 +222,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
                 instances=args.instances,
                 fresh=args.fresh,
                 on_progress=progress,
+                runner=runner,
             )
         else:
             result = probe_mix_sweep(
-                config, mix, provider=provider, day=day, fresh=args.fresh, on_progress=progress
-            )
+                config, mix, provider=provider, day=day, fresh=args.fresh,
+                on_progress=progress, runner=runner,
+            )  # fmt: skip
         ok = result.ok
     finally:
         bar.close(ok=ok)

@@ -150,7 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an allreduce sweep on a provider's instances and write the day's "
         "partition of DATA/probes/. A rerun on the same day measures only missing points.",
     )
-    probe.add_argument("--provider", default="local", help="where to run (default: local)")
+    probe.add_argument(
+        "--provider",
+        default="local",
+        help="where to run (default: local); ec2: the VMs start the probe workers from their "
+        "user data and write their rows to the run storage (SRIFTY_RUN_STORAGE)",
+    )
+    probe.add_argument("--region", default="us-east-1", help="ec2: the region (us-east-1)")
+    probe.add_argument("--ec2", help='ec2 launch settings as JSON: {"image_id": "ami-..."}')
     what = probe.add_mutually_exclusive_group()
     what.add_argument("--instance-type", help="local.cpu (default), or a catalog type as a label")
     what.add_argument(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from srifty_core.catalog.types import InstanceType, Market, Price
 from srifty_core.errors import ConfigError, SriftyError
@@ -148,6 +148,27 @@ BILLING_MINIMUM_S = 60.0
 """EC2 bills Linux instances per second with a one-minute minimum per instance."""
 
 
+class TrainingStart(Protocol):
+    """What the VMs of one configuration run when they start their workers at launch,
+    built by the caller (``worker.rendezvous.TrainingStart``: a training's plan and its
+    rendezvous; ``jobs.probe_vms.ProbeStart``: a probe ring's). ``Provider.launch_with``
+    launches the configuration's VMs in its rank order (``EC2Provider(training=...)``:
+    ``launch_many``)."""
+
+    @property
+    def world_size(self) -> int:
+        """The plan's ranks (the VMs must hold exactly these)."""
+        ...
+
+    def start_script(
+        self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
+    ) -> str:
+        """The start script of node group ``group`` of the VMs ``vms`` (``(count, ranks per
+        VM)`` per launch, in the plan's order; the first VM in a group of its own), told
+        the rendezvous endpoint ``host`` (empty on the first VM: it reads its own)."""
+        ...
+
+
 class Provider(abc.ABC):
     """One cloud (or this machine). Implementations keep their state outside the process,
     so ``get_allocation(id)`` works from any process that shares their state folder."""
@@ -251,6 +272,20 @@ class Provider(abc.ABC):
         returns at once. Default: nothing (VMs that start them at launch,
         ``starts_workers_at_launch``)."""
         return None
+
+    def launch_with(
+        self, requests: Sequence[LaunchRequest], start: TrainingStart
+    ) -> list[Allocation]:
+        """Launch one configuration (``requests``, in its rank order) whose VMs start its
+        workers themselves (``starts_workers_at_launch``): each VM runs ``start``'s start
+        script for its node group (``cloud.ec2.user_data.TrainingStart``: a training's
+        workers, or a probe ring's); if one launch fails, what was launched is released
+        first. Default: refused (a provider that starts workers after launch:
+        ``start_workers``)."""
+        raise ProviderError(
+            f"the {self.name} provider starts workers after launch (start_workers), not "
+            "from its VMs' launch"
+        )
 
     def log_dir(self, allocation: Allocation) -> Path | None:
         """Where the workers of ``allocation`` log on this machine (``None``: not here)."""

@@ -65,3 +65,14 @@ def checked_size(
     check_fits(config, count * spec.ranks_per_instance, f"{count} x {instance_type}")
     check_backend(config, count * spec.ranks_per_instance)
     return spec, count
+
+
+def check_starts_after_launch(provider: Provider) -> None:
+    """The sweep's own launch-then-run needs workers it can start on launched VMs; VMs
+    that start them from their launch (EC2's user data) are swept by
+    ``jobs.probe_vms`` (the points travel in the launch)."""
+    if provider.starts_workers_at_launch:
+        raise ConfigError(
+            f"provider: the {provider.name} provider's VMs start their workers at launch; "
+            "sweep it with jobs.probe_vms (srifty probe and the sweep DAG do)"
+        )

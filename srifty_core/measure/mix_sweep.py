@@ -21,11 +21,18 @@ from datetime import date
 from pathlib import Path
 
 from srifty_core.catalog.types import Market
-from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
+from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.cloud.local import LocalProvider
-from srifty_core.errors import ConfigError
 from srifty_core.measure.checks import check_backend
-from srifty_core.measure.sweep import ProgressFn, SweepResult, sweep_slot, sweep_slots
+from srifty_core.measure.sweep import (
+    LaunchThenRun,
+    ProgressFn,
+    RingRunner,
+    SweepResult,
+    launch_requests,
+    sweep_slot,
+    sweep_slots,
+)
 from srifty_core.probing.config import SweepConfig
 from srifty_core.probing.mix import mix_label, parse_mix
 
@@ -34,15 +41,9 @@ def ring_config(
     config: SweepConfig, counts: Mapping[str, int], provider: Provider
 ) -> tuple[SweepConfig, str]:
     """``config`` at the ring's full world size, and the mix's label, after checking the
-    mix (two or more known types, a provider that can start a ring, the backend runs
-    here): bad input fails before anything is launched."""
+    mix (two or more known types, the backend runs here): bad input fails before
+    anything is launched."""
     label = mix_label(counts)
-    if provider.starts_workers_at_launch:
-        raise ConfigError(
-            f"mix: the {provider.name} provider starts workers from its VMs' launch, and "
-            "a probe ring over several of its allocations is not built yet; probe mixes "
-            "with the local provider (or the emulated EC2's sweep)"
-        )
     ranks = sum(provider.instance_type(t).ranks_per_instance * n for t, n in counts.items())
     check_backend(config, ranks)
     return dataclasses.replace(config, world_sizes=(ranks,)), label
@@ -57,18 +58,17 @@ def launch_ring(
 ) -> tuple[Allocation, ...]:
     """One allocation per member type, in name order (the ring's rank order); if one
     launch fails, those already launched are released before the error goes on."""
-    launched: list[Allocation] = []
-    try:
-        for name, count in sorted(counts.items()):
-            launched.append(
-                provider.launch(
-                    LaunchRequest(name, count, market=market, placement_group=placement_group)
-                )
-            )
-    except BaseException:
-        release_all(provider, launched)
-        raise
-    return tuple(launched)
+    return launch_requests(provider, ring_requests(counts, market, placement_group))
+
+
+def ring_requests(
+    counts: Mapping[str, int], market: Market = Market.ON_DEMAND, placement_group: bool = False
+) -> tuple[LaunchRequest, ...]:
+    """One launch request per member type, in name order (the ring's rank order)."""
+    return tuple(
+        LaunchRequest(name, count, market=market, placement_group=placement_group)
+        for name, count in sorted(counts.items())
+    )
 
 
 def sweep_on_ring(
@@ -102,6 +102,7 @@ def probe_mix_sweep(
     placement_group: bool = False,
     fresh: bool = False,
     on_progress: ProgressFn | None = None,
+    runner: RingRunner | None = None,
 ) -> SweepResult:
     """The whole sweep of one mix (``{type: VMs}`` or its label) on one day (see the
     module doc). Every allocation is released before this returns, whatever happens.
@@ -110,7 +111,6 @@ def probe_mix_sweep(
     counts = parse_mix(mix, field="mix") if isinstance(mix, str) else dict(mix)
     config, label = ring_config(config, counts, provider)
     return sweep_slots(
-        config, provider, label,
-        lambda: launch_ring(provider, counts, market=market, placement_group=placement_group),
-        day=day, root=root, fresh=fresh, on_progress=on_progress,
+        config, provider, label, ring_requests(counts, market, placement_group),
+        runner or LaunchThenRun(), day=day, root=root, fresh=fresh, on_progress=on_progress,
     )  # fmt: skip

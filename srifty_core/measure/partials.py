@@ -63,11 +63,22 @@ def read_partial(path: Path) -> list[dict[str, Any]]:
     return [r for r in _parse_lines(path) if r is not None]
 
 
+def parse_partial_text(text: str, labels: dict[str, Any]) -> list[dict[str, Any]]:
+    """``read_partial`` of a partial file's text whose rows still lack ``labels`` (a
+    ring's rows read from run storage: its allocations were launched after its plan was
+    written)."""
+    return [r for r in _parse_text(text, labels) if r is not None]
+
+
 def _parse_lines(path: Path) -> list[dict[str, Any] | None]:
+    return _parse_text(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _parse_text(text: str, labels: dict[str, Any] | None = None) -> list[dict[str, Any] | None]:
     """Each line's row, or None where a whole line is not one; a last line without its
     newline that is not a row (torn by a crash mid-write) is left out without a None."""
     out: list[dict[str, Any] | None] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    lines = text.split("\n")
     for k, line in enumerate(lines):
         if not line.strip():
             continue
@@ -75,6 +86,8 @@ def _parse_lines(path: Path) -> list[dict[str, Any] | None]:
             d: Any = json.loads(line)
         except json.JSONDecodeError:
             d = None
+        if labels and isinstance(d, dict):
+            d = {**d, **labels}
         if not _is_row(d):
             d = None
         if d is not None or k < len(lines) - 1:

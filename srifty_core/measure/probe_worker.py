@@ -2,7 +2,9 @@
 
     python -m srifty_core.measure.probe_worker PLAN.json
 
-The same entry point runs on a VM (under torchrun or a provider's ``run``) and locally.
+The same entry point runs on a VM (under torchrun or a provider's ``run``) and locally;
+on a VM that started it at launch, PLAN.json names the plan on the run storage and rank 0
+writes its rows there (``jobs.probe_vms``).
 It reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and ``LOCAL_RANK``
 for the GPU) from the environment, and the plan from the JSON file: the sweep config, the
 points to measure, the labels every row carries, and the partial file rank 0 appends to.
@@ -59,6 +61,7 @@ from srifty_core.lifetime import die_with_caller
 from srifty_core.noise import NOISY_RETRIES, is_noisy, spread
 from srifty_core.probing.config import ALL_REDUCE, ELEMENT_BYTES, Point, SweepConfig, busbw
 from srifty_core.probing.schema import PHASE_BURST, PHASE_SUSTAINED, STATUS_FAILED, STATUS_OK
+from srifty_core.runs import store as run_store
 
 SUSTAINED_DROP = 0.8
 SUSTAINED_HOLD = 5
@@ -89,12 +92,27 @@ def _fail_hook(rank: int) -> tuple[int, str] | None:
     return int(parts[1]), (parts[2] if len(parts) > 2 else "exit")
 
 
-def _append(out: Path, rows: list[dict[str, Any]]) -> None:
-    with open_for_append(out) as fh:
-        for r in rows:
-            fh.write(json.dumps(r) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+class _Rows:
+    """Where rank 0 puts each completed point's rows: appended to the partial file and
+    fsynced; on run storage (``plan["out"]`` a URI: a probe ring whose VMs started at
+    launch, ``jobs.probe_vms``), the whole file written again (one PUT, whole or not at
+    all), since an object store cannot append."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.remote = run_store.is_remote(out)
+        self.text = ""
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        lines = "".join(json.dumps(r) + "\n" for r in rows)
+        if self.remote:
+            self.text += lines
+            run_store.write_text(self.out, self.text)
+            return
+        with open_for_append(Path(self.out)) as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 def run_plan(plan: dict[str, Any]) -> int:
@@ -107,7 +125,7 @@ def run_plan(plan: dict[str, Any]) -> int:
     config = SweepConfig.from_dict(plan["config"])
     points = [Point(*p) for p in plan["points"]]
     labels: dict[str, Any] = plan["labels"]
-    out = Path(plan["out"])
+    out = _Rows(str(plan["out"]))
     fail = _fail_hook(rank)
     noise = _noise_hook()
 
@@ -184,7 +202,7 @@ def run_plan(plan: dict[str, Any]) -> int:
                             )
                             for r, t in enumerate(times)
                         ]  # fmt: skip
-                        _append(out, rows)
+                        out.add(rows)
                     del bufs
                     index += 1
                     current = None
@@ -192,7 +210,7 @@ def run_plan(plan: dict[str, Any]) -> int:
                     current = Point(sustained[0], n, config.sustained_bytes, 1)
                     rows = _sustained(config, current, group, device, sync, labels)
                     if rank == 0:
-                        _append(out, rows)
+                        out.add(rows)
                     current = None
             else:
                 index += sum(1 for q in points if q.world_size == n)
@@ -200,7 +218,7 @@ def run_plan(plan: dict[str, Any]) -> int:
     except Exception as exc:
         if rank == 0 and current is not None:
             reason = f"{type(exc).__name__}: {exc}".strip()[:2000]
-            _append(out, [_row(labels, config, current, sample, STATUS_FAILED, None, None, reason)])
+            out.add([_row(labels, config, current, sample, STATUS_FAILED, None, None, reason)])
         traceback.print_exc()
         return 1
     dist.destroy_process_group()
@@ -341,8 +359,20 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m srifty_core.measure.probe_worker PLAN.json", file=sys.stderr)
         return 2
     die_with_caller()
-    plan = json.loads(Path(args[0]).read_text())
-    return run_plan(plan)
+    return run_plan(load_plan(args[0]))
+
+
+def load_plan(location: str) -> dict[str, Any]:
+    """The plan at ``location`` (a path, or a URI on the run storage). A VM's start script
+    holds a stub whose ``plan`` names the real one on the run storage (EC2's user data
+    is at most 16 KB; a sweep's points can be more)."""
+    text = run_store.read_text(location)
+    if text is None:
+        raise SystemExit(f"probe worker: no plan at {location}")
+    plan: dict[str, Any] = json.loads(text)
+    if "points" not in plan and isinstance(plan.get("plan"), str):
+        return load_plan(plan["plan"])
+    return plan
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from filelock import FileLock
 from srifty_core.cloud.base import Allocation, Provider, Workers
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env
-from srifty_core.measure.checks import check_fits
+from srifty_core.measure.checks import check_fits, check_starts_after_launch
 from srifty_core.measure.partials import (
     complete_points,
     partial_dir,
@@ -123,6 +123,47 @@ def _log_tail(provider: Provider, allocation: Allocation, rank: int) -> str:
     return lines[-1][:500] if lines else ""
 
 
+class Wait:
+    """When to stop waiting for a ring's workers: once all have ended,
+    ``FAILURE_GRACE_S`` after the first failed (for the others to report), or after
+    ``timeout_s`` (``timed_out``)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.deadline = time.monotonic() + timeout_s
+        self.first_failure: float | None = None
+        self.timed_out = False
+
+    def over(self, ended: bool, failed: bool) -> bool:
+        now = time.monotonic()
+        if ended:
+            return True
+        if failed and self.first_failure is None:
+            self.first_failure = now
+        if self.first_failure is not None and now - self.first_failure > FAILURE_GRACE_S:
+            return True
+        self.timed_out = now > self.deadline
+        return self.timed_out
+
+
+def probe_plan(
+    config: SweepConfig,
+    points: Sequence[Point],
+    sustained_slot: int | None,
+    row_labels: dict[str, Any],
+    out: str,
+) -> dict[str, Any]:
+    """What the probe worker reads (``measure.probe_worker``): the config, the points, the
+    sustained probe's slot and world size, the labels every row carries, and ``out``, the
+    partial file (or run-storage object) rank 0 writes the rows to."""
+    return {
+        "config": config.to_dict(),
+        "points": [list(p.key) for p in points],
+        "sustained": None if sustained_slot is None else [sustained_slot, config.max_world_size],
+        "labels": row_labels,
+        "out": out,
+    }
+
+
 def run_points(
     provider: Provider,
     allocation: Allocation | Sequence[Allocation],
@@ -139,6 +180,7 @@ def run_points(
     for that slot at the largest world size; return the rows rank 0 wrote (ok and failed)
     and the points that failed. The partial file stays until the caller commits it."""
     ring = (allocation,) if isinstance(allocation, Allocation) else tuple(allocation)
+    check_starts_after_launch(provider)
     check_fits(config, ring_ranks(ring), _what(ring))
     row_labels = labels(ring[0], day) if len(ring) == 1 else ring_labels(ring, day)
     name = str(row_labels["instance_type"])
@@ -146,13 +188,7 @@ def run_points(
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{ring_id(ring)}.jsonl"
     plan_path = folder / f".{ring_id(ring)}.plan.json"
-    plan = {
-        "config": config.to_dict(),
-        "points": [list(p.key) for p in points],
-        "sustained": None if sustained_slot is None else [sustained_slot, config.max_world_size],
-        "labels": row_labels,
-        "out": str(out),
-    }
+    plan = probe_plan(config, points, sustained_slot, row_labels, str(out))
     plan_path.write_text(json.dumps(plan))
     argv = [sys.executable, "-m", "srifty_core.measure.probe_worker", str(plan_path)]
 
@@ -164,9 +200,7 @@ def run_points(
             provider.run(ring[0], argv, caller_env())
         else:
             provider.start_workers(ring, Workers(argv, caller_env()))
-        deadline = time.monotonic() + config.sweep_timeout_s
-        first_failure: float | None = None
-        timed_out = False
+        wait = Wait(config.sweep_timeout_s)
         seen = 0
         while True:
             codes = exit_codes()
@@ -175,14 +209,8 @@ def run_points(
                 for _ in range(done - seen):
                     on_point()
                 seen = max(seen, done)
-            if all(c is not None for c in codes.values()):
-                break
-            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
-                first_failure = time.monotonic()
-            if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
+            ended = all(c is not None for c in codes.values())
+            if wait.over(ended, any(c not in (None, 0) for c in codes.values())):
                 break
             time.sleep(POLL_S)
         codes = exit_codes()
@@ -192,45 +220,66 @@ def run_points(
             codes = exit_codes()
         plan_path.unlink(missing_ok=True)
         rows = read_partial(out) if out.exists() else []
+    tail = _log_tail(provider, ring[0], 0)
+    failures = settle(
+        out, rows, points, config, row_labels,
+        codes=codes, timed_out=wait.timed_out, sustained_slot=sustained_slot, log_tail=tail,
+    )  # fmt: skip
+    return rows, failures
+
+
+def settle(
+    out: Path,
+    rows: list[dict[str, Any]],
+    points: Sequence[Point],
+    config: SweepConfig,
+    row_labels: dict[str, Any],
+    *,
+    codes: dict[int, int | None],
+    timed_out: bool,
+    sustained_slot: int | None,
+    log_tail: str = "",
+) -> list[FailedPoint]:
+    """The points of ``points`` (and the sustained probe of ``sustained_slot``) that
+    ``rows`` lacks, as failures: the first with the reason the run stopped (the ranks' or
+    VMs' exit ``codes``, a timeout, rank 0's last log line), also written as a failed row
+    into the partial file ``out`` when rank 0 wrote none; the rest as not measured."""
     failed_ok = all(c == 0 for c in codes.values()) and not timed_out
     complete = complete_points(rows, config.repeats)
     missing = [p for p in points if p.key not in complete]
     if sustained_slot is not None and sustained_slot in slots_missing_sustained(rows, config):
         missing.append(Point(sustained_slot, config.max_world_size, config.sustained_bytes, 1))
-    failures: list[FailedPoint] = []
-    if missing:
-        summary = _exit_summary(codes, timed_out, config.sweep_timeout_s)
-        if failed_ok:
-            summary = "workers exited 0 without measuring it"
-        reported = {point_key(r): r for r in rows if r["status"] == STATUS_FAILED}
-        first = missing[0]
-        if first.key in reported:
-            reported[first.key]["error"] = f"{reported[first.key]['error']} ({summary})"
-        else:
-            tail = _log_tail(provider, ring[0], 0)
-            row = {**row_labels, "allocation_slot": first.allocation_slot}
-            row.update(
-                world_size=first.world_size,
-                buffer_bytes=first.buffer_bytes,
-                concurrent=first.concurrent,
-                collective=first.collective,
-                backend=config.backend,
-                repeat=0,
-                time_s=None,
-                busbw=None,
-                status=STATUS_FAILED,
-                error=summary + (f"; rank 0: {tail}" if tail else ""),
-                probed_at=datetime.now(UTC).isoformat(),
-            )
-            rows.append(row)
-            reported[first.key] = row
-        rewrite_partial(out, rows)
-        failures = [FailedPoint(first, str(reported[first.key]["error"]))]
-        failures += [
-            FailedPoint(p, f"not measured: the run stopped at {format_point(first)}")
-            for p in missing[1:]
-        ]
-    return rows, failures
+    if not missing:
+        return []
+    summary = _exit_summary(codes, timed_out, config.sweep_timeout_s)
+    if failed_ok:
+        summary = "workers exited 0 without measuring it"
+    reported = {point_key(r): r for r in rows if r["status"] == STATUS_FAILED}
+    first = missing[0]
+    if first.key in reported:
+        reported[first.key]["error"] = f"{reported[first.key]['error']} ({summary})"
+    else:
+        row = {**row_labels, "allocation_slot": first.allocation_slot}
+        row.update(
+            world_size=first.world_size,
+            buffer_bytes=first.buffer_bytes,
+            concurrent=first.concurrent,
+            collective=first.collective,
+            backend=config.backend,
+            repeat=0,
+            time_s=None,
+            busbw=None,
+            status=STATUS_FAILED,
+            error=summary + (f"; rank 0: {log_tail}" if log_tail else ""),
+            probed_at=datetime.now(UTC).isoformat(),
+        )
+        rows.append(row)
+        reported[first.key] = row
+    rewrite_partial(out, rows)
+    return [FailedPoint(first, str(reported[first.key]["error"]))] + [
+        FailedPoint(p, f"not measured: the run stopped at {format_point(first)}")
+        for p in missing[1:]
+    ]
 
 
 def format_point(p: Point) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Protocol
 
 from filelock import FileLock, Timeout
 
@@ -39,10 +40,15 @@ from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, LaunchRequest, Provider, release_all
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.errors import SriftyError
-from srifty_core.measure.checks import check_backend, check_fits, checked_size
+from srifty_core.measure.checks import (
+    check_backend,
+    check_fits,
+    check_starts_after_launch,
+    checked_size,
+)
 from srifty_core.measure.partials import Partition, complete_points, slots_missing_sustained
 from srifty_core.measure.runner import FailedPoint, format_point, run_points
-from srifty_core.probing.config import SweepConfig
+from srifty_core.probing.config import Point, SweepConfig
 from srifty_core.probing.schema import STATUS_OK
 
 
@@ -111,6 +117,77 @@ def release_orphans(partials: Path, provider: Provider) -> list[str]:
 
 ProgressFn = Callable[[int, int], None]
 """``on_progress(points_done, points_to_do)`` after each completed point."""
+
+
+@dataclass(frozen=True)
+class SlotWork:
+    """One allocation slot's work: the ring's launch requests (one per member type, in
+    its rank order), the points it still misses, the sustained probe's slot if it misses
+    that, and where the rows go (``day``'s partition of ``label`` under ``root``)."""
+
+    config: SweepConfig
+    label: str
+    requests: tuple[LaunchRequest, ...]
+    slot: int
+    points: tuple[Point, ...]
+    sustained_slot: int | None
+    day: date
+    root: Path | None
+
+
+class RingRunner(Protocol):
+    """How a sweep starts one slot's ring and measures it: ``launch`` (the sweep then owns
+    what it returns and releases it, whatever happens), then ``measure`` (the failed
+    points; the rows are in the slot's partial file). ``LaunchThenRun`` where workers start
+    after launch (the local provider); ``jobs.probe_vms.StartAtLaunch`` where VMs start
+    them from their launch (EC2: the points travel in the user data)."""
+
+    def launch(self, provider: Provider, work: SlotWork) -> Sequence[Allocation]: ...
+
+    def measure(
+        self,
+        provider: Provider,
+        ring: Sequence[Allocation],
+        work: SlotWork,
+        on_point: Callable[[], None] | None,
+    ) -> list[FailedPoint]: ...
+
+
+def launch_requests(
+    provider: Provider, requests: Sequence[LaunchRequest]
+) -> tuple[Allocation, ...]:
+    """One allocation per request, in order; if one launch fails, those already launched
+    are released before the error goes on."""
+    launched: list[Allocation] = []
+    try:
+        for r in requests:
+            launched.append(provider.launch(r))
+    except BaseException:
+        release_all(provider, launched)
+        raise
+    return tuple(launched)
+
+
+class LaunchThenRun:
+    """Launch the slot's allocations, then start the probe worker on every rank
+    (``measure.runner.run_points``)."""
+
+    def launch(self, provider: Provider, work: SlotWork) -> Sequence[Allocation]:
+        check_starts_after_launch(provider)
+        return launch_requests(provider, work.requests)
+
+    def measure(
+        self,
+        provider: Provider,
+        ring: Sequence[Allocation],
+        work: SlotWork,
+        on_point: Callable[[], None] | None,
+    ) -> list[FailedPoint]:
+        _, failed = run_points(
+            provider, ring, work.config, list(work.points), day=work.day, root=work.root,
+            on_point=on_point, sustained_slot=work.sustained_slot,
+        )  # fmt: skip
+        return failed
 
 
 class ProbeFailedError(SriftyError):
@@ -192,9 +269,7 @@ def sweep_slot(
     day = day or datetime.now(UTC).date()
     part = Partition(day, provider.name, label, root, fresh)
     records = part.all_records()
-    done = complete_points(records, config.repeats)
-    todo = [p for p in config.points(slot) if p.key not in done]
-    sustained = slot if slot in slots_missing_sustained(records, config) else None
+    todo, sustained = missing_in_slot(records, config, slot)
     failures: list[FailedPoint] = []
     if todo or sustained is not None:
         progress = _Progress(len(todo), on_progress)
@@ -208,6 +283,30 @@ def sweep_slot(
             on_point=progress.tick,
             sustained_slot=sustained,
         )
+    ran = todo or sustained is not None
+    return slot_result(config, part, slot, todo, failures, [a.id for a in ring] if ran else [], t0)
+
+
+def missing_in_slot(
+    records: Sequence[dict[str, object]], config: SweepConfig, slot: int
+) -> tuple[list[Point], int | None]:
+    """The points of ``slot`` that ``records`` (a partition's) lack, and ``slot`` when its
+    sustained probe is missing too."""
+    done = complete_points(records, config.repeats)
+    todo = [p for p in config.points(slot) if p.key not in done]
+    return todo, slot if slot in slots_missing_sustained(records, config) else None
+
+
+def slot_result(
+    config: SweepConfig,
+    part: Partition,
+    slot: int,
+    todo: Sequence[Point],
+    failures: Sequence[FailedPoint],
+    allocation_ids: Sequence[str],
+    t0: float,
+) -> SweepResult:
+    """Commit ``part`` and say what one slot's sweep did."""
     path, merged = part.commit(config.repeats)
     return SweepResult(
         partition=path,
@@ -215,7 +314,7 @@ def sweep_slot(
         measured=len(todo) - len(failures),
         skipped=len(config.points(slot)) - len(todo),
         failed=tuple(failures),
-        allocation_ids=tuple(a.id for a in ring) if todo or sustained is not None else (),
+        allocation_ids=tuple(allocation_ids),
         wall_s=time.perf_counter() - t0,
     )
 
@@ -259,6 +358,7 @@ def probe_sweep(
     placement_group: bool = False,
     fresh: bool = False,
     on_progress: ProgressFn | None = None,
+    runner: RingRunner | None = None,
 ) -> SweepResult:
     """The whole sweep for one instance type on one day (see the module doc).
 
@@ -270,7 +370,7 @@ def probe_sweep(
     spec, count = checked_size(config, provider, instance_type, instances)
     request = LaunchRequest(instance_type, count, market=market, placement_group=placement_group)
     return sweep_slots(
-        config, provider, spec.name, lambda: (provider.launch(request),),
+        config, provider, spec.name, (request,), runner or LaunchThenRun(),
         day=day, root=root, fresh=fresh, on_progress=on_progress,
     )  # fmt: skip
 
@@ -279,7 +379,8 @@ def sweep_slots(
     config: SweepConfig,
     provider: Provider,
     label: str,
-    launch: Callable[[], Sequence[Allocation]],
+    requests: Sequence[LaunchRequest],
+    runner: RingRunner,
     *,
     day: date | None = None,
     root: Path | None = None,
@@ -287,8 +388,9 @@ def sweep_slots(
     on_progress: ProgressFn | None = None,
 ) -> SweepResult:
     """``probe_sweep``'s loop for one allocation or a mixed ring (``measure.mix_sweep``):
-    the partition of ``label``, each slot that misses points on what ``launch`` starts
-    (released, whatever happens, before the next); ``config`` already checked."""
+    the partition of ``label``, each slot that misses points on what ``runner`` launches
+    of ``requests`` (released, whatever happens, before the next); ``config`` already
+    checked."""
     t0 = time.perf_counter()
     day = day or datetime.now(UTC).date()
     part = Partition(day, provider.name, label, root, fresh)
@@ -304,23 +406,18 @@ def sweep_slots(
     release_orphans(part.partials, provider)  # what a killed sweep left running
     path, merged = part.commit(config.repeats)  # commits partials a crashed run left
     for slot in sorted({p.allocation_slot for p in todo} | sustained):
-        ring = launch()
+        work = SlotWork(
+            config, label, tuple(requests), slot,
+            tuple(p for p in todo if p.allocation_slot == slot),
+            slot if slot in sustained else None, day, root,
+        )  # fmt: skip
+        ring = runner.launch(provider, work)
         alloc_ids.extend(a.id for a in ring)
         with contextlib.ExitStack() as stack:
             for a in ring:
                 stack.enter_context(owning(part.partials, a.id))
             stack.callback(release_all, provider, ring)  # first: before the owner locks go
-            _, failed = run_points(
-                provider,
-                ring,
-                config,
-                [p for p in todo if p.allocation_slot == slot],
-                day=day,
-                root=root,
-                on_point=progress.tick,
-                sustained_slot=slot if slot in sustained else None,
-            )
-            failures.extend(failed)
+            failures.extend(runner.measure(provider, ring, work, progress.tick))
         path, merged = part.commit(config.repeats)
     return SweepResult(
         partition=path,

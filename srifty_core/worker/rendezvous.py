@@ -78,6 +78,8 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 _IMDS = "http://169.254.169.254/latest"
 _CURL = "curl -sf --retry 5 --retry-connrefused --max-time 5"
 EXIT_PREFIX = "exit-"
+TRAINING_MODULE = "srifty_core.worker.launch"
+"""What a training VM's ranks run: the plan's entrypoint, or the built-in worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +165,13 @@ class TrainingStart:
     plan_json: str
     run_id: str
     port: int = DEFAULT_PORT
+    module: str = TRAINING_MODULE
+    """What torchrun runs on each rank, given the plan's path (a probe ring: the probe
+    worker, ``jobs.probe_vms``)."""
 
     @property
     def world_size(self) -> int:
-        return len(json.loads(self.plan_json)["local_batches"])
+        return plan_world_size(json.loads(self.plan_json))
 
     def start_script(
         self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
@@ -177,7 +182,7 @@ class TrainingStart:
         nnodes = sum(count for count, _ in vms)
         world = sum(count * per for count, per in vms)
         rdzv = Rendezvous(self.run_id, nnodes, world, host, self.port, join_timeout_s)
-        return start_script(self.plan_json, node_groups(vms)[group], rdzv)
+        return start_script(self.plan_json, node_groups(vms)[group], rdzv, module=self.module)
 
     @classmethod
     def for_plan(cls, plan_path: str | Path, config_id: str) -> TrainingStart:
@@ -206,8 +211,9 @@ def torchrun_argv(
     is_host: str,
     plan_path: str,
     torchrun: str = "torchrun",
+    module: str = TRAINING_MODULE,
 ) -> list[str]:
-    """torchrun's command line on one VM (``ranks`` processes of the worker on
+    """torchrun's command line on one VM (``ranks`` processes of ``module`` on
     ``plan_path``); ``host``, ``local_addr`` and ``is_host`` (``true``/``false``) may be
     shell expansions that ``start_script`` fills in on the VM."""
     return [
@@ -221,9 +227,20 @@ def torchrun_argv(
         f"--local-addr={local_addr}",
         "--max-restarts=0",  # a lost VM ends the group; the monitor re-plans
         "--module",
-        "srifty_core.worker.launch",  # the plan's entrypoint, or the built-in worker
+        module,
         plan_path,
     ]
+
+
+def plan_world_size(plan: Mapping[str, Any]) -> int:
+    """The ranks a plan runs: one per local batch (a training), else its ``world_size``
+    (a probe ring)."""
+    if "local_batches" in plan:
+        return len(plan["local_batches"])
+    world = plan.get("world_size")
+    if not isinstance(world, int) or world < 1:
+        raise ConfigError(f"a plan needs local_batches or a world_size >= 1, got {world!r}")
+    return world
 
 
 def _sh(arg: str) -> str:
@@ -243,10 +260,12 @@ def start_script(
     venv: str = "/opt/srifty",
     workdir: str = "/opt/srifty/run",
     shutdown: bool = True,
+    module: str = TRAINING_MODULE,
 ) -> str:
-    """The shell script that starts this configuration's worker on a VM of ``group``
-    (installed in ``venv``): it writes the plan to ``workdir``, works out the VM's index and
-    its first rank from its launch index, and runs torchrun. However the script ends
+    """The shell script that starts this configuration's worker (``module``, given the
+    plan's path: a training's ``worker.launch``, or a probe ring's probe worker) on a VM
+    of ``group`` (installed in ``venv``): it writes the plan to ``workdir``, works out the
+    VM's index and its first rank from its launch index, and runs torchrun. However the script ends
     (torchrun's exit, or a failure before it), it writes the exit marker into the plan's
     run folder (``write_exit_marker``; node ``g<first node>`` when the VM's index is not
     known yet) and, with ``shutdown``, shuts the VM down (EC2 then terminates it).
@@ -254,7 +273,7 @@ def start_script(
     set, else from the instance metadata service (IMDSv2)."""
     text = plan if isinstance(plan, str) else json.dumps(plan)
     parsed = json.loads(text)
-    world = len(parsed["local_batches"])
+    world = plan_world_size(parsed)
     if world != rdzv.world_size:
         raise ConfigError(f"the plan has {world} ranks, the rendezvous {rdzv.world_size}")
     if group.first_rank + group.count * group.ranks_per_vm > world:
@@ -274,6 +293,7 @@ def start_script(
         is_host="${SRIFTY_IS_HOST}",
         plan_path=plan_path,
         torchrun=f"{venv}/bin/torchrun",
+        module=module,
     )
     marker = " ".join(
         [

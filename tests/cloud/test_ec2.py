@@ -286,9 +286,10 @@ def test_a_mixed_ring_launches_one_allocation_per_type_and_releases_them_all(
     aws: Any, groups: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The mix sweep's launch on EC2 (moto): one tagged allocation per member type, one
-    placement group each; a failed second launch leaves none running; the ring cannot be
-    probed there yet (its VMs start their workers from their user data, and no probe ring
-    joins them), which says so before anything runs, and the release ends every VM."""
+    placement group each; a failed second launch leaves none running; a ring launched
+    without its workers cannot be swept (EC2's VMs start theirs from their user data:
+    ``jobs.probe_vms``, tests/jobs/test_probe_vms.py), which says so before anything
+    runs, and the release ends every VM."""
     from srifty_core.measure.mix_sweep import launch_ring, sweep_on_ring
     from srifty_core.probing.config import SweepConfig
 
@@ -300,7 +301,7 @@ def test_a_mixed_ring_launches_one_allocation_per_type_and_releases_them_all(
             if t["Key"] == TAG_ALLOCATION}  # fmt: skip
     assert tags == {a.id for a in ring} and len(live_instances(aws)) == 3
     config = SweepConfig(sizes=(1024,), world_sizes=(2,), concurrency=(1,), repeats=1)
-    with pytest.raises(ConfigError, match=r"^mix: the ec2 provider starts workers"):
+    with pytest.raises(ConfigError, match=r"^provider: the ec2 provider's VMs start"):
         sweep_on_ring(config, p, ring)
     from srifty_core.cloud.base import release_all
 

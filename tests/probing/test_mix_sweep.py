@@ -146,11 +146,12 @@ def test_a_mixed_ring_probed_over_namespace_vms_lands_in_the_store(
 def test_a_provider_that_starts_workers_at_launch_is_refused_before_launching(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """EC2's VMs start their workers from their user data, so no probe ring can join
-    them: the mix sweep says so before it launches anything."""
+    """EC2's VMs start their workers from their user data: swept as a local provider is
+    (launch, then run the workers), the mix sweep says so before it launches anything
+    (``jobs.probe_vms`` sweeps them, tests/jobs/test_probe_vms.py)."""
     monkeypatch.setattr(LocalProvider, "starts_workers_at_launch", True)
     config = SweepConfig(sizes=(1024,), world_sizes=(2,), concurrency=(1,), repeats=1)
-    with pytest.raises(ConfigError, match=r"^mix: the local provider starts workers"):
+    with pytest.raises(ConfigError, match=r"^provider: the local provider's VMs start"):
         probe_mix_sweep(config, {"g4dn.xlarge": 1, "g5.xlarge": 1})
     assert not _states(data_dir / "cloud" / "local")
 

@@ -55,6 +55,7 @@ from srifty_core.cloud.base import (
     LaunchRequest,
     Provider,
     ProviderError,
+    TrainingStart,
     release_all,
 )
 from srifty_core.cloud.ec2.launch_args import run_instances_args
@@ -76,7 +77,6 @@ from srifty_core.cloud.ec2.user_data import (
     INSTALL_S,
     WHEEL_SHA256_ENV,
     WHEEL_URI_ENV,
-    TrainingStart,
     TrainingUserData,
     WorkerWheel,
     bootstrap_user_data,
@@ -284,11 +284,14 @@ class EC2Provider(Provider):
                 except ProviderError as leak:
                     exc.add_note(str(leak))
                 raise
-        return self._launch_training(requests, self.training)
+        return self.launch_with(requests, self.training)
 
-    def _launch_training(
+    def launch_with(
         self, requests: Sequence[LaunchRequest], training: TrainingStart
     ) -> list[Allocation]:
+        """``launch_many`` of a configuration whose start is given here (a probe ring's)."""
+        if self.worker:
+            raise ProviderError("launch_with: this provider was made for worker")
         started: dict[str, list[str]] = {}  # allocation id -> instance ids it returned
         group: str | None = None
         try:

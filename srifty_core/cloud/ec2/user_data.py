@@ -18,7 +18,6 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from srifty_core.errors import ConfigError
 
@@ -167,23 +166,3 @@ class TrainingUserData:
 
     def __call__(self, allocation_id: str) -> str:
         return training_user_data(self.start, wheel=self.wheel, allocation_id=allocation_id)
-
-
-class TrainingStart(Protocol):
-    """What the VMs of one training configuration run, built by the caller
-    (``worker.rendezvous.TrainingStart``: the workers' plan and its rendezvous).
-    ``EC2Provider(training=...)`` launches the configuration's VMs in the plan's order
-    through ``launch_many``."""
-
-    @property
-    def world_size(self) -> int:
-        """The plan's ranks (the VMs must hold exactly these)."""
-        ...
-
-    def start_script(
-        self, vms: Sequence[tuple[int, int]], group: int, host: str, join_timeout_s: int
-    ) -> str:
-        """The start script of node group ``group`` of the VMs ``vms`` (``(count, ranks per
-        VM)`` per launch, in the plan's order; the first VM in a group of its own), told
-        the rendezvous endpoint ``host`` (empty on the first VM: it reads its own)."""
-        ...
