@@ -4,6 +4,7 @@ frontier of what it evaluated, and why the winner won (or the nearest misses).""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -349,11 +350,12 @@ class PlanResult:
                 name = r.offers[i].instance.name
                 counts[name] = counts.get(name, 0) + n
             spec = ",".join(f"{t}:{n}" for t, n in sorted(counts.items()))
+            first = r.offers[b.choice[0][0]].instance.features
             lines.append(
                 f"Mixed ring {', '.join(mixes)} never probed as one ring: its bandwidth is "
                 "composed from its members' (the slowest, times the mixed-ring factor), and "
                 "the p90 carries how far single mixes stray from that factor; to measure "
-                f"it: `srifty probe --mix {spec}` (or the sweep DAG's mixes)."
+                f"it: `{probe_mix_command(spec, first)}` (or the sweep DAG's mixes)."
             )
         exposed = "."
         if e.exposed_comm:
@@ -415,3 +417,19 @@ class PlanResult:
             "below_threshold": list(self.below_threshold),
             "explanation": self.explanation(),
         }
+
+
+def probe_mix_command(spec: str, features: Mapping[str, Any]) -> str:
+    """The ``srifty probe`` that measures the mix ``spec`` (``TYPE:VMS,...``) where its
+    offers run (``features``: an offer's probe features, its provider, region, backend)."""
+    argv = ["srifty probe", f"--mix {spec}"]
+    provider = str(features.get("provider", "") or "local")
+    if provider == "ec2":
+        region = features.get("region") or "us-east-1"
+        argv += ["--provider ec2", f"--region {region}", """--ec2 '{"image_id": "ami-..."}'"""]
+    elif provider != "local":
+        argv.append(f"--provider {provider}")
+    backend = str(features.get("backend", "") or "gloo")
+    if backend != "gloo" and provider == "ec2":
+        argv.append(f"--backend {backend}")
+    return " ".join(argv)

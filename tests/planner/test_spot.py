@@ -15,6 +15,7 @@ from srifty_core.catalog import Catalog
 from srifty_core.planner import spot
 from srifty_core.planner.job import render
 from srifty_core.planner.request import request_from_dict
+from srifty_core.planner.result import probe_mix_command
 from srifty_core.planner.search import plan
 from srifty_core.predictors.table import ProbeTableBandwidth
 from srifty_core.probing.store import read_probes
@@ -188,4 +189,13 @@ def test_a_mixed_ring_never_probed_names_the_command_that_probes_it(
     assert "the mix g3.4xlarge+g4dn.xlarge" in best.estimate.extrapolated
     text = render(result)
     assert "Mixed ring g3.4xlarge+g4dn.xlarge never probed as one ring" in text
-    assert "`srifty probe --mix g3.4xlarge:1,g4dn.xlarge:1`" in text
+    # where the offers run: EC2 types, so on EC2 (jobs.probe_vms), over NCCL
+    probe = (
+        "`srifty probe --mix g3.4xlarge:1,g4dn.xlarge:1 --provider ec2 --region us-east-1 "
+        """--ec2 '{"image_id": "ami-..."}' --backend nccl`"""
+    )
+    assert probe in text, text
+    local = {"provider": "local", "backend": "gloo"}
+    assert probe_mix_command("a:1,b:2", local) == "srifty probe --mix a:1,b:2"
+    emulated = {"provider": "ec2-emulated", "backend": "nccl"}
+    assert probe_mix_command("a:1,b:2", emulated).endswith("--mix a:1,b:2 --provider ec2-emulated")
