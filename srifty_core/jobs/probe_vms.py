@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -231,6 +232,13 @@ class StartAtLaunch:
     def launch(self, provider: Provider, work: SlotWork) -> Sequence[Allocation]:
         ring, folder = launch_slot(provider, work)
         self._folders[ring_id(ring)] = folder
+        vms = sum(a.count for a in ring)
+        print(  # minutes pass before the first point: say what is being waited for
+            f"probe {work.label}: slot {work.slot}: {vms} VM(s) launched ({ring_id(ring)}); "
+            "they install the worker, join as one ring and write their rows to "
+            f"{folder}",
+            file=sys.stderr,
+        )
         return ring
 
     def measure(

@@ -44,8 +44,10 @@ def test_a_mix_is_probed_on_ec2_vms_as_one_ring_and_lands_in_the_store(
 ) -> None:
     mix = "g4dn.xlarge:1,g5.xlarge:1"
     assert main(["probe", "--mix", mix, *EC2, *TINY]) == 0, vms.logs()
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "2 point(s) measured, 0 already stored, 0 failed" in out, out
+    assert "2 VM(s) launched" in captured.err and "join as one ring" in captured.err
     label = mix_label({"g4dn.xlarge": 1, "g5.xlarge": 1})
     df = read_probes(providers=["ec2"], instance_types=[label])
     assert len(df) == 4 and set(df["world_size"]) == {2} and df["busbw"].gt(0).all()
