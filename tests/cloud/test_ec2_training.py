@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -19,6 +20,8 @@ from srifty_core.cloud.base import InstanceState
 from srifty_core.cloud.ec2 import EC2Provider
 from srifty_core.cloud.ec2.records import TAG_PLACEMENT, TAG_RELEASED, instance_state
 from srifty_core.cloud.ec2.user_data import (
+    BOOTSTRAP_LOG,
+    INSTALL_FAILED,
     INSTALL_S,
     WHEEL_SHA256_ENV,
     WHEEL_URI_ENV,
@@ -347,3 +350,40 @@ def test_the_monitor_fails_an_ec2_run_on_a_non_zero_exit_marker(tmp_path: Path) 
     assert rendezvous_main(["exit-marker", str(run_dir), "c0", "1", "1"]) == 0
     with pytest.raises(TrainingFailed, match=r"without a preemption.*'1': 1"):
         monitor.step(now=started + 3)
+
+
+def test_a_vm_whose_install_fails_shuts_itself_down(tmp_path: Path) -> None:
+    """The user data's install fails (here: the wheel's sha256): the VM shuts down (EC2
+    terminates it) with the end of its log on the console, and never starts the worker.
+    Run with the VM's paths moved into a temporary folder and ``shutdown`` and the
+    console standing in as files."""
+    data = training_user_data("#!/bin/bash\necho start\n", wheel=WHEEL, allocation_id="a1")
+    assert data.splitlines()[3] == INSTALL_FAILED  # before the first command that can fail
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in {
+        "shutdown": f'echo "shutdown $*" >> {tmp_path}/shutdown',
+        "python3": "exit 0",  # the venv: not on this machine
+        # the download (https or s3): an empty file, so its sha256 is wrong
+        "curl": 'touch "${@: -1}"',
+        "aws": 'touch "${@: -1}"',
+    }.items():
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n")
+        (fake / name).chmod(0o755)
+    script = (
+        data.replace(BOOTSTRAP_LOG, str(tmp_path / "bootstrap.log"))
+        .replace("/dev/console", str(tmp_path / "console"))
+        .replace("/opt/srifty", str(tmp_path / "opt"))
+    )
+    (tmp_path / "opt" / "bin").mkdir(parents=True)
+    (tmp_path / "opt" / "bin" / "pip").write_text("#!/bin/bash\nexit 0\n")  # pip's upgrade
+    (tmp_path / "opt" / "bin" / "pip").chmod(0o755)
+    out = subprocess.run(
+        ["bash", "-c", script], env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert (tmp_path / "shutdown").read_text() == "shutdown -h now\n"
+    console = (tmp_path / "console").read_text()
+    assert "FAILED" in console and "the worker install failed" in console, console
+    assert not (tmp_path / "opt" / "start-worker.sh").exists()  # the worker never started

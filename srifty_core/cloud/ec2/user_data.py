@@ -95,11 +95,24 @@ class WorkerWheel:
         ]
 
 
+BOOTSTRAP_LOG = "/var/log/srifty-bootstrap.log"
+INSTALL_FAILED = (
+    "trap 'echo \"srifty: the worker install failed (line $LINENO)\"; "
+    f"tail -n 40 {BOOTSTRAP_LOG} > /dev/console || true; shutdown -h now' ERR"
+)
+"""Whatever fails before the worker starts (the wheel's download, its sha256, pip) shuts
+the VM down, which EC2 turns into a termination (VMs launch with
+``InstanceInitiatedShutdownBehavior=terminate``): a VM that can never run its worker
+stops billing at once instead of when its caller's wait runs out, and the end of its
+log goes to the console (``get-console-output``), where the VM's disk no longer is."""
+
+
 def _install_lines(wheel: WorkerWheel) -> list[str]:
     return [
         "#!/bin/bash",
         "set -euo pipefail",
-        "exec >>/var/log/srifty-bootstrap.log 2>&1",
+        f"exec >>{BOOTSTRAP_LOG} 2>&1",
+        INSTALL_FAILED,
         "python3 -m venv /opt/srifty",
         "/opt/srifty/bin/pip install --upgrade pip",
         *wheel.install_lines(),
