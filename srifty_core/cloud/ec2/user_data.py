@@ -97,7 +97,7 @@ class WorkerWheel:
 
 BOOTSTRAP_LOG = "/var/log/srifty-bootstrap.log"
 INSTALL_FAILED = (
-    "trap 'echo \"srifty: the worker install failed (line $LINENO)\"; "
+    'trap \'echo "srifty: the worker install failed (line $LINENO)"; '
     f"tail -n 40 {BOOTSTRAP_LOG} > /dev/console || true; shutdown -h now' ERR"
 )
 """Whatever fails before the worker starts (the wheel's download, its sha256, pip) shuts
