@@ -220,6 +220,13 @@ class Provider(abc.ABC):
         Default: the class's own defaults."""
         return cls(**kwargs)
 
+    @classmethod
+    def probe_args(cls, region: str, backend: str) -> list[str]:
+        """What ``srifty probe`` takes to probe on this provider in ``region`` over
+        ``backend`` (a plan names the probe a never-probed ring needs). Default: the
+        provider's name."""
+        return [f"--provider {cls.name}"]
+
     @abc.abstractmethod
     def instance_type(self, name: str) -> InstanceSpec:
         """Features of ``name``; unknown names raise ``UnknownNameError``."""

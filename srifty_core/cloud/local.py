@@ -120,6 +120,10 @@ class LocalProvider(Provider):
     starts_at_once = True
     one_allocation_per_worker = True
 
+    @classmethod
+    def probe_args(cls, region: str, backend: str) -> list[str]:
+        return []  # srifty probe's default
+
     def __init__(
         self,
         state_dir: Path | None = None,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from srifty_core.cloud import find_provider_class
 from srifty_core.errors import SriftyError
 from srifty_core.planner import spot as spot_model
 from srifty_core.planner.request import Objective, PlanRequest
@@ -421,15 +422,10 @@ class PlanResult:
 
 def probe_mix_command(spec: str, features: Mapping[str, Any]) -> str:
     """The ``srifty probe`` that measures the mix ``spec`` (``TYPE:VMS,...``) where its
-    offers run (``features``: an offer's probe features, its provider, region, backend)."""
-    argv = ["srifty probe", f"--mix {spec}"]
-    provider = str(features.get("provider", "") or "local")
-    if provider == "ec2":
-        region = features.get("region") or "us-east-1"
-        argv += ["--provider ec2", f"--region {region}", """--ec2 '{"image_id": "ami-..."}'"""]
-    elif provider != "local":
-        argv.append(f"--provider {provider}")
-    backend = str(features.get("backend", "") or "gloo")
-    if backend != "gloo" and provider == "ec2":
-        argv.append(f"--backend {backend}")
-    return " ".join(argv)
+    offers run (``features``: an offer's probe features, its provider, region, backend;
+    ``Provider.probe_args``)."""
+    cls = find_provider_class(features.get("provider"))
+    region = str(features.get("region") or "us-east-1")
+    backend = str(features.get("backend") or "gloo")
+    extra = cls.probe_args(region, backend) if cls is not None else []
+    return " ".join(["srifty probe", f"--mix {spec}", *extra])

@@ -16,22 +16,18 @@ provider's launch, release and observation of VMs.
   ``describe_spot_instance_requests`` and judged by ``cloud.ec2.records``.
 * **Prices** come from the catalog (``cloud.ec2.prices`` refreshes its spot prices).
 * **Workers** start from the user data (``cloud.ec2.user_data``: the deployment's wheel,
-  then ``srifty probe|profile|train ...``). A training configuration
-  (``EC2Provider(training=...)``, a ``TrainingStart``; ``launch_many``) launches its first VM alone,
-  then at once the others with that VM's private address (from ``run_instances``' answer)
-  as the rendezvous endpoint, all in one cluster placement group when asked, and waits for
-  all of them together; each VM's user data writes and runs the start script the caller
-  gives (``worker.rendezvous``: torchrun with c10d over the configuration's VMs), which writes an
-  exit marker into the run folder when torchrun ends and shuts the VM down: VMs launch with
-  ``InstanceInitiatedShutdownBehavior=terminate``, and an instance that shut itself down
-  is ``terminated``, not taken back. The run folder must be on run storage
-  (``SRIFTY_RUN_STORAGE``): the VMs write progress, checkpoints and exit markers there.
-  ``run`` on an already running allocation is not supported (there is no remote shell
-  here): pass the worker when launching (``EC2Provider(worker=[...])``).
+  then ``srifty probe|profile|train ...``). A configuration (a training's or a probe
+  ring's ``TrainingStart``: ``launch_with``, or ``launch_many`` with ``training=``)
+  launches its first VM alone, then at once the others with its private address as the
+  rendezvous endpoint, in one cluster placement group when asked; each VM runs the start
+  script the caller gives (``worker.rendezvous``: torchrun with c10d over the VMs), which
+  writes an exit marker into the run folder (on run storage, ``SRIFTY_RUN_STORAGE``) when
+  torchrun ends and shuts the VM down, which terminates it
+  (``InstanceInitiatedShutdownBehavior=terminate``). ``run`` on a running allocation is
+  not supported (no remote shell): pass the worker when launching.
 
-Airflow and boto3 are imported inside methods, so importing this module stays light. The
-tests run it against a moto server on loopback; moto is a test stand-in only and is never
-imported here.
+Airflow and boto3 are imported inside methods (importing this module stays light). The tests
+run it against a moto server on loopback (a test stand-in, never imported here).
 """
 
 from __future__ import annotations
@@ -107,6 +103,11 @@ class EC2Provider(Provider):
     launch_s = 150.0  # request to running workers: about 150 s
     detach_s = 5.0  # an EBS volume's detach and attach: about 5 s
     starts_workers_at_launch = True  # from the user data
+
+    @classmethod
+    def probe_args(cls, region: str, backend: str) -> list[str]:
+        ec2 = """--ec2 '{"image_id": "ami-..."}'"""
+        return [f"--provider {cls.name}", f"--region {region}", ec2, f"--backend {backend}"]
 
     @classmethod
     def from_conf(
