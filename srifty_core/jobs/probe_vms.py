@@ -47,6 +47,7 @@ from srifty_core.cloud.base import Allocation, LaunchRequest, Provider
 from srifty_core.errors import ConfigError
 from srifty_core.jobs.artifact import worker_wheel
 from srifty_core.jobs.cloud_request import ec2_settings
+from srifty_core.jobs.profiler_vm import safe_name
 from srifty_core.measure.checks import checked_size
 from srifty_core.measure.mix_sweep import ring_config, ring_requests
 from srifty_core.measure.partials import (
@@ -105,9 +106,9 @@ def slot_folder(work: SlotWork, provider: Provider) -> str:
     """A fresh folder of the run storage for one slot's ring; a ``ConfigError`` naming
     ``SRIFTY_RUN_STORAGE`` when there is none (checked before anything is launched)."""
     storage = _run_storage(provider.name)
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in work.label)
     name = f"slot-{work.slot}-{uuid.uuid4().hex[:10]}"
-    return str(run_store.join(storage, "probes", work.day.isoformat(), provider.name, safe, name))
+    where = ("probes", work.day.isoformat(), provider.name, safe_name(work.label), name)
+    return str(run_store.join(storage, *where))
 
 
 def launch_slot(provider: Provider, work: SlotWork) -> tuple[tuple[Allocation, ...], str]:

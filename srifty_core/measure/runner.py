@@ -220,10 +220,10 @@ def run_points(
             codes = exit_codes()
         plan_path.unlink(missing_ok=True)
         rows = read_partial(out) if out.exists() else []
-    tail = _log_tail(provider, ring[0], 0)
     failures = settle(
         out, rows, points, config, row_labels,
-        codes=codes, timed_out=wait.timed_out, sustained_slot=sustained_slot, log_tail=tail,
+        codes=codes, timed_out=wait.timed_out, sustained_slot=sustained_slot,
+        log_tail=lambda: _log_tail(provider, ring[0], 0),
     )  # fmt: skip
     return rows, failures
 
@@ -238,12 +238,13 @@ def settle(
     codes: dict[int, int | None],
     timed_out: bool,
     sustained_slot: int | None,
-    log_tail: str = "",
+    log_tail: Callable[[], str] | None = None,
 ) -> list[FailedPoint]:
     """The points of ``points`` (and the sustained probe of ``sustained_slot``) that
     ``rows`` lacks, as failures: the first with the reason the run stopped (the ranks' or
     VMs' exit ``codes``, a timeout, rank 0's last log line), also written as a failed row
-    into the partial file ``out`` when rank 0 wrote none; the rest as not measured."""
+    into the partial file ``out`` when rank 0 wrote none (``log_tail``: read only then);
+    the rest as not measured."""
     failed_ok = all(c == 0 for c in codes.values()) and not timed_out
     complete = complete_points(rows, config.repeats)
     missing = [p for p in points if p.key not in complete]
@@ -259,6 +260,7 @@ def settle(
     if first.key in reported:
         reported[first.key]["error"] = f"{reported[first.key]['error']} ({summary})"
     else:
+        tail = log_tail() if log_tail is not None else ""
         row = {**row_labels, "allocation_slot": first.allocation_slot}
         row.update(
             world_size=first.world_size,
@@ -270,7 +272,7 @@ def settle(
             time_s=None,
             busbw=None,
             status=STATUS_FAILED,
-            error=summary + (f"; rank 0: {log_tail}" if log_tail else ""),
+            error=summary + (f"; rank 0: {tail}" if tail else ""),
             probed_at=datetime.now(UTC).isoformat(),
         )
         rows.append(row)
