@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,26 @@ def test_everything_after_airflow_goes_to_airflow_untouched() -> None:
     assert _airflow_args(["train", "p.json", "--", "airflow"]) is None
 
 
-@pytest.mark.airflow
-@pytest.mark.timeout(300)
-def test_srifty_airflow_runs_the_cli_on_the_data_folder(tmp_path: Path) -> None:
-    root = tmp_path / "fresh"
-    env = subprocess_env({paths.ENV_VAR: "", "AIRFLOW_HOME": str(tmp_path / "elsewhere")})
+@dataclass(frozen=True)
+class FreshFolder:
+    """What ``srifty airflow`` did on a fresh data folder, in this order: a command that
+    needs no DB, two first DB commands at once, and a command that fails."""
+
+    home: Path
+    config: subprocess.CompletedProcess[str]
+    stamped_after_config: bool
+    pools: list[tuple[int, str, str]]  # (exit code, stdout, stderr) of each
+    trigger: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def fresh_folder(tmp_path_factory: pytest.TempPathFactory) -> FreshFolder:
+    """One fresh data folder for the module's claims: each ``srifty airflow`` call starts
+    the airflow CLI (seconds of CPU), and the first DB command migrates (more seconds)."""
+    tmp = tmp_path_factory.mktemp("srifty-airflow")
+    root = tmp / "fresh"
+    # The caller's environment points elsewhere: the data folder's home wins.
+    env = subprocess_env({paths.ENV_VAR: "", "AIRFLOW_HOME": str(tmp / "elsewhere")})
 
     def srifty_airflow(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -39,35 +55,57 @@ def test_srifty_airflow_runs_the_cli_on_the_data_folder(tmp_path: Path) -> None:
             capture_output=True, text=True, env=env, timeout=240, check=False,
         )  # fmt: skip
 
-    # The repository's DAGs and the data folder's home, whatever the caller's environment.
-    got = srifty_airflow("config", "get-value", "core", "dags_folder")
-    assert got.returncode == 0 and got.stdout.strip() == str(paths.DAGS_DIR), got.stderr
+    config = srifty_airflow("config", "get-value", "core", "dags_folder")
     home = paths.airflow_home(root)
-    assert not (home / MIGRATED_STAMP).exists()  # no DB needed, none made
-    # A fresh folder: the metadata DB is made first, so a DB command works at once (it
-    # said "Database migration required" before).
-    got = srifty_airflow("pools", "list", "-o", "plain")
-    assert got.returncode == 0, got.stdout + got.stderr
-    assert "srifty_local_host" in got.stdout  # Srifty's pools too
-    assert (home / "airflow.db").is_file() and (home / MIGRATED_STAMP).is_file()
-    assert "graphviz" not in got.stderr
-    # airflow's own exit code comes back
-    assert srifty_airflow("dags", "trigger", "no_such_dag").returncode != 0
-
-
-@pytest.mark.airflow
-@pytest.mark.timeout(300)
-def test_two_first_calls_at_once_both_work(tmp_path: Path) -> None:
-    """Two `srifty airflow` on a fresh data folder at once: the metadata DB is made once,
-    under a lock (before, the second failed with SQLite's "database is locked")."""
-    root = tmp_path / "fresh"
-    env = subprocess_env({paths.ENV_VAR: ""})
+    stamped = (home / MIGRATED_STAMP).exists()
+    # Two first DB commands at once on the fresh folder (the metadata DB made once).
     argv = [SRIFTY, "--data-dir", str(root), "airflow", "pools", "list", "-o", "plain"]
     procs = [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for _ in range(2)
     ]
+    pools = []
     for p in procs:
         out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err[-2000:]
+        pools.append((p.returncode, out, err))
+    trigger = srifty_airflow("dags", "trigger", "no_such_dag")
+    return FreshFolder(home, config, stamped, pools, trigger)
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_srifty_airflow_runs_the_cli_on_the_data_folder(fresh_folder: FreshFolder) -> None:
+    # The repository's DAGs and the data folder's home, whatever the caller's environment.
+    got = fresh_folder.config
+    assert got.returncode == 0 and got.stdout.strip() == str(paths.DAGS_DIR), got.stderr
+    assert not fresh_folder.stamped_after_config  # no DB needed, none made
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_a_db_command_on_a_fresh_folder_works_at_once(fresh_folder: FreshFolder) -> None:
+    """The metadata DB is made first, so a DB command works at once (it said "Database
+    migration required" before), with Srifty's pools, and without graphviz's warning."""
+    home = fresh_folder.home
+    for code, out, err in fresh_folder.pools:
+        assert code == 0, out + err[-2000:]
+        assert "srifty_local_host" in out  # Srifty's pools too
+        assert "graphviz" not in err
+    assert (home / "airflow.db").is_file() and (home / MIGRATED_STAMP).is_file()
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_two_first_calls_at_once_both_work(fresh_folder: FreshFolder) -> None:
+    """Two `srifty airflow` on a fresh data folder at once: the metadata DB is made once,
+    under a lock (before, the second failed with SQLite's "database is locked")."""
+    assert len(fresh_folder.pools) == 2
+    for code, out, err in fresh_folder.pools:
+        assert code == 0, err[-2000:]
         assert "srifty_local_host" in out
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_airflows_own_exit_code_comes_back(fresh_folder: FreshFolder) -> None:
+    assert fresh_folder.trigger.returncode != 0

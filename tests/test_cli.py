@@ -288,7 +288,9 @@ def test_a_profile_that_fails_late_is_still_one_line_on_a_log(
     afile.write_text("x")
     argv = [sys.executable, "-m", "srifty_core.cli", "profile", "--model", "dlrm", "--size",
             "tiny", "--max-batch", "8", "--probes", "2", "--repeats", "2", "--warmup", "0",
-            "--refine", "0", "--threads", "1", "--no-mlflow", "--out"]  # fmt: skip
+            "--refine", "0", "--threads", "1", "--no-mlflow",
+            "--share-host", "1",  # no host-sharing runs: stages, not what they measure
+            "--out"]  # fmt: skip
     early = subprocess.run([*argv, str(afile / "p.json")], capture_output=True, text=True,
                            check=False, timeout=300)  # fmt: skip
     assert early.returncode == 2
@@ -324,7 +326,8 @@ def test_train_runs_the_command_after_the_double_dash_on_every_rank(
         "checkpoint_every": 3,
     }))  # fmt: skip
     script = str(root / "examples" / "digits" / "train.py")
-    code = main(["train", str(plan), "--no-progress", "--", "python", script, "--lr", "0.05"])
+    code = main(["train", str(plan), "--no-progress", "--no-mlflow", "--", "python", script,
+                 "--lr", "0.05"])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "iterations 0..6, finished" in out
@@ -402,8 +405,8 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
     run = tmp_path / "run"
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({
-        "model": "dlrm", "size": "tiny", "global_batch": 6, "iterations": 500,
-        "local_batches": [2, 2, 2], "run_dir": str(run), "step_sleep_s": 0.2,
+        "model": "dlrm", "size": "tiny", "global_batch": 4, "iterations": 500,
+        "local_batches": [2, 2], "run_dir": str(run), "step_sleep_s": 0.2,
         "checkpoint_every": 5,
     }))  # fmt: skip
     proc = subprocess.Popen(
@@ -418,7 +421,7 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
             with contextlib.suppress(psutil.Error):
                 if "RANK" in p.environ():
                     ranks[p.environ()["RANK"]] = p
-        assert set(ranks) == {"0", "1", "2"}
+        assert set(ranks) == {"0", "1"}  # the last rank killed, the first named alive
         ranks["1"].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -432,6 +435,20 @@ def test_a_killed_rank_ends_the_job_with_one_line_naming_it(tmp_path: Path) -> N
     assert not alive
 
 
+def test_how_the_ranks_ended_names_each_rank_grouped_by_how() -> None:
+    """The end-to-end case above kills the last of two ranks; a rank between others is
+    named as well, and the others are grouped by how they ended."""
+    from srifty_core.jobs.local_run import describe_exits
+
+    assert describe_exits({0: 1, 1: -9, 2: 1}) == (
+        "ranks 0, 2 exited with 1, rank 1 was killed by SIGKILL"
+    )
+    assert describe_exits({0: None, 1: -9, 2: -15, 3: 0}) == (
+        "rank 0 still ran, rank 1 was killed by SIGKILL, rank 2 was killed by SIGTERM, "
+        "rank 3 exited with 0"
+    )
+
+
 def _wait_for_records(proc: subprocess.Popen[str], log: Path, n: int) -> None:
     """Wait (at most 240 s) until ``log`` holds ``n`` records; ``proc`` must still run."""
     deadline = time.monotonic() + 240
@@ -442,9 +459,11 @@ def _wait_for_records(proc: subprocess.Popen[str], log: Path, n: int) -> None:
     assert proc.poll() is None, proc.communicate()
 
 
-N_JOB = 80
-"""Iterations of ``JOB``: 20 s of its steps' sleep alone, so that on a loaded host the first
-driver is still mid-run when the second, refused one has started and ended."""
+N_JOB = 30
+"""Iterations of ``JOB``: 7.5 s of its steps' sleep alone. The first driver's ranks are
+stopped (SIGSTOP) while the second, refused driver starts and ends, so however loaded the
+host, the first is still mid-run then (its stall window is minutes); they go on before it
+is killed, and its rerun has the rest to train."""
 JOB: dict[str, object] = {
     "model": "dlrm", "size": "tiny", "global_batch": 16, "iterations": N_JOB,
     "offers": [{"type": "local.cpu", "market": "on-demand", "quota": 2, "price": 0.1}],
@@ -463,6 +482,7 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
     line naming its folder; once finished, the run is no longer one to resume."""
     import signal
 
+    import psutil
     import yaml
 
     from srifty_core.jobs.job_run import unfinished_run
@@ -473,6 +493,7 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
     argv = [sys.executable, "-m", "srifty_core.cli", "train", "--job", str(job), "--no-progress",
             "--no-mlflow"]  # fmt: skip
     runs = ready_to_plan / "runs"
+    ranks: list[psutil.Process] = []
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -481,9 +502,16 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
             time.sleep(0.2)
         (log,) = runs.glob("*/progress.jsonl")
         _wait_for_records(driver, log, 6)
+        ranks = [p for p in psutil.Process(driver.pid).children() if _is_rank(p)]
+        assert len(ranks) == 2, ranks
+        for p in ranks:  # held mid-run: the first job cannot end while the second runs
+            p.suspend()
         second = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
         alive = driver.poll() is None
     finally:
+        for p in ranks:  # training again when its driver is killed, as before the hold
+            with contextlib.suppress(psutil.Error):
+                p.resume()
         driver.send_signal(signal.SIGKILL)
         driver.communicate()
     assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
@@ -499,3 +527,15 @@ def test_a_killed_train_job_run_again_resumes_its_run_in_the_same_folder(
     for state in (ready_to_plan / "cloud" / "local").glob("*.json"):
         assert "running" not in json.loads(state.read_text())["instances"].values(), state
     assert unfinished_run(yaml.safe_load(job.read_text())) is None  # finished: a new run next
+
+
+def _is_rank(p: object) -> bool:
+    """Whether ``p`` (a ``psutil.Process``) is a training rank (the local provider sets
+    its ``RANK``)."""
+    import psutil
+
+    assert isinstance(p, psutil.Process)
+    try:
+        return "RANK" in p.environ()
+    except psutil.Error:
+        return False

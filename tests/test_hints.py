@@ -72,6 +72,8 @@ def test_an_empty_probe_store_hints_a_sweep_that_fills_it(
     (probe,) = [a for a in hinted(err) if a[0] == "probe"]
     check_parses(probe)
     tiny = ["--world-sizes", "2", "--sizes", "4B:1KB", "--steps", "2", "--repeats", "2"]
+    # one allocation, one collective, one concurrency: two worker processes, not six
+    tiny += ["--allocations", "1", "--concurrency", "1", "--collectives", "all_reduce"]
     assert main([*probe, *tiny, "--no-progress"]) == 0  # the hint, on a tiny grid
     main(plan)
     assert "the probe store is empty" not in capsys.readouterr().err
@@ -87,8 +89,10 @@ def test_a_missing_cpu_profile_hints_the_profile_that_makes_it(
     (argv,) = hinted(str(exc.value))
     check_parses(argv)
     assert argv[:2] == ["profile", "--model"] and "--device" in argv
-    # run as printed (the hint's own size is tiny), with a small budget and no MLflow
+    # run as printed (the hint's own size is tiny), with a small budget and no MLflow; no
+    # shared-host measurement (it spawns a torch process per round of it)
     quick = ["--max-batch", "8", "--probes", "2", "--refine", "0", "--repeats", "3"]
+    quick += ["--share-host", "1"]
     assert main([*argv, *quick, "--warmup", "1", "--no-mlflow"]) == 0
     assert ProfileStore().load("dlrm", "tiny", "cpu").device_type == "cpu"
 

@@ -93,3 +93,15 @@ def fresh(dagbag: Any, dag_id: str) -> Any:
     dag = DagBag(dag_folder=str(paths.DAGS_DIR / path.rsplit("/", 1)[-1])).get_dag(dag_id)
     assert dag is not None, f"{dag_id} did not parse again"
     return dag
+
+
+def check_trigger(dag: Any, conf: dict[str, Any]) -> None:
+    """What refuses a bad trigger before a run is created, without the run: the run's
+    creation (``dag.test``, the API, the scheduler) merges the conf into the serialized DAG's
+    params and validates them, raising ``ParamValidationError`` naming the field. A
+    ``dag.test`` call first parses and syncs every DAG file (a second or more of CPU), so
+    the tests check one bad trigger per DAG through it and the other cases here."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    params = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag)).params
+    params.deep_merge(conf).validate()

@@ -103,6 +103,8 @@ def celery_airflow(
         # Only the run the test triggers: no scheduled run once the DAG is unpaused.
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # Each DAG file parsed once: no re-parse every 30 s (seconds of CPU) while it runs.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
     }

@@ -13,7 +13,7 @@ import pytest
 
 from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.runs.progress import read_progress
-from tests.dags.services import fresh
+from tests.dags.services import check_trigger, fresh
 
 pytestmark = pytest.mark.airflow
 
@@ -206,14 +206,18 @@ def test_a_preemption_triggers_a_resuming_child_run(dagbag: Any, ready_to_plan: 
 
 
 def test_bad_trigger_names_the_field(dagbag: Any) -> None:
+    """One bad trigger through ``dag.test``, the others through the step of it that refuses
+    them (``check_trigger``)."""
     from airflow.sdk.exceptions import ParamValidationError
 
     dag = fresh(dagbag, DAG_ID)
     with pytest.raises(ParamValidationError, match="provider"):
         dag.test(run_conf={**CONF, "provider": "gcp"})
-    with pytest.raises(ParamValidationError, match="quota"):
-        dag.test(run_conf={**CONF, "offers": [{"type": "local.cpu", "quota": -1}]})
-    with pytest.raises(ParamValidationError, match="global_batch"):
-        dag.test(run_conf={**CONF, "global_batch": 0})
-    with pytest.raises(ParamValidationError, match="resume"):
-        dag.test(run_conf={**CONF, "resume": {"iterations_done": 3}})
+    check_trigger(dag, CONF)  # the good conf passes
+    for field, bad in (
+        ("quota", {"offers": [{"type": "local.cpu", "quota": -1}]}),
+        ("global_batch", {"global_batch": 0}),
+        ("resume", {"resume": {"iterations_done": 3}}),
+    ):
+        with pytest.raises(ParamValidationError, match=field):
+            check_trigger(dag, {**CONF, **bad})

@@ -37,11 +37,13 @@ def test_profile_model_dag_writes_the_profile(dagbag: Any, data_dir: Path) -> No
 def test_bad_model_names_the_field(dagbag: Any) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
+    from tests.dags.services import check_trigger
+
     dag = dagbag.get_dag("srifty_profile_model")
     with pytest.raises(ParamValidationError, match="model"):
         dag.test(run_conf={"model": "resnet19"})
     with pytest.raises(ParamValidationError, match="device_types"):
-        dag.test(run_conf={"device_types": ["tpu"]})
+        check_trigger(dag, {"device_types": ["tpu"]})  # what dag.test refuses it with
 
 
 # ---------------------------------------------------------------- in the (emulated) cloud
@@ -138,17 +140,17 @@ def test_a_failed_profile_still_releases_its_vm(dagbag: Any, data_dir: Path) -> 
 def test_cloud_conf_mistakes_fail_at_once_naming_the_field(dagbag: Any, data_dir: Path) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
-    from tests.dags.services import fresh
+    from tests.dags.services import check_trigger, fresh
 
+    # refused before a run is created, as dag.test refuses them (test_bad_model_names_the_field)
     dag = fresh(dagbag, "srifty_profile_model")
+    check_trigger(dag, EMULATED)
     with pytest.raises(ParamValidationError, match="provider"):
-        dag.test(run_conf={**EMULATED, "provider": "gcp"})
+        check_trigger(dag, {**EMULATED, "provider": "gcp"})
     with pytest.raises(ParamValidationError, match="instance_types"):
-        dag.test(run_conf={**EMULATED, "instance_types": ["G4DN.xlarge"]})
+        check_trigger(dag, {**EMULATED, "instance_types": ["G4DN.xlarge"]})
     # a type the catalog does not have: the check fails before anything is launched
-    run = fresh(dagbag, "srifty_profile_model").test(
-        run_conf={**EMULATED, "instance_types": ["g4dn.xlarg"]}
-    )
+    run = dag.test(run_conf={**EMULATED, "instance_types": ["g4dn.xlarg"]})
     assert run.state == "failed"
     states = _states(run)
     assert states[("cloud_plan", -1)] == "failed"

@@ -52,7 +52,7 @@ def test_train_a_plan_on_local_workers(tmp_path: Path, capsys: pytest.CaptureFix
         run_dir=str(tmp_path / "run"),
     )  # fmt: skip
     path = plan.save(tmp_path / "plan.json")
-    assert main(["train", str(path), "--provider", "local", "--no-progress"]) == 0
+    assert main(["train", str(path), "--provider", "local", "--no-progress", "--no-mlflow"]) == 0
     out = capsys.readouterr().out
     assert "done: 4 iterations" in out and "c0: local batches [2, 4]" in out
     ck = load_checkpoint(plan.checkpoint_path)

@@ -83,7 +83,9 @@ def test_srifty_train_job_runs_your_script_with_the_dags_steps(
     )
     run_profile_job(model, "tiny", quick, log_to_mlflow=False)
     job = ready_to_plan / "job.yaml"
-    job.write_text(yaml.safe_dump({**PARAMS, "model": model, "iterations": 8, "step_sleep_s": 0}))
+    one = [{**PARAMS["offers"][0], "quota": 1}]  # one rank runs it: the DAG's steps the same
+    job.write_text(yaml.safe_dump({**PARAMS, "model": model, "iterations": 8, "step_sleep_s": 0,
+                                   "offers": one}))  # fmt: skip
     script = [sys.executable, str(ROOT / "examples" / "digits" / "train.py")]
     assert main(["train", "--job", str(job), "--no-progress", "--", *script]) == 0
     out = capsys.readouterr().out
@@ -145,8 +147,9 @@ def test_two_jobs_started_in_the_same_second_never_share_a_run_folder(
 
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        run = run_job({**PARAMS, "iterations": 6}, provider=LocalProvider(), poll_s=0.1,
-                      on_poll=try_to_take, timeout_s=240)  # fmt: skip
+        one = [{**PARAMS["offers"][0], "quota": 1}]  # one rank: the folder is the subject
+        run = run_job({**PARAMS, "iterations": 6, "offers": one}, provider=LocalProvider(),
+                      poll_s=0.1, on_poll=try_to_take, timeout_s=240)  # fmt: skip
     finally:
         holder.kill()
         holder.wait()

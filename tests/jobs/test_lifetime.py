@@ -141,7 +141,8 @@ def _start_stuck(
     """`srifty train PLAN` in a process of its own, once both ranks are in their step."""
     path = plan.save(tmp_path / "plan.json")
     driver = subprocess.Popen(
-        [sys.executable, "-m", "srifty_core.cli", "train", str(path), "--no-progress"],
+        [sys.executable, "-m", "srifty_core.cli", "train", str(path), "--no-progress",
+         "--no-mlflow"],  # its ranks are the subject, not its tracking
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "DATABASE_URL": SECRET},  # what no worker or guard may see
     )  # fmt: skip

@@ -10,7 +10,9 @@ import textwrap
 import threading
 import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,23 +24,34 @@ from srifty_core.jobs.local_run import TrainingError, train_local
 from srifty_core.jobs.monitor import Stall
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
+from srifty_core.worker.batches import micro_batches_for
 from srifty_core.worker.checkpoint import load_checkpoint
 from srifty_core.worker.worker import train_single
 
 N = 40
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("micro", [1, 2])
-def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path, micro: int) -> None:
-    """With ``micro`` micro-batches too: the survivor keeps the planned micro-batch size
-    (12 samples in 3 micro-batches of 4) and still ends at a straight run's parameters."""
+ON_PREEMPTED_RUN = pytest.mark.xdist_group("local-run-preempted-run")
+"""The tests that read ``preempted_run``: on one parallel worker, which runs it once."""
+
+
+@pytest.fixture(scope="module")
+def preempted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A plan file on two local workers (4 and 8 samples, 2 micro-batches), the second
+    worker's instance taken back once the log reaches iteration 10, tracked in MLflow as
+    ``srifty train`` tracks it; in a data folder of its own (``data``), once for the tests
+    that read it."""
+    from srifty_core import paths
+
+    root = tmp_path_factory.mktemp("preempted")
+    data = root / "srifty-data"
+    data.mkdir()
     plan = TrainPlan(
         model="dlrm", size="tiny", global_batch=12, iterations=N, local_batches=(4, 8),
-        run_dir=str(tmp_path / "run"), dtype="float64", lr=0.05, checkpoint_every=5,
-        step_sleep_s=0.05, micro_batches=micro,
+        run_dir=str(root / "run"), dtype="float64", lr=0.05, checkpoint_every=5,
+        step_sleep_s=0.05, micro_batches=2,
     )  # fmt: skip
-    provider = LocalProvider(tmp_path / "cloud")
+    provider = LocalProvider(root / "cloud")
     first: list[Allocation] = []
     interrupted_at: list[int] = []
 
@@ -56,11 +69,26 @@ def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path, micro: int) ->
                 return
             time.sleep(0.02)
 
-    killer = threading.Thread(target=reclaim, daemon=True)
-    killer.start()
-    report = train_local(plan, provider, on_poll=remember, timeout_s=120)
-    killer.join(timeout=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(data))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        killer = threading.Thread(target=reclaim, daemon=True)
+        killer.start()
+        report = train_local(plan, provider, on_poll=remember, timeout_s=120, track=True)
+        killer.join(timeout=5)
+        yield {"plan": plan, "report": report, "interrupted_at": interrupted_at, "data": data}
 
+
+@pytest.mark.slow
+@ON_PREEMPTED_RUN
+def test_preempted_worker_resumes_on_the_survivor(preempted_run: dict[str, Any]) -> None:
+    """With micro-batches too: the survivor keeps the planned micro-batch size (12 samples
+    in 3 micro-batches of 4) and still ends at a straight run's parameters. (A plan without
+    micro-batches resumes without them: ``test_the_survivor_keeps_the_planned_micro_batch``
+    here, and ``test_outcome``'s plan files train without them; the path to the survivor is
+    the same.)"""
+    plan, report = preempted_run["plan"], preempted_run["report"]
+    interrupted_at = preempted_run["interrupted_at"]
     assert interrupted_at and interrupted_at[0] < N
     pre, post = report.segments
     assert pre.outcome == "preempted" and pre.local_batches == (4, 8)
@@ -80,7 +108,44 @@ def test_preempted_worker_resumes_on_the_survivor(tmp_path: Path, micro: int) ->
     straight = train_single(plan)
     assert all(torch.allclose(ck.model[k], straight[k], atol=1e-10) for k in straight)
     resumed = TrainPlan.load(next(Path(plan.run_dir).glob("plan-c0.r1*.json")))
-    assert resumed.micro_batches == (3 if micro == 2 else 1)
+    assert resumed.micro_batches == 3
+
+
+def test_the_survivor_keeps_the_planned_micro_batch() -> None:
+    """What ``train_local`` gives the survivor of the plan above (``micro_batches_for``):
+    with 2 micro-batches the planned largest one (4 of 8) in 3 of its 12 samples; a plan
+    without micro-batches (1) resumes without them."""
+    assert micro_batches_for((4, 8), 2, (12,)) == 3
+    assert micro_batches_for((4, 8), 1, (12,)) == 1
+
+
+@pytest.mark.slow
+@ON_PREEMPTED_RUN
+def test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested(
+    preempted_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(``jobs.outcome``) The preempted plan file above, tracked: one outcome in its run
+    folder, and one MLflow job run with its re-plan's run nested in it."""
+    from mlflow.tracking import MlflowClient
+
+    from srifty_core import paths
+    from srifty_core.jobs.job_log import EXPERIMENT
+    from srifty_core.jobs.outcome import OUTCOME_FILE
+    from srifty_core.tracking.store import setup_experiment
+
+    plan, report = preempted_run["plan"], preempted_run["report"]
+    monkeypatch.setenv(paths.ENV_VAR, str(preempted_run["data"]))  # its MLflow store
+    assert report.outcome is not None and report.outcome.configurations == ("c0", "c0.r1")
+    assert json.loads((Path(plan.run_dir) / OUTCOME_FILE).read_text()) == report.outcome.to_dict()
+    client = MlflowClient()
+    exp = setup_experiment(EXPERIMENT)
+    (job,) = client.search_runs([exp], "tags.`srifty.kind` = 'job'")
+    nested = client.search_runs(
+        [job.info.experiment_id], f"tags.`mlflow.parentRunId` = '{job.info.run_id}'"
+    )
+    assert [r.data.tags["srifty.kind"] for r in nested] == ["replan"]
+    assert nested[0].data.tags["srifty.config_id"] == "c0.r1"
+    assert job.info.status == "FINISHED" and job.data.metrics["outcome_configurations"] == 2
 
 
 STEPS_THEN = textwrap.dedent(

@@ -123,46 +123,6 @@ def test_a_plan_file_prints_its_folder_and_rank_0s_output_and_is_tracked(
     assert {"c0/plan.json", "c0/decisions.jsonl"} <= files, files
 
 
-@pytest.mark.slow
-def test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested(
-    ready_to_plan: Path, tmp_path: Path
-) -> None:
-    import threading
-    import time
-
-    from mlflow.tracking import MlflowClient
-
-    from srifty_core.cloud.base import Allocation
-    from srifty_core.cloud.local import LocalProvider
-    from srifty_core.jobs.local_run import train_local
-    from srifty_core.planner.schema.train_plan import TrainPlan
-    from srifty_core.runs.progress import read_progress
-
-    plan = TrainPlan(model="dlrm", size="tiny", global_batch=12, iterations=30,
-                     local_batches=(4, 8), run_dir=str(tmp_path / "run"), checkpoint_every=5,
-                     step_sleep_s=0.05)  # fmt: skip
-    provider = LocalProvider(tmp_path / "cloud")
-    first: list[Allocation] = []
-
-    def reclaim() -> None:
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            recs = read_progress(plan.progress_path)
-            if recs and recs[-1].iteration >= 10 and first:
-                provider.interrupt(first[0].instance_ids[1])
-                return
-            time.sleep(0.02)
-
-    threading.Thread(target=reclaim, daemon=True).start()
-    report = train_local(plan, provider, on_poll=lambda a: first or first.append(a),
-                         timeout_s=120, track=True)  # fmt: skip
-    assert report.outcome is not None and report.outcome.configurations == ("c0", "c0.r1")
-    assert json.loads((tmp_path / "run" / OUTCOME_FILE).read_text()) == report.outcome.to_dict()
-    (job,) = _job_runs()
-    client = MlflowClient()
-    nested = client.search_runs(
-        [job.info.experiment_id], f"tags.`mlflow.parentRunId` = '{job.info.run_id}'"
-    )
-    assert [r.data.tags["srifty.kind"] for r in nested] == ["replan"]
-    assert nested[0].data.tags["srifty.config_id"] == "c0.r1"
-    assert job.info.status == "FINISHED" and job.data.metrics["outcome_configurations"] == 2
+# A plan file preempted, tracked (one job run, its re-plan nested):
+# ``test_local_run.test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested``, on the
+# preempted run that module shares among its tests.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,22 +84,62 @@ def records(
 
 
 # --------------------------------------------------------------------------- the worker
-def test_worker_records_per_rank_compute_and_exchange(tmp_path: Path) -> None:
-    from srifty_core.planner.schema.train_plan import TrainPlan
-    from srifty_core.worker.worker import run_spawned
+STEP_SLEEP_S = 0.06
+"""Each rank of ``fresh_install_run`` sleeps this long after its backward pass."""
+ON_FRESH_INSTALL_RUN = pytest.mark.xdist_group("recalibration-fresh-install-run")
+"""The tests that read ``fresh_install_run``: on one parallel worker, which runs it once."""
 
+
+@pytest.fixture(scope="module")
+def fresh_install_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """End to end, as the quick start on a fresh clone, once for the tests that read it:
+    profile, then train a plan file on two local workers (``train_local``, the built-in
+    worker, unequal local batches); no probes, no bandwidth model. In a data folder of
+    its own (the tests' own ``data_dir`` is theirs); the WARNING lines logged while it
+    trains are kept."""
+    import logging
+
+    from srifty_core import paths
+    from srifty_core.cloud.local import LocalProvider
+    from srifty_core.jobs.local_run import train_local
+    from srifty_core.planner.schema.train_plan import TrainPlan
+
+    root = tmp_path_factory.mktemp("fresh-install")
+    data = root / "srifty-data"
+    data.mkdir()
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    keep = Keep(logging.WARNING)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(data))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        _profile_tiny_dlrm()
+        run = data / "runs" / "fresh"
+        plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=16,
+                         local_batches=(4, 12), run_dir=str(run), checkpoint_every=8,
+                         step_sleep_s=STEP_SLEEP_S)  # fmt: skip
+        logging.getLogger().addHandler(keep)
+        try:
+            report = train_local(plan, LocalProvider(root / "cloud"), timeout_s=120)
+        finally:
+            logging.getLogger().removeHandler(keep)
+        yield {"plan": plan, "report": report, "run": run, "warnings": messages}
+
+
+@ON_FRESH_INSTALL_RUN
+def test_worker_records_per_rank_compute_and_exchange(fresh_install_run: dict[str, Any]) -> None:
     # Each rank sleeps after its backward pass (work outside forward + backward, as a data
     # loader's): its compute must leave the sleep out. A record's step is rank 0's period;
     # another rank's period starts when it left the last all-gather, which under CPU
     # contention is a few ms before or after rank 0 did, so with a tiny model and no sleep a
     # rank's compute can exceed rank 0's step by that skew (it did, 1 run in 4 under load).
-    sleep = 0.06
-    p = TrainPlan(model="dlrm", size="tiny", global_batch=8, iterations=3,
-                  local_batches=(2, 6), run_dir=str(tmp_path), dtype="float64",
-                  step_sleep_s=sleep)  # fmt: skip
-    run_spawned(p)
-    recs = read_progress(p.progress_path)
-    assert [r.iteration for r in recs] == [1, 2, 3]
+    sleep = STEP_SLEEP_S
+    recs = read_progress(fresh_install_run["plan"].progress_path)
+    assert [r.iteration for r in recs] == list(range(1, 17))
     for r in recs:
         assert r.compute_s is not None and len(r.compute_s) == 2
         assert all(0 < x < r.step_s - sleep / 2 for x in r.compute_s), r
@@ -428,27 +469,19 @@ def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_me
 
 
 @pytest.mark.slow
+@ON_FRESH_INSTALL_RUN
 def test_srifty_train_of_a_plan_file_on_a_fresh_install_writes_calibration_json(
-    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fresh_install_run: dict[str, Any],
 ) -> None:
-    """End to end, as the quick start on a fresh clone: profile, then train a plan file
-    on local workers with the built-in worker (it records each rank's compute and the
-    exchange); no probes, no bandwidth model. The monitor's recalibration stays on: the
-    run folder's calibration.json holds the compute factor the job measured."""
-    import logging
-
-    from srifty_core.cloud.local import LocalProvider
-    from srifty_core.jobs.local_run import train_local
-    from srifty_core.planner.schema.train_plan import TrainPlan
-
-    _profile_tiny_dlrm()
-    run = data_dir / "runs" / "fresh"
-    plan = TrainPlan(model="dlrm", size="tiny", global_batch=16, iterations=16,
-                     local_batches=(8, 8), run_dir=str(run), checkpoint_every=8)  # fmt: skip
-    caplog.set_level(logging.WARNING)
-    report = train_local(plan, LocalProvider(tmp_path / "cloud"), timeout_s=120)
+    """End to end, as the quick start on a fresh clone (``fresh_install_run``): profile,
+    then train a plan file on local workers with the built-in worker (it records each
+    rank's compute and the exchange); no probes, no bandwidth model. The monitor's
+    recalibration stays on: the run folder's calibration.json holds the compute factor the
+    job measured."""
+    report, run = fresh_install_run["report"], fresh_install_run["run"]
     assert report.iterations == 16
-    assert not [m for m in caplog.messages if "recalibration" in m and "is off" in m]
+    warned = fresh_install_run["warnings"]
+    assert not [m for m in warned if "recalibration" in m and "is off" in m]
     state = json.loads((run / recal.RUN_FILE).read_text())
     observed = {k: f for k, f in state["calibration"]["compute"].items() if f["windows"] > 0}
     assert observed and all(f["scale"] > 0 for f in observed.values())

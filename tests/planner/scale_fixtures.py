@@ -138,6 +138,16 @@ def random_request(
     end excluded), a power-of-two global batch
     the quotas hold, either objective; limits set from the configurations' own spread
     (about half of them meet it) or too tight for any, or none."""
+    return with_limits(*unlimited_request(rng, kinds=kinds, quotas=quotas))
+
+
+def unlimited_request(
+    rng: np.random.Generator, *, kinds: int | None = None, quotas: tuple[int, int] = (1, 7)
+) -> tuple[PlanRequest, float]:
+    """``random_request`` before its limits: the request without them, and the draw that
+    picks them (``with_limits``). The same draws from ``rng`` as ``random_request``, so a
+    caller that rejects the request by its space skips the exhaustive search its limits
+    take."""
     k = int(rng.integers(2, 5)) if kinds is None else kinds
     names = [INSTANCES[int(i)] for i in rng.choice(len(INSTANCES), size=k, replace=False)]
     offers = []
@@ -155,7 +165,11 @@ def random_request(
         objective=Objective.TIME if rng.random() < 0.5 else Objective.COST,
         overheads=Overheads(launch_s=float(rng.choice([0.0, 60.0]))),
     )
-    limits = rng.random()
+    return base, float(rng.random())
+
+
+def with_limits(base: PlanRequest, limits: float) -> PlanRequest:
+    """``base`` with the limits the draw ``limits`` picks (``random_request``)."""
     if limits < 0.3:
         return base
     free = plan(base, simulator(), method="exhaustive", exhaustive_limit=10**6)

@@ -16,7 +16,12 @@ from srifty_core.planner.request import PlanRequest
 from srifty_core.planner.result import frontier, rank_key
 from srifty_core.planner.search import plan
 from srifty_core.planner.space import Space
-from tests.planner.scale_fixtures import random_request, simulator
+from tests.planner.scale_fixtures import (
+    random_request,
+    simulator,
+    unlimited_request,
+    with_limits,
+)
 
 SEEDS = range(24)
 SMALL = 3_000
@@ -29,11 +34,13 @@ def small_request(seed: int, *, large_quotas: bool = False) -> PlanRequest:
     rng = np.random.default_rng(seed)
     while True:
         if large_quotas:
-            r = random_request(rng, kinds=int(rng.integers(2, 4)), quotas=(14, 41))
+            r, limits = unlimited_request(rng, kinds=int(rng.integers(2, 4)), quotas=(14, 41))
         else:
-            r = random_request(rng)
+            r, limits = unlimited_request(rng)
+        # the limits leave the space as it is: a request over SMALL is rejected before the
+        # exhaustive search that sets them (the same requests as ``random_request`` draws)
         if Space.build(r, saturate=False).size(limit=SMALL) <= SMALL:
-            return r
+            return with_limits(r, limits)
 
 
 def answer(result: object) -> list[tuple[object, float, float]]:

@@ -42,6 +42,40 @@ def planning_data(data_dir: Path) -> Path:
     return write_planning_data(data_dir)
 
 
+@pytest.fixture(scope="module")
+def warm_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder as a first `srifty plan` leaves it, made once for the module: the
+    model fitted on the shipped public nccl-tests tables (``public_model``'s cache), the
+    MLflow store created (where a plan looks for a champion) and the roofline fitted on
+    the shipped evidence (the store's ``roofline.json``). Each is a few seconds of CPU the
+    tests below would otherwise pay again, each in its fresh data folder."""
+    from srifty_core import paths
+    from srifty_core.catalog import Catalog
+    from srifty_core.planner.job import public_bandwidth
+    from srifty_core.profiling.estimate import roofline_for
+    from srifty_core.tracking.store import resolve_tracking_uri
+
+    root = tmp_path_factory.mktemp("warm-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(root))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        public_bandwidth()
+        resolve_tracking_uri()
+        roofline_for(Catalog.load(), ProfileStore())
+    assert (root / "profiles" / "roofline.json").is_file()
+    return root
+
+
+@pytest.fixture
+def warm(data_dir: Path, warm_template: Path) -> Path:
+    """This test's data folder, started from ``warm_template``: the plan reads what a
+    first plan kept (the same fits, from the folder's caches)."""
+    import shutil
+
+    shutil.copytree(warm_template, data_dir, dirs_exist_ok=True)
+    return data_dir
+
+
 def write_planning_data(data_dir: Path) -> Path:
     """Two profiles and two types' probes in ``data_dir`` (the current data folder), and
     a request for them; returns the request's path."""
@@ -136,7 +170,7 @@ def test_bad_request_files(planning_data: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_a_gpu_nobody_profiled_is_planned_on_an_estimate_that_says_so(
-    planning_data: Path, capsys: pytest.CaptureFixture[str]
+    warm: Path, planning_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No vgg16 profile of T4 or M60 in the store: the shipped census and the GPUs' sheets
     give one (scaled from the shipped H200 profile of vgg16), and the plan says so, in
@@ -160,7 +194,7 @@ def test_a_gpu_nobody_profiled_is_planned_on_an_estimate_that_says_so(
 
 
 def test_champion_is_the_default_and_its_absence_is_explained(
-    planning_data: Path, capsys: pytest.CaptureFixture[str]
+    warm: Path, planning_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No champion yet: the plan uses the model fitted on the shipped public nccl-tests
     tables and says why, naming the command that makes a champion."""
@@ -172,7 +206,7 @@ def test_champion_is_the_default_and_its_absence_is_explained(
 
 @pytest.mark.slow
 def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strategy(
-    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The README's GPT-2 XL request as written: a sharded plan, and `--write-plan` hands
     the strategy to the trainer (hsdp with the VM's ranks as its shard group)."""
@@ -199,7 +233,7 @@ def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strat
 
 @pytest.mark.slow
 def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
-    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The README's GPT-2 XL request with a global batch of 2048: the quotas hold a few
     hundred samples at once, so the plan accumulates gradients, says so, and
@@ -225,7 +259,7 @@ def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
 
 @pytest.mark.slow
 def test_the_readme_long_sequence_request_plans_at_its_length(
-    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The README's request with `model: hf:opt-125m,seq=2048`: planned from the census
     counted at 2048 tokens (small local batches), and the written plan keeps the length."""

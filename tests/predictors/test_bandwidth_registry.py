@@ -163,7 +163,9 @@ def test_schema_mismatch_registers_nothing(data_dir: Path) -> None:
     assert _versions() == []
 
 
-def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
+def test_a_failed_run_never_moves_the_champion(data_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
     from srifty_core.predictors.refresh import pipeline
     from srifty_core.predictors.registry import CHAMPION, alias_version
 
@@ -175,14 +177,27 @@ def test_a_failed_run_never_moves_the_champion(data_dir: Path) -> None:
     def boom(*a: Any, **k: Any) -> None:
         raise RuntimeError("worker lost")
 
+    # the runs that fail after the fit fit the same staged rows: the first fits them for
+    # real and the staging folder it leaves is what the later ones start their steps from
+    real_fit, fitted = pipeline.tune_and_fit, tmp_path / "fitted"
+
+    def fit_once(folder: Path) -> None:
+        if fitted.exists():
+            shutil.copytree(fitted, folder, dirs_exist_ok=True)
+            return
+        real_fit(folder)
+        shutil.copytree(folder, fitted)
+
     # a failure at any step before promotion: v1 stays champion (v2 may be registered as
     # challenger when the failure comes after registration)
     for step in ("tune_and_fit", "evaluate", "register", "promote_or_not"):
         with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(pipeline, "tune_and_fit", fit_once)
             mp.setattr(pipeline, step, boom)
-            with pytest.raises(RuntimeError):
+            with pytest.raises(RuntimeError, match="worker lost"):
                 pipeline.refresh_bandwidth_model(CONFIG)
         assert alias_version(CHAMPION) == "1", step
+    assert fitted.exists()  # the fit did run, for the failure in "evaluate"
 
 
 def test_holdout_rule_is_stable_and_keeps_training_data() -> None:
