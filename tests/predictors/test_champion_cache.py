@@ -27,6 +27,29 @@ from tests.predictors.bw_rows import make_probes
 SMALL = {"n_estimators": 10, "max_depth": 3}
 
 
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder whose default MLflow store was created (its tables made), once for the
+    module: creating it is a few seconds each test would otherwise pay again."""
+    from srifty_core import paths
+    from srifty_core.tracking.store import resolve_tracking_uri
+
+    root = tmp_path_factory.mktemp("store-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(root))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        resolve_tracking_uri()
+    assert (root / "mlflow" / "mlflow.db.ready").is_file()
+    return root
+
+
+@pytest.fixture(autouse=True)
+def made_store(data_dir: Path, store_template: Path) -> None:
+    """This test's data folder starts with ``store_template``'s store (no experiment, no
+    model in it yet): every test registers its own models into its own copy."""
+    shutil.copytree(store_template, data_dir, dirs_exist_ok=True)
+
+
 def client() -> Any:
     """An ``MlflowClient`` on the test's store (the bandwidth models' experiment made)."""
     from srifty_core.predictors.registry import EXPERIMENT

@@ -53,11 +53,43 @@ def resnet18() -> OpCensus:
     return load_census("resnet18", "full", root=Path("/nonexistent-store"), count=False)
 
 
-def test_census_counts_a_known_network_exactly() -> None:
+@pytest.fixture(scope="module")
+def mlp_full() -> OpCensus:
+    """The MLP's census, taken once for the two tests that read it."""
+    return take_census(MLP, "full")
+
+
+def _counted(factory: pytest.TempPathFactory, settings: TrainingSettings) -> Path:
+    """A profile store in which ``load_census`` counted MLP/small with ``settings`` (in a
+    child process, as it counts a factory) and kept it."""
+    root = factory.mktemp("counted")
+    load_census(MLP, "small", settings, root=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def counted_sgd(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MLP/small counted once for the module (each count is a child interpreter)."""
+    return _counted(tmp_path_factory, DEFAULT_SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def counted_adamw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _counted(tmp_path_factory, TrainingSettings(optimizer="adamw"))
+
+
+def _copy_store(counted: Path, tmp_path: Path) -> None:
+    """``counted`` copied into this test's ``tmp_path``: the test may damage its copy."""
+    import shutil
+
+    shutil.copytree(counted, tmp_path, dirs_exist_ok=True)
+
+
+def test_census_counts_a_known_network_exactly(mlp_full: OpCensus) -> None:
     """Linear(8, 64) -> ReLU -> Linear(64, 3): the forward's matrix products are 2*8*64 +
     2*64*3 FLOPs a sample, the backward's twice that less the first layer's input
     gradient; buckets hold every parameter once; the counts are linear in the batch."""
-    c = take_census(MLP, "full")
+    c = mlp_full
     ph, cls = np.array(c.phase), np.array(c.op_class)
     f1 = np.array(c.flops1)
     mm = cls == CLASSES.index("matmul")
@@ -75,11 +107,11 @@ def test_census_counts_a_known_network_exactly() -> None:
     )
 
 
-def test_the_census_keeps_what_autocast_saves_at_its_widths() -> None:
+def test_the_census_keeps_what_autocast_saves_at_its_widths(mlp_full: OpCensus) -> None:
     """The same MLP under bf16/fp16 autocast: the ReLU's output (after a lower-precision
     matrix product) is saved at 2 bytes, cross entropy's log-softmax at 4 (autocast's
     float32 list)."""
-    c = take_census(MLP, "full")
+    c = mlp_full
     assert c.saved_bytes1 == 64 * 4 + 3 * 4
     assert c.saved_low_bytes1 == 64 * 2 + 3 * 4
     assert c.saved_low_bytes0 == c.saved_bytes0
@@ -91,10 +123,13 @@ def test_the_census_keeps_what_autocast_saves_at_its_widths() -> None:
     assert before.saved_bytes("bf16") == (c.saved_bytes0, c.saved_bytes1)
 
 
-def test_a_stored_census_without_the_widths_is_counted_again(tmp_path: Path) -> None:
+def test_a_stored_census_without_the_widths_is_counted_again(
+    tmp_path: Path, counted_sgd: Path
+) -> None:
     from srifty_core.profiling.census import census_path
 
-    first = load_census(MLP, "small", root=tmp_path)
+    _copy_store(counted_sgd, tmp_path)
+    first = load_census(MLP, "small", root=tmp_path, count=False)
     path = census_path(tmp_path, MLP, "small", DEFAULT_SETTINGS)
     old = {k: v for k, v in first.to_dict().items() if not k.startswith("saved_low")}
     path.write_text(json.dumps(old))
@@ -113,14 +148,17 @@ def test_a_stored_census_without_the_widths_is_counted_again(tmp_path: Path) -> 
 
 
 def test_a_stored_census_counted_before_in_place_writes_is_counted_again(
-    tmp_path: Path,
+    tmp_path: Path, counted_adamw: Path
 ) -> None:
     """A census from before in-place writes were counted (no ``writes_counted``) prices the
     optimizer step on what it reads alone: the store's is counted again where torch is, and
     where it cannot be it is still served as it is. Every shipped census has the writes."""
     from srifty_core.profiling.census import census_path
 
-    first = load_census(MLP, "small", TrainingSettings(optimizer="adamw"), root=tmp_path)
+    _copy_store(counted_adamw, tmp_path)
+    first = load_census(
+        MLP, "small", TrainingSettings(optimizer="adamw"), root=tmp_path, count=False
+    )
     assert first.writes_counted
     path = census_path(tmp_path, MLP, "small", TrainingSettings(optimizer="adamw"))
     step = np.asarray(first.phase) == 2
@@ -139,7 +177,7 @@ def test_a_stored_census_counted_before_in_place_writes_is_counted_again(
 
 
 def test_batch_norm_is_a_class_of_its_own_priced_at_norm_times_its_bytes(
-    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec], tmp_path: Path
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec], tmp_path: Path, counted_adamw: Path
 ) -> None:
     """ResNet-18's 20 batch norms, forward and backward, are ``norm`` operators: their
     memory time scales with ``Efficiencies.norm`` and no other operator's does. A census
@@ -161,7 +199,8 @@ def test_batch_norm_is_a_class_of_its_own_priced_at_norm_times_its_bytes(
         np.testing.assert_array_equal(two[~sel], one[~sel])
 
     settings = TrainingSettings(optimizer="adamw")
-    first = load_census(MLP, "small", settings, root=tmp_path)
+    _copy_store(counted_adamw, tmp_path)
+    first = load_census(MLP, "small", settings, root=tmp_path, count=False)
     path = census_path(tmp_path, MLP, "small", settings)
     old = first.to_dict()
     del old["classes"]
@@ -261,9 +300,12 @@ def test_the_shipped_census_is_what_counting_gives_now(resnet18: OpCensus) -> No
     assert shipped_census_path("resnet18", "full", DEFAULT_SETTINGS).is_file()
 
 
-def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path) -> None:
+def test_a_census_is_taken_once_and_kept_in_the_store(tmp_path: Path, counted_sgd: Path) -> None:
+    """``counted_sgd`` is a store in which ``load_census`` counted MLP/small: it kept it,
+    and a second load serves it without counting."""
     assert stored_unit_parameters(MLP, "small", DEFAULT_SETTINGS, root=tmp_path) == ()
-    first = load_census(MLP, "small", root=tmp_path)
+    _copy_store(counted_sgd, tmp_path)
+    first = load_census(MLP, "small", root=tmp_path, count=False)
     # the planner reads the units of a census already counted, under either optimizer
     adamw = TrainingSettings(optimizer="adamw")
     assert stored_unit_parameters(MLP, "small", adamw, root=tmp_path) == (0, 8 * 16 + 16, 51)

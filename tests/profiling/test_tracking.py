@@ -10,9 +10,34 @@ from srifty_core.profiling.report import EXPERIMENT, log_profile, plot_profile, 
 from tests.profiling.test_profile_contract import make_profile
 
 
-def test_profile_is_logged_to_a_real_mlflow_store(data_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def made_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder whose default MLflow store was created (tables made and marked), once
+    for the module: the tests below copy it where they need a store, and pay MLflow's table
+    creation once. Creating it under a lock is the last test's subject; it makes its own."""
+    from srifty_core import paths
+    from srifty_core.tracking.store import resolve_tracking_uri
+
+    root = tmp_path_factory.mktemp("made-store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(paths.ENV_VAR, str(root))
+        mp.setenv("MLFLOW_TRACKING_URI", "")
+        resolve_tracking_uri()
+    return root
+
+
+def _copy_store(made_store: Path, root: Path) -> None:
+    import shutil
+
+    shutil.copytree(made_store, root, dirs_exist_ok=True)
+
+
+def test_profile_is_logged_to_a_real_mlflow_store(
+    data_dir: Path, tmp_path: Path, made_store: Path
+) -> None:
     from mlflow.tracking import MlflowClient
 
+    _copy_store(made_store, data_dir)
     p = make_profile()
     run_id = log_profile(p)
     client = MlflowClient()
@@ -45,11 +70,13 @@ def test_plot_and_summary(tmp_path: Path) -> None:
 
 
 def test_tracking_uri_follows_the_data_dir_but_respects_the_user(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_store: Path
 ) -> None:
     from srifty_core import paths
     from srifty_core.tracking.store import resolve_tracking_uri, setup_experiment
 
+    for folder in ("a", "b"):
+        _copy_store(made_store, tmp_path / folder)
     monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "a"))
     setup_experiment("x")
     monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "b"))
@@ -60,7 +87,7 @@ def test_tracking_uri_follows_the_data_dir_but_respects_the_user(
 
 
 def test_the_default_store_exported_by_a_parent_is_still_the_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_store: Path
 ) -> None:
     """A child process (an Airflow task the demo started) inherits the parent's exported
     default URI: its experiments must still keep their artifacts under the data folder."""
@@ -71,6 +98,7 @@ def test_the_default_store_exported_by_a_parent_is_still_the_default(
         setup_experiment,
     )
 
+    _copy_store(made_store, tmp_path / "d")
     monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "d"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", default_tracking_uri())
     assert resolve_tracking_uri() == (default_tracking_uri(), True)

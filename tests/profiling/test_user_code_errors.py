@@ -53,7 +53,8 @@ def fine():
 """
 
 QUICK = ["--size", "tiny", "--no-mlflow", "--max-batch", "4", "--batch-sizes", "1,4",
-         "--repeats", "2", "--warmup", "0", "--refine", "0", "--threads", "1"]  # fmt: skip
+         "--repeats", "2", "--warmup", "0", "--refine", "0", "--threads", "1",
+         "--share-host", "1"]  # fmt: skip
 
 
 @pytest.fixture
