@@ -15,17 +15,24 @@ from srifty_core.errors import ConfigError
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.worker.batches import micro_split
 from srifty_core.worker.checkpoint import load_checkpoint
-from srifty_core.worker.worker import run_spawned, train_single
+from srifty_core.worker.worker import train_single
 
+from .rank_pool import ON_POOL, RankPool
 from .test_sharded_training import max_diff, plan, sharded_params
 
 
+@ON_POOL
 @pytest.mark.parametrize(
     ("strategy", "k", "batches", "per_vm"),
     [("ddp", 3, (5, 4, 3), 0), ("fsdp", 2, (5, 4, 3), 0), ("hsdp", 2, (5, 3, 2, 2), 2)],
 )
 def test_micro_batches_give_the_parameters_of_one_process(
-    tmp_path: Path, strategy: str, k: int, batches: tuple[int, ...], per_vm: int
+    tmp_path: Path,
+    rank_pool: RankPool,
+    strategy: str,
+    k: int,
+    batches: tuple[int, ...],
+    per_vm: int,
 ) -> None:
     """Local batches 5, 4, 3 in k micro-batches of unequal sizes (5 -> 3+2 or 2+2+1): the
     micro-batch shares ``m_j / b_rank`` and the rank's ``loss_scale`` make every sample
@@ -37,7 +44,7 @@ def test_micro_batches_give_the_parameters_of_one_process(
     reference = train_single(plan(tmp_path / "one", **kw))
     assert max_diff(reference, train_single(plan(tmp_path / "one", **kw), iterations=0)) > 1e-2
     run = plan(tmp_path / "run", micro_batches=k, **kw)
-    run_spawned(run)
+    rank_pool.train(run)
     if strategy == "ddp":
         ck = load_checkpoint(run.checkpoint_path)
         assert ck is not None
@@ -76,47 +83,52 @@ def _ranks_grads(rank: int, world: int, port: int, strategy: str, out: str) -> N
     after one with it on (saved for the test to compare)."""
     import torch.distributed as dist
 
-    from srifty_core.sharding.memory import Layout
-    from srifty_core.sharding.wrap import gradient_sync, wrap
-    from srifty_core.training_settings import TrainingSettings
-
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)  # fmt: skip
     try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).double()
-        model = wrap(model, Layout(strategy, world), TrainingSettings(), torch.device("cpu"))
-        x = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
-
-        def grads() -> list[torch.Tensor]:
-            gs = [p.grad for p in model.parameters()]
-            return [
-                (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
-                for g in gs
-                if g is not None
-            ]
-
-        with gradient_sync(model, False):
-            model(x).pow(2).sum().backward()
-        held = grads() if strategy == "ddp" else []  # FSDP2 keeps them unsharded, unset
-        model(x).pow(2).sum().backward()
-        torch.save({"held": held, "synced": grads()}, f"{out}/{rank}.pt")
+        # the model (DDP's reducer) is gone before its process group: a rank process of
+        # the pool lives on, and DDP freed after the group was destroyed may hang
+        torch.save(_two_passes(rank, world, strategy), f"{out}/{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
+def _two_passes(rank: int, world: int, strategy: str) -> dict[str, list[torch.Tensor]]:
+    from srifty_core.sharding.memory import Layout
+    from srifty_core.sharding.wrap import gradient_sync, wrap
+    from srifty_core.training_settings import TrainingSettings
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).double()
+    model = wrap(model, Layout(strategy, world), TrainingSettings(), torch.device("cpu"))
+    x = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
+
+    def grads() -> list[torch.Tensor]:
+        gs = [p.grad for p in model.parameters()]
+        return [
+            (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+            for g in gs
+            if g is not None
+        ]
+
+    with gradient_sync(model, False):
+        model(x).pow(2).sum().backward()
+    held = grads() if strategy == "ddp" else []  # FSDP2 keeps them unsharded, unset
+    model(x).pow(2).sum().backward()
+    return {"held": held, "synced": grads()}
+
+
+@ON_POOL
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_gradient_sync_off_keeps_the_gradients_local(tmp_path: Path, strategy: str) -> None:
+def test_gradient_sync_off_keeps_the_gradients_local(
+    tmp_path: Path, rank_pool: RankPool, strategy: str
+) -> None:
     """Two ranks with different inputs: with the exchange off (ddp) each keeps its own
     gradient; the next backward pass with it on exchanges the accumulated sum: both ranks
     then hold the mean over ranks of 2x their own one-pass gradients."""
-    import torch.multiprocessing as mp
-
     from srifty_core.lifetime import free_port
 
-    mp.spawn(  # type: ignore[attr-defined]
-        _ranks_grads, args=(2, free_port(), strategy, str(tmp_path)), nprocs=2, join=True
-    )
+    rank_pool.spawn(_ranks_grads, (2, free_port(), strategy, str(tmp_path)), nprocs=2)
     r0, r1 = (torch.load(tmp_path / f"{r}.pt") for r in range(2))
     if strategy == "ddp":
         assert any(not torch.allclose(a, b) for a, b in zip(r0["held"], r1["held"], strict=True))

@@ -203,6 +203,7 @@ def test_a_killed_vm_stops_the_job_and_the_survivors_resume(net: Net, tmp_path: 
             **plan.to_dict(),
             "local_batches": list(Replanner.survivors(plan.global_batch, 3)),
             "config_id": "c0.r1",
+            "step_sleep_s": 0.0,  # slowed only so that the first group is caught mid-run
         }
     )
     second = start_vms(net, again, [0, 2], [2, 1], tmp_path / "vms")

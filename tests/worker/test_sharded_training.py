@@ -30,7 +30,9 @@ from srifty_core.worker.checkpoint import (
     sharded_paths,
     sharded_summary,
 )
-from srifty_core.worker.worker import EXIT_STOPPED, run_spawned, train_single
+from srifty_core.worker.worker import EXIT_STOPPED, train_single
+
+from .rank_pool import ON_POOL, RankPool
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:
@@ -63,11 +65,12 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
+@ON_POOL
 @pytest.mark.parametrize(
     ("strategy", "batches", "per_vm"), [("fsdp", (5, 3, 2), 0), ("hsdp", (4, 3, 2, 1), 2)]
 )
 def test_sharded_ranks_with_uneven_batches_equal_one_process(
-    tmp_path: Path, strategy: str, batches: tuple[int, ...], per_vm: int
+    tmp_path: Path, rank_pool: RankPool, strategy: str, batches: tuple[int, ...], per_vm: int
 ) -> None:
     """FSDP2's reduce-scatter (and hsdp's allreduce across VMs) average over every rank as
     DDP does, so the method's loss scale ``world * b_rank / B`` makes each sample weigh
@@ -78,15 +81,18 @@ def test_sharded_ranks_with_uneven_batches_equal_one_process(
     start = train_single(plan(tmp_path / "one", **kw), iterations=0)
     assert max_diff(reference, start) > 1e-2  # training moved the parameters
     sharded = plan(tmp_path / "run", **kw)
-    run_spawned(sharded)
+    rank_pool.train(sharded)
     info = sharded_summary(sharded.checkpoint_path)
     assert info is not None and (info.iteration, info.world) == (3, len(batches))
     assert info.strategy == strategy and not Path(sharded.checkpoint_path).exists()
     assert max_diff(sharded_params(sharded), reference) < 1e-12
 
 
+@ON_POOL
 @pytest.mark.slow
-def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> None:
+def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(
+    tmp_path: Path, rank_pool: RankPool
+) -> None:
     """One of 3 worker processes gets SIGTERM (a preemption notice): the ranks agree to
     stop, all write their shards of the step they stopped at, and exit ``EXIT_STOPPED``.
     2 ranks resume from those shards (DCP reshards) and run the rest once: the progress
@@ -124,7 +130,7 @@ def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> 
     assert stopped is not None and 3 <= stopped < n
     assert read_progress(first.progress_path)[-1].iteration == stopped
     rest = plan(tmp_path / "run", iterations=n, local_batches=(6, 4), config_id="c1")
-    run_spawned(rest)
+    rank_pool.train(rest)
     assert [r.iteration for r in read_progress(rest.progress_path)] == list(range(1, n + 1))
     info = sharded_summary(rest.checkpoint_path)
     assert info is not None and (info.iteration, info.world, info.config_id) == (n, 2, "c1")
@@ -135,22 +141,23 @@ def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(tmp_path: Path) -> 
     assert max_diff(sharded_params(rest), straight) < 1e-12
 
 
+@ON_POOL
 @pytest.mark.slow
-def test_ddp_and_sharded_checkpoints_cross_over(tmp_path: Path) -> None:
+def test_ddp_and_sharded_checkpoints_cross_over(tmp_path: Path, rank_pool: RankPool) -> None:
     """A job re-planned ddp -> fsdp -> ddp: the sharded ranks load the one-file checkpoint
     (a full state dict, each keeping its shards), the replicas load the sharded one (DCP
     into full tensors); each time the run folder's checkpoint is the later one and the job
     ends with a straight run's parameters."""
     straight = train_single(plan(tmp_path / "one", iterations=6))
     run = tmp_path / "run"
-    run_spawned(plan(run, iterations=2, local_batches=(4, 6), strategy="ddp"))
+    rank_pool.train(plan(run, iterations=2, local_batches=(4, 6), strategy="ddp"))
     p = plan(run, iterations=4)
     assert latest(p.checkpoint_path) == ("file", 2)
-    run_spawned(p)
+    rank_pool.train(p)
     assert latest(p.checkpoint_path) == ("sharded", 4)
     assert not Path(p.checkpoint_path).exists()  # the superseded one-file checkpoint
     last = plan(run, iterations=6, local_batches=(7, 3), strategy="ddp", config_id="c2")
-    run_spawned(last)
+    rank_pool.train(last)
     assert latest(last.checkpoint_path) == ("file", 6)
     ck = load_checkpoint(last.checkpoint_path)
     assert ck is not None and max_diff(ck.model, straight) < 1e-12

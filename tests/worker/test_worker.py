@@ -13,7 +13,9 @@ from srifty_core.errors import ConfigError
 from srifty_core.lifetime import free_port
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.worker.checkpoint import load_checkpoint
-from srifty_core.worker.worker import loss_scale, run_rank, run_spawned, split_batch, train_single
+from srifty_core.worker.worker import loss_scale, run_rank, split_batch, train_single
+
+from .rank_pool import ON_POOL, RankPool
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:
@@ -45,7 +47,10 @@ def test_loss_scale_and_split() -> None:
         plan(Path("."), local_batches=(3, 4))
 
 
-def test_reweighted_ddp_gradient_is_the_global_batch_gradient(tmp_path: Path) -> None:
+@ON_POOL
+def test_reweighted_ddp_gradient_is_the_global_batch_gradient(
+    tmp_path: Path, rank_pool: RankPool
+) -> None:
     batches = (1, 3, 4)
     # One SGD step with lr=1 and no momentum: parameters move by exactly the gradient.
     reference = train_single(plan(tmp_path, local_batches=batches))
@@ -54,27 +59,30 @@ def test_reweighted_ddp_gradient_is_the_global_batch_gradient(tmp_path: Path) ->
     assert step > 1e-3  # the gradient is not trivially zero
 
     weighted = plan(tmp_path / "w", local_batches=batches)
-    run_spawned(weighted)
+    rank_pool.train(weighted)
     ck = load_checkpoint(weighted.checkpoint_path)
     assert ck is not None and ck.iteration == 1
     assert max_diff(ck.model, reference) < 1e-10
 
     plain = plan(tmp_path / "u", local_batches=batches, reweight=False)
-    run_spawned(plain)
+    rank_pool.train(plain)
     ck_plain = load_checkpoint(plain.checkpoint_path)
     assert ck_plain is not None
     assert max_diff(ck_plain.model, reference) > 1e-4
 
 
-def test_resume_on_another_world_size_matches_a_straight_run(tmp_path: Path) -> None:
+@ON_POOL
+def test_resume_on_another_world_size_matches_a_straight_run(
+    tmp_path: Path, rank_pool: RankPool
+) -> None:
     kw: dict[str, object] = {"lr": 0.05, "momentum": 0.9, "global_batch": 12}
     straight = train_single(plan(tmp_path, iterations=6, local_batches=(12,), **kw))
     first = plan(tmp_path / "run", iterations=3, local_batches=(4, 8), **kw)
-    run_spawned(first)
+    rank_pool.train(first)
     ck = load_checkpoint(first.checkpoint_path)
     assert ck is not None and ck.iteration == 3 and ck.samples == 36
     second = plan(tmp_path / "run", iterations=6, local_batches=(2, 5, 5), config_id="c1", **kw)
-    run_spawned(second)
+    rank_pool.train(second)
     ck = load_checkpoint(second.checkpoint_path)
     assert ck is not None and ck.iteration == 6 and ck.config_id == "c1"
     assert max_diff(ck.model, straight) < 1e-10
