@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 ON_POOL = pytest.mark.xdist_group("rank-pool")
 """The mark of a test that uses ``rank_pool``: on parallel workers (``--dist loadgroup``)
-they all run on one, which starts the pool's processes once."""
+they are meant to run on one, which starts the pool's processes once; with pytest 9.2
+xdist ignores the mark (see scripts/test), and each worker may start its own pool."""
 
 _POLL_S = 0.5
 
