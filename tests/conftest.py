@@ -12,6 +12,7 @@ import pytest
 
 from srifty_core import paths
 from srifty_core.airflow_env import airflow_environment, migrate
+from tests import file_order
 
 pytest_plugins = [
     "tests.cloud.moto_aws",  # the moto fixtures (moto_url, aws)
@@ -20,12 +21,11 @@ pytest_plugins = [
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On parallel workers (scripts/test runs pytest-xdist), the tests marked ``slow`` start
-    first, in their order: collected last, the demo alone (minutes) kept one worker busy
-    long after the other had run out of tests. Every worker sorts the same way, as xdist
-    needs; a serial run keeps the collection order."""
+    """On parallel workers (scripts/test runs pytest-xdist), the costliest test files start
+    first (``tests.file_order``). Every worker sorts the same way, as xdist needs; a serial
+    run keeps the collection order."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        file_order.order(items)
 
 
 @pytest.fixture(autouse=True)

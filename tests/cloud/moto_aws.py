@@ -21,8 +21,10 @@ AMI = "ami-12c6146b"  # any id: moto does not check it
 SECRET = "not-a-real-secret-but-never-log-it"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
+    """One moto server per test process (each start is seconds of CPU): ``aws`` resets
+    its state for each test that uses it, and the tests that do not use fresh prefixes."""
     exe = Path(sys.executable).with_name("moto_server")
     port = free_port()
     proc = subprocess.Popen(

@@ -31,11 +31,6 @@ from srifty_core.worker.worker import train_single
 N = 40
 
 
-ON_PREEMPTED_RUN = pytest.mark.xdist_group("local-run-preempted-run")
-"""The tests that read ``preempted_run``: meant for one parallel worker, which runs it once
-(pytest 9.2's xdist ignores the mark, see scripts/test: each worker may run it)."""
-
-
 @pytest.fixture(scope="module")
 def preempted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A plan file on two local workers (4 and 8 samples, 2 micro-batches), the second
@@ -81,7 +76,6 @@ def preempted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 
 @pytest.mark.slow
-@ON_PREEMPTED_RUN
 def test_preempted_worker_resumes_on_the_survivor(preempted_run: dict[str, Any]) -> None:
     """With micro-batches too: the survivor keeps the planned micro-batch size (12 samples
     in 3 micro-batches of 4) and still ends at a straight run's parameters. (A plan without
@@ -121,7 +115,6 @@ def test_the_survivor_keeps_the_planned_micro_batch() -> None:
 
 
 @pytest.mark.slow
-@ON_PREEMPTED_RUN
 def test_a_plan_file_preempted_is_one_job_run_with_its_replan_nested(
     preempted_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,9 +86,6 @@ def records(
 # --------------------------------------------------------------------------- the worker
 STEP_SLEEP_S = 0.06
 """Each rank of ``fresh_install_run`` sleeps this long after its backward pass."""
-ON_FRESH_INSTALL_RUN = pytest.mark.xdist_group("recalibration-fresh-install-run")
-"""The tests that read ``fresh_install_run``: meant for one parallel worker, which runs it once
-(pytest 9.2's xdist ignores the mark, see scripts/test: each worker may run it)."""
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +128,6 @@ def fresh_install_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         yield {"plan": plan, "report": report, "run": run, "warnings": messages}
 
 
-@ON_FRESH_INSTALL_RUN
 def test_worker_records_per_rank_compute_and_exchange(fresh_install_run: dict[str, Any]) -> None:
     # Each rank sleeps after its backward pass (work outside forward + backward, as a data
     # loader's): its compute must leave the sleep out. A record's step is rank 0's period;
@@ -470,7 +466,6 @@ def test_a_plan_file_on_a_fresh_install_learns_compute_and_keeps_the_exchange_me
 
 
 @pytest.mark.slow
-@ON_FRESH_INSTALL_RUN
 def test_srifty_train_of_a_plan_file_on_a_fresh_install_writes_calibration_json(
     fresh_install_run: dict[str, Any],
 ) -> None:

@@ -28,15 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 if TYPE_CHECKING:
     from srifty_core.planner.schema.train_plan import TrainPlan
-
-ON_POOL = pytest.mark.xdist_group("rank-pool")
-"""The mark of a test that uses ``rank_pool``: on parallel workers (``--dist loadgroup``)
-they are meant to run on one, which starts the pool's processes once; with pytest 9.2
-xdist ignores the mark (see scripts/test), and each worker may start its own pool."""
 
 _POLL_S = 0.5
 

@@ -17,11 +17,10 @@ from srifty_core.worker.batches import micro_split
 from srifty_core.worker.checkpoint import load_checkpoint
 from srifty_core.worker.worker import train_single
 
-from .rank_pool import ON_POOL, RankPool
+from .rank_pool import RankPool
 from .test_sharded_training import max_diff, plan, sharded_params
 
 
-@ON_POOL
 @pytest.mark.parametrize(
     ("strategy", "k", "batches", "per_vm"),
     [("ddp", 3, (5, 4, 3), 0), ("fsdp", 2, (5, 4, 3), 0), ("hsdp", 2, (5, 3, 2, 2), 2)],
@@ -118,7 +117,6 @@ def _two_passes(rank: int, world: int, strategy: str) -> dict[str, list[torch.Te
     return {"held": held, "synced": grads()}
 
 
-@ON_POOL
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_gradient_sync_off_keeps_the_gradients_local(
     tmp_path: Path, rank_pool: RankPool, strategy: str

@@ -32,7 +32,7 @@ from srifty_core.worker.checkpoint import (
 )
 from srifty_core.worker.worker import EXIT_STOPPED, train_single
 
-from .rank_pool import ON_POOL, RankPool
+from .rank_pool import RankPool
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:
@@ -65,7 +65,6 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
-@ON_POOL
 @pytest.mark.parametrize(
     ("strategy", "batches", "per_vm"), [("fsdp", (5, 3, 2), 0), ("hsdp", (4, 3, 2, 1), 2)]
 )
@@ -88,7 +87,6 @@ def test_sharded_ranks_with_uneven_batches_equal_one_process(
     assert max_diff(sharded_params(sharded), reference) < 1e-12
 
 
-@ON_POOL
 @pytest.mark.slow
 def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(
     tmp_path: Path, rank_pool: RankPool
@@ -141,7 +139,6 @@ def test_sigterm_stops_every_rank_after_a_sharded_checkpoint(
     assert max_diff(sharded_params(rest), straight) < 1e-12
 
 
-@ON_POOL
 @pytest.mark.slow
 def test_ddp_and_sharded_checkpoints_cross_over(tmp_path: Path, rank_pool: RankPool) -> None:
     """A job re-planned ddp -> fsdp -> ddp: the sharded ranks load the one-file checkpoint

@@ -15,7 +15,7 @@ from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.worker.checkpoint import load_checkpoint
 from srifty_core.worker.worker import loss_scale, run_rank, split_batch, train_single
 
-from .rank_pool import ON_POOL, RankPool
+from .rank_pool import RankPool
 
 
 def plan(tmp: Path, **kw: object) -> TrainPlan:
@@ -47,7 +47,6 @@ def test_loss_scale_and_split() -> None:
         plan(Path("."), local_batches=(3, 4))
 
 
-@ON_POOL
 def test_reweighted_ddp_gradient_is_the_global_batch_gradient(
     tmp_path: Path, rank_pool: RankPool
 ) -> None:
@@ -71,7 +70,6 @@ def test_reweighted_ddp_gradient_is_the_global_batch_gradient(
     assert max_diff(ck_plain.model, reference) > 1e-4
 
 
-@ON_POOL
 def test_resume_on_another_world_size_matches_a_straight_run(
     tmp_path: Path, rank_pool: RankPool
 ) -> None:
