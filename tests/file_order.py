@@ -48,7 +48,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tests.file_order JUNIT_XML", file=sys.stderr)
         return 2
-    figures = file_seconds(Path(argv[0]))
+    try:
+        figures = file_seconds(Path(argv[0]))
+    except (OSError, ET.ParseError) as exc:
+        print(f"tests.file_order: JUNIT_XML {argv[0]}: {exc}", file=sys.stderr)
+        return 2
     FILE_SECONDS.write_text(json.dumps(figures, indent=1) + "\n")
     print(f"{FILE_SECONDS.name}: {len(figures)} files, {sum(figures.values()):.0f} s")
     return 0

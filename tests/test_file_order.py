@@ -57,3 +57,15 @@ def test_the_recorded_figures_name_files_that_exist() -> None:
     seconds = json.loads(file_order.FILE_SECONDS.read_text())
     root = Path(file_order.__file__).parent.parent
     assert seconds and all((root / f).is_file() for f in seconds)
+
+
+def test_a_missing_or_garbled_report_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    garbled = tmp_path / "garbled.xml"
+    garbled.write_text("<testsuites><testcase")
+    for report in (tmp_path / "absent.xml", garbled):
+        assert file_order.main([str(report)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"JUNIT_XML {report}" in err
+    assert json.loads(file_order.FILE_SECONDS.read_text())  # the figures left as they were
