@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from srifty_core.atomic import write_text_atomic
+
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 
 
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ET.ParseError) as exc:
         print(f"tests.file_order: JUNIT_XML {argv[0]}: {exc}", file=sys.stderr)
         return 2
-    FILE_SECONDS.write_text(json.dumps(figures, indent=1) + "\n")
+    write_text_atomic(FILE_SECONDS, json.dumps(figures, indent=1) + "\n")  # whole or not at all
     print(f"{FILE_SECONDS.name}: {len(figures)} files, {sum(figures.values()):.0f} s")
     return 0
 
