@@ -5,8 +5,10 @@
 ``shipped/reference/public_training_throughput.csv`` carries single-GPU rows of BERT-large
 SQuAD fine-tuning (sequence 384; NVIDIA DeepLearningExamples' READMEs and Lambda's tables:
 A10, A100 40/80 GB, H100, H200, V100; TF32/FP32 and AMP) and of ResNeXt101-32x4d (NVIDIA;
-A100 80 GB, V100 16/32 GB), and a GPT-2-shaped decoder's eager FP32/TF32 steps (Raschka's
-*LLMs from scratch*, one A100 of unstated memory). Their networks have no zoo name, so
+A100 80 GB, V100 16/32 GB), and a GPT-2-shaped decoder's eager FP32/TF32 and pure-bf16
+(``bf16-true``) steps (Raschka's *LLMs from scratch*, one A100 of unstated memory; the bf16
+ones also with torch's LayerNorm and GELU, then with scaled-dot-product attention), with
+the memory the allocator reserved where the source prints it. Their networks have no zoo name, so
 ``profiling.estimate`` never learns from them: they are held out of every fit and every
 choice. Here their networks are
 counted (``workloads/reference_models.py``; the censuses ship) and each row is predicted
@@ -34,6 +36,7 @@ import csv
 import dataclasses
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -46,9 +49,9 @@ from srifty_core.catalog import Catalog
 from srifty_core.predictors import roofline as rl
 from srifty_core.profiling import estimate
 from srifty_core.profiling.census import load_census
-from srifty_core.profiling.roofline_profile import estimate_profile
+from srifty_core.profiling.roofline_profile import batch_limit, estimate_profile
 from srifty_core.simulator.calibration import PRIOR_FLOOR
-from srifty_core.training_settings import TrainingSettings
+from srifty_core.training_settings import OPTIMIZER_STATES, TrainingSettings
 
 OUT = Path(__file__).parent / "results" / "held_out_public.json"
 REF = "srifty_core.profiling.reference_models:"
@@ -60,11 +63,29 @@ HELD_OUT = {
     "gpt2_from_scratch+fused_adamw": (
         REF + "gpt2_from_scratch", "adamw_fused", "transformer decoder", False,
     ),
+    "gpt2_torch_layers+fused_adamw": (
+        REF + "gpt2_torch_layers", "adamw_fused", "transformer decoder", False,
+    ),
+    "gpt2_sdpa+fused_adamw": (REF + "gpt2_sdpa", "adamw_fused", "transformer decoder", False),
 }  # fmt: skip
 UNSTATED = {"A100 (memory not stated)": ("A100 SXM4 40GB (DGX A100)", "A100 SXM4 80GB")}
 """A row whose source does not say which variant: scored on the first sheet, and on the
 second for the record (``alt_specs_error``)."""
-SETTINGS = {"fp32": {}, "tf32": {"tf32": True}, "amp": {"precision": "fp16"}}
+SETTINGS = {
+    "fp32": {},
+    "tf32": {"tf32": True},
+    "amp": {"precision": "fp16"},
+    "bf16-true": {"precision": "bf16-true", "tf32": True},
+}
+"""A published precision as the training settings that ran it."""
+RESERVED = re.compile(r"'Reserved memory: ([0-9.]+) GB'")
+"""A row whose note quotes the memory PyTorch's allocator reserved (Raschka's rows; printed
+as "GB" for ``torch.cuda.memory_reserved() / 1024**3``, so GiB): an upper bound of the
+step's peak, which the estimate's memory is compared with."""
+
+
+def settings_of(r: dict[str, str]) -> TrainingSettings:
+    return TrainingSettings(optimizer=HELD_OUT[r["model"]][1], **SETTINGS[r["precision"]])
 
 
 def held_out_rows(specs: dict[str, rl.DeviceSpec]) -> list[tuple[dict[str, str], rl.Observation]]:
@@ -74,12 +95,14 @@ def held_out_rows(specs: dict[str, rl.DeviceSpec]) -> list[tuple[dict[str, str],
             spec = specs.get(UNSTATED.get(r["gpu_variant"], (r["gpu_variant"],))[0])
             if r["model"] not in HELD_OUT or spec is None or r["gpus"] != "1" or r["zoo_model"]:
                 continue
-            ref, optimizer, _, fused = HELD_OUT[r["model"]]
-            census = load_census(ref, "full", TrainingSettings(optimizer=optimizer), count=False)
+            ref, _, _, fused = HELD_OUT[r["model"]]
+            settings = settings_of(r)
+            census = load_census(ref, "full", estimate.census_settings(settings), count=False)
             b = int(r["batch_per_gpu"])
             seconds = b / float(r["throughput_per_s"])
+            mode = rl.mode_of(settings.precision, settings.tf32)
             obs = rl.Observation(
-                census, spec, r["precision"], b, seconds, "step", r["source_id"], spec.chip, fused
+                census, spec, mode, b, seconds, "step", r["source_id"], spec.chip, fused
             )
             out.append((r, obs))
     return out
@@ -123,8 +146,8 @@ def main() -> int:
             for _, s in rows
             if s.device.chip != o.device.chip and o.same_program(s)
         ]
-        _, optimizer, family, _ = HELD_OUT[r["model"]]
-        settings = TrainingSettings(optimizer=optimizer, **SETTINGS[r["precision"]])
+        family = HELD_OUT[r["model"]][2]
+        settings = settings_of(r)
         alt = None
         if r["gpu_variant"] in UNSTATED:
             other = dataclasses.replace(o, device=specs[UNSTATED[r["gpu_variant"]][1]])
@@ -137,6 +160,9 @@ def main() -> int:
         spread = math.exp(z90 * profile.estimate_cv)  # the p10-p90 band holds it?
         inside = pred[id(o)] / spread <= o.seconds <= pred[id(o)] * spread
         band = math.exp(z90 * fitted.scaled_cv)  # a scaled estimate's own p90
+        reserved = RESERVED.search(r["notes"])
+        states = OPTIMIZER_STATES[settings.optimizer]
+        _, fixed, per_sample = batch_limit(o.census, o.device, states, settings.precision)
         scaled_covers = [(1.0 + e) * band >= 1.0 for e in scaled]
         out.append(
             {
@@ -159,6 +185,8 @@ def main() -> int:
                 "p90_covers_with_prior": covers[1],
                 "scaled_p90_covers": scaled_covers,
                 "inside_p10_p90": inside,
+                "memory_gib": (fixed + per_sample * o.batch) / 2**30,
+                "reserved_gib": float(reserved.group(1)) if reserved else None,
             }
         )
     groups: dict[str, list[dict[str, object]]] = defaultdict(list)
@@ -213,6 +241,14 @@ def main() -> int:
         f"{total['inside_p10_p90']} of {total['rows']} rows inside the specs' p10-p90 (80% "
         "if the spread were right and unbiased)"
     )
+    for x in out:
+        if x["reserved_gib"] is not None:
+            print(
+                f"memory, {x['model']} {x['precision']} at {x['batch']}: the estimate's "
+                f"{x['memory_gib']:.2f} GiB (saved tensors and state) against "
+                f"{x['reserved_gib']:.2f} GiB reserved by the allocator "
+                f"({float(x['memory_gib']) / float(x['reserved_gib']) - 1:+.0%})"  # type: ignore[arg-type]
+            )
     print(
         f"in-sample (the {len(evidence)} observations fitted on): median |error| "
         f"{result['in_sample_median_abs']:.1%}; {time.perf_counter() - t0:.0f} s; {OUT}"

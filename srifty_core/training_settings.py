@@ -18,10 +18,16 @@ from typing import Any
 
 from srifty_core.errors import ConfigError
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-"""``fp32``; ``fp16`` (autocast and a gradient scaler); ``bf16`` (autocast) on GPUs. CPU
-workers compute in the plan's dtype whatever the precision (``worker.placement``). The
+PRECISIONS = ("fp32", "fp16", "bf16", "bf16-true")
+"""``fp32``; ``fp16`` (autocast and a gradient scaler); ``bf16`` (autocast: float32
+parameters, gradients and optimizer states) on GPUs; ``bf16-true`` (Lightning's name):
+the model cast to bf16 (``model.to(torch.bfloat16)``), so parameters, gradients,
+optimizer states and activations are all 2-byte, with no autocast and no float32 copy.
+CPU workers compute in the plan's dtype whatever the precision (``worker.placement``). The
 one list: a plan's (``worker.batches``) and a profile's."""
+STATE_BYTES = {"fp32": 4, "fp16": 4, "bf16": 4, "bf16-true": 2}
+"""Per precision, the bytes of a parameter, its gradient and each optimizer state
+element: float32 under autocast, bf16 where the model is cast."""
 OPTIMIZER_STATES = {"sgd": 1, "adamw": 2, "adamw_fused": 2}
 """Per optimizer, its float32 states per parameter: SGD's momentum buffer; AdamW's two
 moments."""

@@ -296,6 +296,9 @@ FUNCTION_LEVEL_IMPORTS: dict[tuple[str, str], str] = {
         "heavy: pyarrow",
     ("srifty_core.profiling.census_count", "srifty_core.profiling.buckets"): "heavy: torch",
     ("srifty_core.profiling.census_count", "srifty_core.profiling.census_rnn"): "heavy: torch",
+    ("srifty_core.profiling.census_count", "srifty_core.profiling.census_attention"): (
+        "heavy: torch"
+    ),
     ("srifty_core.profiling.census_count", "srifty_core.sharding.units"): "heavy: torch",
     ("srifty_core.jobs.child_run", "srifty_core.worker.checkpoint"): "heavy: torch",
     ("srifty_core.jobs.emulated_job", "srifty_core.worker.checkpoint"): "heavy: torch",

@@ -37,52 +37,11 @@ RECOUNTED = ("bert_base",)
 
 
 def fused_attention() -> Any:
-    """A TorchFunctionMode replacing scaled-dot-product attention with the memory-efficient
-    kernel's forward and backward operators (counted by the census as two operators)."""
-    import torch
-    from torch.nn import functional as F
-    from torch.overrides import TorchFunctionMode
+    """The package's mode (``profiling.census_attention``), which ``bf16-true`` censuses
+    count with: here applied to every census."""
+    from srifty_core.profiling.census_attention import fused_attention as mode
 
-    class Attention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, q: Any, k: Any, v: Any, mask: Any, p: float, causal: bool,
-                    scale: Any) -> Any:  # fmt: skip
-            out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-                q, k, v, mask, True, p, causal, scale=scale
-            )
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.rest = (mask, seed, offset, p, causal, scale)
-            return out
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            q, k, v, out, lse = ctx.saved_tensors
-            mask, seed, offset, p, causal, scale = ctx.rest
-            dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-                grad, q, k, v, mask, out, lse, seed, offset, p, [True, True, True, False],
-                causal, scale=scale,
-            )  # fmt: skip
-            return dq, dk, dv, None, None, None, None
-
-    class Mode(TorchFunctionMode):
-        def __torch_function__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            kwargs = dict(kwargs or {})
-            if func is not F.scaled_dot_product_attention:
-                return func(*args, **kwargs)
-            q, k, v, *rest = args
-            names = ("attn_mask", "dropout_p", "is_causal", "scale")
-            kwargs.update(zip(names, rest, strict=False))
-            mask = kwargs.get("attn_mask")
-            if mask is not None and mask.dtype == torch.bool:
-                mask = torch.zeros_like(mask, dtype=q.dtype).masked_fill(~mask, float("-inf"))
-            return Attention.apply(
-                q, k, v, mask, float(kwargs.get("dropout_p", 0.0)),
-                bool(kwargs.get("is_causal", False)), kwargs.get("scale"),
-            )  # fmt: skip
-
-    return Mode()
+    return mode()
 
 
 def run(fused: bool, results: Path) -> str:

@@ -32,6 +32,7 @@ from srifty_core.lifetime import free_port
 from srifty_core.sharding.memory import Layout
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import build, make_optimizer
+from srifty_core.workloads.prepare import cast_to_bf16
 
 
 def _status_bytes(field: str) -> int:
@@ -72,6 +73,8 @@ def _rank(
         host_allocator.trim()
         before = torch.cuda.memory_allocated(device) if cuda else _status_bytes("VmRSS")
         workload = build(model, size, seed=0)
+        if cuda and train.precision == "bf16-true":
+            cast_to_bf16(workload)
         module = wrap(workload.module.to(device), layout, train, device)
         optimizer = make_optimizer(train, module.parameters(), lr=1e-3)
         data = workload.make_batch(batch, device, seed=rank)

@@ -27,9 +27,12 @@ if TYPE_CHECKING:
     from srifty_core.catalog.types import GpuSpec
     from srifty_core.profiling.census import OpCensus
 
-MODES = ("fp32", "tf32", "amp")
+MODES = ("fp32", "tf32", "amp", "pure16")
 """``fp32``: PyTorch's defaults (convolutions in TF32 where the GPU has it, matrix products
-in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16."""
+in FP32); ``tf32``: both in TF32 (NVIDIA's containers); ``amp``: both in FP16/BF16 under
+autocast (the activations' bytes a learned share, ``Efficiencies.half_bytes``, of the
+float32 census's); ``pure16``: both in BF16 with every tensor 2-byte (``bf16-true``: the
+census was counted at those widths, so its bytes stand as counted)."""
 CLASS_OTHER = 2
 """``census.CLASSES.index("other")``: the operators with no counted FLOPs."""
 CLASS_NORM = 3
@@ -43,8 +46,11 @@ MAX_BATCH = 4096
 
 
 def mode_of(precision: str, tf32: bool = False) -> str:
-    """The roofline mode of a training setting's precision (``fp32``, ``fp16``, ``bf16``)
-    and its ``tf32`` switch: ``amp`` for the 16-bit ones, else ``tf32`` when it is on."""
+    """The roofline mode of a training setting's precision (``fp32``, ``fp16``, ``bf16``,
+    ``bf16-true``) and its ``tf32`` switch: ``amp`` for autocast's, ``pure16`` for a bf16
+    model, else ``tf32`` when it is on."""
+    if precision == "bf16-true":
+        return "pure16"
     if precision in ("fp16", "bf16"):
         return "amp"
     return "tf32" if tf32 else "fp32"
@@ -94,7 +100,7 @@ class DeviceSpec:
         if mode not in MODES:
             raise ConfigError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
         simt = (self.fp32_flops, "simt")
-        if mode == "amp":
+        if mode in ("amp", "pure16"):
             half = self.fp16_flops or 0.0
             if half <= 2 * self.fp32_flops:  # no tensor figure on the sheet
                 simt = (max(half, self.fp32_flops), "simt")

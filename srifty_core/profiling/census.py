@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +39,12 @@ from srifty_core.lifetime import caller_env, die_with_caller
 from srifty_core.profiling.census_count import CLASSES as CLASSES
 from srifty_core.profiling.census_count import count
 from srifty_core.profiling.layout import model_folder
-from srifty_core.training_settings import DEFAULT_SETTINGS, OPTIMIZERS, TrainingSettings
+from srifty_core.training_settings import (
+    DEFAULT_SETTINGS,
+    OPTIMIZERS,
+    PRECISIONS,
+    TrainingSettings,
+)
 from srifty_core.worker_env import scrubbed
 from srifty_core.workloads import ModelRefError, model_key, parse_model
 
@@ -320,6 +326,8 @@ def load_census(
     command = f"python -m srifty_core.profiling.census --model {model} --size {size}"
     if settings.optimizer != "sgd":
         command += f" --optimizer {settings.optimizer}"
+    if settings.precision != "fp32":
+        command += f" --precision {settings.precision}"
     if not count:
         raise ConfigError(f"no operator census of {model}/{size}; run `{command}`")
     if not torch_here:
@@ -420,19 +428,30 @@ SHIPPED_MODELS = (
     ("srifty_core.profiling.reference_models:resnext101_32x4d", "sgd"),
     ("srifty_core.profiling.reference_models:gpt2_from_scratch", "adamw"),
     ("srifty_core.profiling.reference_models:gpt2_from_scratch", "adamw_fused"),
+    ("srifty_core.profiling.reference_models:gpt2_from_scratch", "adamw_fused", "bf16-true"),
+    ("srifty_core.profiling.reference_models:gpt2_torch_layers", "adamw_fused", "bf16-true"),
+    ("srifty_core.profiling.reference_models:gpt2_sdpa", "adamw_fused", "bf16-true"),
     ("hf:gpt2-xl", "adamw"),
+    ("hf:gpt2-xl", "adamw", "bf16-true"),
 )
-"""The censuses the package ships (``full`` size): the zoo's, with the optimizer each is
-usually trained with (BERT both), the published benchmarks' networks
-(``reference_models``), and GPT-2 XL's decoder (no 16-24 GB GPU holds its AdamW state: the
-sharded strategies' example; counting it builds 1.6 B parameters, about a minute)."""
+"""The censuses the package ships (``full`` size; model, optimizer and, where it is not
+fp32, the precision): the zoo's, with the optimizer each is usually trained with (BERT
+both), the published benchmarks' networks (``reference_models``; the decoder's later
+programs in bf16-true, as published), and GPT-2 XL's decoder (no 16-24 GB GPU holds its
+AdamW state in autocast: the sharded strategies' example; in bf16-true one A10G does;
+counting it builds 1.6 B parameters, about a minute)."""
+
+
+def shipped_settings(how: Sequence[str]) -> TrainingSettings:
+    """The settings of a ``SHIPPED_MODELS`` entry's (optimizer[, precision])."""
+    return TrainingSettings(optimizer=how[0], precision=how[1] if len(how) > 1 else "fp32")
 
 
 def ship() -> list[Path]:
     """Take every ``SHIPPED_MODELS`` census anew into ``shipped/census/``."""
     out = []
-    for model, optimizer in SHIPPED_MODELS:
-        settings = TrainingSettings(optimizer=optimizer)
+    for model, *how in SHIPPED_MODELS:
+        settings = shipped_settings(how)
         census = take_census(model, "full", settings)
         out.append(
             write_text_atomic(shipped_census_path(model, "full", settings), census.to_json())
@@ -453,6 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--size", default="full", help="size preset (default: full)")
     ap.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS, help="default: sgd")
+    ap.add_argument(
+        "--precision",
+        default="fp32",
+        choices=PRECISIONS,
+        help="default: fp32; the census counts bytes at bf16 widths only for bf16-true (the "
+        "roofline applies the others)",
+    )
     ap.add_argument("--ship", action="store_true", help="retake the package's shipped censuses")
     ap.add_argument(
         "--out", type=Path, help="write the census to this file instead of the profile store"
@@ -470,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = (
             TrainingSettings.from_dict(json.loads(args.settings))
             if args.settings
-            else TrainingSettings(optimizer=args.optimizer)
+            else TrainingSettings(optimizer=args.optimizer, precision=args.precision)
         )
         model_key(args.model)  # a bad reference is one line before anything is built
         census = take_census(args.model, args.size, settings)

@@ -1,7 +1,9 @@
 """The census's counting pass (``census.take_census`` runs it at two batch sizes): one
 training step of a built model on ``meta`` (or the CPU) under a dispatch mode that records
 each ATen operator's phase, class, FLOPs and bytes, the tensors saved for the backward pass
-(also at autocast's widths), and the order gradients become ready (DDP's buckets)."""
+(also at autocast's widths), and the order gradients become ready (DDP's buckets). A
+``bf16-true`` step is counted with the model and its inputs cast to bf16 and its attention
+as the fused kernel (``census_attention``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import build, make_optimizer
+from srifty_core.workloads.prepare import cast_to_bf16
 
 CLASSES = ("conv", "matmul", "other", "norm")
 """Operator classes: convolutions and matrix products run on tensor cores where the
@@ -147,12 +150,15 @@ def count(
     from torch.utils.flop_counter import flop_registry
 
     from srifty_core.profiling.buckets import trainable
+    from srifty_core.profiling.census_attention import fused_attention
     from srifty_core.profiling.census_rnn import fused_rnns
     from srifty_core.sharding.units import unit_parameters
 
     workload = build(model, size, seed=seed)
     dev = torch.device(device)
     workload.module.to(dev)
+    if settings.precision == "bf16-true":  # counted as it runs: every tensor at 2 bytes
+        cast_to_bf16(workload)
     workload.module.train()
     batch = tuple(t.to(dev) for t in workload.make_batch(batch_size, torch.device("cpu"), seed))
     params = trainable(workload.module)
@@ -256,8 +262,11 @@ def count(
         for group in optimizer.param_groups:  # as on CUDA: one multi-tensor kernel per update
             group["foreach"] = True
     rnns = fused_rnns() if dev.type == "meta" else contextlib.nullcontext()
+    attention: Any = contextlib.nullcontext()
+    if dev.type == "meta" and settings.precision == "bf16-true":
+        attention = fused_attention()  # flash attention, as a bf16 GPU runs it
     try:
-        with census, rnns:
+        with census, rnns, attention:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 loss = workload.loss(batch)
             census.phase = 1

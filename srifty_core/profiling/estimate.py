@@ -120,8 +120,10 @@ def device_spec(catalog: Catalog, device_type: str) -> DeviceSpec | None:
 
 
 def census_settings(settings: TrainingSettings) -> TrainingSettings:
-    """A census depends on the optimizer only (the roofline applies the precision)."""
-    return TrainingSettings(optimizer=settings.optimizer)
+    """A census depends on the optimizer, and on the precision only where the model is cast
+    (``bf16-true``: every tensor counted at 2 bytes); the roofline applies the others."""
+    precision = "bf16-true" if settings.precision == "bf16-true" else "fp32"
+    return TrainingSettings(optimizer=settings.optimizer, precision=precision)
 
 
 def public_observations(

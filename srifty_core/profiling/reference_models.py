@@ -8,6 +8,8 @@ from srifty_core.workloads.reference_models import (
     bert_base_squad,
     bert_large_squad,
     gpt2_from_scratch,
+    gpt2_sdpa,
+    gpt2_torch_layers,
     resnext101_32x4d,
 )
 
@@ -16,5 +18,7 @@ __all__ = [
     "bert_base_squad",
     "bert_large_squad",
     "gpt2_from_scratch",
+    "gpt2_sdpa",
+    "gpt2_torch_layers",
     "resnext101_32x4d",
 ]

@@ -3,10 +3,10 @@
 Contract: ``rank_memory(model, settings, layout, batch)`` is the peak bytes of one rank,
 split by what holds them; ``b_max`` the largest batch whose peak stays within a device's
 memory. Bytes per parameter follow from the dtypes PyTorch keeps (fp32 parameters and
-gradients under autocast, one state for SGD with momentum, two for AdamW); what a model's
-activations take per sample comes from a measurement (a profile's B_max search, or the
-census's saved tensors) and is an input here. No torch. Derivation and the check against
-measured memory: docs/design/sharding.md.
+gradients under autocast, bf16 under ``bf16-true``, one state for SGD with momentum, two
+for AdamW); what a model's activations take per sample comes from a measurement (a
+profile's B_max search, or the census's saved tensors) and is an input here. No torch.
+Derivation and the check against measured memory: docs/design/sharding.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from srifty_core.errors import ConfigError
-from srifty_core.training_settings import OPTIMIZER_STATES, TrainingSettings
+from srifty_core.training_settings import OPTIMIZER_STATES, STATE_BYTES, TrainingSettings
 
 Strategy = Literal["ddp", "fsdp", "hsdp"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
@@ -25,8 +25,9 @@ states sharded over every rank. ``hsdp``: sharded over the ranks of one VM, repl
 VMs."""
 
 FP32 = 4
-"""Bytes of a float32: parameters, gradients and optimizer states are float32 whatever the
-precision (autocast computes in bf16/fp16, the parameters stay float32)."""
+"""Bytes of a float32: parameters, gradients and optimizer states are float32 under every
+precision but ``bf16-true`` (autocast computes in bf16/fp16, the parameters stay float32;
+``training_settings.STATE_BYTES``)."""
 USABLE = 0.9
 """The share of a device's memory a step may fill (the rest: the framework's own
 allocations and fragmentation)."""
@@ -129,7 +130,8 @@ class RankMemory:
 
 def compute_bytes(settings: TrainingSettings) -> int:
     """Bytes per element of a gathered parameter: FSDP2 gathers in the compute dtype under
-    mixed precision (its ``MixedPrecisionPolicy(param_dtype=...)``), float32 otherwise."""
+    mixed precision (its ``MixedPrecisionPolicy(param_dtype=...)``) and where the model is
+    bf16 (``bf16-true``), float32 otherwise."""
     return FP32 if settings.precision == "fp32" else 2
 
 
@@ -151,23 +153,24 @@ def rank_memory(
     d = layout.shard_degree
     p = model.parameters
     states = OPTIMIZER_STATES[settings.optimizer]
+    width = STATE_BYTES[settings.precision]  # a parameter, gradient or state element
     sharded = math.ceil(p / d)
     if layout.strategy == "ddp":
         # a replica and its gradients; DDP's buckets copy the gradients once more
-        communication = float(p * FP32) if layout.world > 1 else 0.0
+        communication = float(p * width) if layout.world > 1 else 0.0
     else:
         # the root's parameters stay gathered through the step; at the peak one unit is
         # gathered for compute, the next one prefetched, and the computing one's unsharded
         # gradients wait for their reduce-scatter
         gathered = compute_bytes(settings)
         communication = float(
-            model.root_parameters * (gathered + FP32) + model.largest_unit * (2 * gathered + FP32)
+            model.root_parameters * (gathered + width) + model.largest_unit * (2 * gathered + width)
         )
     held = p if accumulating and layout.strategy != "ddp" else sharded
     return RankMemory(
-        parameters=float(sharded * FP32),
-        gradients=float(held * FP32),
-        optimizer=float(sharded * FP32 * states),
+        parameters=float(sharded * width),
+        gradients=float(held * width),
+        optimizer=float(sharded * width * states),
         communication=communication,
         activations=model.activation_bytes_fixed + model.activation_bytes_per_sample * batch,
     )

@@ -6,7 +6,8 @@ are the ranks of one VM (``hsdp``).
 Contract: ``wrap(module, layout, settings, device)`` returns the module to call and step;
 the trainer, the memory check and the sharded profile use it, so all three shard alike.
 Under bf16/fp16 on a GPU, FSDP gathers parameters in that dtype and reduces gradients in
-float32 (``MixedPrecisionPolicy``); on the CPU everything stays float32.
+float32 (``MixedPrecisionPolicy``); under bf16-true the module is bf16 already and stays so;
+on the CPU everything stays float32.
 ``gradient_sync(module, False)`` keeps the backward passes inside it from exchanging
 gradients (DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync`` on the root): the
 micro-batches of gradient accumulation but the last.
@@ -54,8 +55,8 @@ def wrap(
         mesh = init_device_mesh(device.type, shape, mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh(device.type, (layout.world,))
-    policy = MixedPrecisionPolicy()
-    if device.type == "cuda" and settings.precision != "fp32":
+    policy = MixedPrecisionPolicy()  # bf16-true: the cast module's own dtype throughout
+    if device.type == "cuda" and settings.precision in ("bf16", "fp16"):
         dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for unit in shard_units(module):

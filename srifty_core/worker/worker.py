@@ -16,7 +16,8 @@ local provider, ``run_spawned``) puts every rank on one host, so the local rank 
 global one. On GPUs the plan's ``precision`` applies: ``fp16`` runs the forward pass
 under ``torch.autocast`` with a ``GradScaler``, ``bf16`` under ``torch.autocast`` in
 bfloat16 where every rank's GPU supports it (else fp16 with the scaler, agreed by all
-ranks), ``fp32`` (the default) none. The CPU path always computes in the plan's
+ranks), ``bf16-true`` with the model and its floating inputs cast to bfloat16 (the same
+fallback), ``fp32`` (the default) none. The CPU path always computes in the plan's
 ``dtype``. Data, loss reweighting and iteration count are the same on both.
 
 Unequal local batches: DDP averages gradients over ranks, so with a mean-reduced loss a
@@ -124,8 +125,9 @@ _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def precision_context(precision: str, device: torch.device) -> AbstractContextManager[Any]:
-    """``torch.autocast`` of ``precision`` on ``device``; nothing for ``fp32``."""
-    if precision == "fp32":
+    """``torch.autocast`` of ``precision`` on ``device``; nothing for ``fp32`` and for
+    ``bf16-true`` (the model itself is bf16: ``workloads.prepare.cast_to_bf16``)."""
+    if precision not in _AUTOCAST:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=_AUTOCAST[precision])
 
@@ -137,7 +139,7 @@ def agreed_precision(precision: str, device: torch.device) -> str:
     rank of a GPU group calls it); ranks on CPUs compute in fp32 without asking (a group's
     ranks share one backend: all on GPUs or all on CPUs)."""
     bf16_everywhere = True
-    if precision == "bf16" and device.type == "cuda":
+    if precision in ("bf16", "bf16-true") and device.type == "cuda":
         ok = torch.tensor([1.0 if torch.cuda.is_bf16_supported() else 0.0], device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         bf16_everywhere = bool(ok.item() > 0)
@@ -205,17 +207,22 @@ def local_batch(
 
 
 def _build(
-    plan: TrainPlan, device: torch.device | None = None, shard: bool = False
+    plan: TrainPlan,
+    device: torch.device | None = None,
+    shard: bool = False,
+    precision: str | None = None,
 ) -> tuple[Any, torch.optim.Optimizer]:
     """The plan's workload and its optimizer; with ``shard`` (an fsdp/hsdp plan, in a
     started group) the module is sharded (``sharding.wrap``) before the optimizer is
-    made over its shards."""
+    made over its shards. ``precision``: what the ranks agreed to compute in
+    (``agreed_precision``)."""
     workload = build(plan.model, plan.size, seed=plan.seed)
     workload.module.to(_DTYPES[plan.dtype])
     if device is not None and device.type != "cpu":
         workload.module.to(device)
     workload.module.train()
-    prepare(workload, plan.settings)  # channels-last, compile; train_step autocasts
+    # channels-last, compile, a bf16-true cast; train_step autocasts
+    prepare(workload, plan.settings, precision=precision)
     if shard:
         wrap(workload.module, plan.layout, plan.settings, device or torch.device("cpu"))
     opt = make_optimizer(
@@ -257,7 +264,7 @@ def train(plan: TrainPlan, rank: int, world: int, device: torch.device | None = 
         )
     stop = _StopFlag()
     previous = signal.signal(signal.SIGTERM, stop)
-    workload, opt = _build(plan, device, shard=plan.sharded)
+    workload, opt = _build(plan, device, shard=plan.sharded, precision=precision)
     start = 0
     found = latest(plan.checkpoint_path)
     ckpt = None

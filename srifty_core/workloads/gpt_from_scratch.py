@@ -10,6 +10,13 @@ with ``masked_fill_`` before a softmax of the scaled scores; dropout 0.1 after t
 embeddings, on the attention weights and on both residual branches; LayerNorm from its
 mean and biased variance; GELU's tanh approximation from ``tanh`` and ``pow``; an output head
 of its own (not tied to the embedding). About 163 M parameters.
+
+The chapter's later steps change the program, and ``ops`` builds each: ``"scratch"`` (the
+baseline's own LayerNorm and GELU), ``"torch"`` (section 6: ``nn.LayerNorm`` and
+``nn.GELU(approximate="tanh")``), ``"sdpa"`` (section 7, ``01_opt_single_gpu.py``'s
+``PyTorchMultiHeadAttention``: one ``qkv`` projection without bias and
+``F.scaled_dot_product_attention(is_causal=True)`` with the attention dropout, on top of
+section 6). The parameter count is the same in all three.
 """
 
 from __future__ import annotations
@@ -53,6 +60,24 @@ class _Attention(nn.Module):
         return self.out_proj(context)  # type: ignore[no-any-return]
 
 
+class _SdpaAttention(nn.Module):
+    def __init__(self, width: int, heads: int, drop: float) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, width // heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.proj = nn.Linear(width, width)
+        self.drop = drop
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, width = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        queries, keys, values = qkv
+        context = nn.functional.scaled_dot_product_attention(
+            queries, keys, values, dropout_p=self.drop if self.training else 0.0, is_causal=True
+        )
+        return self.proj(context.transpose(1, 2).contiguous().view(b, t, width))  # type: ignore[no-any-return]
+
+
 class _LayerNorm(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -72,12 +97,25 @@ class _GELU(nn.Module):
         return 0.5 * x * (1 + torch.tanh(c * (x + 0.044715 * torch.pow(x, 3))))
 
 
+OPS = ("scratch", "torch", "sdpa")
+"""The chapter's programs (module doc)."""
+
+
+def _norm(width: int, ops: str) -> nn.Module:
+    return _LayerNorm(width) if ops == "scratch" else nn.LayerNorm(width)
+
+
 class _Block(nn.Module):
-    def __init__(self, width: int, heads: int, context: int, drop: float) -> None:
+    def __init__(self, width: int, heads: int, context: int, drop: float, ops: str) -> None:
         super().__init__()
-        self.att = _Attention(width, heads, context, drop)
-        self.ff = nn.Sequential(nn.Linear(width, 4 * width), _GELU(), nn.Linear(4 * width, width))
-        self.norm1, self.norm2 = _LayerNorm(width), _LayerNorm(width)
+        self.att: nn.Module = (
+            _SdpaAttention(width, heads, drop)
+            if ops == "sdpa"
+            else _Attention(width, heads, context, drop)
+        )
+        gelu = _GELU() if ops == "scratch" else nn.GELU(approximate="tanh")
+        self.ff = nn.Sequential(nn.Linear(width, 4 * width), gelu, nn.Linear(4 * width, width))
+        self.norm1, self.norm2 = _norm(width, ops), _norm(width, ops)
         self.drop_shortcut = nn.Dropout(drop)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -94,15 +132,18 @@ class GPTFromScratch(nn.Module):
         heads: int = HEADS,
         layers: int = LAYERS,
         drop: float = DROP,
+        ops: str = "scratch",
     ) -> None:
         super().__init__()
+        if ops not in OPS:
+            raise ValueError(f"ops: one of {', '.join(OPS)}, got {ops!r}")
         self.tok_emb = nn.Embedding(vocab, width)
         self.pos_emb = nn.Embedding(context, width)
         self.drop_emb = nn.Dropout(drop)
         self.trf_blocks = nn.Sequential(
-            *[_Block(width, heads, context, drop) for _ in range(layers)]
+            *[_Block(width, heads, context, drop, ops) for _ in range(layers)]
         )
-        self.final_norm = _LayerNorm(width)
+        self.final_norm = _norm(width, ops)
         self.out_head = nn.Linear(width, vocab, bias=False)
 
     def forward(self, ids: Tensor) -> Tensor:

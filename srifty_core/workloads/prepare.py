@@ -14,21 +14,39 @@ if TYPE_CHECKING:
     from srifty_core.training_settings import TrainingSettings
     from srifty_core.workloads.zoo import Workload
 
-__all__ = ["choose_precision", "make_optimizer", "prepare", "set_tf32"]
+__all__ = ["cast_to_bf16", "choose_precision", "make_optimizer", "prepare", "set_tf32"]
 
 
 def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) -> str:
     """The precision a rank computes in: ``fp32`` on the CPU and when the plan says so;
-    on CUDA ``fp16``, or ``bf16`` when every rank's GPU supports it (else ``fp16``).
-    ``bf16_everywhere`` must be the same on every rank (``train`` agrees on it with an
-    allreduce), so that all ranks scale their gradients alike."""
+    on CUDA ``fp16``, or ``bf16``/``bf16-true`` when every rank's GPU supports bf16 (else
+    ``fp16``: autocast with a gradient scaler). ``bf16_everywhere`` must be the same on
+    every rank (``train`` agrees on it with an allreduce), so that all ranks scale their
+    gradients alike."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
     if precision == "fp32" or device_type != "cuda":
         return "fp32"
-    if precision == "bf16" and not bf16_everywhere:
+    if precision in ("bf16", "bf16-true") and not bf16_everywhere:
         return "fp16"
     return precision
+
+
+def cast_to_bf16(workload: Workload) -> None:
+    """``bf16-true``: the module's floating parameters and buffers, and the floating
+    tensors of every batch it is given, in bf16 (integer inputs such as token ids are
+    left as they are), in place."""
+    import torch
+
+    workload.module.to(torch.bfloat16)
+    inner_make = workload._make_batch
+
+    def make(b: int, dev: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return tuple(
+            t.to(torch.bfloat16) if t.is_floating_point() else t for t in inner_make(b, dev, gen)
+        )
+
+    workload._make_batch = make
 
 
 def set_tf32(on: bool, device_type: str) -> None:
@@ -40,20 +58,30 @@ def set_tf32(on: bool, device_type: str) -> None:
         torch.set_float32_matmul_precision("high" if on else "highest")
 
 
-def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = False) -> str:
+def prepare(
+    workload: Workload,
+    settings: TrainingSettings,
+    autocast: bool = False,
+    precision: str | None = None,
+) -> str:
     """Apply ``settings`` to a built workload in place, on the device its module is on, as
-    training runs it: TF32 matrix products (``set_tf32``), channels-last module and 4-D
-    inputs, ``torch.compile`` of its forward (the
-    state dict keeps its keys), and with ``autocast`` (the profiler: the worker's step
-    has its own) the loss under ``torch.autocast`` of the precision that runs there.
-    Returns that precision (``choose_precision``: fp32 on a CPU)."""
+    training runs it: TF32 matrix products (``set_tf32``), the model and its floating
+    inputs cast to bf16 where ``bf16-true`` runs (``cast_to_bf16``), channels-last module
+    and 4-D inputs, ``torch.compile`` of its forward (the state dict keeps its keys), and
+    with ``autocast`` (the profiler: the worker's step has its own) the loss under
+    ``torch.autocast`` of the precision that runs there. ``precision``: the one the ranks
+    agreed on (``worker.agreed_precision``), else this GPU's ``choose_precision``.
+    Returns that precision (fp32 on a CPU)."""
     import torch
 
     params = list(workload.module.parameters())
     device = params[0].device if params else torch.device("cpu")
-    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    precision = choose_precision(settings.precision, device.type, bf16)
+    if precision is None:
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        precision = choose_precision(settings.precision, device.type, bf16)
     set_tf32(settings.tf32, device.type)
+    if precision == "bf16-true":
+        cast_to_bf16(workload)
     if settings.channels_last:
         workload.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         inner_make = workload._make_batch
@@ -70,7 +98,7 @@ def prepare(workload: Workload, settings: TrainingSettings, autocast: bool = Fal
         # loads compiled or not). nn.Module.compile() left this torch build's calls eager.
         module = workload.module
         module.forward = torch.compile(module.forward)
-    if autocast and precision != "fp32":
+    if autocast and precision in ("bf16", "fp16"):
         inner_loss = workload._loss
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
 

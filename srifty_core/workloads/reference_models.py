@@ -17,9 +17,10 @@ zoo's ResNet with bottleneck blocks [3, 4, 23, 3] of 32 groups of width 4
 
 ``gpt2_from_scratch``: the GPT-2-small-shaped decoder of Raschka's *LLMs from scratch*
 training-speed baseline (``workloads.gpt_from_scratch``), next-token cross-entropy over
-1,024 tokens.
+1,024 tokens; ``gpt2_torch_layers`` the same with torch's LayerNorm and GELU (the chapter's
+section 6), ``gpt2_sdpa`` also with ``scaled_dot_product_attention`` (section 7).
 
-The published rows of the last three are held out of every fit
+The published rows of all but BERT-base are held out of every fit
 (``benchmarks/held_out_public.py``).
 """
 
@@ -96,16 +97,28 @@ def resnext101_32x4d(size: str = "full") -> Parts:
 
 
 def gpt2_from_scratch(size: str = "full") -> Parts:
+    return _gpt2(size, "scratch")
+
+
+def gpt2_torch_layers(size: str = "full") -> Parts:
+    return _gpt2(size, "torch")
+
+
+def gpt2_sdpa(size: str = "full") -> Parts:
+    return _gpt2(size, "sdpa")
+
+
+def _gpt2(size: str, ops: str) -> Parts:
     import torch
 
     from srifty_core.workloads.gpt_from_scratch import CONTEXT, VOCAB, GPTFromScratch
 
     if size == "full":
         vocab, seq = VOCAB, CONTEXT
-        module = GPTFromScratch()
+        module = GPTFromScratch(ops=ops)
     else:  # a CPU-sized stand-in with the same structure
         vocab, seq = 512, 32
-        module = GPTFromScratch(vocab=vocab, context=seq, width=64, heads=2, layers=2)
+        module = GPTFromScratch(vocab=vocab, context=seq, width=64, heads=2, layers=2, ops=ops)
 
     def make_batch(b: int, gen: Any) -> tuple[Any, ...]:
         ids = torch.randint(0, vocab, (b, seq + 1), generator=gen)

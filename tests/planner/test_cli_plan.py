@@ -232,6 +232,33 @@ def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strat
 
 
 @pytest.mark.slow
+def test_the_readme_model_in_bf16_true_fits_one_gpu_and_plans_ddp(
+    warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's GPT-2 XL request with `precision: bf16-true`: 2-byte parameters,
+    gradients and AdamW states (12.2 GiB) fit an A10G, so ddp is feasible and chosen, from
+    the shipped bf16-true census (nothing counted), and the written plan keeps both."""
+    import re
+
+    from srifty_core import paths
+    from srifty_core.planner.schema.train_plan import TrainPlan
+
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**A model larger than one GPU.**") :]
+    text = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0]
+    assert "precision: bf16\n" in text and "bf16-true" in section
+    request = tmp_path / "gpt2-xl.yaml"
+    request.write_text(text.replace("precision: bf16\n", "precision: bf16-true\n"))
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "Strategy ddp" in said and "no offered GPU holds" not in said, said
+    plan = TrainPlan.load(str(out))
+    assert plan.strategy == "ddp" and plan.precision == "bf16-true"
+    assert not list(paths.profiles_dir().glob("hf-gpt2-xl-*/full/census*")), "counted anew"
+
+
+@pytest.mark.slow
 def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
     warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -225,7 +225,9 @@ StoredModel = Annotated[
     Rule("a model reference or the name its profiles are stored under"),
 ]
 """A request's model: a reference (normalised) or a stored name."""
-PrecisionName = Annotated[Literal["fp32", "fp16", "bf16"], Rule("'fp32', 'fp16' or 'bf16'")]
+PrecisionName = Annotated[
+    Literal["fp32", "fp16", "bf16", "bf16-true"], Rule("'fp32', 'fp16', 'bf16' or 'bf16-true'")
+]
 OptimizerName = Annotated[
     Literal["sgd", "adamw", "adamw_fused"], Rule("'sgd', 'adamw' or 'adamw_fused'")
 ]
