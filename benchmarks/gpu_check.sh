@@ -9,3 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for the results}"
 PYTHONPATH=. PYTHONUNBUFFERED=1 "${PYTHON:-python3}" benchmarks/gpu_check.py --out "$OUT" "$@"
+# where a step's kernel time goes by operator class, beside the roofline's split (issue 51;
+# about a minute): benchmarks/gpu_op_split.py
+PYTHONPATH=. PYTHONUNBUFFERED=1 "${PYTHON:-python3}" benchmarks/gpu_op_split.py --out "$OUT"

@@ -61,14 +61,20 @@ def profile_observations(
 
 # ----------------------------------------------------------------------------- profiles
 def batch_limit(
-    census: OpCensus, device: DeviceSpec, optimizer_states: int, precision: str = "fp32"
+    census: OpCensus,
+    device: DeviceSpec,
+    optimizer_states: int,
+    precision: str = "fp32",
+    measured_per_sample: float = 0.0,
 ) -> tuple[int, float, float]:
     """(B_max, fixed bytes, bytes per sample) on ``device``: the tensors saved for the
-    backward pass (the census's, at ``precision``'s widths), plus the weights, their
-    gradients and the optimizer's state; a batch may fill ``MEMORY_HEADROOM`` of the GPU."""
+    backward pass (the census's, at ``precision``'s widths; per sample, what a GPU
+    measured of the same program where ``measured_per_sample`` is given), plus the weights,
+    their gradients and the optimizer's state; a batch may fill ``MEMORY_HEADROOM`` of the
+    GPU."""
     saved0, saved1 = census.saved_bytes(precision)
     fixed = saved0 + (2 + optimizer_states) * census.gradient_bytes
-    per_sample = max(saved1, 1.0)
+    per_sample = max(measured_per_sample if measured_per_sample > 0 else saved1, 1.0)
     room = device.memory_gib * 2**30 * MEMORY_HEADROOM - fixed
     return max(0, min(MAX_BATCH, int(room // per_sample))), fixed, per_sample
 
@@ -84,7 +90,8 @@ def estimate_profile(
 ) -> ComputeProfile:
     """A ``ComputeProfile`` of ``census``'s model on ``device`` that nobody measured: from
     the specs, or scaled from ``source`` (a measured profile of the same model, size and
-    settings on ``source_device``). ``estimate`` says which, ``estimate_cv`` is the
+    settings on ``source_device``, whose measured memory a sample it keeps: the same
+    program's activations). ``estimate`` says which, ``estimate_cv`` is the
     roofline's held-out spread for that path (from specs, wider for a network the evidence
     does not hold: ``Roofline.spec_cv``); ``relative_std`` the step-to-step jitter the
     passes are given (``profiling.estimate`` passes the measured GPU profiles' median,
@@ -93,7 +100,10 @@ def estimate_profile(
     mode = mode_of(settings.precision, settings.tf32)
     eff = roofline.efficiencies
     states = OPTIMIZER_STATES[settings.optimizer]
-    b_max, fixed, per_sample = batch_limit(census, device, states, settings.precision)
+    # scaled: the program's activations a sample as the source GPU measured them (its
+    # fused kernels, its allocator), not the eager census's count
+    measured = source.memory_per_sample_bytes if source is not None else 0.0
+    b_max, fixed, per_sample = batch_limit(census, device, states, settings.precision, measured)
     saved0 = census.saved_bytes(settings.precision)[0]
     span = b_max
     if b_max < 1:  # no replica fits: timed up to what a rank holds with its state sharded away

@@ -438,6 +438,27 @@ def test_an_estimate_fits_memory_and_scaling_to_the_same_gpu_changes_nothing(
     assert top > 1 and float(est.fw_fit.at(top)) > float(est.fw_fit.at(1)) > 0
 
 
+def test_a_scaled_estimate_keeps_the_memory_a_sample_its_source_measured(
+    resnet18: OpCensus, specs: dict[str, rl.DeviceSpec]
+) -> None:
+    """A program whose kernels save less (or more) than the eager census counts: scaled
+    from a GPU that measured it, the target's B_max comes from the measured bytes a sample
+    (the same program and settings), not the census's; from the specs, the census's."""
+    fitted = rl.Roofline(rl.Efficiencies(), 10, ("V100", "A100"), 0.3, 0.15)
+    t4, a100 = specs["Tesla T4 16GB (PCIe)"], specs["A100 SXM4 40GB"]
+    by_specs = rp.estimate_profile(resnet18, t4, fitted)
+    for factor in (0.5, 2.0):
+        measured = dataclasses.replace(
+            rp.estimate_profile(resnet18, a100, fitted),
+            memory_per_sample_bytes=by_specs.memory_per_sample_bytes * factor,
+        )
+        scaled = rp.estimate_profile(resnet18, t4, fitted, source=measured, source_device=a100)
+        assert scaled.memory_per_sample_bytes == measured.memory_per_sample_bytes
+        assert scaled.memory_fixed_bytes == by_specs.memory_fixed_bytes
+        assert scaled.b_max == pytest.approx(by_specs.b_max / factor, rel=0.02)
+        assert float(scaled.memory_bytes(scaled.b_max)) <= 16 * 2**30
+
+
 def test_the_store_estimates_only_what_it_lacks_and_keeps_the_fit(
     tmp_path: Path, catalog: Catalog
 ) -> None:
