@@ -50,7 +50,9 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
   ``gradient_sync(model, j == k - 1)`` (the exchange once, with the last), then one
   ``opt.step()``: the step of the whole local batch, as the built-in worker takes it.
 - ``autocast()`` runs what it holds in the plan's precision as the built-in worker does
-  (bf16 on GPUs; nothing on the CPU); ``precision()`` says which.
+  (bf16 on GPUs; nothing on the CPU); ``precision()`` says which. Under ``bf16-true`` there
+  is no autocast: ``wrap`` casts the model to bf16, and your floating inputs go in as
+  bf16 too (``x.to(torch.bfloat16)`` where ``precision() == "bf16-true"``).
 - ``save_checkpoint`` / ``load_checkpoint`` use the run folder's checkpoint (the one a
   re-plan resumes from); ``extra`` keeps your own state beside the model and optimizer.
 - ``wrap(module)`` readies your model for the plan's ``strategy``: DDP for ``ddp``;
@@ -255,7 +257,8 @@ def autocast() -> AbstractContextManager[Any]:
 
 
 def precision() -> str:
-    """What this rank computes in after ``init()``: ``fp32``, ``bf16`` or ``fp16``."""
+    """What this rank computes in after ``init()``: ``fp32``, ``bf16``, ``bf16-true`` or
+    ``fp16``."""
     return _state.precision
 
 
@@ -279,9 +282,12 @@ def sample_indices(iteration: int, n_samples: int) -> torch.Tensor:
 
 def wrap(module: torch.nn.Module) -> torch.nn.Module:
     """``module`` (on ``init()``'s device) ready for the plan's strategy (module doc):
-    ``DistributedDataParallel`` for ``ddp``, else ``module`` itself sharded by FSDP2."""
+    ``DistributedDataParallel`` for ``ddp``, else ``module`` itself sharded by FSDP2; cast
+    to bf16 first where the rank computes in ``bf16-true``."""
     if _state.device is None:
         raise ConfigError("wrap: call srifty_core.worker.user.init() first")
+    if _state.precision == "bf16-true":
+        module.to(torch.bfloat16)
     p = plan()
     if not p.sharded:
         ids = [_state.device.index] if _state.device.type == "cuda" else None

@@ -4,6 +4,7 @@ models and the ranks' preparation."""
 
 from __future__ import annotations
 
+import json
 import typing
 from pathlib import Path
 
@@ -165,3 +166,36 @@ def test_the_public_entry_answers_a_bf16_true_decoder(tmp_path: Path) -> None:
     assert pure.estimate and pure.settings == PURE
     assert pure.b_max >= 8 and pure.b_max > 2 * fp32.b_max
     assert load_census(REF + "gpt2_sdpa", "full", PURE, root=tmp_path, count=False).settings == PURE
+
+
+def test_a_user_script_s_model_is_cast_by_wrap_where_bf16_true_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``worker.user.wrap`` under a rank that computes in bf16-true (a GPU rank; here its
+    state set as ``init`` would on one): the model is bf16 inside DDP, and ``autocast()``
+    adds nothing. A one-rank gloo group stands in for the plan's ranks."""
+    from torch import distributed as dist
+
+    from srifty_core.planner.schema.train_plan import TrainPlan
+    from srifty_core.worker import user
+
+    plan = TrainPlan(
+        model="tests/workload_fixtures/factories.py:sized", size="small", global_batch=4,
+        iterations=1, local_batches=(4,), run_dir=str(tmp_path / "run"), precision="bf16-true",
+    )  # fmt: skip
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_dict()))
+    monkeypatch.setenv(user.PLAN_ENV, str(path))
+    monkeypatch.setattr(user._state, "device", torch.device("cpu"))
+    monkeypatch.setattr(user._state, "precision", "bf16-true")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = user.wrap(torch.nn.Linear(4, 2))
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        with user.autocast():
+            out = model(torch.ones(3, 4, dtype=torch.bfloat16))
+        assert out.dtype == torch.bfloat16
+        assert user.precision() == "bf16-true"
+    finally:
+        dist.destroy_process_group()
