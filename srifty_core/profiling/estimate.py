@@ -188,9 +188,10 @@ def evidence(
     cache: dict[tuple[str, str, str], OpCensus] = {}
 
     def census_of(model: str, settings: TrainingSettings, size: str = "full") -> OpCensus:
-        key = (model, size, settings.optimizer)
+        counted = census_settings(settings)
+        key = (model, size, counted.suffix)
         if key not in cache:
-            cache[key] = load_census(model, size, census_settings(settings), root=root)
+            cache[key] = load_census(model, size, counted, root=root)
         return cache[key]
 
     obs = public_observations(evidence_specs(catalog), census_of)

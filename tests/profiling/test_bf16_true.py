@@ -199,3 +199,26 @@ def test_a_user_script_s_model_is_cast_by_wrap_where_bf16_true_runs(
         assert user.precision() == "bf16-true"
     finally:
         dist.destroy_process_group()
+
+
+def test_measured_profiles_in_two_precisions_each_learn_with_their_own_census(
+    tmp_path: Path,
+) -> None:
+    """The roofline's evidence from a store holding the same model measured in fp32 and in
+    bf16-true: each profile's observations carry the census counted for its precision (one
+    cached by model and optimizer alone would hand the first to both)."""
+    import dataclasses
+
+    from srifty_core.profiling.profile import ComputeProfile
+
+    h200 = ComputeProfile.from_json(
+        (estimate.GPU_PROFILES / "h200_resnet50.json").read_text(encoding="utf-8")
+    )
+    store = ProfileStore(tmp_path)
+    for settings in (FP32, PURE):
+        store.save(dataclasses.replace(h200, model=REF + "gpt2_from_scratch", settings=settings))
+    observations, _ = estimate.evidence(Catalog.load(), store)
+    mine = {o.census.settings.precision: o for o in observations if "gpt2" in o.census.model}
+    assert set(mine) == {"fp32", "bf16-true"}
+    assert mine["bf16-true"].mode == "pure16" and mine["fp32"].mode == "fp32"
+    assert mine["bf16-true"].census.gradient_bytes * 2 == mine["fp32"].census.gradient_bytes
