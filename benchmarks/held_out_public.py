@@ -186,6 +186,15 @@ def main() -> int:
                 "scaled_p90_covers": scaled_covers,
                 "inside_p10_p90": inside,
                 "memory_gib": (fixed + per_sample * o.batch) / 2**30,
+                # the most the passes hold at once, plus the weights and optimizer states
+                "peak_gib": (
+                    (1 + states) * o.census.gradient_bytes
+                    + o.census.peak_bytes0
+                    + o.census.peak_bytes1 * o.batch
+                )
+                / 2**30
+                if o.census.peak_bytes1 >= 0
+                else None,
                 "reserved_gib": float(reserved.group(1)) if reserved else None,
             }
         )
@@ -248,6 +257,12 @@ def main() -> int:
                 f"{x['memory_gib']:.2f} GiB (saved tensors and state) against "
                 f"{x['reserved_gib']:.2f} GiB reserved by the allocator "
                 f"({float(x['memory_gib']) / float(x['reserved_gib']) - 1:+.0%})"  # type: ignore[arg-type]
+                + (
+                    f"; the passes' peak and state {x['peak_gib']:.2f} GiB "
+                    f"({float(x['peak_gib']) / float(x['reserved_gib']) - 1:+.0%})"  # type: ignore[arg-type]
+                    if x["peak_gib"] is not None
+                    else ""
+                )
             )
     print(
         f"in-sample (the {len(evidence)} observations fitted on): median |error| "

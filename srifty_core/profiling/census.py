@@ -107,6 +107,12 @@ class OpCensus:
     classes: tuple[str, ...] = OLD_CLASSES
     """The ``CLASSES`` its ``op_class`` indexes (each one's index is kept when a class is
     added): what the census was counted with."""
+    peak_bytes0: float = -1.0
+    peak_bytes1: float = -1.0
+    """The most bytes the forward and backward passes' operators held at once (saved
+    tensors, transients such as the logits' gradient, gradients as they accumulate; at the
+    counted widths), fixed and per sample; -1 where not counted. Reported beside measured
+    memory (``benchmarks/held_out_public.py``); B_max still reads ``saved_bytes``."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -171,6 +177,8 @@ class OpCensus:
             "unit_parameters": list(self.unit_parameters),
             "writes_counted": self.writes_counted,
             "classes": list(self.classes),
+            "peak_bytes0": self.peak_bytes0,
+            "peak_bytes1": self.peak_bytes1,
         }
 
     def to_json(self) -> str:
@@ -210,6 +218,8 @@ class OpCensus:
                 unit_parameters=tuple(int(x) for x in d.get("unit_parameters", ())),
                 writes_counted=bool(d.get("writes_counted", False)),
                 classes=tuple(str(c) for c in d.get("classes", OLD_CLASSES)),
+                peak_bytes0=float(d.get("peak_bytes0", -1.0)),
+                peak_bytes1=float(d.get("peak_bytes1", -1.0)),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -249,6 +259,7 @@ def take_census(
     bytes0 = [max(0.0, x[3] - s * BATCHES[0]) for x, s in zip(a.ops, bytes1, strict=True)]
     saved1 = max(0.0, (b.saved - a.saved) / span)
     low1 = max(0.0, (b.saved_low - a.saved_low) / span)
+    peak1 = max(0.0, (b.peak - a.peak) / span)
     return OpCensus(
         model=model,
         size=size,
@@ -276,6 +287,8 @@ def take_census(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         writes_counted=True,
         classes=CLASSES,
+        peak_bytes0=max(0.0, a.peak - peak1 * BATCHES[0]),
+        peak_bytes1=peak1,
     )
 
 

@@ -8,6 +8,7 @@ as the fused kernel (``census_attention``)."""
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,7 @@ class Counted:
     bucket_cap_bytes: int
     first_bucket_cap_bytes: int
     unit_parameters: tuple[int, ...]
+    peak: float = 0.0
 
 
 def count(
@@ -168,19 +170,42 @@ def count(
     weights = {t.untyped_storage()._cdata for t in workload.module.parameters()}
     weights |= {t.untyped_storage()._cdata for t in workload.module.buffers()}
     own |= {t.untyped_storage()._cdata for t in batch}
-    saved: dict[int, tuple[int, int]] = {}  # storage: (bytes, bytes of an element)
+    # storage: (bytes, bytes of an element, 2-byte under autocast when it was saved)
+    saved: dict[int, tuple[int, int, bool]] = {}
     # Under autocast (bf16/fp16): the storages that would hold 2-byte tensors. The weights'
     # 2-byte copies are not counted: FSDP2's mixed precision frees them after each unit,
     # and on the H200 the float32 count of the fixed part was already over DDP's peak.
-    # Keyed by address, so each storage is held here while it is: one freed and its address
-    # taken by a new storage would pass its width on (the count varied run to run).
-    low: dict[int, Any] = {}
+    # Keyed by address, and each key dropped when its storage is freed: a freed storage's
+    # address taken by a new one would pass its width on (the count varied run to run).
+    # Not held here, so that the step frees what it frees (the peak below).
+    low: set[int] = set()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
         if st._cdata not in own:
-            saved[st._cdata] = (st.nbytes(), t.element_size())
+            saved[st._cdata] = (st.nbytes(), t.element_size(), st._cdata in low)
         return t
+
+    # The most bytes the forward and backward passes' operators hold at once: each new
+    # storage an operator returns counts until it is freed (storages are weakly referenced).
+    live, held_now = [0.0, 0.0], set()  # (now, peak); storages counted and alive
+
+    def freed(key: int, n: float) -> None:
+        held_now.discard(key)
+        live[0] -= n
+
+    def hold(out: Any) -> None:
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            st = t.untyped_storage()
+            if st._cdata in held_now or st._cdata in own:
+                continue
+            n = float(st.nbytes())
+            held_now.add(st._cdata)
+            weakref.finalize(st, freed, st._cdata, n)
+            live[0] += n
+            live[1] = max(live[1], live[0])
 
     class Census(TorchDispatchMode):
         def __init__(self) -> None:
@@ -194,6 +219,8 @@ def count(
         ) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
+            if self.phase < 2:
+                hold(out)
             name = func._overloadpacket.__name__
             if func.is_view or name in _NO_KERNEL:
                 return out
@@ -242,9 +269,11 @@ def count(
                 if isinstance(t, torch.Tensor) and t.is_floating_point():
                     c = t.untyped_storage()._cdata
                     if is_low:
-                        low[c] = t.untyped_storage()
+                        if c not in low:
+                            low.add(c)
+                            weakref.finalize(t.untyped_storage(), low.discard, c)
                     else:
-                        low.pop(c, None)
+                        low.discard(c)
 
     ready: dict[int, int] = {}
     census = Census()
@@ -293,9 +322,9 @@ def count(
     size_of = [p.numel() * p.element_size() for p in params]
     return Counted(
         ops=census.ops,
-        saved=float(sum(n for n, _ in saved.values())),
+        saved=float(sum(n for n, _, _ in saved.values())),
         saved_low=float(
-            sum(n * 2 // w if c in low and w > 2 else n for c, (n, w) in saved.items())
+            sum(n * 2 // w if is_low and w > 2 else n for n, w, is_low in saved.values())
         ),
         n_parameters=sum(p.numel() for p in params),
         gradient_bytes=sum(size_of),
@@ -305,4 +334,5 @@ def count(
         bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
         first_bucket_cap_bytes=DEFAULT_FIRST_BUCKET_BYTES,
         unit_parameters=unit_parameters(workload.module),
+        peak=live[1],
     )

@@ -222,3 +222,24 @@ def test_measured_profiles_in_two_precisions_each_learn_with_their_own_census(
     assert set(mine) == {"fp32", "bf16-true"}
     assert mine["bf16-true"].mode == "pure16" and mine["fp32"].mode == "fp32"
     assert mine["bf16-true"].census.gradient_bytes * 2 == mine["fp32"].census.gradient_bytes
+
+
+def test_the_census_counts_the_most_its_passes_hold_at_once(
+    counted: dict[tuple[str, str], OpCensus],
+) -> None:
+    """``peak_bytes``: what the forward and backward passes hold at once (the saved tensors
+    and the transients beside them, gradients as they accumulate) is at least what they
+    save (all of it is held when the forward pass ends), halves with the widths under
+    bf16-true, survives a round trip, and reads as not counted (-1) from a census that
+    predates it."""
+    from srifty_core.profiling.census import BATCHES
+
+    for (_, precision), c in counted.items():
+        for b in BATCHES:
+            peak, saved = c.peak_bytes0 + c.peak_bytes1 * b, c.saved_bytes0 + c.saved_bytes1 * b
+            assert peak >= saved > 0, (precision, b)
+        assert OpCensus.from_json(c.to_json()) == c
+    a, b = counted["gpt2_torch_layers", "fp32"], counted["gpt2_torch_layers", "bf16-true"]
+    assert b.peak_bytes1 * 2 == pytest.approx(a.peak_bytes1, rel=0.02)
+    old = {k: v for k, v in a.to_dict().items() if not k.startswith("peak")}
+    assert OpCensus.from_dict(old).peak_bytes1 == -1.0
