@@ -118,6 +118,11 @@ def compare(
         "memory": {
             "measured_per_sample_mib": measured.memory_per_sample_bytes / 2**20,
             "estimated_per_sample_mib": est.memory_per_sample_bytes / 2**20,
+            # the census's peak of the passes a sample, where it counts the widths that run
+            # (autocast's are not followed through the peak) and was counted
+            "census_peak_per_sample_mib": census.peak_bytes1 / 2**20
+            if census.peak_bytes1 >= 0 and measured.settings.precision in ("fp32", "bf16-true")
+            else None,
             "measured_fixed_mib": measured.memory_fixed_bytes / 2**20,
             "estimated_fixed_mib": est.memory_fixed_bytes / 2**20,
             "measured_b_max": measured.b_max,
@@ -197,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         mem = row["cuts"]["no_device"]["memory"]
         lines.append(
             f"    memory: per sample {mem['estimated_per_sample_mib']:.1f} MiB estimated vs "
-            f"{mem['measured_per_sample_mib']:.1f} measured; fixed "
+            f"{mem['measured_per_sample_mib']:.1f} measured"
+            + (
+                f" (the passes' peak {mem['census_peak_per_sample_mib']:.1f})"
+                if mem.get("census_peak_per_sample_mib") is not None
+                else ""
+            )
+            + "; fixed "
             f"{mem['estimated_fixed_mib']:.0f} vs {mem['measured_fixed_mib']:.0f} MiB; B_max "
             f"{mem['estimated_b_max']} vs {mem['measured_b_max']}"
             f"{' (search capped)' if m.get('b_max_capped') else ''}; repeat spread fw/bw "
