@@ -25,6 +25,7 @@ a later fit may learn from these splits, and then they are evidence, not a held-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -107,23 +108,33 @@ def measured_split(
     }
 
 
+@functools.cache
+def _sheet_and_fit(device_type: str) -> tuple[Any, Any] | None:
+    """``device_type``'s sheet and the roofline fitted on the shipped evidence (fitted once
+    for all the runs: a device's time is scarce); None where the catalog has no sheet."""
+    from srifty_core.catalog import Catalog
+    from srifty_core.profiling import estimate
+
+    catalog = Catalog.load()
+    spec = estimate.device_spec(catalog, device_type)
+    return None if spec is None else (spec, estimate.roofline_for(catalog, None)[0])
+
+
 def predicted_split(
     model: str, size: str, settings: TrainingSettings, batch: int, device_type: str
 ) -> dict[str, float] | None:
     """Per class, the roofline's ms a step on ``device_type``'s sheet (None: no sheet)."""
     import numpy as np
 
-    from srifty_core.catalog import Catalog
     from srifty_core.predictors import roofline as rl
     from srifty_core.profiling import estimate
     from srifty_core.profiling.census import load_census
     from srifty_core.profiling.census_count import CLASSES
 
-    catalog = Catalog.load()
-    spec = estimate.device_spec(catalog, device_type)
-    if spec is None:
+    found = _sheet_and_fit(device_type)
+    if found is None:
         return None
-    fitted, _ = estimate.roofline_for(catalog, None)
+    spec, fitted = found
     census = load_census(model, size, estimate.census_settings(settings))
     mode = rl.mode_of(settings.precision, settings.tf32)
     phase, cls = np.asarray(census.phase), np.asarray(census.op_class)
