@@ -103,6 +103,8 @@ def compare(
     through = [i for i in range(len(sizes)) if i not in launch]
     band = math.exp(Z90 * est.estimate_cv) if est.estimate_cv else 1.0
     inside = [(pred[i] / band) <= meas[i] <= (pred[i] * band) for i in range(len(sizes))]
+    held = census.held_lines(measured.settings.precision)
+    saved1 = census.saved_bytes(measured.settings.precision)[1]
     return {
         "estimate_path": est.estimate,
         "estimate_cv": est.estimate_cv,
@@ -118,11 +120,10 @@ def compare(
         "memory": {
             "measured_per_sample_mib": measured.memory_per_sample_bytes / 2**20,
             "estimated_per_sample_mib": est.memory_per_sample_bytes / 2**20,
-            # the census's peak of the passes a sample, where it counts the widths that run
-            # (autocast's are not followed through the peak) and was counted
-            "census_peak_per_sample_mib": census.peak_bytes1 / 2**20
-            if census.peak_bytes1 >= 0 and measured.settings.precision in ("fp32", "bf16-true")
-            else None,
+            # a sample's share of what the passes hold at most at large batches (the
+            # census's steepest moment), at the widths that run, and of the saved tensors
+            "census_peak_per_sample_mib": max(b for _, b in held) / 2**20 if held else None,
+            "census_saved_per_sample_mib": saved1 / 2**20,
             "measured_fixed_mib": measured.memory_fixed_bytes / 2**20,
             "estimated_fixed_mib": est.memory_fixed_bytes / 2**20,
             "measured_b_max": measured.b_max,
@@ -204,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             f"    memory: per sample {mem['estimated_per_sample_mib']:.1f} MiB estimated vs "
             f"{mem['measured_per_sample_mib']:.1f} measured"
             + (
-                f" (the passes' peak {mem['census_peak_per_sample_mib']:.1f})"
+                f" (the passes' peak {mem['census_peak_per_sample_mib']:.1f}, "
+                f"the saved tensors {mem['census_saved_per_sample_mib']:.1f})"
                 if mem.get("census_peak_per_sample_mib") is not None
+                and "census_saved_per_sample_mib" in mem
                 else ""
             )
             + "; fixed "

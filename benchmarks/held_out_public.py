@@ -49,7 +49,7 @@ from srifty_core.catalog import Catalog
 from srifty_core.predictors import roofline as rl
 from srifty_core.profiling import estimate
 from srifty_core.profiling.census import load_census
-from srifty_core.profiling.roofline_profile import batch_limit, estimate_profile
+from srifty_core.profiling.roofline_profile import estimate_profile
 from srifty_core.simulator.calibration import PRIOR_FLOOR
 from srifty_core.training_settings import OPTIMIZER_STATES, TrainingSettings
 
@@ -162,7 +162,11 @@ def main() -> int:
         band = math.exp(z90 * fitted.scaled_cv)  # a scaled estimate's own p90
         reserved = RESERVED.search(r["notes"])
         states = OPTIMIZER_STATES[settings.optimizer]
-        _, fixed, per_sample = batch_limit(o.census, o.device, states, settings.precision)
+        saved0, saved1 = o.census.saved_bytes(settings.precision)
+        held = o.census.held_at(settings.precision, o.batch)
+        state = states * o.census.gradient_bytes
+        saved_line = saved0 + saved1 * o.batch + 2 * o.census.gradient_bytes + state
+        peak_line = (held or 0.0) + o.census.gradient_bytes + state
         scaled_covers = [(1.0 + e) * band >= 1.0 for e in scaled]
         out.append(
             {
@@ -185,16 +189,12 @@ def main() -> int:
                 "p90_covers_with_prior": covers[1],
                 "scaled_p90_covers": scaled_covers,
                 "inside_p10_p90": inside,
-                "memory_gib": (fixed + per_sample * o.batch) / 2**30,
+                # what B_max checks: the larger of the two below (``batch_limit``)
+                "memory_gib": max(saved_line, peak_line if held is not None else 0.0) / 2**30,
+                # the saved tensors, the weights, their gradients and the optimizer's state
+                "saved_gib": saved_line / 2**30,
                 # the most the passes hold at once, plus the weights and optimizer states
-                "peak_gib": (
-                    (1 + states) * o.census.gradient_bytes
-                    + o.census.peak_bytes0
-                    + o.census.peak_bytes1 * o.batch
-                )
-                / 2**30
-                if o.census.peak_bytes1 >= 0
-                else None,
+                "peak_gib": peak_line / 2**30 if held is not None else None,
                 "reserved_gib": float(reserved.group(1)) if reserved else None,
             }
         )
@@ -254,15 +254,11 @@ def main() -> int:
         if x["reserved_gib"] is not None:
             print(
                 f"memory, {x['model']} {x['precision']} at {x['batch']}: the estimate's "
-                f"{x['memory_gib']:.2f} GiB (saved tensors and state) against "
-                f"{x['reserved_gib']:.2f} GiB reserved by the allocator "
-                f"({float(x['memory_gib']) / float(x['reserved_gib']) - 1:+.0%})"  # type: ignore[arg-type]
-                + (
-                    f"; the passes' peak and state {x['peak_gib']:.2f} GiB "
-                    f"({float(x['peak_gib']) / float(x['reserved_gib']) - 1:+.0%})"  # type: ignore[arg-type]
-                    if x["peak_gib"] is not None
-                    else ""
-                )
+                f"{x['memory_gib']:.2f} GiB against {x['reserved_gib']:.2f} GiB reserved by "
+                f"the allocator ({float(x['memory_gib']) / float(x['reserved_gib']) - 1:+.0%};"  # type: ignore[arg-type]
+                f" the saved tensors and state {x['saved_gib']:.2f} GiB"
+                + (f", the passes' peak and state {x['peak_gib']:.2f} GiB" if x["peak_gib"] else "")
+                + ")"
             )
     print(
         f"in-sample (the {len(evidence)} observations fitted on): median |error| "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -111,8 +112,14 @@ class OpCensus:
     peak_bytes1: float = -1.0
     """The most bytes the forward and backward passes' operators held at once (saved
     tensors, transients such as the logits' gradient, gradients as they accumulate; at the
-    counted widths), fixed and per sample; -1 where not counted. Reported beside measured
-    memory (``benchmarks/held_out_public.py``); B_max still reads ``saved_bytes``."""
+    counted widths), fixed and per sample; -1 where not counted."""
+    peak_lines: tuple[tuple[float, float], ...] = ()
+    peak_low_lines: tuple[tuple[float, float], ...] = ()
+    """What the passes hold at each moment of the step (after each allocation), a line
+    ``fixed + per_sample * B`` a moment, reduced to those on top at some batch (``peak_hull``):
+    the most held at batch ``B`` is the largest line there. At the counted widths, then at
+    autocast's (as ``saved_low_bytes``; the gradients float32). Empty where not counted.
+    B_max reads them beside the saved tensors (``roofline_profile.batch_limit``)."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -134,7 +141,12 @@ class OpCensus:
     def current(self) -> bool:
         """Whether it was counted as ``take_census`` counts today (else a store counts it
         again where torch is, and serves it as it is where torch is not)."""
-        return self.saved_low_bytes1 >= 0 and self.writes_counted and self.classes == CLASSES
+        return (
+            self.saved_low_bytes1 >= 0
+            and bool(self.peak_low_lines)
+            and self.writes_counted
+            and self.classes == CLASSES
+        )
 
     @property
     def key(self) -> str:
@@ -147,6 +159,17 @@ class OpCensus:
         if precision in ("bf16", "fp16") and self.saved_low_bytes1 >= 0:
             return self.saved_low_bytes0, self.saved_low_bytes1
         return self.saved_bytes0, self.saved_bytes1
+
+    def held_lines(self, precision: str) -> tuple[tuple[float, float], ...]:
+        """``peak_lines`` at ``precision``'s widths (as ``saved_bytes`` picks them); empty
+        where the census did not count them."""
+        return self.peak_low_lines if precision in ("bf16", "fp16") else self.peak_lines
+
+    def held_at(self, precision: str, batch: float) -> float | None:
+        """The most the passes hold at once at ``batch`` (``held_lines``' largest there);
+        ``None`` where not counted."""
+        lines = self.held_lines(precision)
+        return max(a + b * batch for a, b in lines) if lines else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,6 +202,8 @@ class OpCensus:
             "classes": list(self.classes),
             "peak_bytes0": self.peak_bytes0,
             "peak_bytes1": self.peak_bytes1,
+            "peak_lines": [list(x) for x in self.peak_lines],
+            "peak_low_lines": [list(x) for x in self.peak_low_lines],
         }
 
     def to_json(self) -> str:
@@ -220,6 +245,8 @@ class OpCensus:
                 classes=tuple(str(c) for c in d.get("classes", OLD_CLASSES)),
                 peak_bytes0=float(d.get("peak_bytes0", -1.0)),
                 peak_bytes1=float(d.get("peak_bytes1", -1.0)),
+                peak_lines=_lines(d.get("peak_lines", ())),
+                peak_low_lines=_lines(d.get("peak_low_lines", ())),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -260,6 +287,12 @@ def take_census(
     saved1 = max(0.0, (b.saved - a.saved) / span)
     low1 = max(0.0, (b.saved_low - a.saved_low) / span)
     peak1 = max(0.0, (b.peak - a.peak) / span)
+    if len(a.timeline) != len(b.timeline):
+        raise ConfigError(
+            f"census of {model}/{size}: the step allocates differently at batch "
+            f"{BATCHES[0]} and {BATCHES[1]}; its memory is not linear in the batch"
+        )
+    moments = [(x, y) for x, y in zip(a.timeline, b.timeline, strict=True)]
     return OpCensus(
         model=model,
         size=size,
@@ -289,7 +322,41 @@ def take_census(
         classes=CLASSES,
         peak_bytes0=max(0.0, a.peak - peak1 * BATCHES[0]),
         peak_bytes1=peak1,
+        peak_lines=peak_hull([x[0] for x, _ in moments], [y[0] for _, y in moments]),
+        peak_low_lines=peak_hull([x[1] for x, _ in moments], [y[1] for _, y in moments]),
     )
+
+
+def peak_hull(at_a: Sequence[float], at_b: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """The lines ``(fixed, per_sample)`` through each moment's bytes held at ``BATCHES``,
+    only those on top at some batch of at least 1 (the upper envelope, by slope)."""
+    span = float(BATCHES[1] - BATCHES[0])
+    best: dict[float, float] = {}  # slope: the largest fixed part with it
+    for ya, yb in zip(at_a, at_b, strict=True):
+        per = max(0.0, (yb - ya) / span)
+        fixed = ya - per * BATCHES[0]
+        if fixed > best.get(per, -math.inf):
+            best[per] = fixed
+    hull: list[tuple[float, float]] = []  # by slope; each on top right of the one before
+
+    def cross(p: tuple[float, float], q: tuple[float, float]) -> float:
+        return (p[0] - q[0]) / (q[1] - p[1])  # the batch where q overtakes p
+
+    for per in sorted(best):
+        line = (best[per], per)
+        while hull and (
+            hull[-1][0] <= line[0]  # below everywhere right of 0 (less fixed and slope)
+            or (len(hull) > 1 and cross(hull[-2], line) <= cross(hull[-2], hull[-1]))
+        ):
+            hull.pop()
+        hull.append(line)
+    while len(hull) > 1 and cross(hull[0], hull[1]) <= 1.0:  # overtaken before batch 1
+        hull.pop(0)
+    return tuple(hull)
+
+
+def _lines(raw: Any) -> tuple[tuple[float, float], ...]:
+    return tuple((float(a), float(b)) for a, b in raw)
 
 
 # ----------------------------------------------------------------------------- storage
@@ -317,8 +384,8 @@ def load_census(
     one, else (``count``) taken now and kept in the store. Without torch (a planner-only
     install) a model with neither is a ``ConfigError`` saying how to make it."""
     root = root or paths.profiles_dir()
-    stale: OpCensus | None = None  # counted before autocast's widths, in-place writes or
-    # today's operator classes
+    stale: OpCensus | None = None  # counted before autocast's widths, the peak at them,
+    # in-place writes or today's operator classes
     for path in (
         census_path(root, model, size, settings),
         shipped_census_path(model, size, settings),

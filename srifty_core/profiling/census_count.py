@@ -1,16 +1,17 @@
 """The census's counting pass (``census.take_census`` runs it at two batch sizes): one
 training step of a built model on ``meta`` (or the CPU) under a dispatch mode that records
 each ATen operator's phase, class, FLOPs and bytes, the tensors saved for the backward pass
-(also at autocast's widths), and the order gradients become ready (DDP's buckets). A
-``bf16-true`` step is counted with the model and its inputs cast to bf16 and its attention
-as the fused kernel (``census_attention``)."""
+and what the passes hold after each allocation (both also at autocast's widths), and the
+order gradients become ready (DDP's buckets). A ``bf16-true`` step is counted with the
+model and its inputs cast to bf16 and its attention as the fused kernel
+(``census_attention``)."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
@@ -140,6 +141,7 @@ class Counted:
     first_bucket_cap_bytes: int
     unit_parameters: tuple[int, ...]
     peak: float = 0.0
+    timeline: list[tuple[float, float]] = field(default_factory=list)
 
 
 def count(
@@ -187,12 +189,23 @@ def count(
         return t
 
     # The most bytes the forward and backward passes' operators hold at once: each new
-    # storage an operator returns counts until it is freed (storages are weakly referenced).
-    live, held_now = [0.0, 0.0], set()  # (now, peak); storages counted and alive
+    # storage an operator returns counts until it is freed (storages are weakly referenced),
+    # at the counted widths and at autocast's (``low``, decided before it is held).
+    live = [0.0, 0.0, 0.0]  # (now, peak, now at autocast's widths)
+    held_now: dict[int, float] = {}  # storage: its bytes at autocast's widths
 
     def freed(key: int, n: float) -> None:
-        held_now.discard(key)
         live[0] -= n
+        live[2] -= held_now.pop(key, 0.0)
+
+    # what is held after each allocation, (counted widths, autocast's): a moment of the
+    # step, the same moments at every batch (``census.peak_hull`` fits a line to each)
+    timeline: list[tuple[float, float]] = []
+
+    def count_low(key: int, n: float) -> None:
+        live[2] += n - held_now.get(key, 0.0)
+        held_now[key] = n
+        timeline.append((live[0], live[2]))
 
     def hold(out: Any) -> None:
         for t in tree_flatten(out)[0]:
@@ -202,10 +215,11 @@ def count(
             if st._cdata in held_now or st._cdata in own:
                 continue
             n = float(st.nbytes())
-            held_now.add(st._cdata)
             weakref.finalize(st, freed, st._cdata, n)
             live[0] += n
             live[1] = max(live[1], live[0])
+            narrow = st._cdata in low and t.element_size() > 2
+            count_low(st._cdata, n * 2 / t.element_size() if narrow else n)
 
     class Census(TorchDispatchMode):
         def __init__(self) -> None:
@@ -219,16 +233,18 @@ def count(
         ) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            if self.phase < 2:
-                hold(out)
             name = func._overloadpacket.__name__
-            if func.is_view or name in _NO_KERNEL:
+            kernel = not (func.is_view or name in _NO_KERNEL)
+            if self.phase < 2:  # the backward pass's widths by the same rule (a gradient
+                # is as wide as what it is the gradient of; matrix products run narrow)
+                if kernel:
+                    self.widths(name, args, kwargs, out)
+                hold(out)
+            if not kernel:
                 return out
             tensors = [
                 t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)
             ]
-            if self.phase == 0:
-                self.widths(name, args, kwargs, out)
             flops = 0.0
             counter: Callable[..., Any] | None = flop_registry.get(func._overloadpacket)
             if counter is not None:
@@ -248,10 +264,11 @@ def count(
 
         @staticmethod
         def widths(name: str, args: Any, kwargs: Any, out: Any) -> None:
-            """What autocast would make of this forward operator's outputs: 2-byte for
-            its lower-precision list, 4-byte for its float32 list, else 2-byte when every
+            """What autocast would make of this operator's outputs: 2-byte for its
+            lower-precision list, 4-byte for its float32 list, else 2-byte when every
             floating activation it reads is (weights follow their input, as batch norm's
-            do)."""
+            do). In the backward pass the same rule (``hook_for`` widens the gradients
+            autocast accumulates in float32)."""
             ins = [
                 t
                 for t in tree_flatten((args, kwargs))[0]
@@ -279,9 +296,14 @@ def count(
     census = Census()
 
     def hook_for(i: int) -> Callable[[torch.Tensor], None]:
-        def hook(_: torch.Tensor) -> None:
+        def hook(p: torch.Tensor) -> None:
             if i not in ready:
                 ready[i] = max(0, census.backward_ops - 1)
+            grad = p.grad  # autocast accumulates a float32 gradient, however narrow the
+            if grad is not None:  # product it came from
+                st = grad.untyped_storage()
+                if st._cdata in held_now:
+                    count_low(st._cdata, float(st.nbytes()))
 
         return hook
 
@@ -335,4 +357,5 @@ def count(
         first_bucket_cap_bytes=DEFAULT_FIRST_BUCKET_BYTES,
         unit_parameters=unit_parameters(workload.module),
         peak=live[1],
+        timeline=timeline,
     )

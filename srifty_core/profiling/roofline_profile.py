@@ -67,16 +67,33 @@ def batch_limit(
     precision: str = "fp32",
     measured_per_sample: float = 0.0,
 ) -> tuple[int, float, float]:
-    """(B_max, fixed bytes, bytes per sample) on ``device``: the tensors saved for the
-    backward pass (the census's, at ``precision``'s widths; per sample, what a GPU
-    measured of the same program where ``measured_per_sample`` is given), plus the weights,
-    their gradients and the optimizer's state; a batch may fill ``MEMORY_HEADROOM`` of the
-    GPU."""
+    """(B_max, fixed bytes, bytes per sample) on ``device``, at ``precision``'s widths.
+
+    A line ``fixed + per_sample * B`` each: the tensors saved for the backward pass plus the
+    weights, their gradients and the optimizer's state; and each moment of the passes
+    (``OpCensus.held_lines``: what they hold then, gradients among it) plus the weights and
+    the state. B_max is the largest batch under all of them in ``MEMORY_HEADROOM`` of the
+    GPU; the line returned is the steepest, what holds at large batches (the activations a
+    sharded rank keeps). Where a GPU measured the same program (``measured_per_sample``),
+    every line's share a sample is scaled so the steepest has it. The saved tensors alone
+    miss the transients beside them: a decoder's logits and their gradient."""
     saved0, saved1 = census.saved_bytes(precision)
-    fixed = saved0 + (2 + optimizer_states) * census.gradient_bytes
-    per_sample = max(measured_per_sample if measured_per_sample > 0 else saved1, 1.0)
-    room = device.memory_gib * 2**30 * MEMORY_HEADROOM - fixed
-    return max(0, min(MAX_BATCH, int(room // per_sample))), fixed, per_sample
+    state = optimizer_states * census.gradient_bytes
+    lines = [(saved0 + 2 * census.gradient_bytes + state, saved1)]
+    lines += [(a + census.gradient_bytes + state, b) for a, b in census.held_lines(precision)]
+    fixed, per = max(lines, key=lambda line: (line[1], line[0]))
+    if measured_per_sample > 0 and per > 0:
+        lines = [(a, b * measured_per_sample / per) for a, b in lines]
+        per = measured_per_sample
+    room = device.memory_gib * 2**30 * MEMORY_HEADROOM
+
+    def fitting(line: tuple[float, float]) -> float:  # the batches under this line
+        if line[1] > 0:
+            return (room - line[0]) / line[1]
+        return math.inf if line[0] <= room else -math.inf
+
+    b_max = min(float(MAX_BATCH), *(fitting(line) for line in lines))
+    return max(0, int(b_max)), fixed, max(per, 1.0)
 
 
 def estimate_profile(

@@ -226,7 +226,10 @@ def test_an_estimate_in_bf16_holds_the_activations_at_two_bytes(
     gpu = specs["A10G"] if "A10G" in specs else next(iter(specs.values()))
     b32, _, per32 = rp.batch_limit(c, gpu, 1, "fp32")
     b16, _, per16 = rp.batch_limit(c, gpu, 1, "bf16")
-    assert per16 == c.saved_low_bytes1 and per32 == c.saved_bytes1
+    # the steepest moment of the passes: the saved tensors and little beside them (a CNN)
+    assert per16 == max(b for _, b in c.held_lines("bf16"))
+    assert per32 == max(b for _, b in c.held_lines("fp32"))
+    assert 1.0 <= per16 / c.saved_low_bytes1 < 1.02 and 1.0 <= per32 / c.saved_bytes1 < 1.02
     assert 1.7 < b16 / b32 < 2.1
 
 
