@@ -24,9 +24,9 @@ torch.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,7 +38,7 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env, die_with_caller
 from srifty_core.profiling.census_count import CLASSES as CLASSES
-from srifty_core.profiling.census_count import count
+from srifty_core.profiling.census_count import count, counted_precision, peak_hull
 from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import (
     DEFAULT_SETTINGS,
@@ -120,6 +120,9 @@ class OpCensus:
     the most held at batch ``B`` is the largest line there. At the counted widths, then at
     autocast's (as ``saved_low_bytes``; the gradients float32). Empty where not counted.
     B_max reads them beside the saved tensors (``roofline_profile.batch_limit``)."""
+    attention_calls: int = -1
+    """``F.scaled_dot_product_attention`` calls in the step (-1: not counted). A census of
+    a step without any is the same in fp32 and in autocast's 16 bits (``load_census``)."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -144,6 +147,7 @@ class OpCensus:
         return (
             self.saved_low_bytes1 >= 0
             and bool(self.peak_low_lines)
+            and self.attention_calls >= 0
             and self.writes_counted
             and self.classes == CLASSES
         )
@@ -204,6 +208,7 @@ class OpCensus:
             "peak_bytes1": self.peak_bytes1,
             "peak_lines": [list(x) for x in self.peak_lines],
             "peak_low_lines": [list(x) for x in self.peak_low_lines],
+            "attention_calls": self.attention_calls,
         }
 
     def to_json(self) -> str:
@@ -247,6 +252,7 @@ class OpCensus:
                 peak_bytes1=float(d.get("peak_bytes1", -1.0)),
                 peak_lines=_lines(d.get("peak_lines", ())),
                 peak_low_lines=_lines(d.get("peak_low_lines", ())),
+                attention_calls=int(d.get("attention_calls", -1)),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -322,37 +328,10 @@ def take_census(
         classes=CLASSES,
         peak_bytes0=max(0.0, a.peak - peak1 * BATCHES[0]),
         peak_bytes1=peak1,
-        peak_lines=peak_hull([x[0] for x, _ in moments], [y[0] for _, y in moments]),
-        peak_low_lines=peak_hull([x[1] for x, _ in moments], [y[1] for _, y in moments]),
+        peak_lines=peak_hull([x[0] for x, _ in moments], [y[0] for _, y in moments], BATCHES),
+        peak_low_lines=peak_hull([x[1] for x, _ in moments], [y[1] for _, y in moments], BATCHES),
+        attention_calls=a.attention_calls,
     )
-
-
-def peak_hull(at_a: Sequence[float], at_b: Sequence[float]) -> tuple[tuple[float, float], ...]:
-    """The lines ``(fixed, per_sample)`` through each moment's bytes held at ``BATCHES``,
-    only those on top at some batch of at least 1 (the upper envelope, by slope)."""
-    span = float(BATCHES[1] - BATCHES[0])
-    best: dict[float, float] = {}  # slope: the largest fixed part with it
-    for ya, yb in zip(at_a, at_b, strict=True):
-        per = max(0.0, (yb - ya) / span)
-        fixed = ya - per * BATCHES[0]
-        if fixed > best.get(per, -math.inf):
-            best[per] = fixed
-    hull: list[tuple[float, float]] = []  # by slope; each on top right of the one before
-
-    def cross(p: tuple[float, float], q: tuple[float, float]) -> float:
-        return (p[0] - q[0]) / (q[1] - p[1])  # the batch where q overtakes p
-
-    for per in sorted(best):
-        line = (best[per], per)
-        while hull and (
-            hull[-1][0] <= line[0]  # below everywhere right of 0 (less fixed and slope)
-            or (len(hull) > 1 and cross(hull[-2], line) <= cross(hull[-2], hull[-1]))
-        ):
-            hull.pop()
-        hull.append(line)
-    while len(hull) > 1 and cross(hull[0], hull[1]) <= 1.0:  # overtaken before batch 1
-        hull.pop(0)
-    return tuple(hull)
 
 
 def _lines(raw: Any) -> tuple[tuple[float, float], ...]:
@@ -400,6 +379,15 @@ def load_census(
             if found.current:
                 return found
             stale = stale or found
+    if settings.precision == "bf16":  # autocast's: the fp32 census where no attention fuses
+        try:
+            wide = load_census(
+                model, size, TrainingSettings(optimizer=settings.optimizer), root=root, count=False
+            )
+        except ConfigError:
+            wide = None
+        if wide is not None and wide.current and wide.attention_calls == 0:
+            return dataclasses.replace(wide, settings=settings)
     torch_here = importlib.util.find_spec("torch") is not None
     if stale is not None and not (count and torch_here):
         return stale  # as it was counted until it is counted again
@@ -513,13 +501,19 @@ SHIPPED_MODELS = (
     ("srifty_core.profiling.reference_models:gpt2_sdpa", "adamw_fused", "bf16-true"),
     ("hf:gpt2-xl", "adamw"),
     ("hf:gpt2-xl", "adamw", "bf16-true"),
+    # autocast's 16 bits where the step calls attention (fused there: ``census_attention``)
+    ("bert_base", "sgd", "bf16"),
+    ("bert_base", "adamw", "bf16"),
+    ("xlm", "adamw", "bf16"),
+    ("hf:gpt2-xl", "adamw", "bf16"),
 )
 """The censuses the package ships (``full`` size; model, optimizer and, where it is not
 fp32, the precision): the zoo's, with the optimizer each is usually trained with (BERT
 both), the published benchmarks' networks (``reference_models``; the decoder's later
 programs in bf16-true, as published), and GPT-2 XL's decoder (no 16-24 GB GPU holds its
 AdamW state in autocast: the sharded strategies' example; in bf16-true one A10G does;
-counting it builds 1.6 B parameters, about a minute)."""
+counting it builds 1.6 B parameters, about a minute); in autocast's bf16/fp16 the models
+whose step calls attention (the others' fp32 census serves: ``load_census``)."""
 
 
 def shipped_settings(how: Sequence[str]) -> TrainingSettings:
@@ -556,8 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         "--precision",
         default="fp32",
         choices=PRECISIONS,
-        help="default: fp32; the census counts bytes at bf16 widths only for bf16-true (the "
-        "roofline applies the others)",
+        help="default: fp32; bf16-true is counted cast to bf16, bf16 and fp16 as one bf16 "
+        "census with attention fused (the roofline applies the widths)",
     )
     ap.add_argument("--ship", action="store_true", help="retake the package's shipped censuses")
     ap.add_argument(
@@ -576,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = (
             TrainingSettings.from_dict(json.loads(args.settings))
             if args.settings
-            else TrainingSettings(optimizer=args.optimizer, precision=args.precision)
+            else TrainingSettings(
+                optimizer=args.optimizer, precision=counted_precision(args.precision)
+            )
         )
         model_key(args.model)  # a bad reference is one line before anything is built
         census = take_census(args.model, args.size, settings)

@@ -1,19 +1,20 @@
-"""Scaled-dot-product attention as a GPU runs it in bf16, for the census: one fused operator
-a call in each pass, not the math path's scores, softmax and dropout mask.
+"""Scaled-dot-product attention as a GPU runs it in 16 bits, for the census: one fused
+operator a call in each pass, not the math path's scores, softmax and dropout mask.
 
-On a GPU, ``F.scaled_dot_product_attention`` on bf16 inputs runs FlashAttention (or the
+On a GPU, ``F.scaled_dot_product_attention`` on bf16/fp16 inputs runs FlashAttention (or the
 memory-efficient kernel): the ``s x s`` scores never reach memory and are not saved for the
 backward pass. On the meta device, where the census counts, torch takes the math path
-instead, upcast to float32. While ``fused_attention`` is entered, each call runs through
-``aten._scaled_dot_product_efficient_attention`` and its backward, which have meta kernels
-and FLOP counts (``census_count`` classes them as matrix products), and save what the fused
-kernels save (the inputs, the output and the log-sum-exp).
+instead, upcast to float32. While ``attention(fuse=True)`` is entered, each call runs
+through ``aten._scaled_dot_product_efficient_attention`` and its backward, which have meta
+kernels and FLOP counts (``census_count`` classes them as matrix products), and save what
+the fused kernels save (the inputs, the output and the log-sum-exp). Either way the mode
+counts the calls (``calls``): a census without any is the same in every precision.
 
-Used for ``bf16-true`` censuses only: there flash attention is what a bf16-capable GPU runs.
-Counting it so under autocast and fp32 too was investigated and not shipped
-(``benchmarks/investigations/fused_attention.py``, BENCHMARKS.md "Attention counted as
-the fused kernel"). The FLOPs are torch's count, the full square: a causal kernel skips
-about half of them.
+Used for 16-bit censuses (``bf16-true``, and autocast's bf16/fp16, which share one): there
+flash attention is what the GPU runs. In fp32 the census keeps the math path (counting it
+fused there too was investigated and not shipped: BENCHMARKS.md "Attention counted as the
+fused kernel"). The FLOPs are torch's count, the full square: a causal kernel skips about
+half of them.
 
 Imports torch: import it where a census is counted, not above.
 """
@@ -50,10 +51,22 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-class _Mode(TorchFunctionMode):
+class Attention(TorchFunctionMode):
+    """Counts ``F.scaled_dot_product_attention`` calls (``calls``); with ``fuse``, runs
+    each as the memory-efficient kernel's forward and backward operators (two operators to
+    the census)."""
+
+    def __init__(self, fuse: bool) -> None:
+        super().__init__()
+        self.fuse = fuse
+        self.calls = 0
+
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        self.calls += 1
+        if not self.fuse:
             return func(*args, **kwargs)
         q, k, v, *rest = args
         names = ("attn_mask", "dropout_p", "is_causal", "scale")
@@ -67,7 +80,7 @@ class _Mode(TorchFunctionMode):
         )  # fmt: skip
 
 
-def fused_attention() -> TorchFunctionMode:
+def fused_attention() -> Attention:
     """A mode under which ``F.scaled_dot_product_attention`` is the memory-efficient
-    kernel's forward and backward operators (two operators to the census)."""
-    return _Mode()
+    kernel's forward and backward operators (``Attention(fuse=True)``)."""
+    return Attention(fuse=True)

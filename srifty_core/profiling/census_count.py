@@ -3,14 +3,15 @@ training step of a built model on ``meta`` (or the CPU) under a dispatch mode th
 each ATen operator's phase, class, FLOPs and bytes, the tensors saved for the backward pass
 and what the passes hold after each allocation (both also at autocast's widths), and the
 order gradients become ready (DDP's buckets). A ``bf16-true`` step is counted with the
-model and its inputs cast to bf16 and its attention as the fused kernel
-(``census_attention``)."""
+model and its inputs cast to bf16; in 16 bits (``bf16-true``, autocast's bf16 and fp16) its
+attention is the fused kernel (``census_attention``)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,17 @@ from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import build, make_optimizer
 from srifty_core.workloads.prepare import cast_to_bf16
+
+SIXTEEN_BITS = ("bf16-true", "bf16", "fp16")
+"""Precisions whose census counts attention as the fused kernel (``census_attention``)."""
+
+
+def counted_precision(precision: str) -> str:
+    """The precision a census of a step at ``precision`` is counted in: ``bf16-true`` (the
+    model cast), ``bf16`` for autocast's bf16 and fp16 (one census: attention fused, the
+    widths kept beside), else ``fp32`` (the roofline applies TF32)."""
+    return {"bf16-true": "bf16-true", "bf16": "bf16", "fp16": "bf16"}.get(precision, "fp32")
+
 
 CLASSES = ("conv", "matmul", "other", "norm")
 """Operator classes: convolutions and matrix products run on tensor cores where the
@@ -142,6 +154,7 @@ class Counted:
     unit_parameters: tuple[int, ...]
     peak: float = 0.0
     timeline: list[tuple[float, float]] = field(default_factory=list)
+    attention_calls: int = 0
 
 
 def count(
@@ -154,7 +167,7 @@ def count(
     from torch.utils.flop_counter import flop_registry
 
     from srifty_core.profiling.buckets import trainable
-    from srifty_core.profiling.census_attention import fused_attention
+    from srifty_core.profiling.census_attention import Attention
     from srifty_core.profiling.census_rnn import fused_rnns
     from srifty_core.sharding.units import unit_parameters
 
@@ -313,9 +326,8 @@ def count(
         for group in optimizer.param_groups:  # as on CUDA: one multi-tensor kernel per update
             group["foreach"] = True
     rnns = fused_rnns() if dev.type == "meta" else contextlib.nullcontext()
-    attention: Any = contextlib.nullcontext()
-    if dev.type == "meta" and settings.precision == "bf16-true":
-        attention = fused_attention()  # flash attention, as a bf16 GPU runs it
+    # flash attention, as a GPU runs it in 16 bits (only the meta device has its operators)
+    attention = Attention(fuse=dev.type == "meta" and settings.precision in SIXTEEN_BITS)
     try:
         with census, rnns, attention:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -358,4 +370,36 @@ def count(
         unit_parameters=unit_parameters(workload.module),
         peak=live[1],
         timeline=timeline,
+        attention_calls=attention.calls,
     )
+
+
+def peak_hull(
+    at_a: Sequence[float], at_b: Sequence[float], batches: tuple[int, int] = (2, 8)
+) -> tuple[tuple[float, float], ...]:
+    """The lines ``(fixed, per_sample)`` through each moment's bytes held at ``batches``
+    (``census.BATCHES``),
+    only those on top at some batch of at least 1 (the upper envelope, by slope)."""
+    span = float(batches[1] - batches[0])
+    best: dict[float, float] = {}  # slope: the largest fixed part with it
+    for ya, yb in zip(at_a, at_b, strict=True):
+        per = max(0.0, (yb - ya) / span)
+        fixed = ya - per * batches[0]
+        if fixed > best.get(per, -math.inf):
+            best[per] = fixed
+    hull: list[tuple[float, float]] = []  # by slope; each on top right of the one before
+
+    def cross(p: tuple[float, float], q: tuple[float, float]) -> float:
+        return (p[0] - q[0]) / (q[1] - p[1])  # the batch where q overtakes p
+
+    for per in sorted(best):
+        line = (best[per], per)
+        while hull and (
+            hull[-1][0] <= line[0]  # below everywhere right of 0 (less fixed and slope)
+            or (len(hull) > 1 and cross(hull[-2], line) <= cross(hull[-2], hull[-1]))
+        ):
+            hull.pop()
+        hull.append(line)
+    while len(hull) > 1 and cross(hull[0], hull[1]) <= 1.0:  # overtaken before batch 1
+        hull.pop(0)
+    return tuple(hull)

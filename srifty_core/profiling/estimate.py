@@ -26,6 +26,7 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.predictors.roofline import DeviceSpec, Observation, Roofline, learn
 from srifty_core.profiling.census import load_census
+from srifty_core.profiling.census_count import counted_precision
 from srifty_core.profiling.profile import ComputeProfile
 from srifty_core.profiling.roofline_profile import (
     estimate_profile,
@@ -120,10 +121,13 @@ def device_spec(catalog: Catalog, device_type: str) -> DeviceSpec | None:
 
 
 def census_settings(settings: TrainingSettings) -> TrainingSettings:
-    """A census depends on the optimizer, and on the precision only where the model is cast
-    (``bf16-true``: every tensor counted at 2 bytes); the roofline applies the others."""
-    precision = "bf16-true" if settings.precision == "bf16-true" else "fp32"
-    return TrainingSettings(optimizer=settings.optimizer, precision=precision)
+    """A census depends on the optimizer, and on the precision where the step runs other
+    kernels: ``bf16-true`` (the model cast, every tensor at 2 bytes) and autocast's 16 bits
+    (bf16 and fp16 share one ``bf16`` census: attention fused, ``census_attention``); the
+    roofline applies the rest (TF32, autocast's widths)."""
+    return TrainingSettings(
+        optimizer=settings.optimizer, precision=counted_precision(settings.precision)
+    )
 
 
 def public_observations(

@@ -309,4 +309,6 @@ def test_the_readme_long_sequence_request_plans_at_its_length(
     assert "--model hf:opt-125m,seq=2048" in said  # the profiling hint keeps the length
     plan = TrainPlan.load(str(out))
     at_once = -(-max(plan.local_batches) // plan.micro_batches)  # a GPU's samples at once
-    assert plan.model == "hf:opt-125m,seq=2048" and at_once <= 4, said
+    most = re.search(r"at most (\d+) samples an A10G holds at once", said_there)
+    assert most is not None and int(most[1]) < 16  # 2048 tokens: a few samples, not 148
+    assert plan.model == "hf:opt-125m,seq=2048" and at_once <= int(most[1]), said

@@ -13,7 +13,8 @@ from srifty_core.catalog import Catalog
 from srifty_core.predictors.roofline import MEMORY_HEADROOM
 from srifty_core.profiling import estimate
 from srifty_core.profiling import roofline_profile as rp
-from srifty_core.profiling.census import BATCHES, OpCensus, peak_hull, take_census
+from srifty_core.profiling.census import BATCHES, OpCensus, take_census
+from srifty_core.profiling.census_count import peak_hull
 from srifty_core.training_settings import TrainingSettings
 from srifty_core.workloads import build
 
