@@ -504,7 +504,6 @@ SHIPPED_MODELS = (
     # autocast's 16 bits where the step calls attention (fused there: ``census_attention``)
     ("bert_base", "sgd", "bf16"),
     ("bert_base", "adamw", "bf16"),
-    ("xlm", "adamw", "bf16"),
     ("hf:gpt2-xl", "adamw", "bf16"),
 )
 """The censuses the package ships (``full`` size; model, optimizer and, where it is not
