@@ -30,9 +30,11 @@ def test_the_split_is_measured_by_class_and_written(tmp_path: Path) -> None:
     assert bench.main([*argv, "--steps", "2", "--warmup", "1", "--out", str(tmp_path)]) == 0
     [rec] = json.loads((tmp_path / "op_split.json").read_text())
     assert rec["status"] == "ok" and rec["device_type"] == "cpu"
-    assert rec["measured_ms"]["matmul"] > 0 and rec["measured_ops"]["matmul"] >= 3
+    # one step's products, averaged over the two timed: 2 forward, 3 backward (no input
+    # gradient for the first layer); times are not compared (this host's noise decides them)
+    assert rec["measured_ms"]["matmul"] > 0 and rec["measured_ops"]["matmul"] == 5
     assert set(rec["measured_ms"]) == {"conv", "matmul", "other", "norm"}
-    assert 0 < sum(rec["measured_ms"].values()) <= 5 * rec["step_ms_wall"]
+    assert min(rec["measured_ms"].values()) >= 0 and rec["step_ms_wall"] > 0
     assert rec["predicted_ms"] is None  # no sheet for a CPU
 
 
