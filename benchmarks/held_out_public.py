@@ -49,7 +49,7 @@ from srifty_core.catalog import Catalog
 from srifty_core.predictors import roofline as rl
 from srifty_core.profiling import estimate
 from srifty_core.profiling.census import load_census
-from srifty_core.profiling.roofline_profile import estimate_profile
+from srifty_core.profiling.roofline_profile import estimate_profile, memory_lines
 from srifty_core.simulator.calibration import PRIOR_FLOOR
 from srifty_core.training_settings import OPTIMIZER_STATES, TrainingSettings
 
@@ -165,11 +165,9 @@ def main() -> int:
         band = math.exp(z90 * fitted.scaled_cv)  # a scaled estimate's own p90
         reserved = RESERVED.search(r["notes"])
         states = OPTIMIZER_STATES[settings.optimizer]
-        saved0, saved1 = o.census.saved_bytes(settings.precision)
-        held = o.census.held_at(settings.precision, o.batch)
-        state = states * o.census.gradient_bytes
-        saved_line = saved0 + saved1 * o.batch + 2 * o.census.gradient_bytes + state
-        peak_line = (held or 0.0) + o.census.gradient_bytes + state
+        saved_line, *moments = memory_lines(o.census, states, settings.precision)
+        saved_at = saved_line[0] + saved_line[1] * o.batch
+        peak_at = max((a + b * o.batch for a, b in moments), default=None)
         scaled_covers = [(1.0 + e) * band >= 1.0 for e in scaled]
         out.append(
             {
@@ -193,11 +191,11 @@ def main() -> int:
                 "scaled_p90_covers": scaled_covers,
                 "inside_p10_p90": inside,
                 # what B_max checks: the larger of the two below (``batch_limit``)
-                "memory_gib": max(saved_line, peak_line if held is not None else 0.0) / 2**30,
+                "memory_gib": max(saved_at, peak_at or 0.0) / 2**30,
                 # the saved tensors, the weights, their gradients and the optimizer's state
-                "saved_gib": saved_line / 2**30,
+                "saved_gib": saved_at / 2**30,
                 # the most the passes hold at once, plus the weights and optimizer states
-                "peak_gib": peak_line / 2**30 if held is not None else None,
+                "peak_gib": peak_at / 2**30 if peak_at is not None else None,
                 "reserved_gib": float(reserved.group(1)) if reserved else None,
             }
         )

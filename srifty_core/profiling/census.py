@@ -298,7 +298,6 @@ def take_census(
             f"census of {model}/{size}: the step allocates differently at batch "
             f"{BATCHES[0]} and {BATCHES[1]}; its memory is not linear in the batch"
         )
-    moments = [(x, y) for x, y in zip(a.timeline, b.timeline, strict=True)]
     return OpCensus(
         model=model,
         size=size,
@@ -328,8 +327,8 @@ def take_census(
         classes=CLASSES,
         peak_bytes0=max(0.0, a.peak - peak1 * BATCHES[0]),
         peak_bytes1=peak1,
-        peak_lines=peak_hull([x[0] for x, _ in moments], [y[0] for _, y in moments], BATCHES),
-        peak_low_lines=peak_hull([x[1] for x, _ in moments], [y[1] for _, y in moments], BATCHES),
+        peak_lines=peak_hull([x[0] for x in a.timeline], [y[0] for y in b.timeline], BATCHES),
+        peak_low_lines=peak_hull([x[1] for x in a.timeline], [y[1] for y in b.timeline], BATCHES),
         attention_calls=a.attention_calls,
     )
 

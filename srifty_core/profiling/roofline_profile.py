@@ -60,6 +60,20 @@ def profile_observations(
 
 
 # ----------------------------------------------------------------------------- profiles
+def memory_lines(
+    census: OpCensus, optimizer_states: int, precision: str = "fp32"
+) -> list[tuple[float, float]]:
+    """What a step holds, as lines ``(fixed, per_sample)`` in the batch at ``precision``'s
+    widths: the saved tensors plus the weights, their gradients and the optimizer's state,
+    then each moment of the passes (``OpCensus.held_lines``) plus the weights and the state;
+    the most held at batch ``B`` is the largest line there."""
+    saved0, saved1 = census.saved_bytes(precision)
+    state = optimizer_states * census.gradient_bytes
+    lines = [(saved0 + 2 * census.gradient_bytes + state, saved1)]
+    lines += [(a + census.gradient_bytes + state, b) for a, b in census.held_lines(precision)]
+    return lines
+
+
 def batch_limit(
     census: OpCensus,
     device: DeviceSpec,
@@ -69,18 +83,12 @@ def batch_limit(
 ) -> tuple[int, float, float]:
     """(B_max, fixed bytes, bytes per sample) on ``device``, at ``precision``'s widths.
 
-    A line ``fixed + per_sample * B`` each: the tensors saved for the backward pass plus the
-    weights, their gradients and the optimizer's state; and each moment of the passes
-    (``OpCensus.held_lines``: what they hold then, gradients among it) plus the weights and
-    the state. B_max is the largest batch under all of them in ``MEMORY_HEADROOM`` of the
+    B_max is the largest batch under all of ``memory_lines`` in ``MEMORY_HEADROOM`` of the
     GPU; the line returned is the steepest, what holds at large batches (the activations a
     sharded rank keeps). Where a GPU measured the same program (``measured_per_sample``),
     every line's share a sample is scaled so the steepest has it. The saved tensors alone
     miss the transients beside them: a decoder's logits and their gradient."""
-    saved0, saved1 = census.saved_bytes(precision)
-    state = optimizer_states * census.gradient_bytes
-    lines = [(saved0 + 2 * census.gradient_bytes + state, saved1)]
-    lines += [(a + census.gradient_bytes + state, b) for a, b in census.held_lines(precision)]
+    lines = memory_lines(census, optimizer_states, precision)
     fixed, per = max(lines, key=lambda line: (line[1], line[0]))
     if measured_per_sample > 0 and per > 0:
         lines = [(a, b * measured_per_sample / per) for a, b in lines]
