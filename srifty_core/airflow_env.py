@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -165,12 +166,17 @@ def airflow_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "airflow", *args]
 
 
-def migrate(env: Mapping[str, str]) -> None:
+def migrate(target: Mapping[str, str] | AirflowSession) -> None:
     """Create or upgrade the metadata DB (``airflow db migrate``) and create Srifty's pools
     (``POOLS``; the scheduler and ``dag.test()`` never run a task whose pool is missing);
-    idempotent. One interpreter runs all of these commands: each ``airflow`` start imports
-    Airflow anew (seconds of CPU), and every test session and fresh data folder migrates."""
-    run_airflow_commands([["db", "migrate"], *_pool_commands()], env)
+    idempotent. ``target``: the environment (one interpreter is started for these
+    commands: every test session and fresh data folder migrates) or a running session."""
+    commands = [["db", "migrate"], *_pool_commands()]
+    if isinstance(target, AirflowSession):
+        for command in commands:
+            target.run(command)
+    else:
+        run_airflow_commands(commands, target)
 
 
 def ensure_pools(env: Mapping[str, str]) -> None:
@@ -185,30 +191,103 @@ def _pool_commands() -> list[list[str]]:
     ]
 
 
-_RUN_IN_TURN = (
-    "import json, sys\n"
-    "from airflow.__main__ import main\n"
-    "for argv in sys.argv[1:]:\n"
-    "    sys.argv = ['airflow', *json.loads(argv)]\n"
-    "    main()\n"
-)
-"""What ``run_airflow_commands`` runs: Airflow's own CLI entry point, once per command."""
+_SERVE = """
+import json, os, sys, traceback
+commands = os.fdopen(os.dup(0))         # the parent's command pipe; a command reads /dev/null
+results = os.fdopen(os.dup(1), "w")     # the parent's result pipe; a command writes its file
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+from airflow.__main__ import main
+for line in commands:
+    argv, out_path = json.loads(line)
+    with open(out_path, "wb") as out:
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(out.fileno(), 1); os.dup2(out.fileno(), 2)
+        sys.argv = ["airflow", *argv]
+        try:
+            main(); code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if isinstance(e.code, str): print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc(); code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+    results.write(json.dumps(code) + "\\n"); results.flush()
+"""
+"""What ``AirflowSession`` runs: Airflow's own CLI entry point, once per command it is sent."""
+
+
+class AirflowSession:
+    """One interpreter that runs ``airflow`` CLI commands in turn, each as ``airflow ARGS``
+    would (its exit status, its output), with ``env`` added. Each ``airflow`` start imports
+    Airflow, parses the DAGs and imports what their tasks import (seconds of CPU each); a
+    session pays that once for all its commands. Use it as a context manager."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="srifty-airflow-")
+        self._count = 0
+        self._err = Path(self._dir.name) / "session.err"
+        with self._err.open("wb") as err:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env={**os.environ, **env},
+                text=True,
+            )
+
+    def run(self, args: list[str], *, quiet: bool = True) -> str:
+        """Run ``airflow ARGS``; return what it printed (also written to stdout unless
+        ``quiet``); raise ``SriftyError`` with its output if it fails."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._count += 1
+        out = Path(self._dir.name) / f"{self._count}.out"
+        try:
+            self._proc.stdin.write(json.dumps([args, str(out)]) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        said = out.read_text(errors="replace") if out.is_file() else ""
+        if not line:  # the interpreter ended without answering
+            code = self._proc.wait()
+            said += self._err.read_text(errors="replace")
+            raise SriftyError(f"airflow {' '.join(args)} failed (exit {code}):\n{said[-4000:]}")
+        status = json.loads(line)
+        if status != 0:
+            raise SriftyError(f"airflow {' '.join(args)} failed (exit {status}):\n{said[-4000:]}")
+        if not quiet:
+            sys.stdout.write(said)
+        return said
+
+    def close(self) -> None:
+        """End the interpreter (its commands have all returned) and remove the outputs."""
+        if self._proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> AirflowSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def run_airflow_commands(commands: list[list[str]], env: Mapping[str, str]) -> None:
-    """Run several airflow CLI commands in turn in one interpreter with ``env`` added (their
-    output dropped); the first that fails ends it, and ``SriftyError`` carries its output."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN_IN_TURN, *(json.dumps(c) for c in commands)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-4000:]
-        said = "; ".join(" ".join(c) for c in commands)
-        raise SriftyError(f"airflow {said} failed (exit {proc.returncode}):\n{tail}")
+    """Run several airflow CLI commands in turn in one interpreter (``AirflowSession``) with
+    ``env`` added, their output dropped; the first that fails raises ``SriftyError``."""
+    with AirflowSession(env) as airflow:
+        for command in commands:
+            airflow.run(command)
 
 
 def run_airflow(args: list[str], env: Mapping[str, str], *, quiet: bool = False) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty_core import paths
-from srifty_core.airflow_env import airflow_environment, migrate, run_airflow
+from srifty_core.airflow_env import AirflowSession, airflow_environment, migrate
 from srifty_core.case_studies import format_case_plans, plan_case_studies
 from srifty_core.cloud.base import InstanceState
 from srifty_core.cloud.local import LocalProvider, pid_alive
@@ -61,13 +61,14 @@ class _Steps:
 
 
 def run_dag(
+    airflow: AirflowSession,
     dag_id: str,
-    env: dict[str, str],
     conf: dict[str, object],
     home: Path,
     logical_date: str | None = None,
 ) -> None:
-    """Run one DAG through Airflow's ``dags test``; raise ``SriftyError`` unless it succeeds.
+    """Run one DAG through Airflow's ``dags test`` in the demo's Airflow interpreter
+    (``AirflowSession``); raise ``SriftyError`` unless it succeeds.
 
     ``dags test`` runs until the run leaves the running state and exits non-zero when it
     ends failed, so a zero exit is a successful run (no second CLI start to read its state).
@@ -79,13 +80,13 @@ def run_dag(
 
     when = logical_date or datetime.now(UTC).isoformat(timespec="microseconds")
     try:
-        run_airflow(["dags", "test", dag_id, when, "-c", json.dumps(conf)], env, quiet=True)
+        airflow.run(["dags", "test", dag_id, when, "-c", json.dumps(conf)])
     except SriftyError as e:
         raise SriftyError(f"{dag_id} failed; task logs: {home / 'logs'}\n{e}") from e
 
 
-def list_runs(dag_id: str, env: dict[str, str]) -> list[dict[str, Any]]:
-    out = run_airflow(["dags", "list-runs", dag_id, "-o", "json"], env, quiet=True)
+def list_runs(airflow: AirflowSession, dag_id: str) -> list[dict[str, Any]]:
+    out = airflow.run(["dags", "list-runs", dag_id, "-o", "json"])
     # Airflow may print warnings on stdout before the JSON document, which is one line.
     runs: list[dict[str, Any]] = next(
         (json.loads(ln) for ln in out.splitlines() if ln.startswith("[")), []
@@ -149,14 +150,14 @@ def _preempt_when_running(root: Path, stop: Any) -> list[str]:
     return taken
 
 
-def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
+def _plan_and_train(root: Path, airflow: AirflowSession, home: Path) -> Path:
     """The plan-and-train DAG with a preemption, then the re-planning run it triggered."""
     import threading
 
     stop = threading.Event()
     taken = _preempt_when_running(root, stop)
     try:
-        run_dag("srifty_plan_and_train", env, TRAIN_CONF, home)
+        run_dag(airflow, "srifty_plan_and_train", TRAIN_CONF, home)
     finally:
         stop.set()
     run_dir = sorted((paths.data_dir(root) / "runs").glob("*/job-c0.json"))[-1].parent
@@ -170,7 +171,7 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
             break
         conf = json.loads(conf_file.read_text())
         queued = [
-            r for r in list_runs("srifty_plan_and_train", env)
+            r for r in list_runs(airflow, "srifty_plan_and_train")
             if r.get("state") == "queued"
         ]  # fmt: skip
         if not queued:
@@ -179,7 +180,7 @@ def _plan_and_train(root: Path, env: dict[str, str], home: Path) -> Path:
         kept = ", ".join(conf["resume"].get("allocations", [])) or "none"
         print(f"  re-planning run (triggered by the monitor) for {conf['iterations']} "
               f"iterations left; allocations handed over: {kept} ...", flush=True)  # fmt: skip
-        run_dag("srifty_plan_and_train", env, conf, home, logical_date=when)
+        run_dag(airflow, "srifty_plan_and_train", conf, home, logical_date=when)
     return run_dir
 
 
@@ -232,19 +233,25 @@ def _print_job(run_dir: Path) -> None:
 
 def run_demo(data_dir: Path | None = None) -> int:
     root = paths.data_dir(data_dir)
-    home = paths.airflow_home(root)
-    env = airflow_environment(home)
+    env = airflow_environment(paths.airflow_home(root))
     env[paths.ENV_VAR] = str(root)
+    # one Airflow interpreter runs every DAG below: each `airflow` start costs seconds of CPU
+    with AirflowSession(env) as airflow:
+        return _run_demo(root, airflow)
+
+
+def _run_demo(root: Path, airflow: AirflowSession) -> int:
+    home = paths.airflow_home(root)
     os.environ[paths.ENV_VAR] = str(root)  # this process reads the same store (MLflow)
     steps = _Steps(8)
     print(f"Srifty demo - data folder: {root}")
 
     steps.start(f"preparing Airflow home {home} (SQLite, airflow db migrate)")
-    migrate(env)
+    migrate(airflow)
     steps.done()
 
     steps.start("DAG srifty_catalog_refresh: validate the instance catalog")
-    run_dag("srifty_catalog_refresh", env, {"regions": [], "fail_on_error": True}, home)
+    run_dag(airflow, "srifty_catalog_refresh", {"regions": [], "fail_on_error": True}, home)
     reports = sorted((paths.reports_dir(root) / "catalog").glob("*/report.json"))
     s = json.loads(reports[-1].read_text())["summary"]
     steps.done(
@@ -254,8 +261,8 @@ def run_demo(data_dir: Path | None = None) -> int:
 
     steps.start("DAG srifty_probe_sweep: gloo allreduce, 2 local workers, 3 allocations")
     run_dag(
+        airflow,
         "srifty_probe_sweep",
-        env,
         {
             "world_sizes": [2],
             "sizes": "4B:64MB",
@@ -278,8 +285,8 @@ def run_demo(data_dir: Path | None = None) -> int:
 
     steps.start("DAG srifty_model_refresh: fit the XGBoost bus-bandwidth model, promote it")
     run_dag(
+        airflow,
         "srifty_model_refresh",
-        env,
         {"since_days": None, "half_life_days": None, "n_trials": 4},
         home,
     )
@@ -289,8 +296,8 @@ def run_demo(data_dir: Path | None = None) -> int:
 
     steps.start(f"DAG srifty_profile_model: {DEMO_MODEL}/{DEMO_SIZE} on the CPU (4 probes)")
     run_dag(
+        airflow,
         "srifty_profile_model",
-        env,
         # one thread: each DDP rank below runs one, on this 2-core machine
         {
             "model": DEMO_MODEL,
@@ -333,7 +340,7 @@ def run_demo(data_dir: Path | None = None) -> int:
         f"DAG srifty_plan_and_train: plan, train {TRAIN_CONF['iterations']} iterations, "
         f"preempt a worker at iteration {PREEMPT_AT}, re-plan, resume"
     )
-    run_dir = _plan_and_train(root, env, home)
+    run_dir = _plan_and_train(root, airflow, home)
     steps.done()
     _print_job(run_dir)
 

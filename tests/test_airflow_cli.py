@@ -109,3 +109,25 @@ def test_two_first_calls_at_once_both_work(fresh_folder: FreshFolder) -> None:
 @pytest.mark.timeout(300)
 def test_airflows_own_exit_code_comes_back(fresh_folder: FreshFolder) -> None:
     assert fresh_folder.trigger.returncode != 0
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(300)
+def test_a_session_runs_commands_in_turn_and_a_failure_names_it_with_its_output(
+    airflow_home: Path,
+) -> None:
+    """``AirflowSession``: one interpreter for several commands; a failing command raises
+    with its own output and exit status, and the session goes on to the next."""
+    import os
+
+    from srifty_core.airflow_env import AirflowSession
+    from srifty_core.errors import SriftyError
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+    with AirflowSession(env) as airflow:
+        pools = airflow.run(["pools", "list", "-o", "json"])
+        with pytest.raises(SriftyError, match=r"(?s)dags test srifty_no_such_dag failed "
+                           r"\(exit [1-9]\d*\):.*srifty_no_such_dag"):  # fmt: skip
+            airflow.run(["dags", "test", "srifty_no_such_dag"])
+        again = airflow.run(["pools", "list", "-o", "json"])
+    assert "srifty_local_host" in pools and again == pools

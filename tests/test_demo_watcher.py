@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from srifty_core.airflow_env import AirflowSession
 from srifty_core.cloud.base import LaunchRequest, Market
 from srifty_core.cloud.local import LocalProvider
 from srifty_core.demo import PREEMPT_AT, _preempt_when_running, run_dag
@@ -51,5 +52,8 @@ def test_a_dag_that_does_not_succeed_stops_the_demo_naming_it_and_its_logs(
     airflow_home: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
-    with pytest.raises(SriftyError, match=r"srifty_no_such_dag failed; task logs: .*logs"):
-        run_dag("srifty_no_such_dag", env, {}, airflow_home)
+    with (
+        AirflowSession(env) as airflow,
+        pytest.raises(SriftyError, match=r"srifty_no_such_dag failed; task logs: .*logs"),
+    ):
+        run_dag(airflow, "srifty_no_such_dag", {}, airflow_home)
