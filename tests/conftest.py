@@ -39,6 +39,46 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_store_from_template(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """In this process, a data folder's default MLflow store is a copy of one made once per
+    run (by ``tracking.store._create_once`` itself, under a file lock, in the run's shared
+    temporary folder) instead of being made again: MLflow's table migrations cost about a
+    second of CPU per store, and about 85 tests each open a fresh one (12% of the parallel
+    workers' CPU, sampled at a60fca8). Child processes (the CLI, workers) still create
+    their stores for real, as ``tests/profiling/test_tracking.py`` checks."""
+    from srifty_core.tracking import store
+
+    create = store._create_once
+
+    def from_template(folder: Path, uri: str) -> None:
+        if not (folder / "mlflow.db").exists():
+            template = _mlflow_template(tmp_path_factory, create)
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template / "mlflow.db", folder / "mlflow.db")
+            (folder / "mlflow.db.ready").touch()
+        create(folder, uri)
+
+    monkeypatch.setattr(store, "_create_once", from_template)
+
+
+def _mlflow_template(tmp_path_factory: pytest.TempPathFactory, create: Any) -> Path:
+    """The run's template store's folder, made by the first process to need it."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's, shared by the workers
+    folder = shared / "mlflow-store-template"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "mlflow.db.ready").exists():
+            folder.mkdir(exist_ok=True)
+            create(folder, f"sqlite:///{folder / 'mlflow.db'}")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private AIRFLOW_HOME (SQLite, examples off, small parallelism, the repo's dags/ and
@@ -173,5 +213,5 @@ def ready_to_plan(planning_assets: Path, data_dir: Path) -> Path:
     for sub in ("profiles", "probes", "mlflow"):
         src = planning_assets / sub
         if src.exists():
-            shutil.copytree(src, data_dir / sub)
+            shutil.copytree(src, data_dir / sub, dirs_exist_ok=True)
     return data_dir

@@ -237,10 +237,16 @@ def roofline_for(
                 return Roofline.from_dict(d), profiles
         except (ValueError, KeyError, TypeError):
             pass
-    fitted = learn(obs)
+    fitted = _LEARNED.get(digest) or learn(obs)
+    _LEARNED[digest] = fitted
     if path is not None:
         write_text_atomic(path, json.dumps({"digest": digest, **fitted.to_dict()}, indent=1))
     return fitted, profiles
+
+
+_LEARNED: dict[str, Roofline] = {}
+"""Rooflines this process fitted, by their evidence's digest (a fit is about a second of
+CPU; the same evidence fits the same roofline, and a new data folder has no file yet)."""
 
 
 def estimate(
