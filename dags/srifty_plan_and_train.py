@@ -16,9 +16,10 @@ Manual trigger; also triggered by itself when a run re-plans. Tasks:
    whatever happens.
 3. **start_training**: the DDP workers; rank 0 appends to the progress log and
    checkpoints.
-4. **monitor** (deferrable sensor; its trigger polls every 5 s in the triggerer): done when
-   training finished, or when the monitor decides to re-plan (a preempted VM, or even the
-   optimistic projection breaks a limit and other capacity exists).
+4. **monitor** (deferrable sensor; its trigger steps after 1, 2 and 4 s, then every 5 s,
+   in the triggerer): done when training finished, or when the monitor decides to re-plan
+   (a preempted VM, or even the optimistic projection breaks a limit and other capacity
+   exists).
 5. On re-plan, **child_conf** stops the workers (they checkpoint) and **trigger_replan**
    starts a new run of this DAG with the remaining iterations, time and budget, the
    offers less what was taken back, and a ``resume`` block: the checkpoint, what was done

@@ -33,6 +33,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 TRIGGER_PATH = "srifty_monitor.TrainingProgressTrigger"
 MAX_BACKOFF_S = 300.0
+FIRST_WAIT_S = 1.0
+"""The trigger's first wait between two steps; each wait doubles up to ``poll_s``. A short
+job (a local one, the demo's) is seen to end within a second or two of its end, not up to
+``poll_s`` later; a long one is stepped every ``poll_s`` after its first few steps."""
 
 
 def make_monitor(
@@ -95,6 +99,7 @@ class TrainingProgressTrigger(BaseTrigger):
         observe: Any = None
         # monitor_loop.watch's rules, with the waits awaited in the triggerer's event loop
         retry = Retry(self.poll_s, self.max_failures, MAX_BACKOFF_S)
+        wait_s = min(FIRST_WAIT_S, self.poll_s)
         while True:
             try:
                 if monitor is None:
@@ -121,7 +126,8 @@ class TrainingProgressTrigger(BaseTrigger):
             if result["status"] != "running":
                 yield TriggerEvent(result)
                 return
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(wait_s)
+            wait_s = min(2.0 * wait_s, self.poll_s)
 
 
 def deferral_timeout(params: dict[str, Any], default_s: float, margin_s: float) -> timedelta:

@@ -1,7 +1,8 @@
 """The main job on embedded defaults: SQLite, local files, local processes.
 
 Runs, for real and through Airflow (``airflow dags test`` against an Airflow home under the
-data folder), the whole loop on this machine:
+data folder, every DAG in one Airflow interpreter: ``airflow_env.AirflowSession``), the
+whole loop on this machine:
 
 1. the catalog refresh DAG (validate the shipped catalog, write a report);
 2. the probe sweep DAG on the local provider (gloo allreduce, world size 2, three fresh

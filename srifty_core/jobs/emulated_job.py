@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 EMULATED_CHECKPOINT = b'{"emulated": true}\n'
 """The checkpoint file's content on the emulated EC2 (its summary holds the iteration)."""
 POLL_S = 5.0
-"""Simulated seconds between two looks of the monitor (the DAG's trigger polls every 5 s)."""
+"""Simulated seconds between two looks of the monitor (the DAG's trigger steps every 5 s
+after its first few)."""
 
 
 def parse_preemption(text: str) -> tuple[str, float]:

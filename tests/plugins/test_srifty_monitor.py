@@ -228,3 +228,35 @@ print(r.status, r.iterations_done, sorted(seen[0]) if seen else None, "torch" in
     assert (status, done) == ("running", "3")  # no worker ran, so none has exited yet
     assert "live_loss" in rest[0] and "live_t_iter_error_pct" in rest[0]
     assert out.stdout.split()[-1] == "False"
+
+
+def test_the_waits_between_steps_start_short_and_double_up_to_poll_s(
+    plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short job is seen to end soon after it ends; a long one is stepped every poll_s."""
+
+    class Running:
+        steps = 0
+
+        async def observe(self, allocations: Any) -> None:
+            return None
+
+        def step(self, now: Any, cloud: Any) -> Any:
+            self.steps += 1
+            status = "running" if self.steps < 6 else "finished"
+            return type("R", (), {"to_dict": lambda _: {"status": status}})()
+
+        allocations = ()
+
+    job = Running()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(plugin, "make_monitor", lambda *a: (job, job.observe))
+    monkeypatch.setattr(plugin.asyncio, "sleep", sleep)
+    trigger = plugin.TrainingProgressTrigger("/p/job-c0.json", ["a"], PARAMS, 0.0, poll_s=5.0)
+    event = asyncio.run(asyncio.wait_for(_first_event(trigger), timeout=30))
+    assert event.payload == {"status": "finished"} and job.steps == 6
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
