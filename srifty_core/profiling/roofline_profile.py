@@ -100,8 +100,8 @@ def batch_limit(
             return (room - line[0]) / line[1]
         return math.inf if line[0] <= room else -math.inf
 
-    b_max = min(float(MAX_BATCH), *(fitting(line) for line in lines))
-    return max(0, int(b_max)), fixed, max(per, 1.0)
+    b_max = min(float(MAX_BATCH), *(fitting(line) for line in lines))  # -inf: none fits
+    return (int(b_max) if b_max > 0 else 0), fixed, max(per, 1.0)
 
 
 def estimate_profile(

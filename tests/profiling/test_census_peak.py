@@ -123,6 +123,13 @@ def test_b_max_is_under_every_line_and_the_steepest_is_the_profiles(decoder: OpC
         fewer, _, measured = rp.batch_limit(decoder, gpu, states, precision, steepest * k)
         assert measured == pytest.approx(steepest * k) and fewer < b_max
         assert need(decoder, precision, fewer, k) <= room < need(decoder, precision, fewer + 1, k)
+    # a moment that holds more than the GPU at any batch, its share a sample 0 (gradients
+    # being reduced after the activations are gone): nothing fits (it raised OverflowError)
+    flat = ((2 * room, 0.0),)
+    over = dataclasses.replace(
+        decoder, peak_lines=flat + decoder.peak_lines, peak_low_lines=flat + decoder.peak_low_lines
+    )
+    assert rp.batch_limit(over, gpu, states, "fp32")[0] == 0
 
 
 def test_a_census_counted_before_the_moments_is_not_current(decoder: OpCensus) -> None:
