@@ -237,9 +237,9 @@ class AirflowSession:
                 text=True,
             )
 
-    def run(self, args: list[str], *, quiet: bool = True) -> str:
-        """Run ``airflow ARGS``; return what it printed (also written to stdout unless
-        ``quiet``); raise ``SriftyError`` with its output if it fails."""
+    def run(self, args: list[str]) -> str:
+        """Run ``airflow ARGS``; return what it printed; raise ``SriftyError`` with its
+        output if it fails."""
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._count += 1
         out = Path(self._dir.name) / f"{self._count}.out"
@@ -257,8 +257,6 @@ class AirflowSession:
         status = json.loads(line)
         if status != 0:
             raise SriftyError(f"airflow {' '.join(args)} failed (exit {status}):\n{said[-4000:]}")
-        if not quiet:
-            sys.stdout.write(said)
         return said
 
     def close(self) -> None:

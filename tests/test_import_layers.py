@@ -75,15 +75,11 @@ def _function_nodes(tree: ast.AST) -> set[int]:
     return inside
 
 
+@functools.cache
 def imports(root: Path = ROOT) -> tuple[tuple[str, str, int, bool], ...]:
     """``(module, imported module of the package, line, inside a function)`` for each
     import: ``from a import b`` counts as ``a.b`` when that is a module, else as ``a``.
     Read once per package and run (the tests below ask for the same tree many times)."""
-    return _imports(root)
-
-
-@functools.cache
-def _imports(root: Path) -> tuple[tuple[str, str, int, bool], ...]:
     return tuple(_scan(root))
 
 
