@@ -123,6 +123,9 @@ class OpCensus:
     attention_calls: int = -1
     """``F.scaled_dot_product_attention`` calls in the step (-1: not counted). A census of
     a step without any is the same in fp32 and in autocast's 16 bits (``load_census``)."""
+    ties_kept: bool = False
+    """Whether a weight two modules share (tied embeddings) was counted once; ``False`` in a
+    census counted before the field (on meta, counted once per module)."""
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -150,6 +153,7 @@ class OpCensus:
             and self.attention_calls >= 0
             and self.writes_counted
             and self.classes == CLASSES
+            and self.ties_kept
         )
 
     @property
@@ -209,6 +213,7 @@ class OpCensus:
             "peak_lines": [list(x) for x in self.peak_lines],
             "peak_low_lines": [list(x) for x in self.peak_low_lines],
             "attention_calls": self.attention_calls,
+            "ties_kept": self.ties_kept,
         }
 
     def to_json(self) -> str:
@@ -253,6 +258,7 @@ class OpCensus:
                 peak_lines=_lines(d.get("peak_lines", ())),
                 peak_low_lines=_lines(d.get("peak_low_lines", ())),
                 attention_calls=int(d.get("attention_calls", -1)),
+                ties_kept=bool(d.get("ties_kept", False)),
             )
         except KeyError as exc:
             raise ConfigError(f"census is missing field {exc.args[0]!r}") from exc
@@ -330,6 +336,7 @@ def take_census(
         peak_lines=peak_hull([x[0] for x in a.timeline], [y[0] for y in b.timeline], BATCHES),
         peak_low_lines=peak_hull([x[1] for x in a.timeline], [y[1] for y in b.timeline], BATCHES),
         attention_calls=a.attention_calls,
+        ties_kept=True,
     )
 
 

@@ -173,7 +173,14 @@ def count(
 
     workload = build(model, size, seed=seed)
     dev = torch.device(device)
-    workload.module.to(dev)
+    # swapped in place, so that a tied weight (an LM head sharing the embedding) stays one
+    # parameter: a plain ``.to("meta")`` makes each module its own copy
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        workload.module.to(dev)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
     if settings.precision == "bf16-true":  # counted as it runs: every tensor at 2 bytes
         cast_to_bf16(workload)
     workload.module.train()

@@ -277,6 +277,8 @@ def test_throttling_is_retried_with_backoff(aws: Any) -> None:
     p = provider()
     client = p.client()
     assert client.meta.config.retries["mode"] == "adaptive"
+    # the Amazon provider's user agent, naming Srifty as its caller (not found on the stack)
+    assert "Caller/Srifty" in client.meta.config.user_agent_extra
     client.meta.events.register("before-send.ec2.DescribeAvailabilityZones", throttle)
     zones = p.zone_ids()
     assert len(calls) == 3 and zones and all(z.startswith("use1-") for z in zones.values())
