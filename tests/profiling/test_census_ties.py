@@ -1,5 +1,6 @@
-"""A weight two modules share (an LM head tied to its embedding) is one parameter in the
-census, as in the model (``census_count.count`` moves the model to meta in place)."""
+"""How the census holds the model (``census_count._built``): its parameters made on meta
+where the factory allows (else built on the CPU, then moved), and a weight two modules
+share (an LM head tied to its embedding) one parameter, as in the model."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from torch import nn
 
 
 class Tied(nn.Module):
-    def __init__(self):
+    def __init__(self, read=False):
         super().__init__()
         self.embed = nn.Embedding(50, 16)
+        if read:  # a value read as it builds: no meta tensor has one
+            self.scale = float(self.embed.weight.detach().abs().max())
         self.hidden = nn.Linear(16, 16)
         self.head = nn.Linear(16, 50, bias=False)
         self.head.weight = self.embed.weight
@@ -24,17 +27,21 @@ class Tied(nn.Module):
         return self.head(self.hidden(self.embed(x)))
 
 
-def build():
+def build(read=False):
     import torch
 
+    data = torch.arange(50)  # the factory's data stays on the CPU (a batch is drawn from it)
+    with open(__file__ + ".devices", "a") as f:
+        f.write(f"{nn.Linear(1, 1).weight.device.type} {data.device.type}\\n")
+
     def batch(b, gen):
-        x = torch.randint(0, 50, (b, 6), generator=gen)
+        x = data[torch.randint(0, 50, (b, 6), generator=gen)]
         return x, torch.randint(0, 50, (b, 6), generator=gen)
 
     def loss(m, batch):
         return nn.functional.cross_entropy(m(batch[0]).flatten(0, 1), batch[1].flatten())
 
-    return Tied(), batch, loss
+    return Tied(read), batch, loss
 """
 
 
@@ -52,3 +59,22 @@ def test_a_tied_weight_is_counted_once_and_an_older_census_is_counted_again(
     # a census counted before ties were kept (each module its own copy on meta) is stale
     old = {k: v for k, v in census.to_dict().items() if k != "ties_kept"}
     assert not OpCensus.from_dict(old).current
+
+
+def test_a_factory_is_built_on_meta_and_one_that_reads_a_value_on_the_cpu(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tied.py"
+    path.write_text(TIED)
+    devices = Path(f"{path}.devices")
+    meta = take_census(f"{path}:build", "tiny")
+    # its parameters made on meta, its data on the CPU; one build a batch size
+    assert devices.read_text().splitlines() == ["meta cpu"] * 2
+    devices.unlink()
+    read = tmp_path / "read.py"
+    read.write_text(TIED.replace("def build(read=False)", "def build(read=True)"))
+    cpu = take_census(f"{read}:build", "tiny")
+    # each tried on meta, then built on the CPU
+    assert Path(f"{read}.devices").read_text().splitlines() == ["meta cpu", "cpu cpu"] * 2
+    assert cpu.device == meta.device == "meta" and cpu.n_parameters == meta.n_parameters
+    assert (cpu.flops0, cpu.bytes1, cpu.peak_lines) == (meta.flops0, meta.bytes1, meta.peak_lines)
