@@ -1,8 +1,9 @@
 """Operator census: what one training step of a model asks of a device, counted without
 running it on that device.
 
-The model is built as a profile would build it (``workloads.build``), moved to PyTorch's
-``meta`` device (shapes and dtypes, no data, no arithmetic) and stepped under a dispatch
+The model is built as a profile would build it (``workloads.build``), its parameters made
+on PyTorch's ``meta`` device (shapes and dtypes, no data, no arithmetic; a tied weight
+stays one parameter) and stepped under a dispatch
 mode that records every ATen operator the step launches: its phase (forward, backward,
 optimizer step), its floating-point operations (``torch.utils.flop_counter``'s formulas) and
 the bytes of the tensors it reads and writes, at two batch sizes. Each operator's counts are
@@ -517,7 +518,7 @@ fp32, the precision): the zoo's, with the optimizer each is usually trained with
 both), the published benchmarks' networks (``reference_models``; the decoder's later
 programs in bf16-true, as published), and GPT-2 XL's decoder (no 16-24 GB GPU holds its
 AdamW state in autocast: the sharded strategies' example; in bf16-true one A10G does;
-counting it builds 1.6 B parameters, about a minute); in autocast's bf16/fp16 the models
+its parameters made on meta, counting it takes seconds); in autocast's bf16/fp16 the models
 whose step calls attention (the others' fp32 census serves: ``load_census``)."""
 
 
