@@ -25,6 +25,11 @@ the model cast to bf16 (``model.to(torch.bfloat16)``), so parameters, gradients,
 optimizer states and activations are all 2-byte, with no autocast and no float32 copy.
 CPU workers compute in the plan's dtype whatever the precision (``worker.placement``). The
 one list: a plan's (``worker.batches``) and a profile's."""
+AUTOCAST = ("fp16", "bf16")
+"""The precisions run under autocast: float32 parameters, gradients and optimizer states,
+2-byte outputs where autocast lowers an operator."""
+BF16 = ("bf16", "bf16-true")
+"""The precisions that need bf16 on every GPU of a group (else all fall back to fp16)."""
 STATE_BYTES = {"fp32": 4, "fp16": 4, "bf16": 4, "bf16-true": 2}
 """Per precision, the bytes of a parameter, its gradient and each optimizer state
 element: float32 under autocast, bf16 where the model is cast."""

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from srifty_core.errors import ConfigError
+from srifty_core.training_settings import AUTOCAST
 
 if TYPE_CHECKING:
     from srifty_core.catalog.types import GpuSpec
@@ -51,7 +52,7 @@ def mode_of(precision: str, tf32: bool = False) -> str:
     model, else ``tf32`` when it is on."""
     if precision == "bf16-true":
         return "pure16"
-    if precision in ("fp16", "bf16"):
+    if precision in AUTOCAST:
         return "amp"
     return "tf32" if tf32 else "fp32"
 

@@ -42,6 +42,7 @@ from srifty_core.profiling.census_count import CLASSES as CLASSES
 from srifty_core.profiling.census_count import count, counted_precision, peak_hull
 from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import (
+    AUTOCAST,
     DEFAULT_SETTINGS,
     OPTIMIZERS,
     PRECISIONS,
@@ -165,14 +166,14 @@ class OpCensus:
         """(fixed, per sample) bytes the forward pass saves for the backward pass in a step
         at ``precision``: autocast's widths for ``bf16``/``fp16`` where the census counted
         them, else the float32 tensors'."""
-        if precision in ("bf16", "fp16") and self.saved_low_bytes1 >= 0:
+        if precision in AUTOCAST and self.saved_low_bytes1 >= 0:
             return self.saved_low_bytes0, self.saved_low_bytes1
         return self.saved_bytes0, self.saved_bytes1
 
     def held_lines(self, precision: str) -> tuple[tuple[float, float], ...]:
         """``peak_lines`` at ``precision``'s widths (as ``saved_bytes`` picks them); empty
         where the census did not count them."""
-        return self.peak_low_lines if precision in ("bf16", "fp16") else self.peak_lines
+        return self.peak_low_lines if precision in AUTOCAST else self.peak_lines
 
     def held_at(self, precision: str, batch: float) -> float | None:
         """The most the passes hold at once at ``batch`` (``held_lines``' largest there);

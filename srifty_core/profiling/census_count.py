@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
-from srifty_core.training_settings import TrainingSettings
+from srifty_core.training_settings import AUTOCAST, TrainingSettings
 from srifty_core.workloads import build, make_optimizer
 from srifty_core.workloads.prepare import cast_to_bf16
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from srifty_core.workloads.zoo import Workload
 
-SIXTEEN_BITS = ("bf16-true", "bf16", "fp16")
+SIXTEEN_BITS = ("bf16-true", *AUTOCAST)
 """Precisions whose census counts attention as the fused kernel (``census_attention``)."""
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from srifty_core.errors import ConfigError
 from srifty_core.sharding.memory import Layout
 from srifty_core.sharding.units import shard_units
-from srifty_core.training_settings import TrainingSettings
+from srifty_core.training_settings import AUTOCAST, TrainingSettings
 
 
 def wrap(
@@ -56,7 +56,7 @@ def wrap(
     else:
         mesh = init_device_mesh(device.type, (layout.world,))
     policy = MixedPrecisionPolicy()  # bf16-true: the cast module's own dtype throughout
-    if device.type == "cuda" and settings.precision in ("bf16", "fp16"):
+    if device.type == "cuda" and settings.precision in AUTOCAST:
         dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for unit in shard_units(module):

@@ -83,7 +83,7 @@ from srifty_core.runs.progress import (
     write_state,
 )
 from srifty_core.sharding.wrap import gradient_sync, wrap
-from srifty_core.training_settings import PRECISIONS
+from srifty_core.training_settings import BF16, PRECISIONS
 from srifty_core.worker.batches import loss_scale, micro_split, split_batch
 from srifty_core.worker.checkpoint import latest, load_checkpoint, save_checkpoint
 from srifty_core.worker.exchange_timer import ExchangeTimer, step_timings
@@ -139,7 +139,7 @@ def agreed_precision(precision: str, device: torch.device) -> str:
     rank of a GPU group calls it); ranks on CPUs compute in fp32 without asking (a group's
     ranks share one backend: all on GPUs or all on CPUs)."""
     bf16_everywhere = True
-    if precision in ("bf16", "bf16-true") and device.type == "cuda":
+    if precision in BF16 and device.type == "cuda":
         ok = torch.tensor([1.0 if torch.cuda.is_bf16_supported() else 0.0], device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         bf16_everywhere = bool(ok.item() > 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from srifty_core.errors import ConfigError
-from srifty_core.training_settings import PRECISIONS
+from srifty_core.training_settings import AUTOCAST, BF16, PRECISIONS
 
 if TYPE_CHECKING:
     from srifty_core.training_settings import TrainingSettings
@@ -27,7 +27,7 @@ def choose_precision(precision: str, device_type: str, bf16_everywhere: bool) ->
         raise ConfigError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
     if precision == "fp32" or device_type != "cuda":
         return "fp32"
-    if precision in ("bf16", "bf16-true") and not bf16_everywhere:
+    if precision in BF16 and not bf16_everywhere:
         return "fp16"
     return precision
 
@@ -98,7 +98,7 @@ def prepare(
         # loads compiled or not). nn.Module.compile() left this torch build's calls eager.
         module = workload.module
         module.forward = torch.compile(module.forward)
-    if autocast and precision in ("bf16", "fp16"):
+    if autocast and precision in AUTOCAST:
         inner_loss = workload._loss
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
 
