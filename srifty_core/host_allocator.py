@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from pathlib import Path
 
 from srifty_core.errors import ConfigError
 
@@ -84,6 +85,18 @@ def steady() -> bool:
         and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )
     return _applied
+
+
+def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The memory this host can give a new process now (``MemAvailable``); None where the
+    kernel does not say (not Linux)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def resident_bytes(field: str = "VmRSS") -> int | None:

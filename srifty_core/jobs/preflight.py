@@ -28,6 +28,7 @@ from pathlib import Path
 from srifty_core.catalog import Catalog
 from srifty_core.cloud.local import LOCAL_CPU
 from srifty_core.errors import ConfigError, SriftyError
+from srifty_core.host_allocator import available_bytes
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.profiling.store import (
     ProfileStore,
@@ -69,7 +70,7 @@ class Host:
 
     @classmethod
     def here(cls) -> Host:
-        return cls(_cores(), _memory_available(), _gpus())
+        return cls(_cores(), available_bytes(), _gpus())
 
 
 def _cores() -> int:
@@ -77,16 +78,6 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _gpus(driver: Path = Path("/proc/driver/nvidia/gpus")) -> int:

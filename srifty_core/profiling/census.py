@@ -39,7 +39,7 @@ from srifty_core.atomic import write_text_atomic
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import caller_env, die_with_caller
 from srifty_core.profiling.census_count import CLASSES as CLASSES
-from srifty_core.profiling.census_count import count, counted_precision, peak_hull
+from srifty_core.profiling.census_count import check_cpu_room, count, counted_precision, peak_hull
 from srifty_core.profiling.layout import model_folder
 from srifty_core.training_settings import (
     AUTOCAST,
@@ -285,7 +285,8 @@ def take_census(
     device = "meta"
     try:
         a, b = (count(model, size, settings, n, seed, device) for n in BATCHES)
-    except (NotImplementedError, RuntimeError):  # the step reads a value: count it for real
+    except (NotImplementedError, RuntimeError) as exc:  # it reads a value: count it for real
+        check_cpu_room(model, size, settings, seed, exc)
         device = "cpu"
         a, b = (count(model, size, settings, n, seed, device) for n in BATCHES)
     if [(o[0], o[1]) for o in a.ops] != [(o[0], o[1]) for o in b.ops]:
@@ -424,17 +425,17 @@ def stored_unit_parameters(
     model: str, size: str, settings: TrainingSettings, *, root: Path | None = None
 ) -> tuple[int, ...]:
     """The FSDP units of ``model``/``size`` from a census already counted (the store's or
-    the shipped one, under either optimizer: units do not depend on settings); ``()`` where
-    none has them. Never counts: planning a model that fits needs no census."""
-    for optimizer in dict.fromkeys((settings.optimizer, "sgd", "adamw")):
-        try:
-            census = load_census(
-                model, size, TrainingSettings(optimizer=optimizer), root=root, count=False
-            )
-        except ConfigError:
-            continue
-        if census.unit_parameters:
-            return census.unit_parameters
+    the shipped one, at ``settings``' precision or fp32, under either optimizer: units do
+    not depend on settings); ``()`` where none has them. Never counts."""
+    for precision in dict.fromkeys((settings.precision, "fp32")):
+        for optimizer in dict.fromkeys((settings.optimizer, "sgd", "adamw")):
+            at = TrainingSettings(optimizer=optimizer, precision=precision)
+            try:
+                census = load_census(model, size, at, root=root, count=False)
+            except ConfigError:
+                continue
+            if census.unit_parameters:
+                return census.unit_parameters
     return ()
 
 

@@ -26,6 +26,37 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+def _grouped(t: Any, kv_heads: int) -> Any:
+    """``t`` (``... x H x S x D``, a query-side tensor) as ``... x Hkv x (H/Hkv * S) x D``:
+    each key/value head's group of query heads one longer sequence, the shapes a kernel with
+    grouped-query attention (GQA) computes over, K and V read once a group. A layout change
+    only (on meta: no data), made outside the census's count: a GPU's kernel launches
+    nothing for it."""
+    if t.size(-3) == kv_heads:
+        return t
+    *lead, h, s, d = t.shape
+    with _disable_current_modes():
+        return t.reshape(*lead, kv_heads, h // kv_heads * s, d)
+
+
+def _grouped_mask(mask: Any, q: Any, kv_heads: int) -> Any:
+    """An attention mask for ``_grouped`` queries: broadcast to every query head, then
+    grouped (outside the count: the kernel reads it as it would the heads' masks)."""
+    if mask is None or q.size(-3) == kv_heads:
+        return mask
+    with _disable_current_modes():
+        full = mask.expand(*q.shape[:-1], mask.size(-1))
+    return _grouped(full, kv_heads)
+
+
+def _ungrouped(t: Any, like: Any) -> Any:
+    if t.shape == like.shape:
+        return t
+    with _disable_current_modes():
+        return t.reshape(like.shape)
 
 
 class _Attention(torch.autograd.Function):
@@ -33,22 +64,24 @@ class _Attention(torch.autograd.Function):
     def forward(
         ctx: Any, q: Any, k: Any, v: Any, mask: Any, p: float, causal: bool, scale: Any
     ) -> Any:
+        kv = k.size(-3)
         out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, mask, True, p, causal, scale=scale
+            _grouped(q, kv), k, v, _grouped_mask(mask, q, kv), True, p, causal, scale=scale
         )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.rest = (mask, seed, offset, p, causal, scale)
-        return out
+        return _ungrouped(out, q)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
         q, k, v, out, lse = ctx.saved_tensors
         mask, seed, offset, p, causal, scale = ctx.rest
+        kv = k.size(-3)
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-            grad, q, k, v, mask, out, lse, seed, offset, p, [True, True, True, False],
-            causal, scale=scale,
+            _grouped(grad, kv), _grouped(q, kv), k, v, _grouped_mask(mask, q, kv), out, lse,
+            seed, offset, p, [True, True, True, False], causal, scale=scale,
         )  # fmt: skip
-        return dq, dk, dv, None, None, None, None
+        return _ungrouped(dq, q), dk, dv, None, None, None, None
 
 
 class Attention(TorchFunctionMode):

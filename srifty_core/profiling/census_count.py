@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from srifty_core.errors import ConfigError
+from srifty_core.host_allocator import available_bytes
 from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
-from srifty_core.training_settings import AUTOCAST, TrainingSettings
+from srifty_core.training_settings import AUTOCAST, OPTIMIZER_STATES, TrainingSettings
 from srifty_core.workloads import build, make_optimizer
 from srifty_core.workloads.prepare import cast_to_bf16
 
@@ -207,6 +209,28 @@ def _built(model: str, size: str, seed: int, dev: torch.device) -> Workload:
     finally:
         torch.__future__.set_swap_module_params_on_conversion(swap)
     return workload
+
+
+def check_cpu_room(
+    model: str, size: str, settings: TrainingSettings, seed: int, exc: BaseException
+) -> None:
+    """A ``ConfigError`` where counting ``model``'s step on the CPU (its step did not run on
+    meta: ``exc``) would need more memory than this host has available: its parameters,
+    gradients and optimizer states in float32, the least the CPU's step holds."""
+    import torch
+
+    built = _built(model, size, seed, torch.device("meta"))
+    n = sum(p.numel() for p in built.module.parameters())
+    need = 4 * n * (2 + OPTIMIZER_STATES[settings.optimizer])
+    room = available_bytes()
+    if room is not None and need > room:
+        said = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"census of {model}/{size}: its step does not run on the meta device "
+            f"({type(exc).__name__}: {said}), "
+            f"and counting it on the CPU needs at least {need / 2**30:.1f} GiB, more than "
+            f"the {room / 2**30:.1f} GiB available here"
+        )
 
 
 def count(

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from srifty_core.cli import main
+from srifty_core.host_allocator import available_bytes
 from srifty_core.jobs.preflight import (
     GIB,
     Host,
     RankMemory,
     _gpus,
-    _memory_available,
     plan_problems,
     rank_memory,
 )
@@ -70,8 +70,8 @@ def test_this_machines_memory_and_gpus_are_read_without_torch(
 ) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   2048 kB\n")
-    assert _memory_available(meminfo) == 2048 * 1024
-    assert _memory_available(tmp_path / "none") is None
+    assert available_bytes(meminfo) == 2048 * 1024
+    assert available_bytes(tmp_path / "none") is None
     driver = tmp_path / "gpus"
     for bus in ("0000:01:00.0", "0000:02:00.0"):
         (driver / bus).mkdir(parents=True)

@@ -248,3 +248,19 @@ def test_the_census_counts_the_most_its_passes_hold_at_once(
     assert b.peak_bytes1 * 2 == pytest.approx(a.peak_bytes1, rel=0.02)
     old = {k: v for k, v in a.to_dict().items() if not k.startswith("peak")}
     assert OpCensus.from_dict(old).peak_bytes1 == -1.0
+
+
+def test_a_model_counted_only_in_bf16_true_keeps_its_fsdp_units_for_the_planner(
+    tmp_path: Path,
+) -> None:
+    """A census counted in bf16-true alone (a user's decoder planned in it) is keyed by its
+    precision: the planner's sharded strategies still read its units from it (they read the
+    fp32 censuses alone, so the whole model was one unit and nothing fit a rank)."""
+    from srifty_core.profiling.census import stored_unit_parameters
+
+    model = REF + "gpt2_sdpa"
+    assert stored_unit_parameters(model, "tiny", PURE, root=tmp_path) == ()
+    counted = load_census(model, "tiny", PURE, root=tmp_path)  # counted and kept
+    units = stored_unit_parameters(model, "tiny", PURE, root=tmp_path)
+    assert len(units) > 2 and units == counted.unit_parameters
+    assert sum(units) == counted.n_parameters

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from srifty_core.errors import ConfigError
 from srifty_core.profiling.census import OpCensus, take_census
 from srifty_core.workloads import build
 
@@ -78,3 +81,48 @@ def test_a_factory_is_built_on_meta_and_one_that_reads_a_value_on_the_cpu(
     assert Path(f"{read}.devices").read_text().splitlines() == ["meta cpu", "cpu cpu"] * 2
     assert cpu.device == meta.device == "meta" and cpu.n_parameters == meta.n_parameters
     assert (cpu.flops0, cpu.bytes1, cpu.peak_lines) == (meta.flops0, meta.bytes1, meta.peak_lines)
+
+
+READS = """
+from torch import nn
+
+
+class Reads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(64, 64)
+
+    def forward(self, x):
+        y = self.layer(x)
+        return y if float(y.detach().abs().sum()) >= 0 else -y  # a value: no meta tensor has one
+
+
+def build():
+    import torch
+
+    def batch(b, gen):
+        return torch.randn(b, 64, generator=gen), torch.randn(b, 64, generator=gen)
+
+    def loss(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    return Reads(), batch, loss
+"""
+
+
+def test_a_step_that_reads_a_value_is_counted_on_the_cpu_where_the_host_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srifty_core.profiling import census_count
+
+    path = tmp_path / "reads.py"
+    path.write_text(READS)
+    model = f"{path}:build"
+    assert take_census(model, "tiny").device == "cpu"
+    # 64 x 64 + 64 parameters, their gradients and SGD's momentum: 3 x 4 x 4,160 bytes
+    monkeypatch.setattr(census_count, "available_bytes", lambda: 3 * 4 * 4160 - 1)
+    said = r"meta device \(\w+Error: .*needs at least 0\.0 GiB, more than the 0\.0 GiB available"
+    with pytest.raises(ConfigError, match=said):
+        take_census(model, "tiny")
+    monkeypatch.setattr(census_count, "available_bytes", lambda: 3 * 4 * 4160)
+    assert take_census(model, "tiny").device == "cpu"
