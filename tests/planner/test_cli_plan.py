@@ -266,6 +266,43 @@ def test_the_readme_model_in_bf16_true_fits_one_gpu_so_ddp_is_feasible(
 
 
 @pytest.mark.slow
+def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
+    warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's Llama 3 8B request as written: its census (grouped-query attention,
+    8 B parameters) is counted here on meta and kept, and the plan is the README's: one
+    p5.48xlarge under fsdp in micro-batches, ddp refused for its state."""
+    import re
+
+    from srifty_core import paths
+    from srifty_core.planner.schema.train_plan import TrainPlan
+
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**A modern decoder.**") :]
+    request = tmp_path / "llama.yaml"
+    request.write_text(re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0])
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    best = said.splitlines()[0].split(":")[0]
+    strategy = re.search(r"Strategy (\w+) over (\d+) ranks", said)
+    k = re.search(r"(\d+) micro-batches per step", said)
+    assert strategy is not None and k is not None, said
+    assert f"`{best.split('/')[0]}` with {strategy[1]} over its {strategy[2]} H100s in {k[1]}" in (
+        " ".join(section.split())
+    ), said
+    assert "ddp: no offered GPU holds the model's training state" in said
+    plan = TrainPlan.load(str(out))
+    assert (plan.strategy, plan.precision, plan.micro_batches) == (
+        strategy[1],
+        "bf16-true",
+        int(k[1]),
+    )
+    (census,) = paths.profiles_dir().glob("hf-llama-3-8b-*/full/census*")  # counted, kept
+    assert json.loads(census.read_text())["n_parameters"] == 8_030_261_248
+
+
+@pytest.mark.slow
 def test_a_global_batch_held_only_in_micro_batches_writes_them_to_the_plan(
     warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
