@@ -269,9 +269,10 @@ def test_the_readme_model_in_bf16_true_fits_one_gpu_so_ddp_is_feasible(
 def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
     warm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README's Llama 3 8B request as written: its census (grouped-query attention,
-    8 B parameters) is counted here on meta and kept, and the plan is the README's: one
-    p5.48xlarge under fsdp in micro-batches, ddp refused for its state."""
+    """The README's Llama 3 8B request as written (and T4s offered beside): its census
+    (grouped-query attention, 8 B parameters) is counted here on meta and kept, and the
+    plan is the README's: one p5.48xlarge under fsdp in micro-batches, ddp refused for its
+    state."""
     import re
 
     from srifty_core import paths
@@ -280,7 +281,9 @@ def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
     readme = (paths.REPO_ROOT / "README.md").read_text()
     section = readme[readme.index("**A modern decoder.**") :]
     request = tmp_path / "llama.yaml"
-    request.write_text(re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0])
+    text = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)[0]
+    # and T4s, where not even a sample's activations fit: estimated at B_max 0, not refused
+    request.write_text(text + "  - {type: g4dn.12xlarge, market: on-demand, quota: 4}\n")
     out = tmp_path / "plan.json"
     assert main(["plan", str(request), "--write-plan", str(out)]) == 0
     said = capsys.readouterr().out
