@@ -42,31 +42,48 @@ def _grouped(t: Any, kv_heads: int) -> Any:
         return t.reshape(*lead, kv_heads, h // kv_heads * s, d)
 
 
-def _grouped_mask(mask: Any, q: Any, kv_heads: int) -> Any:
+def _grouped_mask(mask: Any, q: Any, k: Any) -> Any:
     """An attention mask for ``_grouped`` queries: broadcast to every query head, then
-    grouped (outside the count: the kernel reads it as it would the heads' masks)."""
+    grouped (outside the count; a mask that broadcast over heads is then read at full
+    size, an overcount of a rare case: Hugging Face repeats K and V where it has a mask)."""
+    kv_heads = k.size(-3)
     if mask is None or q.size(-3) == kv_heads:
         return mask
     with _disable_current_modes():
-        full = mask.expand(*q.shape[:-1], mask.size(-1))
+        full = mask.expand(*q.shape[:-1], k.size(-2))
     return _grouped(full, kv_heads)
 
 
 def _ungrouped(t: Any, like: Any) -> Any:
+    """``t`` (``_grouped``'s shape) in ``like``'s shape, laid out as the kernel lays out a
+    multi-head output (``... x S x H x D`` in memory), so that what the model does with it
+    next is the same views as without groups (a reshape would copy: a kernel the GPU does
+    not launch). A view only: on meta, where the census counts, there are no values to
+    misplace."""
     if t.shape == like.shape:
         return t
+    *lead, h, s, d = like.shape
+    strides: list[int] = []
+    size = s * h * d
+    for n in reversed(lead):
+        strides.insert(0, size)
+        size *= n
     with _disable_current_modes():
-        return t.reshape(like.shape)
+        return t.as_strided(like.shape, (*strides, d, h * d, 1), t.storage_offset())
 
 
 class _Attention(torch.autograd.Function):
+    """The memory-efficient kernel's forward and backward operators on meta (shapes, FLOPs
+    and bytes, no values: a grouped causal flag over ``_grouped``'s longer rows would mask
+    the wrong keys on data, and the FLOP count ignores it)."""
+
     @staticmethod
     def forward(
         ctx: Any, q: Any, k: Any, v: Any, mask: Any, p: float, causal: bool, scale: Any
     ) -> Any:
         kv = k.size(-3)
         out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-            _grouped(q, kv), k, v, _grouped_mask(mask, q, kv), True, p, causal, scale=scale
+            _grouped(q, kv), k, v, _grouped_mask(mask, q, k), True, p, causal, scale=scale
         )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.rest = (mask, seed, offset, p, causal, scale)
@@ -78,7 +95,7 @@ class _Attention(torch.autograd.Function):
         mask, seed, offset, p, causal, scale = ctx.rest
         kv = k.size(-3)
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-            _grouped(grad, kv), _grouped(q, kv), k, v, _grouped_mask(mask, q, kv), out, lse,
+            _grouped(grad, kv), _grouped(q, kv), k, v, _grouped_mask(mask, q, k), out, lse,
             seed, offset, p, [True, True, True, False], causal, scale=scale,
         )  # fmt: skip
         return _ungrouped(dq, q), dk, dv, None, None, None, None

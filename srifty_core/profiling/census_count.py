@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 from srifty_core.errors import ConfigError
 from srifty_core.host_allocator import available_bytes
 from srifty_core.profiling.config import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES
-from srifty_core.training_settings import AUTOCAST, OPTIMIZER_STATES, TrainingSettings
+from srifty_core.training_settings import (
+    AUTOCAST,
+    OPTIMIZER_STATES,
+    STATE_BYTES,
+    TrainingSettings,
+)
 from srifty_core.workloads import build, make_optimizer
 from srifty_core.workloads.prepare import cast_to_bf16
 
@@ -172,12 +177,16 @@ def _parameters_on_meta() -> Iterator[None]:
     from torch import nn
 
     register = nn.Module.register_parameter
+    moved: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}  # id -> (given, its meta copy)
 
     def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if type(param) is nn.Parameter and param.device.type != "meta":
-            moved = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-            moved.__dict__.update(param.__dict__)
-            param = moved
+            given, meta = moved.get(id(param), (None, None))
+            if given is not param:  # one copy a parameter: one given to two modules is a tie
+                meta = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+                meta.__dict__.update(param.__dict__)
+                moved[id(param)] = (param, meta)
+            param = meta
         register(module, name, param)
 
     nn.Module.register_parameter = on_meta  # type: ignore[method-assign,assignment]
@@ -202,12 +211,14 @@ def _built(model: str, size: str, seed: int, dev: torch.device) -> Workload:
             workload = build(model, size, seed=seed)
     if workload is None:
         workload = build(model, size, seed=seed)
-    swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.__future__.set_swap_module_params_on_conversion(True)
-    try:
-        workload.module.to(dev)
-    finally:
-        torch.__future__.set_swap_module_params_on_conversion(swap)
+    module = workload.module
+    if any(t.device != dev for t in (*module.parameters(), *module.buffers())):
+        swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            module.to(dev)
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(swap)
     return workload
 
 
@@ -216,12 +227,16 @@ def check_cpu_room(
 ) -> None:
     """A ``ConfigError`` where counting ``model``'s step on the CPU (its step did not run on
     meta: ``exc``) would need more memory than this host has available: its parameters,
-    gradients and optimizer states in float32, the least the CPU's step holds."""
-    import torch
-
-    built = _built(model, size, seed, torch.device("meta"))
+    gradients and optimizer states at the settings' widths (and the float32 build a
+    bf16-true cast starts from), the least the CPU's step holds."""
+    try:  # the parameters alone, on meta (a build that fails there cannot be sized)
+        with _parameters_on_meta():
+            built = build(model, size, seed=seed)
+    except Exception:
+        return
     n = sum(p.numel() for p in built.module.parameters())
-    need = 4 * n * (2 + OPTIMIZER_STATES[settings.optimizer])
+    states = 2 + OPTIMIZER_STATES[settings.optimizer]  # the parameter, its gradient, states
+    need = max(4 * n, STATE_BYTES[settings.precision] * n * states)  # built in float32 first
     room = available_bytes()
     if room is not None and need > room:
         said = (str(exc).strip().splitlines() or [""])[0]
@@ -417,7 +432,7 @@ def count(
     finally:
         for h in handles:
             h.remove()
-    for i in range(len(params)):  # a hook that did not fire (a tied weight on meta): last
+    for i in range(len(params)):  # a hook that did not fire: ready with the last operator
         ready.setdefault(i, max(0, census.backward_ops - 1))
     # DDP's buckets as the profiler forms them (``buckets.form_buckets``), from the order
     # the gradients were ready in

@@ -302,7 +302,8 @@ def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
         int(k[1]),
     )
     (census,) = paths.profiles_dir().glob("hf-llama-3-8b-*/full/census*")  # counted, kept
-    assert json.loads(census.read_text())["n_parameters"] == 8_030_261_248
+    counted = json.loads(census.read_text())
+    assert counted["n_parameters"] == 8_030_261_248 and counted["device"] == "meta"
 
 
 @pytest.mark.slow

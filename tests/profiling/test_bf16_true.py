@@ -264,3 +264,8 @@ def test_a_model_counted_only_in_bf16_true_keeps_its_fsdp_units_for_the_planner(
     units = stored_unit_parameters(model, "tiny", PURE, root=tmp_path)
     assert len(units) > 2 and units == counted.unit_parameters
     assert sum(units) == counted.n_parameters
+    # autocast's fp16 is counted as the shared bf16 census, and found under it
+    half = TrainingSettings(optimizer="adamw", precision="fp16")
+    other = tmp_path / "other"
+    load_census(model, "tiny", half, root=other)  # counted and kept
+    assert stored_unit_parameters(model, "tiny", half, root=other) == units

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-HEADS, KV_HEADS, DIM, SEQ, VOCAB = 8, {kv}, 16, 32, 100
+HEADS, KV_HEADS, DIM, SEQ, VOCAB, MASK = 8, {kv}, 16, 32, 100, {mask}
 
 
 class Block(nn.Module):
@@ -32,8 +32,9 @@ class Block(nn.Module):
         b, s, _ = x.shape
         q = self.q(x).view(b, s, HEADS, DIM).transpose(1, 2)
         k, v = self.kv(x).view(b, s, 2, KV_HEADS, DIM).permute(2, 0, 3, 1, 4)
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril() if MASK else None
         out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=KV_HEADS != HEADS
+            q, k, v, attn_mask=mask, is_causal=not MASK, enable_gqa=KV_HEADS != HEADS
         )
         return x + out.transpose(1, 2).reshape(b, s, HEADS * DIM)
 
@@ -54,17 +55,21 @@ def build():
 PURE = TrainingSettings(optimizer="adamw", precision="bf16-true")
 
 
-@pytest.mark.parametrize("settings", [PURE, TrainingSettings(precision="bf16")])
+@pytest.mark.parametrize(
+    ("settings", "mask"), [(PURE, False), (TrainingSettings(precision="bf16"), False), (PURE, True)]
+)
 def test_gqa_is_counted_fused_on_meta_with_its_query_heads_flops(
-    tmp_path: Path, settings: TrainingSettings
+    tmp_path: Path, settings: TrainingSettings, mask: bool
 ) -> None:
     censuses = {}
     for kv in (2, 8):  # grouped, and the same queries over as many key/value heads
         path = tmp_path / f"gqa{kv}.py"
-        path.write_text(GQA.format(kv=kv))
+        path.write_text(GQA.format(kv=kv, mask=mask))
         censuses[kv] = take_census(f"{path}:build", "tiny", settings)
     gqa, mha = censuses[2], censuses[8]
     assert gqa.device == mha.device == "meta" and gqa.attention_calls == 2
+    # the same kernels in the same order: grouping the queries launches nothing
+    assert (gqa.phase, gqa.op_class) == (mha.phase, mha.op_class)
     # the K/V projection has a quarter of the weights
     assert mha.n_parameters - gqa.n_parameters == 2 * (128 * 2 * 6 * 16)
     matmul = CLASSES.index("matmul")

@@ -126,3 +126,31 @@ def test_a_step_that_reads_a_value_is_counted_on_the_cpu_where_the_host_holds_it
         take_census(model, "tiny")
     monkeypatch.setattr(census_count, "available_bytes", lambda: 3 * 4 * 4160)
     assert take_census(model, "tiny").device == "cpu"
+
+
+SHARED = """
+import torch
+from torch import nn
+
+
+def build():
+    a, b = nn.Linear(16, 16, bias=False), nn.Linear(16, 16, bias=False)
+    shared = nn.Parameter(torch.randn(16, 16))
+    a.weight = shared  # one parameter given to two modules: a tie made by hand
+    b.weight = shared
+
+    def batch(n, gen):
+        return torch.randn(n, 16, generator=gen), torch.randn(n, 16, generator=gen)
+
+    def loss(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    return nn.Sequential(a, nn.ReLU(), b), batch, loss
+"""
+
+
+def test_one_parameter_given_to_two_modules_is_one_parameter(tmp_path: Path) -> None:
+    path = tmp_path / "shared.py"
+    path.write_text(SHARED)
+    census = take_census(f"{path}:build", "tiny")
+    assert census.device == "meta" and census.n_parameters == 16 * 16
