@@ -128,8 +128,33 @@ def accumulated(
         inner, b_max_of, earlier = checked, checked.b_max, checked.sharded.accumulating_s
         accumulating = checked.b_max_accumulating
     return req, Accumulated(
-        inner, lambda c: micro_batches_needed(c, b_max_of, accumulating), earlier
+        inner,
+        lambda c: micro_batches_needed(c, b_max_of, accumulating),
+        earlier,
+        lambda c: no_micro_batch(c, strategy, b_max_of, accumulating),
     )
+
+
+def no_micro_batch(
+    config: ClusterConfig,
+    strategy: Strategy,
+    b_max_of: Callable[[SimInstance, int], int],
+    accumulating: Callable[[SimInstance, int], int] | None,
+) -> str:
+    """Why no micro-batch of ``config`` fits: the first GPU that holds no sample, and
+    whether it holds some at once, without accumulating."""
+    world = config.world_size
+    for g in config.groups:
+        at_once = b_max_of(g.instance, world)
+        if accumulating is not None and accumulating(g.instance, world) < 1 <= at_once:
+            return (
+                f"{g.instance.name} holds {at_once} samples per GPU under {strategy} over "
+                f"{world} ranks at once, and none while gradients accumulate (each rank "
+                "keeps every unsharded gradient between micro-batches)"
+            )
+        if at_once < 1:
+            return f"{g.instance.name} holds no sample under {strategy} over {world} ranks"
+    return "a GPU holds no sample"
 
 
 def enlarges(request: PlanRequest, sharded: PlanRequest) -> bool:

@@ -83,18 +83,20 @@ def micro_config(config: ClusterConfig, k: int) -> ClusterConfig:
 class Accumulated:
     """An ``Estimator`` of the iteration with gradient accumulation (module doc):
     ``k_of(config)`` the micro-batches a configuration needs (0: none fits; ``inner``'s
-    estimate then, marked ``unfit``), ``earlier_s(workload, micro)`` one micro-batch
-    before the last."""
+    estimate then, marked ``unfit`` with ``why_none(config)``), ``earlier_s(workload,
+    micro)`` one micro-batch before the last."""
 
     def __init__(
         self,
         inner: object,
         k_of: Callable[[ClusterConfig], int],
         earlier_s: Callable[[Workload, ClusterConfig], float],
+        why_none: Callable[[ClusterConfig], str] | None = None,
     ) -> None:
         self.inner = inner
         self.k_of = k_of
         self.earlier_s = earlier_s
+        self.why_none = why_none or (lambda _config: "a GPU holds no sample")
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         k = self.k_of(config)
@@ -103,12 +105,10 @@ class Accumulated:
         smallest = min(g.batch_per_rank for g in config.groups)
         if k <= 1 or k > smallest:
             e = estimate(workload, config)
-            if k == 0 or k > smallest:
-                why = (
-                    "a GPU holds no sample"
-                    if k == 0
-                    else f"{k} micro-batches needed, more than the smallest local batch {smallest}"
-                )
+            if k == 0:  # the whole batch's own answer would not say why no micro-batch fits
+                e = dataclasses.replace(e, unfit=self.why_none(config))
+            elif k > smallest:
+                why = f"{k} micro-batches needed, more than the smallest local batch {smallest}"
                 e = dataclasses.replace(e, unfit=e.unfit or why)
             return e
         micro = micro_config(config, k)

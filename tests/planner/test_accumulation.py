@@ -164,3 +164,20 @@ def test_a_measured_fsdp_peak_margin_replaces_the_constant() -> None:
     measured = Workload("m", {"T4": tight}, unit_parameters=w.unit_parameters)
     gpu = inst("g", "T4")
     assert fit.b_max(measured, gpu, "fsdp", 8) > fit.b_max(w, gpu, "fsdp", 8)
+
+
+def test_a_configuration_no_micro_batch_fits_says_which_gpu_and_why() -> None:
+    """k = 0: the reason names the GPU and whether accumulation is what leaves it no room
+    (a sharded rank then keeps every unsharded gradient), not the whole batch's answer."""
+    from srifty_core.planner.strategies import no_micro_batch
+
+    cfg = config((inst("a"), 2, 64))
+    at_once, never = (lambda i, w: 2), (lambda i, w: 0)
+    said = no_micro_batch(cfg, "fsdp", at_once, never)
+    assert "holds 2 samples per GPU under fsdp over 2 ranks at once" in said
+    assert "none while gradients accumulate" in said
+    assert no_micro_batch(cfg, "fsdp", never, never) == "a holds no sample under fsdp over 2 ranks"
+    sim = simulator()
+    w = ddp_fits_request(strategy="ddp").workload
+    acc = Accumulated(sim, lambda c: 0, passes_s(sim), lambda c: "the reason")
+    assert acc.estimate(w, config((ONE, 1, 8))).unfit == "the reason"
