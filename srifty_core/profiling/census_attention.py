@@ -63,13 +63,9 @@ def _ungrouped(t: Any, like: Any) -> Any:
     if t.shape == like.shape:
         return t
     *lead, h, s, d = like.shape
-    strides: list[int] = []
-    size = s * h * d
-    for n in reversed(lead):
-        strides.insert(0, size)
-        size *= n
     with _disable_current_modes():
-        return t.as_strided(like.shape, (*strides, d, h * d, 1), t.storage_offset())
+        layout = torch.empty((*lead, s, h, d), device="meta").transpose(-3, -2)
+        return t.as_strided(like.shape, layout.stride(), t.storage_offset())
 
 
 class _Attention(torch.autograd.Function):

@@ -196,6 +196,16 @@ def _parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
+def _built_on_meta(model: str, size: str, seed: int) -> Workload | None:
+    """The workload with its parameters made on meta (``_parameters_on_meta``); ``None``
+    where the factory reads a weight's value as it builds (it raises there)."""
+    try:
+        with _parameters_on_meta():
+            return build(model, size, seed=seed)
+    except Exception:
+        return None
+
+
 def _built(model: str, size: str, seed: int, dev: torch.device) -> Workload:
     """The workload with its model on ``dev``: for ``meta``, its parameters made there where
     the factory allows (``_parameters_on_meta``: GPT-2 XL in seconds, not a minute of
@@ -204,12 +214,8 @@ def _built(model: str, size: str, seed: int, dev: torch.device) -> Workload:
     gives each module its own copy)."""
     import torch
 
-    workload: Workload | None = None
-    if dev.type == "meta":
-        # a factory that reads a weight's value as it builds raises: built on the CPU
-        with contextlib.suppress(Exception), _parameters_on_meta():
-            workload = build(model, size, seed=seed)
-    if workload is None:
+    workload = _built_on_meta(model, size, seed) if dev.type == "meta" else None
+    if workload is None:  # on the CPU
         workload = build(model, size, seed=seed)
     module = workload.module
     if any(t.device != dev for t in (*module.parameters(), *module.buffers())):
@@ -229,10 +235,8 @@ def check_cpu_room(
     meta: ``exc``) would need more memory than this host has available: its parameters,
     gradients and optimizer states at the settings' widths (and the float32 build a
     bf16-true cast starts from), the least the CPU's step holds."""
-    try:  # the parameters alone, on meta (a build that fails there cannot be sized)
-        with _parameters_on_meta():
-            built = build(model, size, seed=seed)
-    except Exception:
+    built = _built_on_meta(model, size, seed)
+    if built is None:  # a build that fails on meta cannot be sized
         return
     n = sum(p.numel() for p in built.module.parameters())
     states = 2 + OPTIMIZER_STATES[settings.optimizer]  # the parameter, its gradient, states
