@@ -198,10 +198,17 @@ def _parameters_on_meta() -> Iterator[None]:
 
 def _built_on_meta(model: str, size: str, seed: int) -> Workload | None:
     """The workload with its parameters made on meta (``_parameters_on_meta``); ``None``
-    where the factory reads a weight's value as it builds (it raises there)."""
+    where the factory reads a weight's value as it builds (it raises there). A reference
+    that is wrong in itself (a ``ConfigError`` of its own, not one wrapping what the build
+    raised) raises: no other device mends it, and building it on the CPU could take more
+    memory than the host has."""
     try:
         with _parameters_on_meta():
             return build(model, size, seed=seed)
+    except ConfigError as exc:
+        if exc.__cause__ is None:
+            raise
+        return None
     except Exception:
         return None
 

@@ -463,6 +463,10 @@ def _hf(ref: ModelRef, size: str) -> Workload:
     shrink_hf_config(config, size, f"{ref.text} ({path})")
     if ref.vocab is not None:  # what the reference asks for, whatever the size preset
         _set_vocab(config, ref.vocab)
+    limit = _position_limit(
+        getattr(config, "max_position_embeddings", None), getattr(config, "n_positions", None)
+    )
+    _check_seq(ref, limit)  # before the model is built: a wrong length costs nothing
     archs = getattr(config, "architectures", None) or []
     cls = getattr(transformers, archs[0], None) if archs else None
     classify = cls is not None and cls.__name__.endswith("ForSequenceClassification")
@@ -483,10 +487,6 @@ def _hf(ref: ModelRef, size: str) -> Workload:
             f"{ref.text}: building {getattr(cls, '__name__', cls)} from {path} failed "
             f"({type(exc).__name__}: {_first_line(exc)})"
         ) from exc
-    limit = _position_limit(
-        getattr(config, "max_position_embeddings", None), getattr(config, "n_positions", None)
-    )
-    _check_seq(ref, limit)
     seq = ref.seq if ref.seq is not None else min(HF_SEQUENCE[size], limit)
     vocab = int(config.vocab_size)
     labels_n = int(getattr(config, "num_labels", 2))

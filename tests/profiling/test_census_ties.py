@@ -154,3 +154,22 @@ def test_one_parameter_given_to_two_modules_is_one_parameter(tmp_path: Path) -> 
     path.write_text(SHARED)
     census = take_census(f"{path}:build", "tiny")
     assert census.device == "meta" and census.n_parameters == 16 * 16
+
+
+def test_a_wrong_reference_is_one_error_and_never_built_again_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sequence over the config's position limit is the reference's own fault: refused
+    at once (it was retried as a CPU build, which for an 8 B model ran out of memory)."""
+    from srifty_core.profiling import census_count
+
+    calls: list[str] = []
+
+    def counted_build(model: str, size: str, seed: int = 0) -> object:
+        calls.append(model)
+        return build(model, size, seed=seed)
+
+    monkeypatch.setattr(census_count, "build", counted_build)
+    with pytest.raises(ConfigError, match="seq 99999 is over the config's position limit"):
+        take_census("hf:llama-3-8b,seq=99999", "full")
+    assert len(calls) == 1
