@@ -171,6 +171,7 @@ def write_train_plan(
         },
         strategy=strategy,
         micro_batches=best.estimate.micro_batches,
+        sync_each_micro_batch=best.estimate.sync_each_micro_batch,
     )
     return out.write(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
 

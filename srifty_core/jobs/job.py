@@ -253,6 +253,8 @@ class TrainFacts:
     """How the workers hold the model (``TrainPlan.strategy``; ddp in plans before it)."""
     micro_batches: int = 1
     """Micro-batches per rank and step (``TrainPlan.micro_batches``)."""
+    sync_each_micro_batch: bool = False
+    """Whether each micro-batch reduce-scatters (``TrainPlan.sync_each_micro_batch``)."""
 
     @property
     def progress_path(self) -> Path | str:
@@ -309,7 +311,7 @@ class JobPlan:
         return TrainFacts(
             int(d["iterations"]), int(d["global_batch"]), str(d["run_dir"]),
             str(d.get("config_id", self.config_id)), str(d.get("strategy", "ddp")),
-            int(d.get("micro_batches", 1)),
+            int(d.get("micro_batches", 1)), bool(d.get("sync_each_micro_batch", False)),
         )  # fmt: skip
 
 

@@ -78,12 +78,14 @@ def train_plan_for(
     extra: Mapping[str, Any] | None = None,
     strategy: str = "ddp",
     micro_batches: int = 1,
+    sync_each_micro_batch: bool = False,
 ) -> TrainPlan:
     """The workers' plan of ``launches``: one rank per GPU in launch order, each with its
     type's batch per rank, trained under the plan's ``strategy`` (``hsdp`` shards inside
     each VM: its ranks per VM, which the planner keeps equal over the launches), each
-    rank's batch in ``micro_batches`` (the planned estimate's) (the plan-and-train DAG's
-    and ``srifty plan --write-plan``'s)."""
+    rank's batch in ``micro_batches`` (the planned estimate's, each reduce-scattering its
+    gradients with ``sync_each_micro_batch``) (the plan-and-train DAG's and ``srifty plan
+    --write-plan``'s)."""
     local_batches = tuple(
         x.batch_per_rank for x in launches for _ in range(x.count * x.ranks_per_vm)
     )
@@ -113,6 +115,7 @@ def train_plan_for(
         strategy=strategy,
         ranks_per_vm=per_vm.pop() if strategy == "hsdp" else 0,
         micro_batches=micro_batches,
+        sync_each_micro_batch=sync_each_micro_batch,
     )
 
 
@@ -283,6 +286,7 @@ def plan_job(spec: JobSpec, run_key: str, *, log_plan: PlanSink | None = None) -
         entrypoint=spec.entrypoint,
         strategy=result.strategy,
         micro_batches=chosen.estimate.micro_batches,
+        sync_each_micro_batch=chosen.estimate.sync_each_micro_batch,
     )
     train_path = train.save(run_store.join(run_dir, f"plan-{config_id}.json"))
     usd_per_hour = sum(request.offers[i].usd_per_hour * c for i, c, _ in chosen.choice)

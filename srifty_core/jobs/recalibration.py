@@ -126,6 +126,8 @@ class Context:
     """How the running workers hold the model (the ``TrainPlan``'s)."""
     micro_batches: int = 1
     """The running plan's micro-batches per rank and step."""
+    sync_each_micro_batch: bool = False
+    """Whether the running plan's micro-batches each reduce-scatter."""
 
     @property
     def sharded(self) -> bool:
@@ -159,7 +161,7 @@ class Context:
         return cls(
             request, sim, config, devices, job.usd_per_hour, overheads,
             spec.resume.depleted if spec.resume else (), spec.step_sleep_s, exchange,
-            facts.strategy, facts.micro_batches,
+            facts.strategy, facts.micro_batches, facts.sync_each_micro_batch,
         )  # fmt: skip
 
 
@@ -238,7 +240,10 @@ def assess(
     priced = ctx.exchange is None
     cal = calib.update(cal, w, sim, req.workload, config, exchange=priced and not ctx.sharded)
     if priced:
-        mine = plan_estimator(calib.calibrated(sim, cal), ctx.strategy, ctx.micro_batches)
+        mine = plan_estimator(
+            calib.calibrated(sim, cal), ctx.strategy, ctx.micro_batches,
+            ctx.sync_each_micro_batch,
+        )  # fmt: skip
         proj = calib.project(mine, req.workload, config, iterations_left, ctx.usd_per_hour,
                              req.risk_quantile)  # fmt: skip
         proj = _extra(proj, ctx)
@@ -266,7 +271,10 @@ def assess(
             if alt_config.label() != config.label():
                 alt_label = best.label
                 rate = sum(offers[i].usd_per_hour * c for i, c, _ in best.choice)
-                theirs = plan_estimator(other, result.strategy, best.estimate.micro_batches)
+                theirs = plan_estimator(
+                    other, result.strategy, best.estimate.micro_batches,
+                    best.estimate.sync_each_micro_batch,
+                )  # fmt: skip
                 alt = _extra(calib.project(theirs, req.workload, alt_config, iterations_left,
                                            rate, req.risk_quantile), ctx)  # fmt: skip
     decision = calib.should_replan(

@@ -225,6 +225,11 @@ class PlanResult:
         return 1 if self.best is None else self.best.estimate.micro_batches
 
     @property
+    def sync_each_micro_batch(self) -> bool:
+        """Whether ``best``'s micro-batches each reduce-scatter their gradients."""
+        return self.best is not None and self.best.estimate.sync_each_micro_batch
+
+    @property
     def feasible(self) -> bool:
         return self.best is not None
 
@@ -373,7 +378,15 @@ class PlanResult:
                 f"(the last ends {e.t_pe * 1e3:.1f} ms into the backward); {e.bottleneck} binds"
                 + exposed
             )
-        if e.micro_batches > 1:
+        if e.micro_batches > 1 and e.sync_each_micro_batch:
+            lines.append(
+                f"Gradient accumulation: each rank runs its local batch as {e.micro_batches} "
+                "micro-batches, each reduce-scattering its gradients into the sharded ones "
+                "(no rank holds the unsharded gradients between micro-batches; forward and "
+                "backward above are every micro-batch's); the global batch and the loss "
+                "are the request's."
+            )
+        elif e.micro_batches > 1:
             lines.append(
                 f"Gradient accumulation: each rank runs its local batch as {e.micro_batches} "
                 "micro-batches and exchanges gradients once, with the last (forward and "
@@ -406,6 +419,7 @@ class PlanResult:
             "strategy": self.strategy,
             "strategy_reason": self.strategy_reason,
             "micro_batches": self.micro_batches,
+            "sync_each_micro_batch": self.sync_each_micro_batch,
             "feasible": self.feasible,
             "best": self.best.to_dict(r) if self.best else None,
             "evaluated": self.evaluated,

@@ -30,7 +30,12 @@ from srifty_core.planner.request import Objective, PlanRequest
 from srifty_core.planner.result import PlanResult, rank_key
 from srifty_core.planner.space import gpu_batches
 from srifty_core.sharding.memory import USABLE, Strategy
-from srifty_core.simulator.accumulation import Accumulated, micro_batches_needed, passes_s
+from srifty_core.simulator.accumulation import (
+    Accumulated,
+    Fastest,
+    micro_batches_needed,
+    passes_s,
+)
 from srifty_core.simulator.estimator import Estimator, Simulator
 from srifty_core.simulator.sharded import ShardedSimulator
 from srifty_core.simulator.types import ClusterConfig, IterationEstimate, SimInstance, Workload
@@ -103,11 +108,14 @@ def holds(request: PlanRequest, strategy: Strategy) -> int:
 
 def accumulated(
     request: PlanRequest, strategy: Strategy, sim: Simulator
-) -> tuple[PlanRequest, Accumulated]:
+) -> tuple[PlanRequest, Estimator]:
     """``request`` pinned to ``strategy`` with every local batch allowed (each profile's
     B_max the global batch) and its estimator: each configuration in the fewest
     micro-batches its GPUs hold under ``strategy`` at its own world size
-    (``simulator.accumulation``; a micro configuration checked as any other)."""
+    (``simulator.accumulation``; a micro configuration checked as any other); under
+    fsdp/hsdp the faster of the two modes that fits: the exchange held back to the last
+    micro-batch (each rank keeps every unsharded gradient), or every micro-batch
+    reduce-scattering its gradients (``sync_each_micro_batch``)."""
     w = request.workload
     profiles = {
         d: dataclasses.replace(p, b_max=request.global_batch) for d, p in w.profiles.items()
@@ -119,20 +127,27 @@ def accumulated(
         def ddp_b_max(instance: SimInstance, world: int) -> int:
             return fit.b_max(w, instance, "ddp", world)
 
-        inner: Any = sim
-        b_max_of: Callable[[SimInstance, int], int] = ddp_b_max
-        accumulating: Callable[[SimInstance, int], int] | None = None
-        earlier = passes_s(sim)
-    else:
-        checked = FitChecked(sim, strategy, w)
-        inner, b_max_of, earlier = checked, checked.b_max, checked.sharded.accumulating_s
-        accumulating = checked.b_max_accumulating
-    return req, Accumulated(
-        inner,
-        lambda c: micro_batches_needed(c, b_max_of, accumulating),
-        earlier,
-        lambda c: no_micro_batch(c, strategy, b_max_of, accumulating),
+        return req, Accumulated(
+            sim,
+            lambda c: micro_batches_needed(c, ddp_b_max),
+            passes_s(sim),
+            lambda c: no_micro_batch(c, strategy, ddp_b_max, None),
+        )
+    checked = FitChecked(sim, strategy, w)
+    held_back = Accumulated(
+        checked,
+        lambda c: micro_batches_needed(c, checked.b_max, checked.b_max_accumulating),
+        checked.sharded.accumulating_s,
+        lambda c: no_micro_batch(c, strategy, checked.b_max, checked.b_max_accumulating),
     )
+    syncing = Accumulated(  # FSDP's other mode: no unsharded gradient kept
+        checked,
+        lambda c: micro_batches_needed(c, checked.b_max),
+        checked.sharded.syncing_s,
+        lambda c: no_micro_batch(c, strategy, checked.b_max, None),
+        sync_each=True,
+    )
+    return req, Fastest(held_back, syncing)
 
 
 def no_micro_batch(

@@ -10,7 +10,9 @@ float32 (``MixedPrecisionPolicy``); under bf16-true the module is bf16 already a
 on the CPU everything stays float32.
 ``gradient_sync(module, False)`` keeps the backward passes inside it from exchanging
 gradients (DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync`` on the root): the
-micro-batches of gradient accumulation but the last.
+micro-batches of gradient accumulation but the last; a module wrapped with
+``sync_each_micro_batch`` (fsdp/hsdp) exchanges on every one, each reduce-scattered
+gradient summed into the sharded ones (``TrainPlan.sync_each_micro_batch``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ from srifty_core.sharding.memory import Layout
 from srifty_core.sharding.units import shard_units
 from srifty_core.training_settings import AUTOCAST, TrainingSettings
 
+SYNC_EACH = "_srifty_sync_each_micro_batch"
+"""The attribute ``wrap`` sets on a module it shards with ``sync_each_micro_batch``."""
+
 
 def wrap(
-    module: nn.Module, layout: Layout, settings: TrainingSettings, device: torch.device
+    module: nn.Module,
+    layout: Layout,
+    settings: TrainingSettings,
+    device: torch.device,
+    sync_each_micro_batch: bool = False,
 ) -> nn.Module:
     """``module`` (already on ``device``) wrapped for ``layout`` (module doc)."""
     import torch.distributed as dist
@@ -40,6 +49,8 @@ def wrap(
             f"world: the layout has {layout.world} ranks, the process group {dist.get_world_size()}"
         )
     if layout.strategy == "ddp":
+        if sync_each_micro_batch:
+            raise ConfigError("sync_each_micro_batch: only fsdp and hsdp shard gradients")
         ids = [device.index] if device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(module, device_ids=ids)
     from torch.distributed.device_mesh import init_device_mesh
@@ -62,6 +73,7 @@ def wrap(
     for unit in shard_units(module):
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     fully_shard(module, mesh=mesh, mp_policy=policy)
+    setattr(module, SYNC_EACH, sync_each_micro_batch)
     return module
 
 
@@ -73,7 +85,7 @@ def gradient_sync(module: nn.Module, enabled: bool) -> Iterator[None]:
     ``set_requires_gradient_sync(False)`` on the root module (then ``True`` again; for
     hsdp it holds back the replicas' allreduce too). A module of neither kind exchanges
     nothing."""
-    if enabled:
+    if enabled or getattr(module, SYNC_EACH, False):
         yield
         return
     if isinstance(module, nn.parallel.DistributedDataParallel):

@@ -10,11 +10,14 @@ configuration needing k > 1 is ``inner``'s iteration of the micro configuration 
 micro-batch: its compute, the whole exchange and overlap, the optimizer step) plus
 ``k - 1`` times ``earlier_s`` of it (a micro-batch before the last: ddp its forward and
 backward passes, no exchange; fsdp/hsdp those with every all-gather and no
-reduce-scatter, ``ShardedSimulator.accumulating_s``). Every sampled quantile shifts by
-the same mean: the earlier micro-batches' own spread is not modelled. Derivation:
-docs/design/sharding.md, "Gradient accumulation". ``plan_estimator(simulator, strategy,
-k)`` is the ``Estimator`` of a plan whose strategy and micro-batches are known (a running
-job's: what recalibration projects).
+reduce-scatter, ``ShardedSimulator.accumulating_s``; with ``sync_each``, FSDP's other
+mode, every micro-batch reduce-scatters too, ``syncing_s``, and a rank keeps no unsharded
+gradient between them). ``Fastest(first, *others)`` the fastest estimate of those whose
+configuration fits (under fsdp/hsdp: the two modes, each at the k its memory allows).
+Every sampled quantile shifts by the same mean: the earlier micro-batches' own spread is
+not modelled. Derivation: docs/design/sharding.md, "Gradient accumulation".
+``plan_estimator(simulator, strategy, k, sync_each)`` is the ``Estimator`` of a plan whose
+strategy and micro-batches are known (a running job's: what recalibration projects).
 """
 
 from __future__ import annotations
@@ -92,11 +95,13 @@ class Accumulated:
         k_of: Callable[[ClusterConfig], int],
         earlier_s: Callable[[Workload, ClusterConfig], float],
         why_none: Callable[[ClusterConfig], str] | None = None,
+        sync_each: bool = False,
     ) -> None:
         self.inner = inner
         self.k_of = k_of
         self.earlier_s = earlier_s
         self.why_none = why_none or (lambda _config: "a GPU holds no sample")
+        self.sync_each = sync_each
 
     def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
         k = self.k_of(config)
@@ -125,18 +130,49 @@ class Accumulated:
             t_iter_p90=None if last.t_iter_p90 is None else last.t_iter_p90 + extra,
             global_batch=config.global_batch,
             micro_batches=k,
+            sync_each_micro_batch=self.sync_each,
         )
 
 
-def plan_estimator(simulator: Simulator, strategy: str, micro_batches: int = 1) -> Estimator:
+class Fastest:
+    """An ``Estimator``: the fastest of the estimators' answers whose configuration fits
+    (``unfit`` empty), ``first``'s answer where none fits. The others are asked only where
+    ``first``'s answer accumulates or does not fit (one pass fits: every mode is that
+    pass)."""
+
+    def __init__(self, first: Accumulated, *others: Accumulated) -> None:
+        self.first = first
+        self.others = others
+
+    def estimate(self, workload: Workload, config: ClusterConfig) -> IterationEstimate:
+        e = self.first.estimate(workload, config)
+        if e.micro_batches <= 1 and not e.unfit:
+            return e
+        fits = [e] if not e.unfit else []
+        for other in self.others:
+            o = other.estimate(workload, config)
+            if not o.unfit:
+                fits.append(o)
+        return min(fits, key=lambda x: x.t_iter) if fits else e
+
+
+def plan_estimator(
+    simulator: Simulator, strategy: str, micro_batches: int = 1, sync_each: bool = False
+) -> Estimator:
     """The ``Estimator`` of configurations trained under ``strategy`` in ``micro_batches``
-    per step, both fixed (a running job's plan): ``simulator`` itself for ddp in one pass,
-    else the sharded iteration (``ShardedSimulator``) and the accumulation around it."""
+    per step, both fixed (a running job's plan), ``sync_each`` its sharded accumulation's
+    mode: ``simulator`` itself for ddp in one pass, else the sharded iteration
+    (``ShardedSimulator``) and the accumulation around it."""
     if micro_batches < 1:
         raise ConfigError(f"micro_batches: must be at least 1, got {micro_batches}")
     sharded = None if strategy == "ddp" else ShardedSimulator(simulator, parse_strategy(strategy))
+    if sync_each and sharded is None:
+        raise ConfigError("sync_each_micro_batch: only fsdp and hsdp shard their gradients")
     inner: Estimator = simulator if sharded is None else sharded
     if micro_batches == 1:
         return inner
-    earlier = passes_s(simulator) if sharded is None else sharded.accumulating_s
-    return Accumulated(inner, lambda _config: micro_batches, earlier)
+    if sharded is None:
+        earlier = passes_s(simulator)
+    else:
+        earlier = sharded.syncing_s if sync_each else sharded.accumulating_s
+    return Accumulated(inner, lambda _config: micro_batches, earlier, sync_each=sync_each)

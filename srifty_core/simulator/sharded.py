@@ -269,14 +269,23 @@ class ShardedSimulator:
         schedule with every all-gather (FSDP2 reshards after forward and gathers again for
         backward on every micro-batch) and no gradient collective (held back until the
         last micro-batch; ``sharding.wrap.gradient_sync``), and no optimizer step."""
+        return self._micro_batch_s(workload, config, reduce=False)
+
+    def syncing_s(self, workload: Workload, config: ClusterConfig) -> float:
+        """``accumulating_s`` where every micro-batch reduce-scatters its gradients (the
+        sync-each mode: ``IterationEstimate.sync_each_micro_batch``): each unit's
+        collective overlaps the backward as on the last."""
+        return self._micro_batch_s(workload, config, reduce=True)
+
+    def _micro_batch_s(self, workload: Workload, config: ClusterConfig, reduce: bool) -> float:
         c = self.simulator.compute_samples(workload, config.groups)
         units = self.units(workload, config)
         total = float(sum(units)) or 1.0
         weights = tuple(n / total for n in units)
         comm = self._comm(workload, config, units)
-        none = tuple(0.0 for _ in units)
+        grads = comm.reduce if reduce else tuple(0.0 for _ in units)
         u_fw, u_bw, _ = self.overhead(workload, config) or (0.0, 0.0, 0.0)
-        return _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, none, u_fw, u_bw).end
+        return _schedule_cached(c.t_fw, c.t_bw, weights, comm.gather, grads, u_fw, u_bw).end
 
     @staticmethod
     def overhead(workload: Workload, config: ClusterConfig) -> tuple[float, float, float] | None:

@@ -278,6 +278,10 @@ class IterationEstimate:
     micro_batches: int = 1
     """Gradient accumulation: micro-batches per rank per step (``simulator.accumulation``);
     1: none."""
+    sync_each_micro_batch: bool = False
+    """With micro-batches under fsdp/hsdp: every micro-batch reduce-scatters its gradients
+    into the sharded ones (a rank holds no unsharded gradient between micro-batches);
+    False: the exchange waits for the last (``simulator.accumulation``)."""
 
     @property
     def throughput(self) -> float:

@@ -47,7 +47,8 @@ these functions read it, so the monitor sees progress and a re-plan resumes your
 - ``micro_batches()`` is the plan's gradient accumulation (1: none). With k > 1, run
   this rank's batch as ``micro_split(local_batch(), k)`` slices, each loss times
   ``loss_scale() * m_j / local_batch()`` and its backward inside
-  ``gradient_sync(model, j == k - 1)`` (the exchange once, with the last), then one
+  ``gradient_sync(model, j == k - 1)`` (the exchange once, with the last; a sharded plan
+  with ``sync_each_micro_batch`` exchanges every one, which ``wrap`` arranges), then one
   ``opt.step()``: the step of the whole local batch, as the built-in worker takes it.
 - ``autocast()`` runs what it holds in the plan's precision as the built-in worker does
   (bf16 on GPUs; nothing on the CPU); ``precision()`` says which. Under ``bf16-true`` there
@@ -292,7 +293,7 @@ def wrap(module: torch.nn.Module) -> torch.nn.Module:
     if not p.sharded:
         ids = [_state.device.index] if _state.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)
-    return shard(module, p.layout, p.settings, _state.device)
+    return shard(module, p.layout, p.settings, _state.device, p.sync_each_micro_batch)
 
 
 def load_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:

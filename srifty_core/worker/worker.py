@@ -35,8 +35,9 @@ and a ``ddp`` plan, resumes from (and a sharded plan resumes a one-file checkpoi
 
 Gradient accumulation (``micro_batches`` k > 1): each rank runs its local batch as k
 micro-batches (``micro_split``), each loss also scaled by its share ``m_j / b_rank``, the
-exchange held back but on the last (``sharding.wrap.gradient_sync``), then one optimizer
-step: the parameters of k = 1, in the activations of one micro-batch.
+exchange held back but on the last (``sharding.wrap.gradient_sync``; a sharded plan with
+``sync_each_micro_batch`` reduce-scatters every one), then one optimizer step: the
+parameters of k = 1, in the activations of one micro-batch.
 
 Data are addressed by global sample index: iteration ``i``'s global batch is a seeded
 synthetic batch of ``B_global`` samples and rank ``r`` takes the slice starting at
@@ -224,7 +225,13 @@ def _build(
     # channels-last, compile, a bf16-true cast; train_step autocasts
     prepare(workload, plan.settings, precision=precision)
     if shard:
-        wrap(workload.module, plan.layout, plan.settings, device or torch.device("cpu"))
+        wrap(
+            workload.module,
+            plan.layout,
+            plan.settings,
+            device or torch.device("cpu"),
+            plan.sync_each_micro_batch,
+        )
     opt = make_optimizer(
         plan.settings, workload.module.parameters(), lr=plan.lr, momentum=plan.momentum
     )

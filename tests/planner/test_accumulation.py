@@ -11,6 +11,7 @@ from srifty_core.planner import fit
 from srifty_core.planner.search import plan
 from srifty_core.simulator.accumulation import (
     Accumulated,
+    Fastest,
     micro_batches_needed,
     micro_config,
     passes_s,
@@ -18,7 +19,15 @@ from srifty_core.simulator.accumulation import (
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.sharded import ShardedSimulator, schedule
 from srifty_core.simulator.types import Workload
-from tests.planner.test_strategies import ONE, ddp_fits_request, simulator
+from tests.planner.test_strategies import (
+    BF16_ADAMW,
+    FOUR,
+    ONE,
+    big_request,
+    big_workload,
+    ddp_fits_request,
+    simulator,
+)
 from tests.profiling.test_profile_contract import make_profile
 from tests.simulator.test_estimator import ConstantBandwidth, config, inst, steady
 from tests.simulator.test_sharded import ByCollective, _workload
@@ -181,3 +190,126 @@ def test_a_configuration_no_micro_batch_fits_says_which_gpu_and_why() -> None:
     w = ddp_fits_request(strategy="ddp").workload
     acc = Accumulated(sim, lambda c: 0, passes_s(sim), lambda c: "the reason")
     assert acc.estimate(w, config((ONE, 1, 8))).unfit == "the reason"
+
+
+def test_a_micro_batch_that_reduce_scatters_adds_its_collectives() -> None:
+    """The sync-each mode's micro-batch before the last: every all-gather and every
+    reduce-scatter, as the last one's schedule, without the optimizer step."""
+    units = (0, 10_000_000, 10_000_000)
+    w = _workload(units)
+    sharded = ShardedSimulator(Simulator(ByCollective({None: 1e9})), "fsdp")
+    four = config((inst("g", "T4"), 4, 8))
+    c = sharded.simulator.compute_samples(w, four.groups)
+    per = 0.75 * 40e6 / 1e9
+    frac = [n / sum(units) for n in units]
+    by_hand = schedule([c.t_fw * f for f in frac], [c.t_bw * f for f in frac],
+                       [0.0, per, per], [0.0, per, per]).end  # fmt: skip
+    assert sharded.syncing_s(w, four) == pytest.approx(by_hand)
+    assert sharded.accumulating_s(w, four) < by_hand
+    # no step measured in this profile: the last micro-batch is the same schedule
+    assert sharded.estimate(w, four).t_iter == pytest.approx(by_hand)
+    one = config((inst("g", "T4"), 1, 8))  # no peers: nothing to exchange either way
+    assert sharded.syncing_s(w, one) == pytest.approx(sharded.accumulating_s(w, one))
+
+
+class _Fixed:
+    """An estimator of one answer, counting what it was asked."""
+
+    def __init__(self, **fields: object) -> None:
+        self.fields, self.asked = fields, 0
+
+    def estimate(self, workload: Workload, cfg: object) -> object:
+        import dataclasses
+
+        self.asked += 1
+        base = simulator().estimate(ddp_fits_request().workload, config((ONE, 1, 8)))
+        return dataclasses.replace(base, **self.fields)  # type: ignore[arg-type]
+
+
+def test_fastest_takes_the_fastest_answer_that_fits() -> None:
+    w, cfg = ddp_fits_request().workload, config((ONE, 1, 8))
+    once = _Fixed(t_iter=1.0)
+    other = _Fixed(t_iter=0.5)
+    assert Fastest(once, other).estimate(w, cfg).t_iter == 1.0  # type: ignore[arg-type]
+    assert other.asked == 0  # one pass fits: every mode is that pass
+    held, syncing = _Fixed(t_iter=2.0, micro_batches=4), _Fixed(t_iter=3.0, micro_batches=2)
+    assert Fastest(held, syncing).estimate(w, cfg).t_iter == 2.0  # type: ignore[arg-type]
+    syncing.fields["t_iter"] = 1.5
+    assert Fastest(held, syncing).estimate(w, cfg).t_iter == 1.5  # type: ignore[arg-type]
+    unfit = _Fixed(t_iter=0.1, micro_batches=0, unfit="held back: no room")
+    assert Fastest(unfit, syncing).estimate(w, cfg).t_iter == 1.5  # type: ignore[arg-type]
+    none = _Fixed(t_iter=0.2, unfit="no sample")
+    assert Fastest(unfit, none).estimate(w, cfg).unfit == "held back: no room"  # type: ignore[arg-type]
+
+
+def huge_request() -> object:
+    """``big_request``'s decoder at 4x the parameters (5.9 B, bf16 autocast, AdamW): its
+    unsharded float32 gradients (23.5 GB) fill a 24 GiB A10G alone, while its state
+    sharded over 16 ranks leaves room for samples."""
+    import dataclasses
+
+    from tests.planner.test_strategies import UNITS
+
+    units = tuple(4 * n for n in UNITS)
+    w = big_workload()
+    p = dataclasses.replace(
+        w.profiles["A10G"],
+        n_parameters=sum(units),
+        memory_fixed_bytes=16.0 * sum(units) + 1e9,
+        memory_per_sample_bytes=1e9,
+        settings=BF16_ADAMW,
+    )
+    w = Workload("huge", {"A10G": p}, unit_parameters=units)
+    return big_request(workload=w, global_batch=256)  # 16 ranks hold 6 each at once
+
+
+def test_a_model_whose_gradients_fill_a_gpu_accumulates_reduce_scattering_each() -> None:
+    """Holding every unsharded gradient between micro-batches leaves no room on any
+    offered GPU (the mode before), so the plan's micro-batches each reduce-scatter: the
+    configuration runs, its micro-batches within one pass's bound, and the explanation
+    and the training plan say so."""
+    from srifty_core.jobs.planning import launches_for, train_plan_for
+
+    r = huge_request()
+    w = r.workload  # type: ignore[attr-defined]
+    assert fit.b_max(w, ONE, "fsdp", 16) >= 1 and fit.b_max(w, FOUR, "fsdp", 16) >= 1
+    assert fit.b_max(w, ONE, "fsdp", 16, accumulating=True) == 0
+    res = plan(r, simulator())  # type: ignore[arg-type]
+    assert res.best is not None and res.strategy in ("fsdp", "hsdp")
+    e = res.best.estimate
+    assert e.micro_batches > 1 and e.sync_each_micro_batch and res.sync_each_micro_batch
+    for i, _, b in res.best.choice:
+        inst_ = res.request.offers[i].instance
+        per_rank = b // inst_.ranks_per_vm
+        assert -(-per_rank // e.micro_batches) <= fit.b_max(w, inst_, res.strategy, e.world_size)
+    assert "each reduce-scattering its gradients" in " ".join(res.explanation())
+    assert res.to_dict()["sync_each_micro_batch"] is True
+    kw = {"model": "dlrm", "size": "tiny", "global_batch": 256, "iterations": 5, "run_dir": "r"}
+    train = train_plan_for(
+        launches_for(res.request, res.best.choice), strategy=res.strategy,
+        micro_batches=e.micro_batches, sync_each_micro_batch=True, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert train.sync_each_micro_batch and train.micro_batches == e.micro_batches
+
+
+def test_where_both_modes_fit_each_configuration_takes_the_faster() -> None:
+    """``big_request``'s decoder holds its unsharded gradients beside a micro-batch, so on
+    the planned configuration both modes fit; the estimate the plan took is the faster."""
+    from srifty_core.planner.strategies import accumulated
+    from srifty_core.simulator.types import ClusterConfig, Group
+
+    r = big_request(global_batch=2048)  # 16 ranks hold 43 each at once, 25 accumulating
+    sim = simulator()
+    res = plan(r, sim)
+    assert res.best is not None and res.best.estimate.micro_batches > 1
+    req, est = accumulated(r, res.strategy, sim)
+    assert isinstance(est, Fastest)
+    offers = res.request.offers
+    cfg = ClusterConfig(tuple(Group(offers[i].instance, c, b) for i, c, b in res.best.choice))
+    modes = [m.estimate(req.workload, cfg) for m in (est.first, *est.others)]
+    assert [m.sync_each_micro_batch for m in modes] == [False, True]
+    assert all(not m.unfit for m in modes)
+    assert modes[1].micro_batches <= modes[0].micro_batches
+    picked = est.estimate(req.workload, cfg)
+    assert picked.t_iter == min(m.t_iter for m in modes)
+    assert res.best.estimate.sync_each_micro_batch == picked.sync_each_micro_batch

@@ -271,8 +271,9 @@ def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
 ) -> None:
     """The README's Llama 3 8B request as written (and T4s offered beside): its census
     (grouped-query attention, 8 B parameters) is counted here on meta and kept, and the
-    plan is the README's: one p5.48xlarge under fsdp in micro-batches, ddp refused for its
-    state."""
+    plan is the README's: one p5.48xlarge under fsdp in micro-batches, each reduce-scattering
+    its gradients, ddp refused for its state. In autocast bf16, where holding the unsharded
+    gradients leaves no room, the README's plan in that mode."""
     import re
 
     from srifty_core import paths
@@ -301,9 +302,19 @@ def test_the_readme_modern_decoder_is_counted_on_meta_and_planned_sharded(
         "bf16-true",
         int(k[1]),
     )
+    assert plan.sync_each_micro_batch == ("each reduce-scattering its gradients" in said)
     (census,) = paths.profiles_dir().glob("hf-llama-3-8b-*/full/census*")  # counted, kept
     counted = json.loads(census.read_text())
     assert counted["n_parameters"] == 8_030_261_248 and counted["device"] == "meta"
+    request.write_text(request.read_text().replace("bf16-true", "bf16"))
+    assert main(["plan", str(request), "--write-plan", str(out)]) == 0
+    said = capsys.readouterr().out
+    best = said.splitlines()[0].split(":")[0].split("/")[0]
+    k = re.search(r"(\d+) micro-batches per step", said)
+    assert k is not None and "each reduce-scattering its gradients" in said, said
+    assert f"`{best}` in {k[1]} micro-batches" in " ".join(section.split()), said
+    plan = TrainPlan.load(str(out))
+    assert plan.precision == "bf16" and plan.sync_each_micro_batch
 
 
 @pytest.mark.slow

@@ -22,8 +22,14 @@ from .test_sharded_training import max_diff, plan, sharded_params
 
 
 @pytest.mark.parametrize(
-    ("strategy", "k", "batches", "per_vm"),
-    [("ddp", 3, (5, 4, 3), 0), ("fsdp", 2, (5, 4, 3), 0), ("hsdp", 2, (5, 3, 2, 2), 2)],
+    ("strategy", "k", "batches", "per_vm", "sync_each"),
+    [
+        ("ddp", 3, (5, 4, 3), 0, False),
+        ("fsdp", 2, (5, 4, 3), 0, False),
+        ("hsdp", 2, (5, 3, 2, 2), 2, False),
+        ("fsdp", 2, (5, 4, 3), 0, True),
+        ("hsdp", 2, (5, 3, 2, 2), 2, True),
+    ],
 )
 def test_micro_batches_give_the_parameters_of_one_process(
     tmp_path: Path,
@@ -32,17 +38,19 @@ def test_micro_batches_give_the_parameters_of_one_process(
     k: int,
     batches: tuple[int, ...],
     per_vm: int,
+    sync_each: bool,
 ) -> None:
     """Local batches 5, 4, 3 in k micro-batches of unequal sizes (5 -> 3+2 or 2+2+1): the
     micro-batch shares ``m_j / b_rank`` and the rank's ``loss_scale`` make every sample
     weigh 1/B, so AdamW's steps equal one process on the whole batch of 12 (hsdp: 2 VMs
-    of 2 ranks, the allreduce across them held back with the reduce-scatter)."""
+    of 2 ranks, the allreduce across them held back with the reduce-scatter). The same
+    with every micro-batch reduce-scattering into the sharded gradients (``sync_each``)."""
     kw: dict[str, object] = {"optimizer": "adamw", "lr": 0.05, "iterations": 3}
     kw |= {"strategy": strategy, "local_batches": batches, "global_batch": 12}
     kw |= {"ranks_per_vm": per_vm}
     reference = train_single(plan(tmp_path / "one", **kw))
     assert max_diff(reference, train_single(plan(tmp_path / "one", **kw), iterations=0)) > 1e-2
-    run = plan(tmp_path / "run", micro_batches=k, **kw)
+    run = plan(tmp_path / "run", micro_batches=k, sync_each_micro_batch=sync_each, **kw)
     rank_pool.train(run)
     if strategy == "ddp":
         ck = load_checkpoint(run.checkpoint_path)
@@ -67,6 +75,18 @@ def test_a_bad_micro_batches_is_one_line_naming_the_field(tmp_path: Path, value:
         TrainPlan.from_dict({**good, "micro_batches": value})
     assert "\n" not in str(err.value)
     assert TrainPlan.from_dict({**good, "micro_batches": 3}).micro_batches == 3
+
+
+@pytest.mark.parametrize(("strategy", "value"), [("ddp", True), ("fsdp", 1), ("fsdp", "yes")])
+def test_a_bad_sync_each_micro_batch_is_one_line_naming_the_field(
+    tmp_path: Path, strategy: str, value: object
+) -> None:
+    """ddp has no sharded gradients to reduce-scatter into; the flag is a JSON bool."""
+    good = plan(tmp_path, strategy=strategy, micro_batches=2).to_dict()
+    with pytest.raises(ConfigError, match=r"^sync_each_micro_batch: ") as err:
+        TrainPlan.from_dict({**good, "sync_each_micro_batch": value})
+    assert "\n" not in str(err.value)
+    assert not TrainPlan.from_dict(good).sync_each_micro_batch  # a plan without it
 
 
 def test_old_plans_load_with_one_micro_batch(tmp_path: Path) -> None:
@@ -99,7 +119,9 @@ def _two_passes(rank: int, world: int, strategy: str) -> dict[str, list[torch.Te
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).double()
-    model = wrap(model, Layout(strategy, world), TrainingSettings(), torch.device("cpu"))
+    sync_each = strategy == "fsdp-sync-each"
+    layout = Layout("fsdp" if sync_each else strategy, world)  # type: ignore[arg-type]
+    model = wrap(model, layout, TrainingSettings(), torch.device("cpu"), sync_each)
     x = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
 
     def grads() -> list[torch.Tensor]:
@@ -112,18 +134,21 @@ def _two_passes(rank: int, world: int, strategy: str) -> dict[str, list[torch.Te
 
     with gradient_sync(model, False):
         model(x).pow(2).sum().backward()
-    held = grads() if strategy == "ddp" else []  # FSDP2 keeps them unsharded, unset
+    # FSDP2 keeps them unsharded and unset, unless each micro-batch reduce-scatters
+    held = grads() if strategy != "fsdp" else []
     model(x).pow(2).sum().backward()
     return {"held": held, "synced": grads()}
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp-sync-each"])
 def test_gradient_sync_off_keeps_the_gradients_local(
     tmp_path: Path, rank_pool: RankPool, strategy: str
 ) -> None:
     """Two ranks with different inputs: with the exchange off (ddp) each keeps its own
     gradient; the next backward pass with it on exchanges the accumulated sum: both ranks
-    then hold the mean over ranks of 2x their own one-pass gradients."""
+    then hold the mean over ranks of 2x their own one-pass gradients. A module sharded to
+    sync each micro-batch exchanges on the first pass too: the ranks already agree, and
+    the second pass adds as much again."""
     from srifty_core.lifetime import free_port
 
     rank_pool.spawn(_ranks_grads, (2, free_port(), strategy, str(tmp_path)), nprocs=2)
@@ -132,6 +157,11 @@ def test_gradient_sync_off_keeps_the_gradients_local(
         assert any(not torch.allclose(a, b) for a, b in zip(r0["held"], r1["held"], strict=True))
         for a, b, s in zip(r0["held"], r1["held"], r0["synced"], strict=True):
             assert torch.allclose(s, a + b, atol=1e-12)  # (2a + 2b) / 2
+    if strategy == "fsdp-sync-each":
+        assert r0["held"] and len(r0["held"]) == len(r0["synced"])
+        for a, b, s in zip(r0["held"], r1["held"], r0["synced"], strict=True):
+            assert torch.allclose(a, b, atol=1e-12)  # exchanged on the first pass
+            assert torch.allclose(s, 2 * a, atol=1e-12)  # the same inputs: as much again
     for a, b in zip(r0["synced"], r1["synced"], strict=True):
         assert torch.allclose(a, b, atol=1e-12)
 

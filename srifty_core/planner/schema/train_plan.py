@@ -161,6 +161,11 @@ class TrainPlan(Strict):
     equal as possible, ``worker.batches.micro_split``), the gradients exchanged once,
     after the last, then one optimizer step: the same step as on the whole local batch, in
     less memory. At most the smallest local batch; a plan file without it is 1."""
+    sync_each_micro_batch: Flag = False
+    """fsdp/hsdp with micro-batches: every micro-batch reduce-scatters its gradients into
+    the sharded ones (no rank keeps an unsharded gradient between micro-batches: the mode a
+    model too large for that takes) instead of once, with the last. The planner sets it
+    where it is the faster mode that fits (``simulator.accumulation``)."""
     extra: Annotated[dict[str, Any], Rule("a mapping")] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
@@ -197,6 +202,11 @@ class TrainPlan(Strict):
                 "micro_batches",
                 f"must be between 1 and the smallest local batch {min(self.local_batches)}, "
                 f"got {self.micro_batches}",
+            )
+        if self.sync_each_micro_batch and self.strategy == "ddp":
+            raise PathError(
+                "sync_each_micro_batch",
+                "ddp replicas keep whole gradients: only fsdp and hsdp shard them",
             )
         if self.precision != "fp32" and self.dtype != "float32":
             raise PathError(
