@@ -135,6 +135,13 @@ def compute_bytes(settings: TrainingSettings) -> int:
     return FP32 if settings.precision == "fp32" else 2
 
 
+def reduce_bytes(settings: TrainingSettings) -> int:
+    """Bytes per element of a gradient FSDP2 reduce-scatters (and hsdp all-reduces): the
+    gradient's own width, float32 under mixed precision (``reduce_dtype=torch.float32``,
+    ``sharding.wrap``) and in fp32, bf16 where the model is (``bf16-true``)."""
+    return STATE_BYTES[settings.precision]
+
+
 def rank_memory(
     model: ModelMemory,
     settings: TrainingSettings,

@@ -135,10 +135,11 @@ class Accumulated:
 
 
 class Fastest:
-    """An ``Estimator``: the fastest of the estimators' answers whose configuration fits
-    (``unfit`` empty), ``first``'s answer where none fits. The others are asked only where
-    ``first``'s answer accumulates or does not fit (one pass fits: every mode is that
-    pass)."""
+    """An ``Estimator``: the fastest (mean iteration, as configurations are ranked) of the
+    estimators' answers whose configuration fits (``unfit`` empty); where none fits, the
+    last one's answer (the mode that needs the least memory: its reason is the real
+    one). The others are asked only where ``first``'s answer accumulates or does not fit
+    (one pass fits: every mode is that pass); a tie goes to the earlier."""
 
     def __init__(self, first: Accumulated, *others: Accumulated) -> None:
         self.first = first
@@ -149,11 +150,12 @@ class Fastest:
         if e.micro_batches <= 1 and not e.unfit:
             return e
         fits = [e] if not e.unfit else []
+        last = e
         for other in self.others:
-            o = other.estimate(workload, config)
-            if not o.unfit:
-                fits.append(o)
-        return min(fits, key=lambda x: x.t_iter) if fits else e
+            last = other.estimate(workload, config)
+            if not last.unfit:
+                fits.append(last)
+        return min(fits, key=lambda x: x.t_iter) if fits else last
 
 
 def plan_estimator(

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from srifty_core.errors import ConfigError
-from srifty_core.sharding.memory import FP32, Strategy, compute_bytes, parse_strategy
+from srifty_core.sharding.memory import Strategy, compute_bytes, parse_strategy, reduce_bytes
 from srifty_core.simulator.estimator import Simulator, _quantiles
 from srifty_core.simulator.exchange import bus_bytes
 from srifty_core.simulator.types import (
@@ -173,7 +173,7 @@ class ShardedSimulator:
         profiles = list(workload.profiles.values())
         units = workload.unit_parameters or (0, max(p.n_parameters for p in profiles))
         gathered = _distinct([n * compute_bytes(profiles[0].settings) for n in units])
-        grads = [n * FP32 for n in units]
+        grads = [n * reduce_bytes(profiles[0].settings) for n in units]
         sim = self.simulator
 
         def rings(inst: SimInstance) -> list[tuple[SimInstance, int]]:
@@ -229,7 +229,7 @@ class ShardedSimulator:
             return hit
         p = workload.profile(groups[0].instance.device_type)
         gathered = [n * compute_bytes(p.settings) for n in units]
-        grads = [n * FP32 for n in units]
+        grads = [n * reduce_bytes(p.settings) for n in units]
         zero = tuple(0.0 for _ in units)
         sim = self.simulator
         sigma = 0.0

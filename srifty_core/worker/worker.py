@@ -163,8 +163,9 @@ def train_step(
     the scaler skips a step whose gradients overflowed (under DDP every rank sees the same
     averaged gradients, so every rank skips alike). With ``micro_batches`` > 1 the batch
     runs as that many slices (``micro_split``), each loss also scaled by its share of the
-    batch, the gradients accumulated and exchanged with the last (``gradient_sync``): the
-    same step, and the same returned loss, as on the whole batch."""
+    batch, the gradients accumulated and exchanged with the last (``gradient_sync``; a
+    module sharded with ``sync_each_micro_batch`` exchanges each): the same step, and the
+    same returned loss, as on the whole batch."""
     opt.zero_grad(set_to_none=True)
     sizes = micro_split(len(batch[0]), micro_batches)
     total: Tensor | None = None

@@ -238,8 +238,10 @@ def test_fastest_takes_the_fastest_answer_that_fits() -> None:
     assert Fastest(held, syncing).estimate(w, cfg).t_iter == 1.5  # type: ignore[arg-type]
     unfit = _Fixed(t_iter=0.1, micro_batches=0, unfit="held back: no room")
     assert Fastest(unfit, syncing).estimate(w, cfg).t_iter == 1.5  # type: ignore[arg-type]
-    none = _Fixed(t_iter=0.2, unfit="no sample")
-    assert Fastest(unfit, none).estimate(w, cfg).unfit == "held back: no room"  # type: ignore[arg-type]
+    # none fits: the last mode's reason (the one that needs the least memory)
+    none = _Fixed(t_iter=0.2, unfit="5 micro-batches needed, more than the smallest 4")
+    said = Fastest(unfit, none).estimate(w, cfg).unfit  # type: ignore[arg-type]
+    assert said == "5 micro-batches needed, more than the smallest 4"
 
 
 def huge_request() -> object:
@@ -287,7 +289,8 @@ def test_a_model_whose_gradients_fill_a_gpu_accumulates_reduce_scattering_each()
     kw = {"model": "dlrm", "size": "tiny", "global_batch": 256, "iterations": 5, "run_dir": "r"}
     train = train_plan_for(
         launches_for(res.request, res.best.choice), strategy=res.strategy,
-        micro_batches=e.micro_batches, sync_each_micro_batch=True, **kw,  # type: ignore[arg-type]
+        micro_batches=e.micro_batches, sync_each_micro_batch=e.sync_each_micro_batch,
+        **kw,  # type: ignore[arg-type]
     )  # fmt: skip
     assert train.sync_each_micro_batch and train.micro_batches == e.micro_batches
 

@@ -166,6 +166,57 @@ def test_gradient_sync_off_keeps_the_gradients_local(
         assert torch.allclose(a, b, atol=1e-12)
 
 
+def _marks(rank: int, world: int, port: int, plan_path: str, out: str) -> None:
+    """Whether the built-in worker's model and a script's ``srifty.wrap`` model are
+    sharded to reduce-scatter every micro-batch, as the plan at ``plan_path`` says."""
+    import os
+    import signal
+
+    import torch.distributed as dist
+
+    from srifty_core.sharding.wrap import SYNC_EACH
+    from srifty_core.worker import user
+    from srifty_core.worker.launch import PLAN_ENV
+    from srifty_core.worker.worker import _build
+
+    p = TrainPlan.load(plan_path)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)  # fmt: skip
+    env = {PLAN_ENV: plan_path, "SRIFTY_PLAN_RANK": str(rank), "SRIFTY_WORLD_SIZE": str(world)}
+    saved_env, saved_term = {k: os.environ.get(k) for k in env}, signal.getsignal(signal.SIGTERM)
+    os.environ.update(env)
+    user.plan.cache_clear()  # a script's process runs one plan: this pool's ranks run many
+    try:
+        workload, _ = _build(p, shard=True)
+        user.init()
+        model = user.wrap(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)))
+        marks = [getattr(workload.module, SYNC_EACH, None), getattr(model, SYNC_EACH, None)]
+        (Path(out) / f"{rank}.json").write_text(json.dumps(marks))
+        del workload, model
+    finally:
+        user.plan.cache_clear()
+        signal.signal(signal.SIGTERM, saved_term)
+        for k, v in saved_env.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("sync_each", [True, False])
+def test_the_worker_and_a_script_shard_in_the_plans_mode(
+    tmp_path: Path, rank_pool: RankPool, sync_each: bool
+) -> None:
+    """A plan's ``sync_each_micro_batch`` reaches the module both trainers shard: the
+    built-in worker's and a script's ``srifty.wrap`` (``gradient_sync`` reads the mark)."""
+    from srifty_core.lifetime import free_port
+
+    run = plan(tmp_path / "run", local_batches=(4, 4), global_batch=8, micro_batches=2,
+               sync_each_micro_batch=sync_each)  # fmt: skip
+    path = str(run.save(tmp_path / "plan.json"))
+    rank_pool.spawn(_marks, (2, free_port(), path, str(tmp_path)), nprocs=2)
+    for r in range(2):
+        assert json.loads((tmp_path / f"{r}.json").read_text()) == [sync_each, sync_each]
+
+
 def test_the_script_api_reads_micro_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

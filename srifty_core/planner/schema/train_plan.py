@@ -159,8 +159,9 @@ class TrainPlan(Strict):
     micro_batches: Count = 1
     """Gradient accumulation: each rank's local batch runs as this many micro-batches (as
     equal as possible, ``worker.batches.micro_split``), the gradients exchanged once,
-    after the last, then one optimizer step: the same step as on the whole local batch, in
-    less memory. At most the smallest local batch; a plan file without it is 1."""
+    after the last (or after each: ``sync_each_micro_batch``), then one optimizer step:
+    the same step as on the whole local batch, in less memory. At most the smallest local
+    batch; a plan file without it is 1."""
     sync_each_micro_batch: Flag = False
     """fsdp/hsdp with micro-batches: every micro-batch reduce-scatters its gradients into
     the sharded ones (no rank keeps an unsharded gradient between micro-batches: the mode a
