@@ -6,9 +6,16 @@ the one-process runs at two batches (``--batches``). Two readings per rank: the 
 during the steps, and what it holds after the optimizer step (the training state: its
 prediction is the state less FSDP's gathered units, which are resharded by then).
 
+With ``--accumulate K``: each sharded layout at the larger batch in K micro-batches, the
+exchange held back to the last (each rank keeps every unsharded gradient: the model's
+``accumulating=True``) and reduce-scattered on every one (``sync_each``), against the
+model at a micro-batch.
+
 Run:  .venv/bin/python benchmarks/sharded_memory.py [--model hf:gpt2] [--size full]
-Writes benchmarks/results/sharded_memory.json. About 2 minutes for gpt2 full on this
-2-core host when quiet (about 3 GB per rank).
+      [--accumulate K]
+Writes benchmarks/results/sharded_memory.json (with --accumulate:
+sharded_memory_accumulate.json). About 2 minutes for gpt2 full on this 2-core host when
+quiet (about 3 GB per rank).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ def main() -> None:
     ap.add_argument("--size", default="full")
     ap.add_argument("--batches", type=int, nargs=2, default=(1, 4))
     ap.add_argument("--layouts", nargs="+", default=["ddp:2", "fsdp:2"])
+    ap.add_argument("--accumulate", type=int, default=0, metavar="K")
     args = ap.parse_args()
     settings = TrainingSettings(optimizer="adamw")
     units = unit_parameters(build(args.model, args.size).module)
@@ -42,6 +50,9 @@ def main() -> None:
     one = [rank_peaks(args.model, args.size, Layout("ddp", 1), b, settings=settings)[0].peak
            for b in (b1, b2)]  # fmt: skip
     per_sample = (one[1] - one[0]) / (b2 - b1)
+    if args.accumulate > 1:
+        accumulate(args, settings, units, per_sample, one)
+        return
     rows = []
     for spec in args.layouts:
         strategy, world = spec.split(":")
@@ -68,6 +79,48 @@ def main() -> None:
             rows.append(row)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(
+        json.dumps(
+            {"model": args.model, "size": args.size, "units": units,
+             "one_process_mib": [round(m / MIB) for m in one],
+             "per_sample_mib": round(per_sample / MIB, 1), "rows": rows},
+            indent=1,
+        )
+    )  # fmt: skip
+
+
+def accumulate(
+    args: argparse.Namespace,
+    settings: TrainingSettings,
+    units: tuple[int, ...],
+    per_sample: float,
+    one: list[int],
+) -> None:
+    """``--accumulate K`` (module doc): both modes per sharded layout, peak and held."""
+    k, batch = args.accumulate, args.batches[1]
+    model = ModelMemory(units, per_sample)
+    rows = []
+    for spec in args.layouts:
+        strategy, world = spec.split(":")
+        layout = Layout(parse_strategy(strategy, "--layouts"), int(world))
+        for sync_each in (False, True):
+            t0 = time.perf_counter()
+            measured = rank_peaks(args.model, args.size, layout, batch, settings=settings,
+                                  micro_batches=k, sync_each=sync_each)  # fmt: skip
+            r = rank_memory(model, settings, layout, -(-batch // k), accumulating=not sync_each)
+            row = {
+                "layout": spec, "batch": batch, "micro_batches": k,
+                "mode": "sync_each" if sync_each else "held_back",
+                "measured_mib": [round(m.peak / MIB) for m in measured],
+                "predicted_mib": round(r.total / MIB),
+                "error": [round(r.total / m.peak - 1, 3) for m in measured],
+                "predicted_gradients_mib": round(r.gradients / MIB),
+                "held_mib": [round(m.held / MIB) for m in measured],
+                "seconds": round(time.perf_counter() - t0, 1),
+            }  # fmt: skip
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    out = OUT.with_name("sharded_memory_accumulate.json")
+    out.write_text(
         json.dumps(
             {"model": args.model, "size": args.size, "units": units,
              "one_process_mib": [round(m / MIB) for m in one],

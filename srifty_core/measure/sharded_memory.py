@@ -13,7 +13,9 @@ the caching allocator's allocated bytes (``max_memory_allocated`` after a peak r
 Parameters, gradients, optimizer states, buffers and activations are all in the peak, with
 what the collectives, FSDP and autograd allocate on the way; the import of torch is not.
 On CUDA, ``precision`` bf16/fp16 runs the loss under ``torch.autocast`` (and FSDP's mixed
-precision policy, ``sharding.wrap``).
+precision policy, ``sharding.wrap``). With ``micro_batches`` k > 1 each step runs its batch
+as k slices (``worker.batches.micro_split``), the exchange held back to the last
+(``sharding.wrap.gradient_sync``) or, with ``sync_each``, on every one.
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ def _rank(
     settings: dict[str, object],
     device_type: str,
     out: str,
+    micro_batches: int = 1,
+    sync_each: bool = False,
 ) -> None:
     import torch
     import torch.distributed as dist
 
-    from srifty_core.sharding.wrap import wrap
+    from srifty_core.sharding.wrap import gradient_sync, wrap
+    from srifty_core.worker.batches import micro_split
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -75,7 +80,7 @@ def _rank(
         workload = build(model, size, seed=0)
         if cuda and train.precision == "bf16-true":
             cast_to_bf16(workload)
-        module = wrap(workload.module.to(device), layout, train, device)
+        module = wrap(workload.module.to(device), layout, train, device, sync_each)
         optimizer = make_optimizer(train, module.parameters(), lr=1e-3)
         data = workload.make_batch(batch, device, seed=rank)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.precision)
@@ -87,13 +92,20 @@ def _rank(
             host_allocator.trim()
             host_allocator.reset_peak_resident()
         losses = []
+        sizes = micro_split(batch, micro_batches)
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                loss = workload._loss(module, data)
-            loss.backward()  # type: ignore[no-untyped-call]
+            lo, total = 0, 0.0
+            for j, m in enumerate(sizes):
+                part = data if len(sizes) == 1 else tuple(t[lo : lo + m] for t in data)
+                lo += m
+                with gradient_sync(module, j == len(sizes) - 1):
+                    with autocast:
+                        loss = workload._loss(module, part) * (m / batch)
+                    loss.backward()  # type: ignore[no-untyped-call]
+                total += float(loss.detach().float().item())
             optimizer.step()
-            losses.append(float(loss.detach().float().item()))
+            losses.append(total)
         if cuda:
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device)
@@ -131,9 +143,11 @@ def rank_peaks(
     settings: TrainingSettings | None = None,
     steps: int = 2,
     device: str = "cpu",
+    micro_batches: int = 1,
+    sync_each: bool = False,
 ) -> list[RankReading]:
     """Each rank's reading (module doc), rank order. ``device``: ``cpu`` or ``cuda`` (one
-    GPU per rank)."""
+    GPU per rank); ``micro_batches`` and ``sync_each`` as a plan's (module doc)."""
     import torch.multiprocessing as mp
 
     if device not in ("cpu", "cuda"):
@@ -152,6 +166,8 @@ def rank_peaks(
                 settings.to_dict(),
                 device,
                 out,
+                micro_batches,
+                sync_each,
             ),
             nprocs=layout.world,
             join=True,
