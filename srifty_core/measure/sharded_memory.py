@@ -14,7 +14,7 @@ Parameters, gradients, optimizer states, buffers and activations are all in the 
 what the collectives, FSDP and autograd allocate on the way; the import of torch is not.
 On CUDA, ``precision`` bf16/fp16 runs the loss under ``torch.autocast`` (and FSDP's mixed
 precision policy, ``sharding.wrap``). With ``micro_batches`` k > 1 each step runs its batch
-as k slices (``worker.batches.micro_split``), the exchange held back to the last
+as k slices (as ``worker.batches.micro_split`` cuts them), the exchange held back to the last
 (``sharding.wrap.gradient_sync``) or, with ``sync_each``, on every one.
 """
 
@@ -62,7 +62,6 @@ def _rank(
     import torch.distributed as dist
 
     from srifty_core.sharding.wrap import gradient_sync, wrap
-    from srifty_core.worker.batches import micro_split
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -92,7 +91,8 @@ def _rank(
             host_allocator.trim()
             host_allocator.reset_peak_resident()
         losses = []
-        sizes = micro_split(batch, micro_batches)
+        # as equal as possible, larger first (the trainer's ``worker.batches.micro_split``)
+        sizes = [batch // micro_batches + (j < batch % micro_batches) for j in range(micro_batches)]
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
             lo, total = 0, 0.0
@@ -153,6 +153,10 @@ def rank_peaks(
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"device: must be 'cpu' or 'cuda', got {device!r}")
     settings = settings or TrainingSettings(optimizer="adamw")
+    if not 1 <= micro_batches <= batch:
+        raise ConfigError(
+            f"micro_batches: must be between 1 and the batch {batch}, got {micro_batches}"
+        )
     with tempfile.TemporaryDirectory(prefix="srifty-peaks-") as out:
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
             _rank,
