@@ -195,6 +195,9 @@ def fit_piecewise(
     ``cv`` (per-point coefficient of variation of the repeats) and ``repeats`` set the noise
     level of each point's mean; ``noise_floor`` bounds it from below. Breakpoints are chosen
     among interior batch sizes; a model never has more parameters than points minus one.
+    A model that predicts no time (<= 0) at batch 1 or a probe loses to one that does not,
+    whatever its score: a profile must take a positive time at every batch (very noisy
+    probes on a loaded host could otherwise tip the first piece below zero).
     """
     xa, ya = _check_xy(x, y)
     n = xa.size
@@ -205,7 +208,8 @@ def fit_piecewise(
         sigma = np.maximum(cva / math.sqrt(max(repeats, 1)), noise_floor)
     w = 1.0 / (ya * sigma)  # whitened relative residuals
     interior = xa[1:-1]
-    best: tuple[float, PiecewiseLinear] | None = None
+    checked = np.concatenate(([min(1.0, float(xa[0]))], xa))
+    best: tuple[bool, float, PiecewiseLinear] | None = None
     for n_knots in range(0, max(0, min(max_knots, n - 3)) + 1):
         for knots in itertools.combinations(interior, n_knots):
             design = _hinge_design(xa, knots)
@@ -213,11 +217,12 @@ def fit_piecewise(
             resid = (design @ coef - ya) * w
             chi2 = float(resid @ resid)
             bic = chi2 + design.shape[1] * math.log(n)
-            if best is None or bic < best[0] - 1e-12:
-                best = (bic, _to_pieces(coef, knots, float(xa[0]), float(xa[-1])))
+            bad = bool(np.any(_hinge_design(checked, knots) @ coef <= 0))
+            if best is None or (bad, bic) < (best[0], best[1] - 1e-12):
+                best = (bad, bic, _to_pieces(coef, knots, float(xa[0]), float(xa[-1])))
     if best is None:  # unreachable: n >= 2 always admits the single line
         raise RuntimeError("no candidate model was fitted")
-    return best[1]
+    return best[2]
 
 
 def budget_batch_sizes(b_max: int, k: int, b_min: int = 1) -> list[int]:
