@@ -77,15 +77,7 @@ def main() -> None:
             }  # fmt: skip
             print(json.dumps(row), flush=True)
             rows.append(row)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(
-        json.dumps(
-            {"model": args.model, "size": args.size, "units": units,
-             "one_process_mib": [round(m / MIB) for m in one],
-             "per_sample_mib": round(per_sample / MIB, 1), "rows": rows},
-            indent=1,
-        )
-    )  # fmt: skip
+    _write(OUT, args, units, one, per_sample, rows)
 
 
 def accumulate(
@@ -119,7 +111,19 @@ def accumulate(
             }  # fmt: skip
             print(json.dumps(row), flush=True)
             rows.append(row)
-    out = OUT.with_name("sharded_memory_accumulate.json")
+    _write(OUT.with_name("sharded_memory_accumulate.json"), args, units, one, per_sample, rows)
+
+
+def _write(
+    out: Path,
+    args: argparse.Namespace,
+    units: tuple[int, ...],
+    one: list[int],
+    per_sample: float,
+    rows: list[dict[str, object]],
+) -> None:
+    """The run's results file: the model, its one-process readings and the rows."""
+    out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
             {"model": args.model, "size": args.size, "units": units,
