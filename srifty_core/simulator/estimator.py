@@ -235,7 +235,7 @@ class Simulator:
         self._u_bw = rng.random((iters, max_types))
         self._busbw_cache: dict[tuple[Any, ...], NDArray[np.float64]] = {}
         self._curve_cache: dict[
-            tuple[str, int, tuple[int, ...], str | None], NDArray[np.float64]
+            tuple[str, int, tuple[int, ...], str | None, int], NDArray[np.float64]
         ] = {}
         self._outside: set[tuple[str, int]] = set()
         self._cap_cache: dict[tuple[str, int], float] = {}
@@ -256,6 +256,7 @@ class Simulator:
         world: int,
         sizes: tuple[int, ...],
         collective: str | None = None,
+        concurrent: int = 1,
     ) -> NDArray[np.float64]:
         """Stand-alone bus bandwidth per bucket: the slowest type's, one batched query.
 
@@ -266,13 +267,16 @@ class Simulator:
         scaled by the mixed-ring factor the probes of such rings measured
         (``_mixed_factors``). ``collective``: the query frame's ``collective`` column
         (``all_reduce``, ``all_gather``, ``reduce_scatter``); ``None`` leaves the column out
-        (DDP's allreduce, as the predictors were first taught)."""
-        key = (tuple(i.name for i in instances), vms, world, sizes, collective)
+        (DDP's allreduce, as the predictors were first taught). ``concurrent``: the
+        collectives of this shape each VM runs at once (the query's ``concurrent`` column;
+        hsdp's rings across VMs, one per rank of a VM), each transfer's own rate."""
+        key = (tuple(i.name for i in instances), vms, world, sizes, collective, concurrent)
         hit = self._busbw_cache.get(key)
         if hit is not None:
             return hit
         worlds = [_ring_world(inst, vms, world, len(instances)) for inst in instances]
-        pred = np.stack(self._curves(list(zip(instances, worlds, strict=True)), sizes, collective))
+        pairs = list(zip(instances, worlds, strict=True))
+        pred = np.stack(self._curves(pairs, sizes, collective, concurrent))
         out: NDArray[np.float64] = pred.min(axis=0)
         if len({inst.name for inst in instances}) > 1:
             out = out * _mixed_factors(self._bw_extras, sizes, _ring(instances, world))
@@ -284,21 +288,29 @@ class Simulator:
         pairs: Sequence[tuple[SimInstance, int]],
         sizes: tuple[int, ...],
         collective: str | None = None,
+        concurrent: int = 1,
     ) -> list[NDArray[np.float64]]:
-        """Per (type, world size): the predicted bus bandwidth at ``sizes``, the mean
+        """Per (type, world size): the predicted bus bandwidth at ``sizes`` with
+        ``concurrent`` such collectives in flight on each VM (``_busbw``), the mean
         transfer's (``_mean_time_factors``; at the type's sustained rate under DDP's
         schedule). What is not cached yet is asked in
         one batched call: a model call costs about the same for 10 rows or 10,000."""
         missing = list(
             {(inst.name, n): (inst, n) for inst, n in pairs
-             if (inst.name, n, sizes, collective) not in self._curve_cache}.values()
+             if (inst.name, n, sizes, collective, concurrent) not in self._curve_cache}.values()
         )  # fmt: skip
         which = {} if collective is None else {"collective": collective}
         if missing:
             import pandas as pd
 
             rows = [
-                {**inst.features, "world_size": n, "buffer_bytes": s, "concurrent": 1, **which}
+                {
+                    **inst.features,
+                    "world_size": n,
+                    "buffer_bytes": s,
+                    "concurrent": concurrent,
+                    **which,
+                }
                 for inst, n in missing
                 for s in sizes
             ]
@@ -321,8 +333,9 @@ class Simulator:
                     curve = curve * float(factor(inst.name, n))
                 if self.calibration is not None:  # what this job measured of its links
                     curve = curve / self.calibration.comm_scale(_comm_key(inst, n))
-                self._curve_cache[(inst.name, n, sizes, collective)] = curve
-        return [self._curve_cache[(inst.name, n, sizes, collective)] for inst, n in pairs]
+                self._curve_cache[(inst.name, n, sizes, collective, concurrent)] = curve
+        cache = self._curve_cache
+        return [cache[(inst.name, n, sizes, collective, concurrent)] for inst, n in pairs]
 
     def prefetch(self, workload: Workload, instances: Sequence[SimInstance], max_vms: int) -> None:
         """Ask the bandwidth model, in one call, about every (type, world size) a search

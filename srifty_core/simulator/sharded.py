@@ -196,7 +196,7 @@ class ShardedSimulator:
             pairs = [pair for i in instances if i.ranks_per_vm == rpv for pair in rings(i)]
             shards = _distinct([x / rpv for x in grads])
             if shards and pairs:
-                sim._curves(pairs, shards, ALL_REDUCE)
+                sim._curves(pairs, shards, ALL_REDUCE, concurrent=rpv)
 
     def _collective_s(
         self,
@@ -206,16 +206,20 @@ class ShardedSimulator:
         sizes: Sequence[float],
         collective: str,
         volume_of: float,
+        concurrent: int = 1,
     ) -> tuple[float, ...]:
         """Seconds of ``collective`` of each buffer of ``sizes`` bytes in a ring of
         ``world`` ranks on ``vms`` VMs: its bus bytes (``volume_of`` of the buffer) at the
-        predictor's bus bandwidth for that size, within the VMs' sustained cap."""
+        predictor's bus bandwidth for that size, within the VMs' sustained cap. With
+        ``concurrent`` such rings at once on each VM (hsdp's, one per rank of a VM), each
+        transfer runs at the rate the predictor gives with that many in flight, and the
+        rings share the cap (the VM's total across concurrent collectives)."""
         sim = self.simulator
         distinct = _distinct(sizes)
         if not distinct:
             return tuple(0.0 for _ in sizes)
-        busbw = sim._busbw(instances, vms, world, distinct, collective)
-        cap = sim._cap(instances, vms, world)
+        busbw = sim._busbw(instances, vms, world, distinct, collective, concurrent)
+        cap = sim._cap(instances, vms, world) / concurrent
         at = {s: min(float(b), cap) for s, b in zip(distinct, busbw, strict=True)}
         return tuple(0.0 if s <= 0 else volume_of * s / at[max(1, round(s))] for s in sizes)
 
@@ -253,10 +257,11 @@ class ShardedSimulator:
             reduce = self._collective_s(instances, s_vms, s_world, grads, REDUCE_SCATTER, f)
             sigma = sim._net_sigma(instances, s_vms, s_world)
             extrapolated = sim._extrapolated(instances, s_vms, s_world)
-        if cross > 1:  # hsdp: each shard all-reduced across the VMs' replicas
+        if cross > 1:  # hsdp: each shard all-reduced across the VMs' replicas, a VM's
+            # `shard` rings at once over its one network
             shards = [x / shard for x in grads]
             f = bus_bytes(1.0, cross)
-            across = self._collective_s(instances, vms, world, shards, ALL_REDUCE, f)
+            across = self._collective_s(instances, vms, world, shards, ALL_REDUCE, f, shard)
             reduce = tuple(a + b for a, b in zip(reduce, across, strict=True))
             sigma = max(sigma, sim._net_sigma(instances, vms, world))
             extrapolated = tuple(sorted({*extrapolated, *sim._extrapolated(instances, vms, world)}))

@@ -124,6 +124,47 @@ def test_hsdp_adds_the_allreduce_across_vms_and_needs_equal_vms() -> None:
         sharded.estimate(w, config((inst("g4", "T4", ranks=4), 1, 32), (inst("g2", "T4", 2), 1, 8)))
 
 
+class Shared:
+    """A VM's network of ``rate`` bytes/s shared by the collectives in flight on it
+    (each transfer at ``rate / concurrent``), within a cap of ``cap`` in all; the
+    gathers and reduce-scatters inside a VM free (their busbw ``inside``)."""
+
+    def __init__(self, rate: float, cap: float = math.inf, inside: float = 1e18) -> None:
+        self.rate, self.cap, self.inside = rate, cap, inside
+        self.concurrent: list[int] = []
+
+    def predict(self, features: pd.DataFrame) -> np.ndarray:
+        if features["collective"].iloc[0] != "all_reduce":
+            return np.full(len(features), self.inside)
+        self.concurrent += features["concurrent"].tolist()
+        return self.rate / features["concurrent"].to_numpy(dtype=float)
+
+    def bandwidth_cap(self, instance_type: str, world_size: int) -> float:
+        return self.cap
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_hsdp_rings_across_vms_share_each_vms_network(ranks: int) -> None:
+    # each of a VM's `ranks` ranks all-reduces its shard (1/ranks of the gradients) across
+    # the VMs at once, over the one network: together they take as long as one ring
+    # carrying the whole gradients would, not 1/ranks of it
+    grads = 40_000_000  # bytes of the unit's gradients (10 M float32 parameters)
+    w = _workload((0, 10_000_000))
+    cfg = config((inst("g", "T4", ranks=ranks), 2, 8 * ranks))
+    shared = Shared(rate=1e9)
+    sharded = ShardedSimulator(Simulator(shared), "hsdp")
+    comm = sharded._comm(w, cfg, sharded.units(w, cfg))
+    assert set(shared.concurrent) == {ranks}
+    # a ring of 2 VMs moves 2 (2-1)/2 = 1x its buffer: ranks x (grads / ranks) at 1 GB/s
+    assert comm.reduce[1] == pytest.approx(grads / 1e9, rel=1e-6)
+    # where the cap binds, the rings share it: the same time at a cap of 1 GB/s in all,
+    # after the reduce-scatter inside the VM ((ranks - 1) / ranks of the buffer, capped too)
+    capped = ShardedSimulator(Simulator(Shared(rate=1e12, cap=1e9)), "hsdp")
+    comm = capped._comm(w, cfg, capped.units(w, cfg))
+    inside = (ranks - 1) / ranks * grads / 1e9
+    assert comm.reduce[1] == pytest.approx(inside + grads / 1e9, rel=1e-6)
+
+
 def test_ddp_is_not_a_sharded_strategy() -> None:
     with pytest.raises(ConfigError, match="strategy"):
         ShardedSimulator(Simulator(ByCollective({None: 1e9})), "ddp")
