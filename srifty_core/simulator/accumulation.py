@@ -118,6 +118,13 @@ class Accumulated:
             return e
         micro = micro_config(config, k)
         last = estimate(workload, micro)
+        if last.unfit:  # it cannot run (an hsdp mix of unequal VMs has no micro-batch schedule)
+            return dataclasses.replace(
+                last,
+                global_batch=config.global_batch,
+                micro_batches=k,
+                sync_each_micro_batch=self.sync_each,
+            )
         extra = (k - 1) * self.earlier_s(workload, micro)
         return dataclasses.replace(
             last,

@@ -5,10 +5,15 @@ fits gets none; the plan's micro-batches reach the training plan."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from srifty_core.catalog.types import Market
 from srifty_core.planner import fit
+from srifty_core.planner.request import Offer
 from srifty_core.planner.search import plan
+from srifty_core.planner.strategies import accumulated
 from srifty_core.simulator.accumulation import (
     Accumulated,
     Fastest,
@@ -18,10 +23,11 @@ from srifty_core.simulator.accumulation import (
 )
 from srifty_core.simulator.estimator import Simulator
 from srifty_core.simulator.sharded import ShardedSimulator, schedule
-from srifty_core.simulator.types import Workload
+from srifty_core.simulator.types import ClusterConfig, Group, Workload
 from tests.planner.test_strategies import (
     BF16_ADAMW,
     FOUR,
+    GIB,
     ONE,
     big_request,
     big_workload,
@@ -316,3 +322,25 @@ def test_where_both_modes_fit_each_configuration_takes_the_faster() -> None:
     picked = est.estimate(req.workload, cfg)
     assert picked.t_iter == min(m.t_iter for m in modes)
     assert res.best.estimate.sync_each_micro_batch == picked.sync_each_micro_batch
+
+
+def test_hsdp_in_micro_batches_skips_vms_of_unequal_gpus_without_failing_the_plan() -> None:
+    # hsdp needs one shard group per VM; a mix of 4- and 2-GPU VMs is no hsdp
+    # configuration. In micro-batches the estimate once priced the earlier micro-batches'
+    # collectives before asking whether the configuration could run, and the sharded
+    # simulator's refusal ("every VM needs as many ranks") ended the whole search.
+    two = dataclasses.replace(FOUR, name="g5.24xlarge", ranks_per_vm=2, features={
+        "instance_type": "g5.24xlarge"})  # fmt: skip
+    offers = (
+        Offer(FOUR, Market.ON_DEMAND, quota=2, usd_per_hour=5.7),
+        Offer(two, Market.ON_DEMAND, quota=1, usd_per_hour=3.0),
+    )
+    r = big_request(offers=offers, global_batch=512, strategy="hsdp")
+    assert two.gpu_memory_bytes == 24 * GIB
+    req, estimator = accumulated(r, "hsdp", simulator())
+    mixed = ClusterConfig((Group(FOUR, 2, 4 * 64), Group(two, 1, 2 * 64)))
+    e = estimator.estimate(req.workload, mixed)
+    assert "every VM needs as many GPUs" in e.unfit, e.unfit
+    res = plan(r, simulator())
+    assert res.best is not None and res.micro_batches > 1
+    assert {o for o, _, _ in res.best.choice} == {0}  # the 4-GPU VMs alone
