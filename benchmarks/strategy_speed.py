@@ -12,7 +12,9 @@ Two sets, one XGBoost bandwidth model fitted on an emulated probe sweep of the t
   ``ddp`` has no plan; ``auto`` against ``fsdp`` pinned.
 
 The reference (``ddp``, ``fsdp``) runs again after ``auto``: its ratio to the first run is
-the noise floor of the ratios.
+the noise floor of the ratios. For the decoder, ``auto`` also runs without the search on
+fewer VMs in micro-batches (``planner.strategies.fewer_vms`` replaced, here only, by one
+that finds nothing): what that search gains on the objective, and costs in time.
 
 Times are wall-clock on a shared machine: read the ratios.
 Run:  .venv/bin/python benchmarks/strategy_speed.py [--requests 24] [--seed 0]
@@ -69,6 +71,25 @@ def decoder_requests(n: int, seed: int) -> list[Any]:
     return out
 
 
+def objective_value(r: Any, res: Any) -> float | None:
+    best = res.best
+    if best is None:
+        return None
+    return float(best.cost_usd if r.objective.value == "cost" else best.time_s)
+
+
+def without_fewer_vms(r: Any, sim: Any) -> tuple[float, Any]:
+    """``timed`` with ``fewer_vms`` finding nothing (the search before it)."""
+    from srifty_core.planner import strategies
+
+    real = strategies.fewer_vms
+    strategies.fewer_vms = lambda *_args: []  # type: ignore[assignment]
+    try:
+        return timed(r, sim)
+    finally:
+        strategies.fewer_vms = real
+
+
 def timed(r: Any, sim: Any) -> tuple[float, Any]:
     from srifty_core.planner.search import plan
 
@@ -120,6 +141,8 @@ def main() -> None:
         t_fsdp, _ = timed(dataclasses.replace(r, strategy="fsdp"), Simulator(bw))
         t_auto, auto = timed(r, Simulator(bw))
         t_again, _ = timed(dataclasses.replace(r, strategy="fsdp"), Simulator(bw))
+        t_before, before = without_fewer_vms(r, Simulator(bw))
+        now, then = objective_value(r, auto), objective_value(r, before)
         rows.append(
             {
                 "fsdp_s": t_fsdp,
@@ -128,9 +151,26 @@ def main() -> None:
                 "strategy": auto.strategy,
                 "method": auto.method,
                 "feasible": auto.best is not None,
+                "objective": r.objective.value,
+                "micro_batches": auto.micro_batches,
+                "without_fewer_vms_s": t_before,
+                "fewer_vms_gain": None if now is None or then is None else now / then - 1,
             }
         )
     report["sets"]["decoder"] = summary("decoder", rows, "fsdp_s")
+    gains = [x["fewer_vms_gain"] for x in rows if x["fewer_vms_gain"] is not None]
+    better = [g for g in gains if g < -1e-9]
+    report["sets"]["decoder"]["fewer_vms"] = {
+        "improved": len(better),
+        "worse": sum(g > 1e-9 for g in gains),
+        "of": len(gains),
+        "median_gain_improved": statistics.median(better) if better else 0.0,
+        "best_gain": min(gains, default=0.0),
+        "time_ratio_total": sum(x["auto_s"] for x in rows)
+        / sum(x["without_fewer_vms_s"] for x in rows),
+    }
+    fewer = report["sets"]["decoder"]["fewer_vms"]
+    print(f"decoder, the search on fewer VMs in micro-batches: {fewer}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
 

@@ -344,3 +344,20 @@ def test_hsdp_in_micro_batches_skips_vms_of_unequal_gpus_without_failing_the_pla
     res = plan(r, simulator())
     assert res.best is not None and res.micro_batches > 1
     assert {o for o, _, _ in res.best.choice} == {0}  # the 4-GPU VMs alone
+
+
+def test_a_sharded_plan_is_also_searched_on_fewer_vms_in_micro_batches() -> None:
+    # big_request's decoder under fsdp: 2 g5.12xlarge hold the global batch of 128 at once
+    # (38 a GPU), one only in micro-batches (28 a GPU at once), exchanging nothing across VMs
+    from srifty_core.planner.search import plan_one
+    from srifty_core.planner.strategies import fewer_vms, holds
+
+    r = big_request(global_batch=128, offers=big_request().offers[1:], strategy="fsdp")
+    assert holds(r, "fsdp") >= 128 > 4 * fit.b_max(r.workload, FOUR, "fsdp", 4)
+    sim = simulator()
+    found = fewer_vms(r, "fsdp", sim, plan_one)
+    assert len(found) == 1 and found[0].best is not None
+    best = found[0].best
+    assert best.vms == 1 and best.estimate.micro_batches > 1
+    chosen = plan(r, sim)
+    assert chosen.best is not None and chosen.best.time_s <= best.time_s

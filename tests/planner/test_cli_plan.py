@@ -229,6 +229,14 @@ def test_the_readme_model_larger_than_one_gpu_plans_sharded_and_writes_its_strat
     assert plan.strategy == strategy[1] and plan.world_size == int(strategy[2])
     if plan.strategy == "hsdp":
         assert 1 < plan.ranks_per_vm < plan.world_size
+    # the plan the README names, in its micro-batches: one VM's GPUs in micro-batches
+    # beat two VMs in one pass (the sharded search on fewer VMs, planner.strategies)
+    named = re.search(r"answers `(\S+)`\s+with \"Strategy (\w+)", section)
+    assert named is not None and said.startswith(named[1] + "/"), said
+    assert named[2] == plan.strategy
+    k = re.search(r"(\d+) micro-batches per step on fewer VMs", said)
+    assert k is not None and f"{k[1]} micro-batches per step on fewer VMs" in section, said
+    assert plan.micro_batches == int(k[1]) and plan.sync_each_micro_batch
 
 
 @pytest.mark.slow
