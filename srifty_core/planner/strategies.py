@@ -306,9 +306,15 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         offered = [o for o in req.offers if o.quota > 0]
         most_vms = min(sum(o.quota for o in offered), req.global_batch)
         checked.sharded.prefetch(req.workload, [o.instance for o in offered], most_vms)
-        at_once = search(req, checked)
-        fewer = [r for r in fewer_vms(request, s, sim, search) if r.best is not None]
-        results[s] = _tag(min([at_once, *fewer], key=lambda r: _rank(request, r)), s, "")
+        searched = [search(req, checked), *fewer_vms(request, s, sim, search)]
+        won = min(searched, key=lambda r: _rank(request, r))
+        won = dataclasses.replace(  # what the searches did in all
+            won,
+            evaluated=sum(r.evaluated for r in searched),
+            space_size=sum(r.space_size for r in searched),
+            solve_s=sum(r.solve_s for r in searched),
+        )
+        results[s] = _tag(won, s, "")
     if not results:
         raise ConfigError(
             "strategy: no strategy can hold the global batch: "
