@@ -14,23 +14,24 @@ some offer hold local batches ddp cannot (otherwise it is the same configuration
 more to exchange); ties go to ddp. A strategy whose quotas cannot hold the global batch
 at once is searched with every local batch allowed, each configuration in the fewest
 micro-batches that fit (``accumulated``; ``simulator.accumulation``). A sharded strategy
-that holds it at once is also searched on fewer VMs of each offer alone than hold it at
-once, in micro-batches (``fewer_vms``): one VM in micro-batches exchanges nothing across
-VMs, and can be cheaper and faster than two in one pass; the better plan wins. ddp gets
-micro-batches only where the batch does not fit. An estimator that is not a ``Simulator`` nor
-wraps one as ``inner`` (the analytical APM) plans ddp only, without micro-batches.
+that holds it at once is also searched on fewer VMs of each multi-GPU offer alone than
+hold it at once, in micro-batches (``fewer_vms``): one VM in micro-batches exchanges
+nothing across VMs, and can be cheaper and faster than two in one pass; the better plan
+wins (``merged``). ddp gets micro-batches only where the batch does not fit. An
+estimator that is not a ``Simulator`` nor wraps one as ``inner`` (the analytical APM)
+plans ddp only, without micro-batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from srifty_core.errors import ConfigError
 from srifty_core.planner import fit
 from srifty_core.planner.request import Objective, PlanRequest
-from srifty_core.planner.result import PlanResult, rank_key
+from srifty_core.planner.result import Candidate, PlanResult, frontier, miss_ratio, rank_key
 from srifty_core.planner.space import gpu_batches
 from srifty_core.sharding.memory import USABLE, Strategy
 from srifty_core.simulator.accumulation import (
@@ -156,13 +157,21 @@ def accumulated(
 def fewer_vms(
     request: PlanRequest, strategy: Strategy, sim: Simulator, search: Search
 ) -> list[PlanResult]:
-    """``strategy``'s plans in micro-batches on fewer VMs than hold the global batch at
-    once, each offer alone (its quota cut to one VM fewer than the fewest that hold it; an
-    offer that holds it on one VM, or not at all, is skipped): ``accumulated``'s search of
-    each. Mixes of offers in micro-batches are not searched."""
+    """``strategy``'s plans on fewer VMs of one offer than hold the global batch at once,
+    in micro-batches: ``accumulated``'s search of each offer of more than one GPU a VM alone,
+    its quota cut to one VM fewer than the fewest that hold the batch at once (its whole
+    quota where even that does not; skipped where one VM does). On such VMs a shard group
+    has peers inside the VM, and fewer VMs exchange less across them. Not searched: offers of
+    one GPU a VM (fewer of them in micro-batches is ddp's trade of hours for VMs, which the
+    method's search does not make), mixes of offers, and hsdp where fsdp is searched too
+    (hsdp on one VM is fsdp on it)."""
+    if strategy == "hsdp" and "fsdp" in request.strategies:
+        return []
     w, out = request.workload, []
     for i, o in enumerate(request.offers):
         per_vm = o.instance.ranks_per_vm
+        if per_vm < 2:
+            continue
         fewest = next(
             (n for n in range(1, o.quota + 1)
              if n * per_vm * fit.b_max(w, o.instance, strategy, n * per_vm)
@@ -182,6 +191,37 @@ def fewer_vms(
             continue
         out.append(search(req, estimator))
     return out
+
+
+def merged(request: PlanRequest, results: Sequence[PlanResult], runners_up: int = 3) -> PlanResult:
+    """One result of several searches of one strategy: the best of their plans, the next
+    ones as runners-up, the frontier of every configuration evaluated, the nearest misses
+    where none has a plan, and what they did in all (configurations, space, seconds)."""
+    won = min(results, key=lambda r: _rank(request, r))
+    seen: dict[tuple[Any, ...], Candidate] = {}
+    for r in results:  # a configuration two searches met: the answer where it can run
+        ran = (*r.candidates, *r.frontier, *r.runners_up, *r.nearest_misses)
+        for c in (*ran, *((r.best,) if r.best is not None else ())):
+            if c.choice not in seen or (seen[c.choice].estimate.unfit and not c.estimate.unfit):
+                seen[c.choice] = c
+    everything = list(seen.values())
+    plans = sorted(
+        {c.choice: c for r in results for c in (r.best, *r.runners_up) if c is not None}.values(),
+        key=lambda c: rank_key(request.objective, c),
+    )
+    misses = sorted(
+        (m for r in results for m in r.nearest_misses), key=lambda c: miss_ratio(request, c)
+    )
+    return dataclasses.replace(
+        won,
+        evaluated=sum(r.evaluated for r in results),
+        space_size=sum(r.space_size for r in results),
+        solve_s=sum(r.solve_s for r in results),
+        frontier=tuple(frontier(everything)),
+        runners_up=tuple(plans[1 : 1 + runners_up]) if won.best is not None else (),
+        nearest_misses=tuple(misses[:3]) if won.best is None else won.nearest_misses,
+        candidates=tuple(everything),
+    )
 
 
 def no_micro_batch(
@@ -276,6 +316,7 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         return _tag(r, "ddp", why)
     results: dict[Strategy, PlanResult] = {}
     notes: dict[Strategy, str] = {}
+    notes_micro: dict[Strategy, str] = {}  # a plan on fewer VMs in micro-batches: why
     ddp_request: PlanRequest | None = None
     for s in allowed:
         if s == "hsdp" and all(o.instance.ranks_per_vm == 1 for o in request.offers):
@@ -306,14 +347,18 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
         offered = [o for o in req.offers if o.quota > 0]
         most_vms = min(sum(o.quota for o in offered), req.global_batch)
         checked.sharded.prefetch(req.workload, [o.instance for o in offered], most_vms)
-        searched = [search(req, checked), *fewer_vms(request, s, sim, search)]
-        won = min(searched, key=lambda r: _rank(request, r))
-        won = dataclasses.replace(  # what the searches did in all
-            won,
-            evaluated=sum(r.evaluated for r in searched),
-            space_size=sum(r.space_size for r in searched),
-            solve_s=sum(r.solve_s for r in searched),
-        )
+        at_once = search(req, checked)
+        fewer = fewer_vms(request, s, sim, search)
+        won = merged(request, [at_once, *fewer])
+        if won.micro_batches > 1 and won.best is not None:
+            n = won.best.choice[0][1]
+            offer = request.offers[won.best.choice[0][0]].instance.name
+            notes_micro[s] = (
+                f"; {won.micro_batches} micro-batches per step on {n} {offer}, fewer than "
+                f"hold the global batch of {request.global_batch} at once: "
+                + ("it beat the best plan in one pass" if at_once.best is not None
+                   else "no plan in one pass meets the limits")
+            )  # fmt: skip
         results[s] = _tag(won, s, "")
     if not results:
         raise ConfigError(
@@ -329,7 +374,8 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
     ranked = sorted(results.items(), key=key)
     s, best = ranked[0]
     if pinned:
-        return _tag(best, s, f"{s}: pinned by the request" + _micro(request, best, s))
+        why = notes_micro.get(s) or _micro(request, best, s)
+        return _tag(best, s, f"{s}: pinned by the request" + why)
     if best.best is None:
         reason = f"{s}: nothing meets the limits under any strategy"
     else:
@@ -346,7 +392,7 @@ def choose(request: PlanRequest, estimator: Estimator, search: Search) -> PlanRe
             )
         parts += [f"{t}: {n}" for t, n in notes.items() if n != SAME]
         reason = f"{where}: " + ("; ".join(parts) if parts else "the only strategy searched")
-    return _tag(best, s, reason + _micro(request, best, s))
+    return _tag(best, s, reason + (notes_micro.get(s) or _micro(request, best, s)))
 
 
 def _rank(request: PlanRequest, result: PlanResult) -> tuple[Any, ...]:
@@ -360,11 +406,6 @@ def _micro(request: PlanRequest, result: PlanResult, strategy: Strategy) -> str:
     k = 1 if result.best is None else result.best.estimate.micro_batches
     if k <= 1:
         return ""
-    if holds(request, strategy) >= request.global_batch:
-        return (
-            f"; {k} micro-batches per step on fewer VMs than hold the global batch of "
-            f"{request.global_batch} at once (it beat the best {strategy} plan in one pass)"
-        )
     return (
         f"; {k} micro-batches per step: the quotas hold at most "
         f"{holds(request, strategy)} samples at once under {strategy}, the global batch is "

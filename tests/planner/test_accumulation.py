@@ -1,7 +1,8 @@
 """Gradient accumulation in planning (issue 50 item 1): the simulated iteration with k
 micro-batches is k micro-batch passes and one exchange (hand-checked cases); a request
 whose global batch the quotas hold only in micro-batches gets a plan with them, one that
-fits gets none; the plan's micro-batches reach the training plan."""
+fits gets none under ddp, and under fsdp is also searched on fewer VMs in micro-batches;
+the plan's micro-batches reach the training plan."""
 
 from __future__ import annotations
 
@@ -329,8 +330,8 @@ def test_hsdp_in_micro_batches_skips_vms_of_unequal_gpus_without_failing_the_pla
     # configuration. In micro-batches the estimate once priced the earlier micro-batches'
     # collectives before asking whether the configuration could run, and the sharded
     # simulator's refusal ("every VM needs as many ranks") ended the whole search.
-    two = dataclasses.replace(FOUR, name="g5.24xlarge", ranks_per_vm=2, features={
-        "instance_type": "g5.24xlarge"})  # fmt: skip
+    two = dataclasses.replace(FOUR, name="two-gpu", ranks_per_vm=2, features={
+        "instance_type": "two-gpu"})  # fmt: skip
     offers = (
         Offer(FOUR, Market.ON_DEMAND, quota=2, usd_per_hour=5.7),
         Offer(two, Market.ON_DEMAND, quota=1, usd_per_hour=3.0),
@@ -348,16 +349,29 @@ def test_hsdp_in_micro_batches_skips_vms_of_unequal_gpus_without_failing_the_pla
 
 def test_a_sharded_plan_is_also_searched_on_fewer_vms_in_micro_batches() -> None:
     # big_request's decoder under fsdp: 2 g5.12xlarge hold the global batch of 128 at once
-    # (38 a GPU), one only in micro-batches (28 a GPU at once), exchanging nothing across VMs
+    # (38 a GPU), one only in micro-batches (28 a GPU at once); for cost, one VM in 2
+    # micro-batches wins (no exchange across VMs), and the plan in one pass is its runner-up
+    from srifty_core.planner.request import Objective
     from srifty_core.planner.search import plan_one
-    from srifty_core.planner.strategies import fewer_vms, holds
+    from srifty_core.planner.strategies import FitChecked, fewer_vms, holds, sharded_request
 
     r = big_request(global_batch=128, offers=big_request().offers[1:], strategy="fsdp")
+    r = dataclasses.replace(r, objective=Objective.COST)
     assert holds(r, "fsdp") >= 128 > 4 * fit.b_max(r.workload, FOUR, "fsdp", 4)
     sim = simulator()
-    found = fewer_vms(r, "fsdp", sim, plan_one)
-    assert len(found) == 1 and found[0].best is not None
-    best = found[0].best
-    assert best.vms == 1 and best.estimate.micro_batches > 1
-    chosen = plan(r, sim)
-    assert chosen.best is not None and chosen.best.time_s <= best.time_s
+    (found,) = fewer_vms(r, "fsdp", sim, plan_one)
+    assert found.best is not None and found.best.vms == 1
+    res = plan(r, sim)
+    assert res.best is not None and res.best.label == found.best.label
+    assert res.micro_batches > 1 and res.best.vms == 1
+    assert "micro-batches per step on 1 g5.12xlarge, fewer than hold" in res.strategy_reason
+    assert [(c.vms, c.estimate.micro_batches) for c in res.runners_up][:1] == [(2, 1)]
+    assert res.runners_up[0].cost_usd > res.best.cost_usd
+    at_once = plan_one(sharded_request(r, "fsdp"), FitChecked(sim, "fsdp", r.workload))
+    assert res.evaluated == at_once.evaluated + found.evaluated
+    # offers of one GPU a VM and hsdp beside fsdp are not searched on fewer VMs
+    assert fewer_vms(big_request(global_batch=128, strategy="fsdp"), "fsdp", sim, plan_one)
+    assert not fewer_vms(
+        big_request(global_batch=128, offers=big_request().offers[:1]), "fsdp", sim, plan_one
+    )
+    assert not fewer_vms(big_request(global_batch=128), "hsdp", sim, plan_one)

@@ -165,6 +165,20 @@ def test_hsdp_rings_across_vms_share_each_vms_network(ranks: int) -> None:
     assert comm.reduce[1] == pytest.approx(inside + grads / 1e9, rel=1e-6)
 
 
+def test_hsdp_prefetch_asks_what_its_estimates_read() -> None:
+    # the planner prefetches every curve a search can touch: an estimate after it finds
+    # its concurrent rings' curves cached (no model call of its own)
+    w = _workload((0, 10_000_000))
+    shared = Shared(rate=1e9)
+    sharded = ShardedSimulator(Simulator(shared), "hsdp")
+    four = inst("g", "T4", ranks=4)
+    sharded.prefetch(w, [four], 3)
+    asked = len(shared.concurrent)
+    for vms in (2, 3):
+        sharded.estimate(w, config((four, vms, 32)))
+    assert asked > 0 and len(shared.concurrent) == asked
+
+
 def test_ddp_is_not_a_sharded_strategy() -> None:
     with pytest.raises(ConfigError, match="strategy"):
         ShardedSimulator(Simulator(ByCollective({None: 1e9})), "ddp")
