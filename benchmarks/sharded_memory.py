@@ -54,16 +54,14 @@ def main() -> None:
         accumulate(args, settings, units, per_sample, one)
         return
     rows = []
-    for spec in args.layouts:
-        strategy, world = spec.split(":")
-        layout = Layout(parse_strategy(strategy, "--layouts"), int(world))
+    for spec, layout in _layouts(args):
         for b in (b1, b2):
             t0 = time.perf_counter()
             measured = rank_peaks(args.model, args.size, layout, b, settings=settings)
             model = ModelMemory(units, per_sample)
             r = rank_memory(model, settings, layout, b)
             held = r.parameters + r.gradients + r.optimizer
-            if strategy == "ddp":
+            if layout.strategy == "ddp":
                 held += r.communication  # DDP's buckets stay; FSDP's units are resharded
             row = {
                 "layout": spec, "batch": b,
@@ -91,9 +89,7 @@ def accumulate(
     k, batch = args.accumulate, args.batches[1]
     model = ModelMemory(units, per_sample)
     rows = []
-    for spec in args.layouts:
-        strategy, world = spec.split(":")
-        layout = Layout(parse_strategy(strategy, "--layouts"), int(world))
+    for spec, layout in _layouts(args):
         for sync_each in (False, True):
             t0 = time.perf_counter()
             measured = rank_peaks(args.model, args.size, layout, batch, settings=settings,
@@ -112,6 +108,15 @@ def accumulate(
             print(json.dumps(row), flush=True)
             rows.append(row)
     _write(OUT.with_name("sharded_memory_accumulate.json"), args, units, one, per_sample, rows)
+
+
+def _layouts(args: argparse.Namespace) -> list[tuple[str, Layout]]:
+    """``--layouts`` as given (``strategy:world``), each with its ``Layout``."""
+    out = []
+    for spec in args.layouts:
+        strategy, world = spec.split(":")
+        out.append((spec, Layout(parse_strategy(strategy, "--layouts"), int(world))))
+    return out
 
 
 def _write(
