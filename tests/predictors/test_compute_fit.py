@@ -169,3 +169,20 @@ def test_noisy_probes_never_give_a_pass_that_takes_no_time() -> None:
     y = [0.00627, 0.00277, 0.01369, 0.00534]
     pw = fit_piecewise(x, y, cv=[0.27, 0.102, 0.05, 0.22], repeats=4)
     assert all(float(pw(b)) > 0 for b in (1, 2, 3, 4, 8))
+
+
+def test_three_noisy_probes_whose_only_line_falls_below_zero_are_refit_positive() -> None:
+    """Three probes admit only a line; in a CI run the tiny BERT's backward (1.28, 0.82 and
+    5.9 ms at batches 1, 4 and 8) was fitted through -1.6 ms at batch 1, and the profile
+    written was one its own store refused. The line is refit with batch 1 held at the
+    least the probes allow: the smallest probe's time per sample."""
+    x = [1, 4, 8]
+    mean = np.array([1.2779e-3, 0.8152e-3, 5.9249e-3])
+    std = np.array([0.6368e-3, 0.0589e-3, 0.5810e-3])
+    fit = fit_piecewise(x, mean, cv=std / mean, repeats=2)
+    assert all(float(fit(b)) > 0 for b in range(1, 9)), fit
+    assert float(fit(1)) >= mean[0] * (1 - 1e-9)
+    assert all(s >= 0 for s in fit.slopes)
+    # probed from batch 2 up, the floor at batch 1 is the time per sample at batch 2
+    fit2 = fit_piecewise([2, 4, 8], mean, cv=std / mean, repeats=2)
+    assert float(fit2(1)) >= mean[0] / 2 * (1 - 1e-9)
