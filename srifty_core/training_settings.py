@@ -24,7 +24,7 @@ parameters, gradients and optimizer states) on GPUs; ``bf16-true`` (Lightning's 
 the model cast to bf16 (``model.to(torch.bfloat16)``), so parameters, gradients,
 optimizer states and activations are all 2-byte, with no autocast and no float32 copy.
 CPU workers compute in the plan's dtype whatever the precision (``worker.placement``). The
-one list: a plan's (``worker.batches``) and a profile's."""
+one list: a train plan's and a profile's."""
 AUTOCAST = ("fp16", "bf16")
 """The precisions run under autocast: float32 parameters, gradients and optimizer states,
 2-byte outputs where autocast lowers an operator."""

@@ -404,7 +404,7 @@ def test_every_cli_module_is_a_lazy_importer() -> None:
 # independent) does not hold for today's names, nor for all of the target's (paths imports
 # errors; the demo imports the case studies).
 _PACKAGE_LAYERS = (
-    ("L0 base", "errors paths training_settings atomic outputs lifetime worker_env"
+    ("L0 base", "errors paths training_settings batches atomic outputs lifetime worker_env"
      " host_allocator noise plotting console"),
     # tracking: every MLflow call (store, runs, registry; it imports paths and errors
     # only); the modules that log to MLflow sit above it and call it

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from srifty_core.atomic import write_text_atomic
+from srifty_core.batches import micro_batches_for
 from srifty_core.catalog.types import Market
 from srifty_core.cloud.base import Allocation, InstanceState, LaunchRequest, ProviderError
 from srifty_core.cloud.local import LOCAL_CPU, TERM_GRACE_S, LocalProvider
@@ -54,7 +55,6 @@ from srifty_core.jobs.replanner import Replanner
 from srifty_core.lifetime import caller_env
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
-from srifty_core.worker.batches import micro_batches_for
 from srifty_core.worker.checkpoint import check_resumable, checkpoint_iteration
 from srifty_core.worker.launch import launch_argv
 

@@ -14,7 +14,7 @@ Parameters, gradients, optimizer states, buffers and activations are all in the 
 what the collectives, FSDP and autograd allocate on the way; the import of torch is not.
 On CUDA, ``precision`` bf16/fp16 runs the loss under ``torch.autocast`` (and FSDP's mixed
 precision policy, ``sharding.wrap``). With ``micro_batches`` k > 1 each step runs its batch
-as k slices (as ``worker.batches.micro_split`` cuts them), the exchange held back to the last
+as k slices (``batches.micro_split``), the exchange held back to the last
 (``sharding.wrap.gradient_sync``) or, with ``sync_each``, on every one.
 """
 
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srifty_core import host_allocator
+from srifty_core.batches import micro_split
 from srifty_core.errors import ConfigError, SriftyError
 from srifty_core.lifetime import free_port
 from srifty_core.sharding.memory import Layout
@@ -91,8 +92,7 @@ def _rank(
             host_allocator.trim()
             host_allocator.reset_peak_resident()
         losses = []
-        # as equal as possible, larger first (the trainer's ``worker.batches.micro_split``)
-        sizes = [batch // micro_batches + (j < batch % micro_batches) for j in range(micro_batches)]
+        sizes = micro_split(batch, micro_batches)  # the trainer's split
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
             lo, total = 0, 0.0

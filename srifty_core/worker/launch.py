@@ -17,10 +17,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from srifty_core.batches import loss_scale
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller
 from srifty_core.planner.schema.train_plan import TrainPlan
-from srifty_core.worker.batches import loss_scale
 from srifty_core.worker.placement import plan_rank
 
 PLAN_ENV = "SRIFTY_PLAN"

@@ -84,6 +84,7 @@ import torch
 import torch.distributed as dist
 
 from srifty_core import host_allocator
+from srifty_core.batches import micro_split
 from srifty_core.errors import ConfigError
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs import store as run_store
@@ -97,7 +98,6 @@ from srifty_core.runs.progress import (
 )
 from srifty_core.sharding.wrap import gradient_sync as gradient_sync
 from srifty_core.sharding.wrap import wrap as shard
-from srifty_core.worker.batches import micro_split
 from srifty_core.worker.checkpoint import checkpoint_iteration, latest
 from srifty_core.worker.checkpoint import load_checkpoint as _load
 from srifty_core.worker.checkpoint import save_checkpoint as _save

@@ -71,6 +71,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from srifty_core import host_allocator
+from srifty_core.batches import loss_scale, micro_split, split_batch
 from srifty_core.errors import ConfigError
 from srifty_core.lifetime import die_with_caller, free_port
 from srifty_core.planner.schema.train_plan import DEVICES, TrainPlan
@@ -85,7 +86,6 @@ from srifty_core.runs.progress import (
 )
 from srifty_core.sharding.wrap import gradient_sync, wrap
 from srifty_core.training_settings import BF16, PRECISIONS
-from srifty_core.worker.batches import loss_scale, micro_split, split_batch
 from srifty_core.worker.checkpoint import latest, load_checkpoint, save_checkpoint
 from srifty_core.worker.exchange_timer import ExchangeTimer, step_timings
 from srifty_core.worker.placement import Placement, choose_device, plan_rank

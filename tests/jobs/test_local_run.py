@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from srifty_core.batches import micro_batches_for
 from srifty_core.cloud.base import Allocation
 from srifty_core.cloud.local import LocalProvider, pid_alive
 from srifty_core.jobs import local_run, monitor_loop
@@ -24,7 +25,6 @@ from srifty_core.jobs.local_run import TrainingError, train_local
 from srifty_core.jobs.monitor import Stall
 from srifty_core.planner.schema.train_plan import TrainPlan
 from srifty_core.runs.progress import read_progress
-from srifty_core.worker.batches import micro_batches_for
 from srifty_core.worker.checkpoint import load_checkpoint
 from srifty_core.worker.worker import train_single
 

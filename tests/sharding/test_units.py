@@ -85,8 +85,9 @@ def test_a_transformer_is_sharded_by_its_layers() -> None:
 
 def test_fsdp2_wraps_and_trains_a_user_model_on_two_processes() -> None:
     # the wrapping policy applied by sharding.wrap on real gloo ranks (FSDP2's fully_shard
-    # on each GPT2Block, then the root), one AdamW step, each rank's readings reported
-    readings = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1)
+    # on each GPT2Block, then the root), one AdamW step in two micro-batches (the
+    # trainer's split, ``batches.micro_split``), each rank's readings reported
+    readings = rank_peaks("hf:gpt2", "tiny", Layout("fsdp", 2), 2, steps=1, micro_batches=2)
     assert len(readings) == 2 and all(0 < r.held <= r.peak for r in readings)
     assert all(len(r.losses) == 1 and math.isfinite(r.losses[0]) for r in readings)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from srifty_core.batches import micro_split
 from srifty_core.errors import ConfigError
 from srifty_core.planner.schema.train_plan import TrainPlan
-from srifty_core.worker.batches import micro_split
 from srifty_core.worker.checkpoint import load_checkpoint
 from srifty_core.worker.worker import train_single
 
@@ -233,7 +233,7 @@ def test_the_script_api_reads_micro_batches(
 
 
 def test_survivors_keep_the_planned_micro_batch_size() -> None:
-    from srifty_core.worker.batches import micro_batches_for
+    from srifty_core.batches import micro_batches_for
 
     # 4 ranks of 8 in 2 micro-batches of 4; 2 survivors take 16 each: 4 of 4
     assert micro_batches_for((8, 8, 8, 8), 2, (16, 16)) == 4

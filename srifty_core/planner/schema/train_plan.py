@@ -158,7 +158,7 @@ class TrainPlan(Strict):
     world size must be a multiple of it."""
     micro_batches: Count = 1
     """Gradient accumulation: each rank's local batch runs as this many micro-batches (as
-    equal as possible, ``worker.batches.micro_split``), the gradients exchanged once,
+    equal as possible, ``batches.micro_split``), the gradients exchanged once,
     after the last (or after each: ``sync_each_micro_batch``), then one optimizer step:
     the same step as on the whole local batch, in less memory. At most the smallest local
     batch; a plan file without it is 1."""

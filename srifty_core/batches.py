@@ -1,6 +1,8 @@
 """The arithmetic of unequal local batches over a plan's ranks: the split of a global
-batch, of a local batch into micro-batches, and each rank's loss scale. The plan itself
-(the PLAN.json document) is ``planner.schema.train_plan.TrainPlan``. No torch."""
+batch, of a local batch into micro-batches, and each rank's loss scale; one home for the
+trainer (``worker``), the control plane (``jobs``) and the memory measurement
+(``measure``). The plan itself (the PLAN.json document) is
+``planner.schema.train_plan.TrainPlan``. No torch."""
 
 from __future__ import annotations
 
