@@ -209,3 +209,33 @@ def test_a_job_that_finished_before_its_replan_is_finished_not_failed(
         assert orc.continue_or_finish(PARAMS, plan_path, alloc, result, "parent-1") is None
     finally:
         orc.release(alloc, provider)
+
+
+def test_a_job_that_lost_every_instance_fails_naming_why(ready_to_plan: Path) -> None:
+    # the method reads a preemption as its type's depletion: with every offer's quota
+    # taken back there is nothing to re-plan on, and the re-plan says so instead of
+    # planning an empty configuration
+    import torch
+    from torch import nn
+
+    from srifty_core.worker.checkpoint import save_checkpoint
+
+    provider = LocalProvider()
+    plan_path = orc.plan_job(orc.JobSpec.from_params(PARAMS), "run-lost", track=False)
+    plan = orc.JobPlan.load(plan_path).train
+    alloc = orc.provision(plan_path, provider)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(plan.checkpoint_path, model=model, optimizer=opt, iteration=5,
+                    global_batch=16, config_id="c0")  # fmt: skip
+    lost = {"status": "replan", "elapsed_s": 3.0, "spent_usd": 0.0001,
+            "lost": {"local.cpu/on-demand": 2}}  # fmt: skip
+    try:
+        with pytest.raises(orc.TrainingFailed, match="every instance was taken back"):
+            orc.child_conf(PARAMS, plan_path, alloc, lost, "parent-1")
+        # one of the two lost: the child plans on what is left, from the checkpoint
+        one = {**lost, "lost": {"local.cpu/on-demand": 1}}
+        conf = orc.child_conf(PARAMS, plan_path, alloc, one, "parent-1")
+        assert conf["offers"][0]["quota"] == 1 and conf["iterations"] == 15
+    finally:
+        orc.release(alloc, provider)
