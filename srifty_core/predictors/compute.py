@@ -212,14 +212,14 @@ def fit_piecewise(
     w = 1.0 / (ya * sigma)  # whitened relative residuals
     interior = xa[1:-1]
     first = np.array([min(1.0, float(xa[0]))])
-    floor = float(ya[0]) * float(first[0]) / float(xa[0])
     best: tuple[float, PiecewiseLinear] | None = None
     for n_knots in range(0, max(0, min(max_knots, n - 3)) + 1):
         for knots in itertools.combinations(interior, n_knots):
             design = _hinge_design(xa, knots)
             coef = _fit_rising(design * w[:, None], ya * w)
             at_first = _hinge_design(first, knots)[0]
-            if not float(at_first @ coef) > 0.0:
+            if not float(at_first @ coef) > 0.0 and xa[0] > 0:
+                floor = float(ya[0]) * float(first[0]) / float(xa[0])
                 coef = _fit_rising_through(design, ya, w, at_first, floor)
             resid = (design @ coef - ya) * w
             chi2 = float(resid @ resid)
