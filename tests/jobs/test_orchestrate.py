@@ -184,24 +184,31 @@ def test_workers_that_die_without_a_preemption_fail_the_poll(ready_to_plan: Path
         orc.release(alloc, provider)
 
 
-def test_a_job_that_finished_before_its_replan_is_finished_not_failed(
-    ready_to_plan: Path,
-) -> None:
-    # a preemption (or a re-plan decision) near the end: by the time the re-plan stops
-    # the workers, the checkpoint holds the last iteration
+def _provisioned_at(provider: LocalProvider, run: str, iteration: int) -> tuple[Path, list[str]]:
+    """A planned, provisioned job of ``PARAMS`` whose checkpoint holds ``iteration``, no
+    worker started: what a re-plan finds once it has stopped the workers."""
     import torch
     from torch import nn
 
     from srifty_core.worker.checkpoint import save_checkpoint
 
-    provider = LocalProvider()
-    plan_path = orc.plan_job(orc.JobSpec.from_params(PARAMS), "run-late", track=False)
+    plan_path = orc.plan_job(orc.JobSpec.from_params(PARAMS), run, track=False)
     plan = orc.JobPlan.load(plan_path).train
     alloc = orc.provision(plan_path, provider)
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    save_checkpoint(plan.checkpoint_path, model=model, optimizer=opt, iteration=20,
+    save_checkpoint(plan.checkpoint_path, model=model, optimizer=opt, iteration=iteration,
                     global_batch=16, config_id="c0")  # fmt: skip
+    return plan_path, alloc
+
+
+def test_a_job_that_finished_before_its_replan_is_finished_not_failed(
+    ready_to_plan: Path,
+) -> None:
+    # a preemption (or a re-plan decision) near the end: by the time the re-plan stops
+    # the workers, the checkpoint holds the last iteration
+    provider = LocalProvider()
+    plan_path, alloc = _provisioned_at(provider, "run-late", iteration=20)
     result = {"status": "replan", "elapsed_s": 3.0, "spent_usd": 0.0001, "lost": {}}
     try:
         with pytest.raises(orc.JobFinished, match="finished its 20 iterations"):
@@ -215,19 +222,8 @@ def test_a_job_that_lost_every_instance_fails_naming_why(ready_to_plan: Path) ->
     # the method reads a preemption as its type's depletion: with every offer's quota
     # taken back there is nothing to re-plan on, and the re-plan says so instead of
     # planning an empty configuration
-    import torch
-    from torch import nn
-
-    from srifty_core.worker.checkpoint import save_checkpoint
-
     provider = LocalProvider()
-    plan_path = orc.plan_job(orc.JobSpec.from_params(PARAMS), "run-lost", track=False)
-    plan = orc.JobPlan.load(plan_path).train
-    alloc = orc.provision(plan_path, provider)
-    model = nn.Linear(2, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    save_checkpoint(plan.checkpoint_path, model=model, optimizer=opt, iteration=5,
-                    global_batch=16, config_id="c0")  # fmt: skip
+    plan_path, alloc = _provisioned_at(provider, "run-lost", iteration=5)
     lost = {"status": "replan", "elapsed_s": 3.0, "spent_usd": 0.0001,
             "lost": {"local.cpu/on-demand": 2}}  # fmt: skip
     try:
